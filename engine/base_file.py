@@ -1,0 +1,246 @@
+"""Parquet base files: write them with Hudi's footer keys, read them back (``hudi-format.md`` §5).
+
+A base file holds the five meta columns followed by the data columns. Its footer carries,
+as Java's ``HoodieBloomFilterWriteSupport`` writes them:
+
+* ``org.apache.hudi.bloomfilter``: the Base64 bloom filter of the record keys, added in row
+  order (:mod:`engine.bloom`), and ``hoodie_bloom_filter_type_code`` for dynamic filters;
+* ``hoodie_min_record_key`` / ``hoodie_max_record_key`` in Java ``String.compareTo`` order
+  (UTF-16 code units; it differs from UTF-8 byte order when a key holds characters above
+  U+FFFF next to characters in U+E000..U+FFFF).
+
+pyarrow's own ``ARROW:schema`` key is kept; hudi-rs reads such files. Readers do not need the
+Hudi keys, Java's BLOOM/SIMPLE index and some table services do.
+
+Publishing: the file is written under a hidden temporary name (``.tmp.`` prefix, see
+:mod:`engine.storage`) in the target folder, fsynced, then linked to its final name, which
+must not exist yet. A crash leaves at most a temporary file that no Hudi reader lists; no
+half-written file ever carries the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engine.bloom import BloomFilter, BloomFilterTypeCode
+from engine.storage import TEMP_PREFIX
+
+META_COLUMNS = (
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+)
+"""The five meta columns every base file starts with, in order (§4)."""
+
+BLOOM_FILTER_KEY = "org.apache.hudi.bloomfilter"
+LEGACY_BLOOM_FILTER_KEY = "com.uber.hoodie.bloomfilter"
+BLOOM_FILTER_TYPE_CODE_KEY = "hoodie_bloom_filter_type_code"
+MIN_RECORD_KEY_KEY = "hoodie_min_record_key"
+MAX_RECORD_KEY_KEY = "hoodie_max_record_key"
+
+_RECORD_KEY = "_hoodie_record_key"
+_FILE_NAME = "_hoodie_file_name"
+
+
+@dataclass(frozen=True)
+class BaseFileWriteResult:
+    """What :func:`write_base_file` wrote; min/max keys are None for a file without keys."""
+
+    path: str
+    file_size: int
+    num_rows: int
+    min_key: str | None
+    max_key: str | None
+
+
+@dataclass(frozen=True)
+class FooterKeys:
+    """Hudi's index keys from a base file footer; each is None where the footer lacks it."""
+
+    min_key: str | None
+    max_key: str | None
+    bloom: BloomFilter | None
+
+
+def write_base_file(
+    path: str,
+    table: pa.Table,
+    *,
+    bloom: bool = True,
+    compression: str = "snappy",
+    row_group_size: int | None = None,
+) -> BaseFileWriteResult:
+    """Write ``table`` as the Parquet base file ``path`` and publish it atomically.
+
+    ``table`` must start with the five meta columns (strings) in Hudi's order; every
+    non-null ``_hoodie_file_name`` must equal the file's name. With ``bloom`` (Hudi's
+    default) the footer gets a ``DYNAMIC_V0`` bloom filter of the record keys (default
+    sizing) and the min/max record key; record keys must then be non-null and non-empty.
+    Raises ``ValueError`` for such bad input and ``FileExistsError`` if ``path`` exists;
+    on any error nothing is left under ``path`` or its temporary name.
+    """
+    _check_meta_columns(table)
+    folder, name = os.path.split(os.path.abspath(path))
+    _check_file_names(table, name)
+    keys = table.column(_RECORD_KEY)
+    footer: dict[str, str] = {}
+    min_key = max_key = None
+    if bloom:
+        if keys.null_count:
+            raise ValueError(f"{keys.null_count} row(s) have a null {_RECORD_KEY}; "
+                             f"a bloom filter needs every record key")
+        bloom_filter = BloomFilter.create()
+        bloom_filter.add_many(keys)
+        footer[BLOOM_FILTER_KEY] = bloom_filter.serialize()
+        footer[BLOOM_FILTER_TYPE_CODE_KEY] = BloomFilterTypeCode.DYNAMIC_V0.value
+        min_key, max_key = java_min_max(keys)
+        if min_key is not None and max_key is not None:
+            footer[MIN_RECORD_KEY_KEY] = min_key
+            footer[MAX_RECORD_KEY_KEY] = max_key
+
+    temp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
+    try:
+        with pq.ParquetWriter(temp, table.schema, compression=compression) as writer:
+            writer.write_table(table, row_group_size=row_group_size)
+            if footer:
+                writer.add_key_value_metadata(footer)
+        _fsync(temp)
+        os.link(temp, path)  # atomic and exclusive: fails if `path` exists
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    _fsync_dir(folder)
+    return BaseFileWriteResult(
+        path=path,
+        file_size=os.path.getsize(path),
+        num_rows=table.num_rows,
+        min_key=min_key,
+        max_key=max_key,
+    )
+
+
+def read_base_file(
+    path: str,
+    columns: Sequence[str] | None = None,
+    filters: pc.Expression | list[Any] | None = None,
+) -> pa.Table:
+    """Read a base file (all columns or ``columns``), optionally filtered.
+
+    ``filters`` is a pyarrow expression or a DNF list as :func:`pyarrow.parquet.read_table`
+    takes it. No partition columns are inferred from the file's folder names.
+    """
+    return pq.read_table(
+        path,
+        columns=list(columns) if columns is not None else None,
+        filters=filters,
+        partitioning=None,
+    )
+
+
+def read_footer_keys(path: str) -> FooterKeys:
+    """Min/max record key and bloom filter from the footer only (no data pages are read).
+
+    The bloom filter is read from ``org.apache.hudi.bloomfilter`` (or the legacy
+    ``com.uber.hoodie.bloomfilter``); without ``hoodie_bloom_filter_type_code`` it is
+    ``SIMPLE``, as Java assumes. A malformed filter raises ``ValueError``.
+    """
+    raw = pq.read_metadata(path).metadata or {}
+
+    def value(key: str) -> str | None:
+        found = raw.get(key.encode("utf-8"))
+        return None if found is None else found.decode("utf-8")
+
+    serialized = value(BLOOM_FILTER_KEY) or value(LEGACY_BLOOM_FILTER_KEY)
+    bloom = None
+    if serialized:
+        try:
+            bloom = BloomFilter.deserialize(serialized, value(BLOOM_FILTER_TYPE_CODE_KEY))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: bad bloom filter footer: {exc}") from None
+    return FooterKeys(
+        min_key=value(MIN_RECORD_KEY_KEY),
+        max_key=value(MAX_RECORD_KEY_KEY),
+        bloom=bloom,
+    )
+
+
+def java_min_max(keys: pa.Array | pa.ChunkedArray) -> tuple[str | None, str | None]:
+    """Smallest and largest non-null string in Java ``String.compareTo`` order.
+
+    UTF-8 byte order (what pyarrow compares) equals UTF-16 code unit order unless some
+    string holds a 4-byte UTF-8 character (lead byte F0..F4) and some holds a character
+    in U+E000..U+FFFF (lead byte EE or EF); only then are the strings compared in Python.
+    """
+    if len(keys) == keys.null_count:
+        return None, None
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    has_astral = has_high_bmp = False
+    for chunk in chunks:
+        data = _data_bytes(chunk)
+        has_astral = has_astral or bool(np.any(data >= 0xF0))
+        has_high_bmp = has_high_bmp or bool(np.any((data == 0xEE) | (data == 0xEF)))
+    if has_astral and has_high_bmp:
+        values = [v for v in keys.to_pylist() if v is not None]
+
+        def utf16(s: str) -> bytes:
+            return s.encode("utf-16-be", errors="surrogatepass")
+
+        return min(values, key=utf16), max(values, key=utf16)
+    bounds = pc.min_max(keys)
+    return bounds["min"].as_py(), bounds["max"].as_py()
+
+
+def _data_bytes(arr: pa.Array) -> np.ndarray:
+    """The value bytes of a string array (possibly beyond its slice: only used as a hint)."""
+    buffers = arr.buffers()
+    data = buffers[2] if len(buffers) > 2 else None
+    if data is None:
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _check_meta_columns(table: pa.Table) -> None:
+    names = table.column_names[:len(META_COLUMNS)]
+    if tuple(names) != META_COLUMNS:
+        raise ValueError(f"a base file must start with the meta columns {list(META_COLUMNS)}, "
+                         f"got {names}")
+    for field in (table.schema.field(i) for i in range(len(META_COLUMNS))):
+        t = field.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t)):
+            raise ValueError(f"meta column {field.name!r} must be a string, got {t}")
+
+
+def _check_file_names(table: pa.Table, name: str) -> None:
+    column = table.column(_FILE_NAME)
+    if len(column) == column.null_count:
+        return
+    wrong = pc.sum(pc.not_equal(column, pa.scalar(name, column.type))).as_py() or 0
+    if wrong:
+        raise ValueError(f"{wrong} row(s) have a {_FILE_NAME} other than {name!r}")
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: str) -> None:
+    # Makes the new directory entry durable; not every platform can open a folder.
+    with contextlib.suppress(OSError):
+        _fsync(folder)

@@ -1,0 +1,400 @@
+"""Every ``hoodie.*`` / ``tidelake.*`` key the engine understands, declared once.
+
+Two kinds of configuration exist:
+
+* :class:`TableConfig` — what ``.hoodie/hoodie.properties`` persists for the table's whole
+  life (type, keys, partitioning, merge mode). Parsed once from the properties file.
+* :class:`WriteConfig` — per-writer options a user passes to ``Table.create(options=...)``
+  or ``Table.open(options=...)`` (index type, block format, file sizing). Unknown keys are
+  an :class:`~engine.errors.InvalidOptionError` naming the key.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+from engine.errors import InvalidOptionError, UnsupportedTableError
+
+T = TypeVar("T")
+
+TABLE_VERSION = 8
+TIMELINE_LAYOUT_VERSION = 2
+
+EVENT_TIME_STRATEGY_ID = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
+COMMIT_TIME_STRATEGY_ID = "ce9acb64-bde0-424c-9b91-f6ebba25356d"
+DEFAULT_PAYLOAD = "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
+OVERWRITE_PAYLOAD = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
+
+
+class TableType(str, Enum):
+    """Hudi table types."""
+
+    COPY_ON_WRITE = "COPY_ON_WRITE"
+    MERGE_ON_READ = "MERGE_ON_READ"
+
+
+class MergeMode(str, Enum):
+    """How two versions of the same record are resolved (``hoodie.record.merge.mode``)."""
+
+    EVENT_TIME_ORDERING = "EVENT_TIME_ORDERING"
+    COMMIT_TIME_ORDERING = "COMMIT_TIME_ORDERING"
+
+
+class IndexType(str, Enum):
+    """Write-side tagging index (``hoodie.index.type``)."""
+
+    BUCKET = "BUCKET"
+    SIMPLE = "SIMPLE"
+    GLOBAL_SIMPLE = "GLOBAL_SIMPLE"
+
+
+class LogBlockFormat(str, Enum):
+    """Data block format of MOR log files (``hoodie.logfile.data.block.format``)."""
+
+    AVRO = "avro"
+    PARQUET = "parquet"
+
+
+class KeyGeneratorType(str, Enum):
+    """Hudi 1.x key generator types (``hoodie.table.keygenerator.type``)."""
+
+    SIMPLE = "SIMPLE"
+    COMPLEX = "COMPLEX"
+    NON_PARTITION = "NON_PARTITION"
+
+
+KEYGEN_CLASSES = {
+    KeyGeneratorType.SIMPLE: "org.apache.hudi.keygen.SimpleKeyGenerator",
+    KeyGeneratorType.COMPLEX: "org.apache.hudi.keygen.ComplexKeyGenerator",
+    KeyGeneratorType.NON_PARTITION: "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+}
+
+
+def _parse_bool(key: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError(key, f"expected true or false, got {raw!r}")
+
+
+def _parse_positive_int(key: str, raw: str) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise InvalidOptionError(key, f"must be positive, got {value}")
+    return value
+
+
+def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
+    def parse(key: str, raw: str) -> Any:
+        wanted = str(raw).strip()
+        for member in enum_type:
+            if wanted.upper() == str(member.value).upper():
+                return member
+        choices = ", ".join(str(m.value) for m in enum_type)
+        raise InvalidOptionError(key, f"expected one of {choices}, got {raw!r}")
+
+    return parse
+
+
+@dataclass(frozen=True)
+class ConfigKey(Generic[T]):
+    """One declared option: its key, parser, default, doc and accepted aliases."""
+
+    key: str
+    parse: Callable[[str, str], T]
+    default: T
+    doc: str
+    aliases: tuple[str, ...] = ()
+    attr: str = ""
+
+
+WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
+    ConfigKey("hoodie.index.type", _enum_parser(IndexType), IndexType.SIMPLE,
+              "Write-side index: BUCKET (hash of the key picks the file group), SIMPLE "
+              "(join with the keys of the partition), GLOBAL_SIMPLE (join with all keys).",
+              attr="index_type"),
+    ConfigKey("hoodie.bucket.index.num.buckets", _parse_positive_int, 4,
+              "Fixed number of buckets (file groups) per partition for the BUCKET index. "
+              "Hudi's own default is 256; tidelake defaults to 4, right for tables up to a few "
+              "GB per partition.", attr="num_buckets"),
+    ConfigKey("hoodie.logfile.data.block.format", _enum_parser(LogBlockFormat),
+              LogBlockFormat.AVRO, "Data block format of MOR log files: avro or parquet.",
+              attr="log_block_format"),
+    ConfigKey("hoodie.parquet.max.file.size", _parse_positive_int, 120 * 1024 * 1024,
+              "Target size in bytes of a base file; inserts open new file groups at this size.",
+              attr="max_file_size"),
+    ConfigKey("hoodie.parquet.small.file.limit", _parse_positive_int, 100 * 1024 * 1024,
+              "Base files smaller than this take new inserts before new file groups open.",
+              attr="small_file_limit"),
+    ConfigKey("hoodie.copyonwrite.record.size.estimate", _parse_positive_int, 1024,
+              "Bytes per record assumed before the first commit gives a measured average.",
+              attr="record_size_estimate"),
+    ConfigKey("hoodie.parquet.compression.codec", lambda k, v: _codec(k, v), "snappy",
+              "Parquet compression codec of base files and parquet log blocks.",
+              attr="compression"),
+    ConfigKey("hoodie.combine.before.upsert", _parse_bool, True,
+              "Deduplicate records with the same key within one write by the ordering field.",
+              attr="combine_before_upsert"),
+    ConfigKey("hoodie.bloom.filter.enable", _parse_bool, True,
+              "Write Hudi's bloom filter and min/max record key into base file footers "
+              "(needed by Java writers' BLOOM index; not by readers).",
+              aliases=("tidelake.write.bloom.filter",), attr="write_bloom_filter"),
+)
+
+_CODECS = ("snappy", "zstd", "gzip", "none", "uncompressed", "lz4", "brotli")
+
+
+def _codec(key: str, raw: str) -> str:
+    value = str(raw).strip().lower()
+    if value not in _CODECS:
+        raise InvalidOptionError(key, f"expected one of {', '.join(_CODECS)}, got {raw!r}")
+    return "none" if value == "uncompressed" else value
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    """Typed writer options; build with :meth:`from_options`."""
+
+    index_type: IndexType = IndexType.SIMPLE
+    num_buckets: int = 4
+    log_block_format: LogBlockFormat = LogBlockFormat.AVRO
+    max_file_size: int = 120 * 1024 * 1024
+    small_file_limit: int = 100 * 1024 * 1024
+    record_size_estimate: int = 1024
+    compression: str = "snappy"
+    combine_before_upsert: bool = True
+    write_bloom_filter: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None,
+                     *, allow: tuple[str, ...] = ()) -> WriteConfig:
+        """Parse a string map; unknown keys raise :class:`InvalidOptionError` naming them.
+
+        ``allow`` lists extra keys the caller handles itself (e.g. table-creation keys).
+        """
+        values: dict[str, Any] = {}
+        extra: dict[str, str] = {}
+        by_name: dict[str, ConfigKey[Any]] = {}
+        for spec in WRITE_KEYS:
+            by_name[spec.key] = spec
+            for alias in spec.aliases:
+                by_name[alias] = spec
+        for key, raw in (options or {}).items():
+            if not isinstance(key, str):
+                raise InvalidOptionError(str(key), "option keys must be strings")
+            found = by_name.get(key)
+            if found is None:
+                if key in allow:
+                    extra[key] = str(raw)
+                    continue
+                raise InvalidOptionError(key, "unknown option; see docs/configuration.md")
+            values[found.attr] = found.parse(key, raw if isinstance(raw, str) else str(raw))
+        return replace(cls(), **values, extra=extra)
+
+
+# ---------------------------------------------------------------------------------------
+# Table config: hoodie.properties
+# ---------------------------------------------------------------------------------------
+
+P_NAME = "hoodie.table.name"
+P_TYPE = "hoodie.table.type"
+P_VERSION = "hoodie.table.version"
+P_INITIAL_VERSION = "hoodie.table.initial.version"
+P_LAYOUT = "hoodie.timeline.layout.version"
+P_TIMELINE_PATH = "hoodie.timeline.path"
+P_HISTORY_PATH = "hoodie.timeline.history.path"
+P_DATABASE = "hoodie.database.name"
+P_RECORD_KEYS = "hoodie.table.recordkey.fields"
+P_PRECOMBINE = "hoodie.table.precombine.field"
+P_ORDERING_V9 = "hoodie.table.ordering.fields"
+P_PARTITION_FIELDS = "hoodie.table.partition.fields"
+P_KEYGEN_CLASS = "hoodie.table.keygenerator.class"
+P_KEYGEN_TYPE = "hoodie.table.keygenerator.type"
+P_HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
+P_URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+P_DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
+P_BASE_FORMAT = "hoodie.table.base.file.format"
+P_LOG_FORMAT = "hoodie.table.log.file.format"
+P_POPULATE_META = "hoodie.populate.meta.fields"
+P_CREATE_SCHEMA = "hoodie.table.create.schema"
+P_ARCHIVE_FOLDER = "hoodie.archivelog.folder"
+P_TIMEZONE = "hoodie.table.timeline.timezone"
+P_PAYLOAD = "hoodie.compaction.payload.class"
+P_MERGE_MODE = "hoodie.record.merge.mode"
+P_MERGE_STRATEGY = "hoodie.record.merge.strategy.id"
+P_CDC = "hoodie.table.cdc.enabled"
+P_CHECKSUM = "hoodie.table.checksum"
+P_BUCKETS = "hoodie.bucket.index.num.buckets"
+P_INDEX_TYPE = "hoodie.index.type"
+
+
+def table_checksum(database: str, name: str) -> int:
+    """Hudi's ``hoodie.table.checksum``: CRC32 of ``"<database>.<name>"`` in UTF-8."""
+    return zlib.crc32(f"{database}.{name}".encode())
+
+
+def _split_fields(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    fields = []
+    for part in raw.split(","):
+        name = part.strip()
+        if ":" in name:  # CustomKeyGenerator form "f:SIMPLE"
+            name = name.split(":", 1)[0]
+        if name:
+            fields.append(name)
+    return tuple(fields)
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """The table's persistent configuration, as stored in ``hoodie.properties``."""
+
+    name: str
+    table_type: TableType
+    version: int
+    record_key_fields: tuple[str, ...]
+    partition_fields: tuple[str, ...]
+    precombine_field: str | None
+    merge_mode: MergeMode
+    hive_style: bool
+    url_encode: bool
+    populate_meta_fields: bool
+    create_schema: str | None
+    database: str = "default"
+    keygen_type: KeyGeneratorType = KeyGeneratorType.SIMPLE
+    timeline_path: str = "timeline"
+    index_type: IndexType | None = None
+    num_buckets: int | None = None
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_mor(self) -> bool:
+        """True for merge-on-read tables."""
+        return self.table_type is TableType.MERGE_ON_READ
+
+    @property
+    def timeline_layout(self) -> int:
+        """Timeline layout version: 1 for tables before version 8, 2 from version 8 on."""
+        return 2 if self.version >= 8 else 1
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> TableConfig:
+        """Parse ``hoodie.properties``; raises for versions or features we cannot read."""
+        try:
+            name = props[P_NAME]
+            table_type = TableType(props[P_TYPE].upper().replace("COW", "COPY_ON_WRITE")
+                                   .replace("MOR", "MERGE_ON_READ"))
+        except (KeyError, ValueError) as exc:
+            raise UnsupportedTableError(f"hoodie.properties lacks a valid {exc}") from None
+        version = int(props.get(P_VERSION, "6"))
+        if version not in (6, 8, 9):
+            raise UnsupportedTableError(
+                f"table version {version} is not supported (only 6, 8 and 9)")
+        precombine = props.get(P_PRECOMBINE) or props.get(P_ORDERING_V9) or None
+        if precombine and "," in precombine:
+            raise UnsupportedTableError(f"multiple ordering fields {precombine!r} not supported")
+        merge_mode = _merge_mode_of(props, precombine)
+        partition_fields = _split_fields(props.get(P_PARTITION_FIELDS))
+        record_keys = _split_fields(props.get(P_RECORD_KEYS))
+        keygen = _keygen_of(props, record_keys, partition_fields)
+        index_raw = props.get(P_INDEX_TYPE)
+        buckets_raw = props.get(P_BUCKETS)
+        return cls(
+            name=name, table_type=table_type, version=version,
+            record_key_fields=record_keys, partition_fields=partition_fields,
+            precombine_field=precombine, merge_mode=merge_mode,
+            hive_style=props.get(P_HIVE_STYLE, "false").lower() == "true",
+            url_encode=props.get(P_URL_ENCODE, "false").lower() == "true",
+            populate_meta_fields=props.get(P_POPULATE_META, "true").lower() == "true",
+            create_schema=props.get(P_CREATE_SCHEMA),
+            database=props.get(P_DATABASE, ""),
+            keygen_type=keygen,
+            timeline_path=props.get(P_TIMELINE_PATH, "timeline"),
+            index_type=IndexType(index_raw) if index_raw else None,
+            num_buckets=int(buckets_raw) if buckets_raw else None,
+            raw=dict(props),
+        )
+
+    def to_properties(self) -> dict[str, str]:
+        """The key/value map written to ``hoodie.properties`` (checksum last)."""
+        props: dict[str, str] = {
+            P_NAME: self.name,
+            P_TYPE: self.table_type.value,
+            P_VERSION: str(self.version),
+            P_INITIAL_VERSION: str(self.version),
+            P_LAYOUT: str(self.timeline_layout),
+            P_TIMELINE_PATH: self.timeline_path,
+            P_HISTORY_PATH: "history",
+            P_DATABASE: self.database,
+            P_RECORD_KEYS: ",".join(self.record_key_fields),
+            P_PARTITION_FIELDS: ",".join(self.partition_fields),
+            P_KEYGEN_TYPE: self.keygen_type.value,
+            P_KEYGEN_CLASS: KEYGEN_CLASSES[self.keygen_type],
+            P_HIVE_STYLE: str(self.hive_style).lower(),
+            P_URL_ENCODE: str(self.url_encode).lower(),
+            P_DROP_PARTITION_COLUMNS: "false",
+            P_BASE_FORMAT: "PARQUET",
+            P_LOG_FORMAT: "HOODIE_LOG",
+            P_POPULATE_META: "true",
+            P_ARCHIVE_FOLDER: "archived",
+            P_TIMEZONE: "UTC",
+            P_CDC: "false",
+            P_MERGE_MODE: self.merge_mode.value,
+        }
+        if self.precombine_field:
+            props[P_PRECOMBINE] = self.precombine_field
+        if self.merge_mode is MergeMode.EVENT_TIME_ORDERING:
+            props[P_MERGE_STRATEGY] = EVENT_TIME_STRATEGY_ID
+            props[P_PAYLOAD] = DEFAULT_PAYLOAD
+        else:
+            props[P_MERGE_STRATEGY] = COMMIT_TIME_STRATEGY_ID
+            props[P_PAYLOAD] = OVERWRITE_PAYLOAD
+        if self.create_schema:
+            props[P_CREATE_SCHEMA] = self.create_schema
+        if self.index_type is not None:
+            props[P_INDEX_TYPE] = self.index_type.value
+        if self.num_buckets is not None:
+            props[P_BUCKETS] = str(self.num_buckets)
+        props[P_CHECKSUM] = str(table_checksum(self.database, self.name))
+        return props
+
+
+def _merge_mode_of(props: Mapping[str, str], precombine: str | None) -> MergeMode:
+    raw = props.get(P_MERGE_MODE)
+    if raw:
+        try:
+            return MergeMode(raw.upper())
+        except ValueError:
+            raise UnsupportedTableError(f"merge mode {raw!r} is not supported") from None
+    payload = props.get(P_PAYLOAD, "")
+    if not precombine or payload.endswith("OverwriteWithLatestAvroPayload"):
+        return MergeMode.COMMIT_TIME_ORDERING
+    return MergeMode.EVENT_TIME_ORDERING
+
+
+def _keygen_of(props: Mapping[str, str], record_keys: tuple[str, ...],
+               partition_fields: tuple[str, ...]) -> KeyGeneratorType:
+    raw_type = props.get(P_KEYGEN_TYPE, "").upper()
+    raw_class = props.get(P_KEYGEN_CLASS, "")
+    if raw_type in ("SIMPLE", "COMPLEX", "NON_PARTITION"):
+        return KeyGeneratorType(raw_type)
+    if "Complex" in raw_class:
+        return KeyGeneratorType.COMPLEX
+    if "Nonpartitioned" in raw_class:
+        return KeyGeneratorType.NON_PARTITION
+    if not partition_fields and len(record_keys) <= 1:
+        return KeyGeneratorType.NON_PARTITION if not raw_class else KeyGeneratorType.SIMPLE
+    if len(record_keys) > 1 or len(partition_fields) > 1:
+        return KeyGeneratorType.COMPLEX
+    return KeyGeneratorType.SIMPLE

@@ -1,0 +1,57 @@
+"""The one exception root of tidelake's engine, with condition-named subclasses.
+
+The retry intent is in the type: a :class:`TransientError` may succeed if the same call
+is made again (a concurrent writer, a storage hiccup); a :class:`TerminalError` will not,
+and a job should stop and report it. Bad arguments to public calls raise ``ValueError``
+(or its subclass :class:`InvalidOptionError` for configuration keys), naming the argument.
+"""
+
+from __future__ import annotations
+
+
+class TidelakeError(Exception):
+    """Root of every error tidelake raises on purpose."""
+
+
+class TerminalError(TidelakeError):
+    """Retrying the same operation will fail the same way."""
+
+
+class TransientError(TidelakeError):
+    """The operation may succeed if it is retried."""
+
+
+class InvalidOptionError(TidelakeError, ValueError):
+    """A configuration key is unknown or its value malformed; the message names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"option '{key}': {message}")
+        self.key = key
+
+
+class InvalidRecordError(TerminalError, ValueError):
+    """Input rows miss a record key or ordering value, or carry a value that cannot be stored."""
+
+
+class TableNotFoundError(TerminalError):
+    """No Hudi table at the given path (no ``.hoodie/hoodie.properties``)."""
+
+
+class TableExistsError(TerminalError):
+    """``Table.create`` was called on a path that already holds a table."""
+
+
+class UnsupportedTableError(TerminalError):
+    """The table uses a feature or version this engine does not read or write."""
+
+
+class CorruptTableError(TerminalError):
+    """A file of the table cannot be parsed (timeline metadata, properties, a data file)."""
+
+
+class CommitConflictError(TransientError):
+    """Another writer published the same instant or touched the same file groups first."""
+
+
+class InstantStateError(TerminalError):
+    """A timeline transition was asked for from the wrong state (e.g. completing twice)."""

@@ -1,0 +1,214 @@
+"""File groups and file slices: which data files make up a view of the table.
+
+A file group is (partition path, file id). A file slice is one base file (optional) plus
+its ordered log files. Which files a view sees depends on the set of *visible* completed
+instants (all of them for a snapshot; those at or before ``as_of`` for time travel):
+
+* v8 (layout 2): a base file starts a slice at its requested instant; a log file, named
+  with its own deltacommit instant, belongs to the slice with the greatest base instant
+  ≤ the log's completion time; logs are ordered by (completion time, version, token).
+* v6 (layout 1): a log file's name carries the base instant of its slice; visibility of
+  its content is decided per block (:mod:`engine.reader`).
+
+Files of instants that are not visible — in flight, failed, rolled back — are never part
+of a view, and neither are file groups replaced by a visible replacecommit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from engine.naming import parse_base_file, parse_log_file
+from engine.storage import Storage
+from engine.timeline import HOODIE, Timeline, completion_key
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    """A base (parquet) file of a file group."""
+
+    partition_path: str
+    file_id: str
+    instant_time: str
+    name: str
+    size: int
+
+    @property
+    def path(self) -> str:
+        """Path relative to the table's base path."""
+        return f"{self.partition_path}/{self.name}" if self.partition_path else self.name
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """A log file of a file group, with the completion time of the instant in its name."""
+
+    partition_path: str
+    file_id: str
+    instant_time: str
+    version: int
+    write_token: str
+    name: str
+    size: int
+    completion_time: str | None = None
+
+    @property
+    def path(self) -> str:
+        """Path relative to the table's base path."""
+        return f"{self.partition_path}/{self.name}" if self.partition_path else self.name
+
+    def sort_key(self) -> tuple[str, int, str]:
+        """Order of logs within a slice."""
+        return (self.completion_time or self.instant_time, self.version, self.write_token)
+
+
+@dataclass
+class FileSlice:
+    """One base file (or none) plus the log files written on top of it."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: BaseFile | None = None
+    log_files: list[LogFile] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        """True if the slice has no files at all."""
+        return self.base_file is None and not self.log_files
+
+    def total_size(self) -> int:
+        """Bytes of the base file and all logs."""
+        size = self.base_file.size if self.base_file else 0
+        return size + sum(log.size for log in self.log_files)
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """Every data file found by listing, grouped by partition (no visibility applied)."""
+
+    base_files: tuple[BaseFile, ...]
+    log_files: tuple[LogFile, ...]
+    partitions: tuple[str, ...]
+
+
+def list_table_files(storage: Storage) -> TableFiles:
+    """Walk the table folder (skipping ``.hoodie``) and parse every data file name."""
+    bases: list[BaseFile] = []
+    logs: list[LogFile] = []
+    partitions: list[str] = []
+    for folder, files in storage.walk_files(""):
+        if folder == HOODIE or folder.startswith(HOODIE + "/"):
+            continue
+        found = False
+        for status in files:
+            base = parse_base_file(status.name)
+            if base is not None:
+                bases.append(BaseFile(folder, base.file_id, base.instant_time,
+                                      status.name, status.size))
+                found = True
+                continue
+            log = parse_log_file(status.name)
+            if log is not None:
+                logs.append(LogFile(folder, log.file_id, log.instant_time, log.version,
+                                    log.write_token, status.name, status.size))
+                found = True
+        if found:
+            partitions.append(folder)
+    return TableFiles(tuple(bases), tuple(logs), tuple(sorted(set(partitions))))
+
+
+def visible_instants(timeline: Timeline, *, as_of: str | None = None,
+                     end_completion: str | None = None) -> dict[str, str]:
+    """Completed data instants a view sees: requested time → completion ordering key."""
+    visible: dict[str, str] = {}
+    for instant in timeline.completed_data_instants:
+        if as_of is not None and instant.requested_time > as_of:
+            continue
+        key = completion_key(instant)
+        if end_completion is not None and key > end_completion:
+            continue
+        visible[instant.requested_time] = key
+    return visible
+
+
+def replaced_file_groups(timeline: Timeline, visible: Mapping[str, str]) -> set[tuple[str, str]]:
+    """(partition, file id) of file groups replaced by visible replacecommits."""
+    replaced: set[tuple[str, str]] = set()
+    for instant in timeline.completed_data_instants:
+        if instant.requested_time not in visible:
+            continue
+        if instant.action.completed_action.value != "replacecommit":
+            continue
+        meta = timeline.commit_metadata(instant)
+        for partition, ids in meta.partition_to_replace_file_ids.items():
+            replaced.update((partition, fid) for fid in ids)
+    return replaced
+
+
+def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[str, str],
+                      *, latest_only: bool = True) -> list[FileSlice]:
+    """File slices of every live file group under the given visibility, by partition/id."""
+    layout = timeline.config.timeline_layout
+    replaced = replaced_file_groups(timeline, visible)
+    groups: dict[tuple[str, str], dict[str, FileSlice]] = {}
+    for base in files.base_files:
+        if base.instant_time not in visible:
+            continue
+        slices = groups.setdefault((base.partition_path, base.file_id), {})
+        current = slices.get(base.instant_time)
+        if current is None or current.base_file is None:
+            slices[base.instant_time] = FileSlice(base.partition_path, base.file_id,
+                                                  base.instant_time, base)
+    for log in files.log_files:
+        group_key = (log.partition_path, log.file_id)
+        slices = groups.setdefault(group_key, {})
+        if layout >= 2:
+            completion = visible.get(log.instant_time)
+            if completion is None:
+                continue  # uncommitted or not yet visible: never read
+            log = LogFile(log.partition_path, log.file_id, log.instant_time, log.version,
+                          log.write_token, log.name, log.size, completion)
+            owner = max((t for t in slices if t <= completion), default=None)
+            if owner is None:
+                owner = log.instant_time  # a log-only file group starts here
+                slices[owner] = FileSlice(log.partition_path, log.file_id, owner)
+        else:
+            owner = log.instant_time
+            if owner not in slices:
+                slices[owner] = FileSlice(log.partition_path, log.file_id, owner)
+        slices[owner].log_files.append(log)
+    result: list[FileSlice] = []
+    for (partition, file_id), slices in sorted(groups.items()):
+        if (partition, file_id) in replaced or not slices:
+            continue
+        for slc in slices.values():
+            slc.log_files.sort(key=LogFile.sort_key)
+        if layout >= 2:
+            _merge_log_only_slices(slices)
+        ordered = [slices[t] for t in sorted(slices)]
+        ordered = [s for s in ordered if not s.is_empty]
+        if not ordered:
+            continue
+        result.extend(ordered[-1:] if latest_only else ordered)
+    return result
+
+
+def _merge_log_only_slices(slices: dict[str, FileSlice]) -> None:
+    """v8: consecutive log-only slices of one group are one slice (no base file between)."""
+    keys = sorted(slices)
+    merged_into: str | None = None
+    for key in keys:
+        slc = slices[key]
+        if slc.base_file is None and merged_into is not None:
+            slices[merged_into].log_files.extend(slc.log_files)
+            slices[merged_into].log_files.sort(key=LogFile.sort_key)
+            del slices[key]
+            continue
+        merged_into = key
+
+
+def partitions_of(slices: Iterable[FileSlice]) -> list[str]:
+    """Distinct partition paths of the given slices, sorted."""
+    return sorted({s.partition_path for s in slices})

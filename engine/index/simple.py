@@ -1,0 +1,86 @@
+"""Simple and global-simple index: find existing record keys by reading them.
+
+The index joins incoming keys with the keys stored in the latest file slices (base files
+and, for merge-on-read, log blocks merged by key, so deleted keys are not found). SIMPLE
+looks in the partitions of the incoming records; GLOBAL_SIMPLE looks everywhere, so a
+record whose partition value changed is found in its old partition. Cost grows with the
+data read, which is why the bucket index exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.file_group import FileSlice
+from engine.reader import SliceReader
+from engine.schema import RECORD_KEY
+
+LOCATION_SCHEMA = pa.schema([
+    pa.field("key", pa.string()),
+    pa.field("loc_partition", pa.string()),
+    pa.field("loc_file_id", pa.string()),
+])
+ORDERING = "loc_ordering"
+
+
+def key_locations(reader: SliceReader, slices: Iterable[FileSlice],
+                  partitions: set[str] | None) -> pa.Table:
+    """(key, partition, file id[, stored ordering value]) of every live key.
+
+    Only the given partitions are read (None = all). With an ordering field, its stored
+    value comes along as ``loc_ordering`` so the writer can drop updates that would lose.
+    """
+    tables = []
+    columns = [RECORD_KEY]
+    ordering = reader.config.precombine_field
+    if ordering:
+        columns.append(ordering)
+    for slc in slices:
+        if partitions is not None and slc.partition_path not in partitions:
+            continue
+        part = reader.read_slice(slc, columns=columns)
+        if not part.num_rows:
+            continue
+        n = part.num_rows
+        columns_out = {
+            "key": part.column(RECORD_KEY).combine_chunks().cast(pa.string()),
+            "loc_partition": pa.array([slc.partition_path] * n, pa.string()),
+            "loc_file_id": pa.array([slc.file_id] * n, pa.string()),
+        }
+        if ordering and ordering in part.column_names:
+            columns_out[ORDERING] = part.column(ordering).combine_chunks()
+        tables.append(pa.table(columns_out))
+    if not tables:
+        return LOCATION_SCHEMA.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def tag(keys: pa.Array, partitions: pa.Array, locations: pa.Table,
+        *, global_index: bool) -> pa.Table:
+    """For each incoming row: the file id and partition where its key lives (null if new).
+
+    Returns a table aligned with the input rows: ``loc_partition``, ``loc_file_id`` and,
+    when the locations carry it, ``loc_ordering``.
+    """
+    n = len(keys)
+    incoming = pa.table({"key": keys, "part": partitions, "row": pa.array(range(n), pa.int64())})
+    if not locations.num_rows or not n:
+        return pa.table({"loc_partition": pa.nulls(n, pa.string()),
+                         "loc_file_id": pa.nulls(n, pa.string())})
+    wanted = ["loc_partition", "loc_file_id"]
+    if ORDERING in locations.column_names:
+        wanted.append(ORDERING)
+    if global_index:
+        joined = incoming.join(locations, "key", join_type="left outer")
+    else:
+        joined = incoming.join(locations, ["key", "part"], ["key", "loc_partition"],
+                               join_type="left outer", use_threads=True)
+        joined = joined.append_column("loc_partition",
+                                      pc.if_else(pc.is_null(joined.column("loc_file_id")),
+                                                 pa.scalar(None, pa.string()),
+                                                 joined.column("part")))
+    joined = joined.sort_by("row")
+    return joined.select(wanted)

@@ -1,0 +1,200 @@
+"""Hudi log block contents: Avro and Parquet data blocks, rollback command blocks.
+
+This is the log block codec's front door: it also re-exports the framing
+(:mod:`engine.log_block`) and the delete block codec (:mod:`engine.delete_block`), so callers
+import everything from here.
+
+* Avro data block (and CDC block): ``version=3: i32 | count: i32 | count x (len: i32 | Avro
+  binary record)``, writer schema in the ``SCHEMA`` header (meta fields included), records
+  coded by :mod:`engine.avro_codec`.
+* Parquet data block: a whole Parquet file, ``SCHEMA`` header.
+* Command block: no content; ``COMMAND_BLOCK_TYPE="0"`` is a rollback of
+  ``TARGET_INSTANT_TIME`` (table version 6; v8 deletes failed log files instead).
+
+Pure bytes in, bytes out; never imports pyspark; safe on executors.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.avro_codec import avro_schema_to_arrow, conform_table, decode_records, encode_records
+from engine.delete_block import (
+    DELETE_BLOCK_VERSION,
+    DeleteRecord,
+    decode_delete_block,
+    delete_record_list_schema,
+    encode_delete_block,
+    encode_delete_content,
+)
+from engine.log_block import (
+    I32,
+    I32_PAIR,
+    LOG_FORMAT_VERSION,
+    MAGIC,
+    ROLLBACK_COMMAND,
+    BlockType,
+    HeaderKey,
+    LogBlock,
+    LogFormatError,
+    frame_block,
+    frame_parts,
+    iter_blocks,
+    read_log_file,
+    schema_json,
+)
+
+__all__ = [
+    "AVRO_DATA_BLOCK_VERSION",
+    "DELETE_BLOCK_VERSION",
+    "LOG_FORMAT_VERSION",
+    "MAGIC",
+    "ROLLBACK_COMMAND",
+    "BlockType",
+    "DeleteRecord",
+    "HeaderKey",
+    "LogBlock",
+    "LogFormatError",
+    "decode_avro_data_block",
+    "decode_delete_block",
+    "decode_parquet_data_block",
+    "delete_record_list_schema",
+    "encode_avro_data_block",
+    "encode_delete_block",
+    "encode_delete_content",
+    "encode_parquet_data_block",
+    "encode_rollback_command_block",
+    "frame_block",
+    "iter_blocks",
+    "read_log_file",
+]
+
+AVRO_DATA_BLOCK_VERSION = 3
+
+
+def _schema_dict(avro_schema: Mapping[str, Any] | str) -> dict[str, Any]:
+    return dict(json.loads(avro_schema) if isinstance(avro_schema, str) else avro_schema)
+
+
+def _data_header(instant_time: str, avro_schema: Mapping[str, Any] | str) -> dict[HeaderKey, str]:
+    return {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: schema_json(avro_schema)}
+
+
+def encode_avro_data_block(
+    table: pa.Table, avro_schema: Mapping[str, Any] | str, instant_time: str
+) -> bytes:
+    """A framed Avro data block holding every row of ``table``.
+
+    ``avro_schema`` (dict or JSON text) must include the five meta fields; it is written to the
+    ``SCHEMA`` header after ``INSTANT_TIME``. Content version 3. Columns are matched by name
+    (see :func:`engine.avro_codec.encode_records`).
+    """
+    schema = _schema_dict(avro_schema)
+    records, _ = encode_records(table, schema, length_prefixed=True)
+    head = I32_PAIR.pack(AVRO_DATA_BLOCK_VERSION, table.num_rows)
+    header = _data_header(instant_time, avro_schema)
+    return frame_parts(BlockType.AVRO_DATA, header, [head, records], None)
+
+
+def _record_bounds(content: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start/end offsets of the ``count`` length-prefixed records after the 8-byte head."""
+    # A Python walk, ~0.3 us a record: each record's offset depends on the previous length.
+    unpack = I32.unpack_from
+    lengths = [0] * count
+    pos = 8
+    try:
+        for i in range(count):
+            length = unpack(content, pos)[0]
+            lengths[i] = length
+            pos += 4 + length
+    except struct.error:
+        raise LogFormatError("Avro data block records run past the block") from None
+    if pos != len(content) or (count and min(lengths) < 0):
+        raise LogFormatError(
+            f"Avro data block records end at {pos}, content is {len(content)} bytes"
+        )
+    sizes = np.array(lengths, dtype=np.int64)
+    ends = np.cumsum(sizes + 4) + 8
+    return ends - sizes, ends
+
+
+def decode_avro_data_block(block: LogBlock, arrow_schema: pa.Schema | None = None) -> pa.Table:
+    """Decode an Avro (or CDC) data block into a table.
+
+    The writer schema comes from the ``SCHEMA`` header. With ``arrow_schema`` the result has
+    exactly its fields (missing ones null, types cast) - use it to read old blocks with the
+    table's current schema; without it, the Arrow form of the writer schema.
+    """
+    if block.block_type not in (BlockType.AVRO_DATA, BlockType.CDC_DATA):
+        raise ValueError(f"not an Avro data block: {block.block_type.name}")
+    writer_schema = block.schema
+    if writer_schema is None:
+        raise LogFormatError("Avro data block has no SCHEMA header")
+    content = block.content
+    if len(content) < 8:
+        raise LogFormatError("Avro data block content is shorter than its 8-byte head")
+    version, count = I32_PAIR.unpack_from(content, 0)
+    if version not in (2, AVRO_DATA_BLOCK_VERSION):
+        raise LogFormatError(f"Avro data block content version {version} is not supported")
+    starts, ends = _record_bounds(content, count)
+    try:
+        return decode_records(content, starts, ends, writer_schema, arrow_schema)
+    except LogFormatError:
+        raise
+    except ValueError as exc:
+        raise LogFormatError(f"Avro data block of {block.instant_time}: {exc}") from exc
+
+
+def encode_parquet_data_block(
+    table: pa.Table,
+    avro_schema: Mapping[str, Any] | str,
+    instant_time: str,
+    *,
+    compression: str = "snappy",
+) -> bytes:
+    """A framed Parquet data block: ``table`` as one whole Parquet file, ``SCHEMA`` header.
+
+    The table is first conformed to the Arrow form of ``avro_schema`` (columns by name, types
+    cast), and the file carries ``parquet.avro.schema`` as parquet-avro writers do.
+    """
+    schema = _schema_dict(avro_schema)
+    conformed = conform_table(table, avro_schema_to_arrow(schema))
+    metadata = {
+        b"parquet.avro.schema": schema_json(schema).encode(),
+        b"writer.model.name": b"avro",
+    }
+    conformed = conformed.replace_schema_metadata(metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(conformed, sink, compression=compression)
+    header = _data_header(instant_time, avro_schema)
+    return frame_parts(BlockType.PARQUET_DATA, header, [sink.getvalue()], None)
+
+
+def decode_parquet_data_block(block: LogBlock, arrow_schema: pa.Schema | None = None) -> pa.Table:
+    """Read a Parquet data block; with ``arrow_schema``, conform the result to it."""
+    if block.block_type is not BlockType.PARQUET_DATA:
+        raise ValueError(f"not a Parquet data block: {block.block_type.name}")
+    table = pq.read_table(pa.BufferReader(block.content))
+    table = table.replace_schema_metadata(None)
+    return table if arrow_schema is None else conform_table(table, arrow_schema)
+
+
+def encode_rollback_command_block(instant_time: str, target_instant_time: str) -> bytes:
+    """A framed rollback command block (v6 tables): undo all blocks of ``target_instant_time``.
+
+    Header order is Java's (``INSTANT_TIME``, ``COMMAND_BLOCK_TYPE``, ``TARGET_INSTANT_TIME``),
+    so the bytes match Spark-written rollback blocks.
+    """
+    header = {
+        HeaderKey.INSTANT_TIME: instant_time,
+        HeaderKey.COMMAND_BLOCK_TYPE: ROLLBACK_COMMAND,
+        HeaderKey.TARGET_INSTANT_TIME: target_instant_time,
+    }
+    return frame_parts(BlockType.COMMAND, header, [], None)

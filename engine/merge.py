@@ -1,0 +1,226 @@
+"""Merging versions of records by key, under Hudi's merge modes.
+
+The same rules serve the writer (in-batch dedupe, copy-on-write rewrites) and the readers
+(base file + log blocks of a merge-on-read slice):
+
+* **COMMIT_TIME_ORDERING** — the later write wins; a delete removes whatever came before.
+* **EVENT_TIME_ORDERING** — the version with the greatest ordering value wins; on a tie
+  the later write wins. A delete carries an ordering value too and wins under the same
+  rule (a delete with ordering value 0 is an ordinary value, as hudi-rs reads it). A delete
+  whose ordering value is null is a *natural-order* delete: it removes every earlier
+  version, whatever its ordering value, and any later version wins over it.
+
+"Earlier" and "later" are positions in a sequence of *layers*: an optional base table
+(unique keys, earliest), then data or delete layers in write order; within a layer, row
+order. The work is vectorized: only keys that appear in some layer are resolved; base
+rows with other keys pass through untouched (and keep their commit time and seqno).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.config import MergeMode
+
+KEY = "_hoodie_record_key"
+
+
+@dataclass(frozen=True)
+class DataLayer:
+    """Records written by one block or batch (may repeat keys; later rows are later)."""
+
+    table: pa.Table
+
+
+@dataclass(frozen=True)
+class DeleteLayer:
+    """Deletes written by one block or batch: keys and (optional) ordering values."""
+
+    keys: pa.Array
+    ordering: pa.Array | None = None
+
+
+Layer = DataLayer | DeleteLayer
+
+
+def _combine(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeMode,
+                 ordering_field: str | None, schema: pa.Schema) -> pa.Table:
+    """Resolve all versions to one row per live key; output has ``schema``'s columns."""
+    data_tables: list[pa.Table] = []
+    if base is not None and base.num_rows:
+        data_tables.append(base)
+    active = [layer for layer in layers
+              if (isinstance(layer, DataLayer) and layer.table.num_rows)
+              or (isinstance(layer, DeleteLayer) and len(layer.keys))]
+    if not active:
+        return _conform(base, schema) if base is not None else schema.empty_table()
+    event_time = mode is MergeMode.EVENT_TIME_ORDERING and ordering_field is not None
+
+    # One row per version: key, ordering, sequence, delete/natural flags, where to find it.
+    keys: list[pa.Array] = []
+    orders: list[pa.Array] = []
+    seqs: list[np.ndarray] = []
+    is_delete: list[np.ndarray] = []
+    natural: list[np.ndarray] = []
+    source: list[np.ndarray] = []  # index into data_tables, -1 for deletes
+    row_idx: list[np.ndarray] = []
+    ordering_type = _ordering_type(base, active, ordering_field, schema)
+
+    seq = 0
+    layer_keys: list[pa.Array] = []
+    for layer in active:
+        if isinstance(layer, DataLayer):
+            layer_keys.append(_combine(layer.table.column(KEY)))
+        else:
+            layer_keys.append(_combine(layer.keys).cast(pa.string()))
+    touched = pc.unique(pa.concat_arrays(layer_keys)) if layer_keys else pa.array([], pa.string())
+
+    base_pass: pa.Table | None = None
+    if base is not None and base.num_rows:
+        base_keys = _combine(base.column(KEY))
+        hit = pc.is_in(base_keys, value_set=touched)
+        base_pass = base.filter(pc.invert(hit))
+        hit_idx = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+        n = len(hit_idx)
+        keys.append(pc.take(base_keys, pa.array(hit_idx)))
+        orders.append(_ordering_of(base, hit_idx, ordering_field, ordering_type, event_time))
+        seqs.append(np.full(n, -1, dtype=np.int64))
+        is_delete.append(np.zeros(n, bool))
+        natural.append(np.full(n, not event_time))
+        source.append(np.zeros(n, np.int64))
+        row_idx.append(hit_idx.astype(np.int64))
+    for layer, lkeys in zip(active, layer_keys, strict=True):
+        n = len(lkeys)
+        seq_block = np.arange(seq, seq + n, dtype=np.int64)
+        seq += n
+        keys.append(lkeys)
+        seqs.append(seq_block)
+        if isinstance(layer, DataLayer):
+            data_tables.append(layer.table)
+            all_idx = np.arange(n, dtype=np.int64)
+            orders.append(_ordering_of(layer.table, all_idx, ordering_field,
+                                       ordering_type, event_time))
+            is_delete.append(np.zeros(n, bool))
+            natural.append(np.full(n, not event_time))
+            source.append(np.full(n, len(data_tables) - 1, np.int64))
+            row_idx.append(all_idx)
+        else:
+            if event_time and layer.ordering is not None:
+                ords = _combine(layer.ordering)
+                ords = ords.cast(ordering_type) if ordering_type is not None else ords
+                nat = pc.is_null(ords).to_numpy(zero_copy_only=False).astype(bool)
+                orders.append(ords)
+            else:
+                nat = np.ones(n, bool)
+                orders.append(pa.nulls(n, ordering_type or pa.int64()))
+            is_delete.append(np.ones(n, bool))
+            natural.append(nat)
+            source.append(np.full(n, -1, np.int64))
+            row_idx.append(np.zeros(n, np.int64))
+
+    versions = pa.table({
+        "k": pa.concat_arrays(keys),
+        "o": pa.concat_arrays([_combine(o) for o in orders]),
+        "s": np.concatenate(seqs),
+        "d": np.concatenate(is_delete),
+        "n": np.concatenate(natural),
+        "src": np.concatenate(source),
+        "row": np.concatenate(row_idx),
+    })
+    winners = _pick_winners(versions)
+    live = winners.filter(pc.invert(winners.column("d")))
+    pieces: list[pa.Table] = []
+    if base_pass is not None and base_pass.num_rows:
+        pieces.append(_conform(base_pass, schema))
+    src = live.column("src").to_numpy()
+    rows = live.column("row").to_numpy()
+    for t_index in np.unique(src):
+        picked = rows[src == t_index]
+        table = data_tables[int(t_index)]
+        pieces.append(_conform(table.take(pa.array(np.sort(picked))), schema))
+    if not pieces:
+        return schema.empty_table()
+    return pa.concat_tables(pieces)
+
+
+def _pick_winners(versions: pa.Table) -> pa.Table:
+    """One version per key: the greatest (not-natural, ordering, seq) after the last reset."""
+    # Versions before a key's last natural-order entry are superseded by it.
+    nat = versions.filter(versions.column("n"))
+    if nat.num_rows:
+        last_reset = nat.group_by("k").aggregate([("s", "max")]).rename_columns(["k", "reset"])
+        joined = versions.join(last_reset, "k", join_type="left outer")
+        reset = pc.fill_null(joined.column("reset"), -2)
+        joined = joined.filter(pc.greater_equal(joined.column("s"), reset))
+        # A natural entry ranks below every ordering value among the survivors.
+        rank_n = pc.invert(joined.column("n"))
+        versions = joined.drop_columns(["reset"]).append_column("rank_n", rank_n)
+    else:
+        versions = versions.append_column("rank_n", pa.array(np.ones(versions.num_rows, bool)))
+    sort_keys = [("k", "ascending"), ("rank_n", "ascending"), ("o", "ascending"),
+                 ("s", "ascending")]
+    ordered = versions.take(pc.sort_indices(versions, sort_keys=sort_keys))
+    k = ordered.column("k")
+    n = ordered.num_rows
+    if n == 0:
+        return ordered
+    k_arr = _combine(k)
+    last = np.ones(n, dtype=bool)
+    if n > 1:
+        diff = pc.not_equal(k_arr.slice(0, n - 1), k_arr.slice(1))
+        last[:-1] = diff.to_numpy(zero_copy_only=False)
+    return ordered.filter(pa.array(last))
+
+
+def _ordering_type(base: pa.Table | None, layers: Sequence[Layer],
+                   ordering_field: str | None, schema: pa.Schema) -> pa.DataType | None:
+    if not ordering_field:
+        return None
+    if ordering_field in schema.names:
+        return schema.field(ordering_field).type
+    for layer in layers:
+        if isinstance(layer, DataLayer) and ordering_field in layer.table.column_names:
+            return layer.table.schema.field(ordering_field).type
+    return None
+
+
+def _ordering_of(table: pa.Table, idx: np.ndarray, ordering_field: str | None,
+                 ordering_type: pa.DataType | None, event_time: bool) -> pa.Array:
+    n = len(idx)
+    if not event_time or ordering_field is None or ordering_field not in table.column_names:
+        return pa.nulls(n, ordering_type or pa.int64())
+    col = _combine(table.column(ordering_field))
+    if len(idx) != len(col):
+        col = pc.take(col, pa.array(idx))
+    return col.cast(ordering_type) if ordering_type is not None else col
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Select and cast ``table``'s columns to ``schema`` (missing columns become null)."""
+    if table.schema.equals(schema):
+        return table
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None) -> pa.Table:
+    """In-batch combine: one row per record key, by the merge mode (later row wins ties)."""
+    if table.num_rows < 2:
+        return table
+    return merge_layers(None, [DataLayer(table)], mode=mode, ordering_field=ordering_field,
+                        schema=table.schema)

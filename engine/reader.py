@@ -1,0 +1,298 @@
+"""Readers: snapshot, read-optimized, incremental and time-travel views into Arrow.
+
+Every view is built the same way: choose the visible completed instants, build the file
+slices they see (:mod:`engine.file_group`), prune slices by partition, then read each
+slice — base file, plus for merge-on-read its log blocks merged by key
+(:mod:`engine.merge`). Uncommitted and rolled-back files are never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engine.base_file import read_base_file
+from engine.config import TableConfig
+from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
+from engine.log_format import (
+    BlockType,
+    HeaderKey,
+    LogBlock,
+    decode_avro_data_block,
+    decode_delete_block,
+    decode_parquet_data_block,
+    iter_blocks,
+)
+from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.partition import DEFAULT_PARTITION, decode_partition_value
+from engine.schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, arrow_from_avro_json
+from engine.storage import Storage
+from engine.timeline import Timeline
+
+Filters: TypeAlias = "pc.Expression | Sequence[Any] | None"
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What to read: columns (None = all), filters, and base-files-only."""
+
+    columns: Sequence[str] | None = None
+    filters: Filters = None
+    read_optimized: bool = False
+
+
+def to_expression(filters: Filters) -> pc.Expression | None:
+    """Filters as a pyarrow expression (accepts an expression or DNF tuples)."""
+    if filters is None:
+        return None
+    if isinstance(filters, pc.Expression):
+        return filters
+    if not filters:
+        return None
+    try:
+        return pq.filters_to_expression(filters)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"filters: {exc}") from None
+
+
+def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
+    """Partition field values encoded in a partition path (strings, None for default)."""
+    fields = config.partition_fields
+    if not fields or not path:
+        return {}
+    segments = path.split("/")
+    values: dict[str, str | None] = {}
+    if config.hive_style:
+        for seg in segments:
+            name, _, value = seg.partition("=")
+            values[decode_partition_value(name)] = value
+    elif len(segments) == len(fields):
+        values = dict(zip(fields, segments, strict=True))
+    else:
+        return {}
+    return {k: None if v == DEFAULT_PARTITION else decode_partition_value(v or "")
+            for k, v in values.items()}
+
+
+def _partition_conjuncts(filters: Filters, fields: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+    """DNF of the filter terms on partition fields only (empty = no pruning possible)."""
+    if filters is None or isinstance(filters, pc.Expression) or not filters:
+        return []
+    dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
+    result = []
+    for conj in dnf:
+        terms = [t for t in conj if isinstance(t, tuple) and t and t[0] in fields]
+        result.append(terms)
+    if any(not terms for terms in result):
+        return []  # a disjunct without partition terms may match any partition
+    return result
+
+
+def _partition_may_match(path: str, config: TableConfig, schema: pa.Schema,
+                         dnf: list[list[tuple[Any, ...]]]) -> bool:
+    if not dnf:
+        return True
+    values = partition_values(path, config)
+    if not values:
+        return True
+    arrays = {}
+    for name, raw in values.items():
+        if name not in schema.names:
+            return True
+        try:
+            arrays[name] = pa.array([raw], pa.string()).cast(schema.field(name).type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return True
+    row = pa.table(arrays)
+    try:
+        expr = pq.filters_to_expression(dnf)
+        return bool(row.filter(expr).num_rows)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError, ValueError):
+        return True
+
+
+class SliceReader:
+    """Reads file slices of one table under a fixed set of visible instants."""
+
+    def __init__(self, storage: Storage, timeline: Timeline, visible: Mapping[str, str],
+                 schema: pa.Schema | None) -> None:
+        self.storage = storage
+        self.timeline = timeline
+        self.config = timeline.config
+        self.visible = visible
+        self.schema = schema
+
+    def read_slice(self, slc: FileSlice, *, read_optimized: bool = False,
+                   columns: Sequence[str] | None = None) -> pa.Table:
+        """The merged rows of one slice (columns=None: all columns)."""
+        base: pa.Table | None = None
+        if slc.base_file is not None:
+            base = read_base_file(self.storage.full(slc.base_file.path), columns=columns)
+        schema = base.schema if base is not None else self.schema
+        if read_optimized or not slc.log_files:
+            if base is None:
+                return (schema or pa.schema([])).empty_table()
+            return base
+        layers = self._log_layers(slc, schema)
+        if not self.config.populate_meta_fields:
+            # No record keys stored: readers treat the table as append-only.
+            data = [base] if base is not None else []
+            data += [lay.table for lay in layers if isinstance(lay, DataLayer)]
+            return pa.concat_tables(data, promote_options="permissive") if data \
+                else pa.table({})
+        if schema is None:
+            tables = [lay.table for lay in layers if isinstance(lay, DataLayer)]
+            if not tables:
+                return pa.table({})
+            schema = tables[0].schema
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
+        return merge_layers(base, layers, mode=self.config.merge_mode,
+                            ordering_field=self.config.precombine_field, schema=schema)
+
+    def _log_layers(self, slc: FileSlice, schema: pa.Schema | None) -> list[Layer]:
+        blocks: list[LogBlock] = []
+        for log in slc.log_files:
+            data = self.storage.read(log.path)
+            blocks.extend(iter_blocks(data))
+        v6 = self.config.timeline_layout < 2
+        rolled_back = {b.header.get(HeaderKey.TARGET_INSTANT_TIME) for b in blocks
+                       if b.block_type is BlockType.COMMAND}
+        layers: list[Layer] = []
+        for block in blocks:
+            if block.block_type is BlockType.COMMAND:
+                continue
+            instant = block.header.get(HeaderKey.INSTANT_TIME, "")
+            if instant in rolled_back:
+                continue
+            if v6 and instant not in self.visible:
+                continue  # written by an instant that never completed (or is too new)
+            if block.block_type is BlockType.AVRO_DATA:
+                layers.append(DataLayer(decode_avro_data_block(block, schema)))
+            elif block.block_type is BlockType.PARQUET_DATA:
+                layers.append(DataLayer(decode_parquet_data_block(block)))
+            elif block.block_type is BlockType.DELETE:
+                keys, ordering = delete_columns(block)
+                layers.append(DeleteLayer(keys, ordering))
+        return layers
+
+
+def delete_columns(block: LogBlock) -> tuple[pa.Array, pa.Array | None]:
+    """Keys and ordering values of a delete block."""
+    records = decode_delete_block(block)
+    if isinstance(records, pa.Table):
+        keys = records.column(RECORD_KEY).combine_chunks()
+        ordering = (records.column("ordering").combine_chunks()
+                    if "ordering" in records.column_names else None)
+        return keys, ordering
+    keys = pa.array([r.record_key for r in records], pa.string())
+    values = [r.ordering_value for r in records]
+    try:
+        ordering = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        ordering = None
+    return keys, ordering
+
+
+class TableReader:
+    """Snapshot, read-optimized, time-travel and incremental reads of one table."""
+
+    def __init__(self, storage: Storage, timeline: Timeline) -> None:
+        self.storage = storage
+        self.timeline = timeline
+        self.config = timeline.config
+
+    def table_schema(self) -> pa.Schema | None:
+        """Arrow schema (meta fields first) from the latest commit's Avro schema."""
+        schema_json = self.timeline.latest_schema()
+        if not schema_json:
+            return None
+        try:
+            return arrow_from_avro_json(schema_json)
+        except Exception:
+            return None
+
+    def file_slices(self, visible: Mapping[str, str]) -> list[FileSlice]:
+        """Latest live file slices under ``visible``."""
+        files = list_table_files(self.storage)
+        return build_file_slices(files, self.timeline, visible)
+
+    def read(self, spec: ReadSpec, visible: Mapping[str, str]) -> pa.Table:
+        """Read the view defined by ``visible`` with ``spec``'s columns and filters."""
+        schema = self.table_schema()
+        slices = self.file_slices(visible)
+        expr = to_expression(spec.filters)
+        dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
+        if dnf and schema is not None:
+            slices = [s for s in slices
+                      if _partition_may_match(s.partition_path, self.config, schema, dnf)]
+        read_columns = self._read_columns(spec, schema)
+        reader = SliceReader(self.storage, self.timeline, visible, schema)
+        tables = []
+        for slc in slices:
+            if spec.read_optimized and slc.base_file is None:
+                continue
+            part = reader.read_slice(slc, read_optimized=spec.read_optimized,
+                                     columns=read_columns)
+            if part.num_rows:
+                tables.append(part)
+        if not tables:
+            empty_schema = schema or pa.schema([])
+            result = empty_schema.empty_table()
+        else:
+            result = pa.concat_tables(tables, promote_options="permissive")
+        if not self.config.populate_meta_fields:
+            # Meta columns hold no values in such tables; Hudi readers leave them out.
+            result = result.drop_columns([c for c in META_FIELDS if c in result.column_names])
+        if expr is not None and result.num_rows:
+            result = result.filter(expr)
+        if spec.columns is not None:
+            missing = [c for c in spec.columns if c not in result.column_names]
+            if missing and result.num_columns:
+                raise ValueError(f"columns: no column {missing[0]!r} in the table")
+            result = result.select([c for c in spec.columns if c in result.column_names])
+        return result
+
+    def _read_columns(self, spec: ReadSpec, schema: pa.Schema | None) -> list[str] | None:
+        if spec.columns is None:
+            return None
+        wanted = list(dict.fromkeys(list(META_FIELDS) + list(spec.columns)))
+        if self.config.precombine_field:
+            wanted.append(self.config.precombine_field)
+        if spec.filters is not None:
+            expr = to_expression(spec.filters)
+            if schema is not None and expr is not None:
+                wanted.extend(n for n in schema.names if n in str(expr))
+        if schema is not None:
+            unknown = [c for c in spec.columns if c not in schema.names]
+            if unknown:
+                raise ValueError(f"columns: no column {unknown[0]!r} in the table")
+            return [c for c in dict.fromkeys(wanted) if c in schema.names]
+        return list(dict.fromkeys(wanted))
+
+    def snapshot(self, spec: ReadSpec, as_of: str | None = None) -> pa.Table:
+        """Snapshot (or time travel ``as_of`` an instant time) of the table."""
+        return self.read(spec, visible_instants(self.timeline, as_of=as_of))
+
+    def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
+        """Latest versions of records written by commits completed in (start, end]."""
+        visible = visible_instants(self.timeline, end_completion=end)
+        in_range = [t for t, c in visible.items() if c > start]
+        if not in_range:
+            schema = self.table_schema()
+            return (schema or pa.schema([])).empty_table()
+        table = self.read(ReadSpec(None, spec.filters, False), visible)
+        if table.num_rows:
+            table = table.filter(pc.is_in(table.column(COMMIT_TIME),
+                                          value_set=pa.array(in_range, pa.string())))
+        if spec.columns is not None:
+            table = table.select(list(spec.columns))
+        return table
+
+
+__all__ = ["RECORD_KEY", "ReadSpec", "SliceReader", "TableReader", "partition_values"]

@@ -1,0 +1,67 @@
+"""Table schemas: the five Hudi meta fields, and the data schema in Arrow and Avro forms."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from engine.avro_schema import arrow_schema_to_avro, avro_schema_to_arrow
+
+COMMIT_TIME = "_hoodie_commit_time"
+COMMIT_SEQNO = "_hoodie_commit_seqno"
+RECORD_KEY = "_hoodie_record_key"
+PARTITION_PATH = "_hoodie_partition_path"
+FILE_NAME = "_hoodie_file_name"
+META_FIELDS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
+META_SCHEMA = pa.schema([pa.field(name, pa.string()) for name in META_FIELDS])
+
+
+def record_name(table_name: str) -> tuple[str, str]:
+    """Avro record name and namespace Spark-written Hudi tables use."""
+    return f"{table_name}_record", f"hoodie.{table_name}"
+
+
+def data_schema_of(table: pa.Schema) -> pa.Schema:
+    """The schema without meta fields."""
+    return pa.schema([f for f in table if f.name not in META_FIELDS])
+
+
+def with_meta_fields(data: pa.Schema) -> pa.Schema:
+    """Meta fields first, then the data fields."""
+    return pa.schema(list(META_SCHEMA) + list(data_schema_of(data)))
+
+
+def avro_data_schema(data: pa.Schema, table_name: str) -> dict[str, Any]:
+    """Avro schema of the data fields (what ``extraMetadata.schema`` records)."""
+    name, namespace = record_name(table_name)
+    return arrow_schema_to_avro(data_schema_of(data), name, namespace)
+
+
+def avro_full_schema(data: pa.Schema, table_name: str) -> dict[str, Any]:
+    """Avro schema with the meta fields (what log blocks carry in their SCHEMA header)."""
+    name, namespace = record_name(table_name)
+    return arrow_schema_to_avro(with_meta_fields(data), name, namespace)
+
+
+def arrow_from_avro_json(schema_json: str) -> pa.Schema:
+    """Arrow schema (meta fields first) of an Avro schema JSON string."""
+    return with_meta_fields(avro_schema_to_arrow(json.loads(schema_json)))
+
+
+def normalize_input_schema(schema: pa.Schema) -> pa.Schema:
+    """Storage types for user columns: large types narrowed, timestamps in microseconds."""
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_large_binary(t):
+            t = pa.binary()
+        elif pa.types.is_timestamp(t) and t.unit == "ns":
+            t = pa.timestamp("us", tz=t.tz)
+        elif pa.types.is_dictionary(t):
+            t = t.value_type
+        fields.append(pa.field(f.name, t, nullable=True))
+    return pa.schema(fields)

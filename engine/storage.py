@@ -1,0 +1,137 @@
+"""The storage operations a commit relies on, and their guarantees (local file system).
+
+Contract (what the write protocol and readers depend on):
+
+* :meth:`Storage.write_new` publishes a whole file under its final name or not at all, and
+  fails with :class:`FileExistsError` if the name exists — the completed-instant file is
+  published this way, so two writers can never both complete the same instant and a reader
+  never sees a half-written commit. On local disk: write a hidden temporary file, fsync,
+  then ``link`` it to the final name (atomic, exclusive), then unlink the temporary.
+* :meth:`Storage.write_replace` publishes a whole file, replacing any previous one
+  atomically (``rename``): used for ``hoodie.properties``.
+* Data files are written through :meth:`temp_path_for` + :meth:`publish` so that a crash
+  never leaves a partial file under a data file name; a leftover temporary file starts
+  with ``.tmp.`` and matches no Hudi file pattern, so no reader ever picks it up.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+TEMP_PREFIX = ".tmp."
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """A listed file: its path relative to the listed folder, and its size."""
+
+    name: str
+    size: int
+
+
+class Storage:
+    """Local-disk storage rooted at a table's base path; all paths are relative to it."""
+
+    def __init__(self, base_path: str) -> None:
+        self.base_path = os.path.abspath(base_path)
+
+    def full(self, rel: str) -> str:
+        """Absolute path of ``rel``; refuses paths that would leave the base folder."""
+        path = os.path.normpath(os.path.join(self.base_path, rel))
+        if path != self.base_path and not path.startswith(self.base_path + os.sep):
+            raise ValueError(f"path {rel!r} escapes the table folder {self.base_path}")
+        return path
+
+    def exists(self, rel: str) -> bool:
+        """True if the file or folder exists."""
+        return os.path.exists(self.full(rel))
+
+    def makedirs(self, rel: str) -> None:
+        """Create a folder and its parents if missing."""
+        os.makedirs(self.full(rel), exist_ok=True)
+
+    def read(self, rel: str) -> bytes:
+        """Whole file content."""
+        with open(self.full(rel), "rb") as fh:
+            return fh.read()
+
+    def size(self, rel: str) -> int:
+        """File size in bytes."""
+        return os.path.getsize(self.full(rel))
+
+    def list_dir(self, rel: str) -> list[FileStatus]:
+        """Files (not folders) directly in ``rel``; empty if the folder is missing."""
+        try:
+            entries = list(os.scandir(self.full(rel)))
+        except FileNotFoundError:
+            return []
+        return [FileStatus(e.name, e.stat().st_size) for e in entries if e.is_file()]
+
+    def list_subdirs(self, rel: str) -> list[str]:
+        """Names of folders directly in ``rel``."""
+        try:
+            return [e.name for e in os.scandir(self.full(rel)) if e.is_dir()]
+        except FileNotFoundError:
+            return []
+
+    def walk_files(self, rel: str = "") -> Iterator[tuple[str, list[FileStatus]]]:
+        """Yield (folder relative to base, files) for every folder below ``rel``."""
+        root = self.full(rel)
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            rel_folder = os.path.relpath(folder, self.base_path)
+            rel_folder = "" if rel_folder == "." else rel_folder.replace(os.sep, "/")
+            stats = []
+            for name in files:
+                try:
+                    stats.append(FileStatus(name, os.path.getsize(os.path.join(folder, name))))
+                except FileNotFoundError:  # deleted while listing (rollback, clean)
+                    continue
+            yield rel_folder, stats
+
+    def temp_path_for(self, rel: str) -> str:
+        """Absolute path of a hidden temporary file beside ``rel``, for :meth:`publish`."""
+        final = self.full(rel)
+        folder, name = os.path.split(final)
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
+
+    def publish(self, temp_abs: str, rel: str, *, exclusive: bool = True) -> None:
+        """Move a finished temporary file to its final name (exclusive link or rename)."""
+        final = self.full(rel)
+        if exclusive:
+            try:
+                os.link(temp_abs, final)
+            finally:
+                os.unlink(temp_abs)
+        else:
+            os.replace(temp_abs, final)
+
+    def write_new(self, rel: str, data: bytes) -> None:
+        """Publish ``data`` under ``rel`` atomically; :class:`FileExistsError` if present."""
+        temp = self.temp_path_for(rel)
+        with open(temp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.publish(temp, rel, exclusive=True)
+
+    def write_replace(self, rel: str, data: bytes) -> None:
+        """Publish ``data`` under ``rel`` atomically, replacing any previous content."""
+        temp = self.temp_path_for(rel)
+        with open(temp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.publish(temp, rel, exclusive=False)
+
+    def delete(self, rel: str) -> bool:
+        """Delete a file; False if it was already gone."""
+        try:
+            os.unlink(self.full(rel))
+            return True
+        except FileNotFoundError:
+            return False

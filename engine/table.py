@@ -1,0 +1,281 @@
+"""The public face of the engine: :class:`Table`.
+
+Example::
+
+    import pyarrow as pa
+    from engine import Table
+
+    t = Table.create("/tmp/trips", name="trips", table_type="MERGE_ON_READ",
+                     record_key="uuid", precombine="ts", partition_by=["city"])
+    t.upsert(pa.table({"uuid": ["a"], "ts": [1], "city": ["paris"], "fare": [9.5]}))
+    t.read().to_pylist()
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from engine.config import (
+    P_HIVE_STYLE,
+    P_MERGE_MODE,
+    IndexType,
+    KeyGeneratorType,
+    MergeMode,
+    TableConfig,
+    TableType,
+    WriteConfig,
+)
+from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
+from engine.file_group import FileSlice
+from engine.instant import parse_instant_time
+from engine.properties import dumps, loads
+from engine.reader import Filters, ReadSpec, TableReader
+from engine.schema import avro_data_schema, normalize_input_schema
+from engine.storage import Storage
+from engine.timeline import HOODIE, Timeline
+from engine.write_client import BULK_INSERT, DELETE, INSERT, UPSERT, WriteClient
+
+PROPERTIES = f"{HOODIE}/hoodie.properties"
+_CREATE_KEYS = (P_HIVE_STYLE, P_MERGE_MODE, "hoodie.database.name")
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One instant as :meth:`Table.timeline` reports it."""
+
+    instant_time: str
+    action: str
+    state: str
+    completion_time: str | None
+
+
+def _fields(arg: str, value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, Sequence):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ValueError(f"{arg}: expected a column name or a list of names, got {value!r}")
+    if any(not v for v in items):
+        raise ValueError(f"{arg}: empty column name in {value!r}")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{arg}: column named twice in {value!r}")
+    return tuple(items)
+
+
+def _check_instant_arg(arg: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{arg}: expected an instant time string, got {value!r}")
+    try:
+        parse_instant_time(value)
+    except ValueError:
+        raise ValueError(f"{arg}: {value!r} is not an instant time yyyyMMddHHmmss[SSS]") \
+            from None
+
+
+class Table:
+    """A Hudi table (version 8) on local disk: create or open it, write, read."""
+
+    def __init__(self, path: str, config: TableConfig, write_config: WriteConfig) -> None:
+        self.path = path
+        self.storage = Storage(path)
+        self.config = config
+        self.write_config = write_config
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str, *, name: str, record_key: str | Sequence[str],
+               table_type: str = "MERGE_ON_READ", precombine: str | None = None,
+               partition_by: str | Sequence[str] | None = None,
+               options: Mapping[str, Any] | None = None,
+               schema: pa.Schema | None = None) -> Table:
+        """Create a new table at ``path``; raises if one exists there already."""
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"path: expected a folder path, got {path!r}")
+        if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
+            raise ValueError(f"name: {name!r} must be letters, digits and underscores only")
+        try:
+            ttype = TableType(str(table_type).upper())
+        except ValueError:
+            raise ValueError(f"table_type: expected MERGE_ON_READ or COPY_ON_WRITE, "
+                             f"got {table_type!r}") from None
+        keys = _fields("record_key", record_key)
+        if not keys:
+            raise ValueError("record_key: at least one record key column is required")
+        parts = _fields("partition_by", partition_by)
+        if precombine is not None and (not isinstance(precombine, str) or not precombine
+                                       or "," in precombine):
+            raise ValueError(f"precombine: expected one column name, got {precombine!r}")
+        write_config = WriteConfig.from_options(options, allow=_CREATE_KEYS)
+        extra = write_config.extra
+        hive_style = False
+        if P_HIVE_STYLE in extra:
+            hive_style = extra[P_HIVE_STYLE].strip().lower() == "true"
+            if extra[P_HIVE_STYLE].strip().lower() not in ("true", "false"):
+                raise InvalidOptionError(P_HIVE_STYLE, "expected true or false")
+        mode = MergeMode.EVENT_TIME_ORDERING if precombine else MergeMode.COMMIT_TIME_ORDERING
+        if P_MERGE_MODE in extra:
+            try:
+                mode = MergeMode(extra[P_MERGE_MODE].strip().upper())
+            except ValueError:
+                raise InvalidOptionError(
+                    P_MERGE_MODE, "expected EVENT_TIME_ORDERING or COMMIT_TIME_ORDERING") \
+                    from None
+            if mode is MergeMode.EVENT_TIME_ORDERING and not precombine:
+                raise InvalidOptionError(P_MERGE_MODE,
+                                         "EVENT_TIME_ORDERING needs a precombine field")
+        if not parts:
+            keygen = KeyGeneratorType.NON_PARTITION
+        elif len(keys) > 1 or len(parts) > 1:
+            keygen = KeyGeneratorType.COMPLEX
+        else:
+            keygen = KeyGeneratorType.SIMPLE
+        storage = Storage(path)
+        if storage.exists(PROPERTIES):
+            raise TableExistsError(f"a table already exists at {path}")
+        create_schema = None
+        if schema is not None:
+            create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
+                                       separators=(",", ":"))
+        config = TableConfig(
+            name=name, table_type=ttype, version=8, record_key_fields=keys,
+            partition_fields=parts, precombine_field=precombine, merge_mode=mode,
+            hive_style=hive_style, url_encode=False, populate_meta_fields=True,
+            create_schema=create_schema, database=extra.get("hoodie.database.name", "default"),
+            keygen_type=keygen,
+            index_type=write_config.index_type,
+            num_buckets=(write_config.num_buckets
+                         if write_config.index_type is IndexType.BUCKET else None),
+        )
+        for folder in (HOODIE, f"{HOODIE}/timeline", f"{HOODIE}/timeline/history",
+                       f"{HOODIE}/.temp", f"{HOODIE}/.aux", f"{HOODIE}/.aux/.bootstrap",
+                       f"{HOODIE}/.schema", f"{HOODIE}/archived"):
+            storage.makedirs(folder)
+        text = dumps(config.to_properties(), last_key="hoodie.table.checksum")
+        try:
+            storage.write_new(PROPERTIES, text.encode("latin-1"))
+        except FileExistsError:
+            raise TableExistsError(f"a table already exists at {path}") from None
+        return cls(path, config, write_config)
+
+    @classmethod
+    def open(cls, path: str, options: Mapping[str, Any] | None = None) -> Table:
+        """Open an existing table; ``options`` are writer options (see docs)."""
+        storage = Storage(path)
+        try:
+            text = storage.read(PROPERTIES).decode("latin-1")
+        except FileNotFoundError:
+            raise TableNotFoundError(f"no Hudi table at {path} (no {PROPERTIES})") from None
+        config = TableConfig.from_properties(loads(text))
+        merged: dict[str, Any] = {}
+        if config.index_type is not None:
+            merged["hoodie.index.type"] = config.index_type.value
+        if config.num_buckets is not None:
+            merged["hoodie.bucket.index.num.buckets"] = str(config.num_buckets)
+        for key, value in (options or {}).items():
+            if (key == "hoodie.bucket.index.num.buckets" and config.num_buckets is not None
+                    and str(value) != str(config.num_buckets)):
+                raise InvalidOptionError(
+                    key, f"the table was created with {config.num_buckets} buckets; "
+                    "the bucket count cannot change")
+            merged[key] = value
+        return cls(path, config, WriteConfig.from_options(merged))
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _client(self) -> WriteClient:
+        if self.config.version < 8:
+            from engine.errors import UnsupportedTableError
+            raise UnsupportedTableError(
+                f"table version {self.config.version} is read-only here; tidelake writes "
+                "table version 8")
+        return WriteClient(self.storage, self.config, self.write_config)
+
+    def _write(self, operation: str, data: pa.Table,
+               extra_metadata: Mapping[str, str] | None) -> str:
+        client = self._client()
+        timeline = Timeline.load(self.storage, self.config)
+        if operation == DELETE:
+            deletes = client.prepare_deletes(data, timeline)
+            return client.write(DELETE, None, deletes, extra_metadata=extra_metadata)
+        records = client.prepare(data, timeline, dedupe=True)
+        return client.write(operation, records, None, extra_metadata=extra_metadata)
+
+    def upsert(self, data: pa.Table, *, extra_metadata: Mapping[str, str] | None = None) -> str:
+        """Insert new records and update existing ones; returns the instant time."""
+        return self._write(UPSERT, data, extra_metadata)
+
+    def insert(self, data: pa.Table, *, extra_metadata: Mapping[str, str] | None = None) -> str:
+        """Insert records without looking up existing keys (faster than upsert).
+
+        As in Hudi, a key that already exists may then be stored twice (except with the
+        BUCKET index, where a key always lands in the same file group). Use
+        :meth:`upsert` when the keys may exist.
+        """
+        return self._write(INSERT, data, extra_metadata)
+
+    def bulk_insert(self, data: pa.Table, *,
+                    extra_metadata: Mapping[str, str] | None = None) -> str:
+        """Like :meth:`insert`, into new file groups only (for initial loads)."""
+        return self._write(BULK_INSERT, data, extra_metadata)
+
+    def delete(self, data: pa.Table, *, extra_metadata: Mapping[str, str] | None = None) -> str:
+        """Delete the records whose keys ``data`` holds; returns the instant time.
+
+        ``data`` needs the record key columns; partition columns speed the lookup up (else
+        every partition is searched); an ordering column makes each delete conditional
+        (it only removes versions whose ordering value is not greater).
+        """
+        return self._write(DELETE, data, extra_metadata)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _reader(self) -> TableReader:
+        return TableReader(self.storage, Timeline.load(self.storage, self.config))
+
+    def read(self, columns: Sequence[str] | None = None, filters: Filters = None,
+             as_of: str | None = None, read_optimized: bool = False) -> pa.Table:
+        """Snapshot read (meta fields included), or time travel ``as_of`` an instant time."""
+        if columns is not None and (isinstance(columns, str)
+                                    or not all(isinstance(c, str) for c in columns)):
+            raise ValueError(f"columns: expected a list of column names, got {columns!r}")
+        _check_instant_arg("as_of", as_of)
+        spec = ReadSpec(list(columns) if columns is not None else None, filters,
+                        bool(read_optimized))
+        return self._reader().snapshot(spec, as_of=as_of)
+
+    def read_incremental(self, start: str, end: str | None = None,
+                         columns: Sequence[str] | None = None,
+                         filters: Filters = None) -> pa.Table:
+        """Records written by commits that completed after ``start`` and up to ``end``."""
+        _check_instant_arg("start", start)
+        _check_instant_arg("end", end)
+        spec = ReadSpec(list(columns) if columns is not None else None, filters)
+        return self._reader().incremental(start, end, spec)
+
+    def timeline(self) -> list[TimelineEntry]:
+        """Every instant on the active timeline, oldest first."""
+        timeline = Timeline.load(self.storage, self.config)
+        return [TimelineEntry(i.requested_time, i.action.value, i.state.value,
+                              i.completion_time) for i in timeline.instants]
+
+    def file_slices(self) -> list[FileSlice]:
+        """The latest file slice of every live file group."""
+        reader = self._reader()
+        from engine.file_group import visible_instants
+        return reader.file_slices(visible_instants(reader.timeline))
+
+    def __repr__(self) -> str:
+        return (f"Table({self.path!r}, name={self.config.name!r}, "
+                f"type={self.config.table_type.value})")

@@ -1,0 +1,188 @@
+"""The active timeline: which instants exist, in which state, and the writer's transitions.
+
+Commit protocol (``hudi-format.md`` §2.6), as the writer drives it:
+
+1. :meth:`Timeline.create_requested` — ``T.<action>.requested``;
+2. :meth:`Timeline.transition_to_inflight` — ``T.<action>.inflight`` (``T.inflight`` for
+   ``commit``); data files are written after this;
+3. :meth:`Timeline.complete` — ``T_C.<action>`` published with
+   :meth:`~engine.storage.Storage.write_new` (atomic and exclusive), last.
+
+Readers only ever consider completed instants. An instant left requested or inflight by
+a crashed writer is rolled back by the next writer (:mod:`engine.rollback`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cached_property
+
+from engine.commit_metadata import CommitMetadata
+from engine.config import TableConfig
+from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
+from engine.instant import Action, Instant, State, new_instant_time
+from engine.storage import Storage
+
+HOODIE = ".hoodie"
+
+DATA_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
+
+
+class Timeline:
+    """A snapshot of the table's active timeline, loaded from storage."""
+
+    def __init__(self, storage: Storage, config: TableConfig,
+                 instants: Iterable[Instant]) -> None:
+        self.storage = storage
+        self.config = config
+        self.instants: tuple[Instant, ...] = tuple(sorted(instants))
+        self._metadata_cache: dict[str, CommitMetadata] = {}
+
+    # -- loading -------------------------------------------------------------------------
+
+    @staticmethod
+    def folder_for(config: TableConfig) -> str:
+        """Timeline folder relative to the base path (``.hoodie/timeline`` from v8 on)."""
+        if config.timeline_layout >= 2:
+            return f"{HOODIE}/{config.timeline_path}"
+        return HOODIE
+
+    @classmethod
+    def load(cls, storage: Storage, config: TableConfig) -> Timeline:
+        """List the timeline folder; each instant appears once, in its furthest state."""
+        best: dict[str, Instant] = {}
+        for status in storage.list_dir(cls.folder_for(config)):
+            instant = Instant.parse(status.name)
+            if instant is None:
+                continue
+            seen = best.get(instant.requested_time)
+            if seen is None or (Instant.state_rank(instant.state)
+                                > Instant.state_rank(seen.state)):
+                if seen is not None and instant.state is State.COMPLETED:
+                    # keep the pending action name (compaction, clustering) for the record
+                    instant = Instant(instant.requested_time, instant.action,
+                                      State.COMPLETED, instant.completion_time)
+                best[instant.requested_time] = instant
+        return cls(storage, config, best.values())
+
+    @property
+    def folder(self) -> str:
+        """Timeline folder relative to the base path."""
+        return self.folder_for(self.config)
+
+    # -- queries -------------------------------------------------------------------------
+
+    @cached_property
+    def completed_data_instants(self) -> tuple[Instant, ...]:
+        """Completed commit/deltacommit/replacecommit instants, in completion order."""
+        done = [i for i in self.instants
+                if i.is_completed and i.action.completed_action in DATA_ACTIONS]
+        return tuple(sorted(done, key=completion_key))
+
+    def pending(self, actions: Iterable[Action] | None = None) -> list[Instant]:
+        """Requested or inflight instants (optionally of the given actions)."""
+        wanted = set(actions) if actions is not None else None
+        return [i for i in self.instants
+                if not i.is_completed and (wanted is None or i.action in wanted)]
+
+    def completion_time_of(self, requested_time: str) -> str | None:
+        """Completion time (v8) or requested time (v6) of a completed data instant."""
+        for instant in self.completed_data_instants:
+            if instant.requested_time == requested_time:
+                return completion_key(instant)
+        return None
+
+    @cached_property
+    def completed_times(self) -> frozenset[str]:
+        """Requested times of all completed data instants."""
+        return frozenset(i.requested_time for i in self.completed_data_instants)
+
+    def latest_instant_time(self) -> str:
+        """Greatest requested or completion time anywhere on the timeline ('' if empty)."""
+        latest = ""
+        for instant in self.instants:
+            latest = max(latest, instant.requested_time, instant.completion_time or "")
+        return latest
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """Parsed metadata of a completed data instant (cached)."""
+        key = instant.requested_time
+        if key not in self._metadata_cache:
+            rel = f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
+            try:
+                data = self.storage.read(rel)
+            except FileNotFoundError as exc:
+                raise CorruptTableError(f"timeline file {rel} vanished") from exc
+            self._metadata_cache[key] = CommitMetadata.from_bytes(data)
+        return self._metadata_cache[key]
+
+    def latest_schema(self) -> str | None:
+        """Avro schema JSON of the latest completed commit that recorded one."""
+        for instant in reversed(self.completed_data_instants):
+            schema = self.commit_metadata(instant).schema
+            if schema:
+                return schema
+        return self.config.create_schema
+
+    # -- writer transitions --------------------------------------------------------------
+
+    def _write(self, instant: Instant, content: bytes, *, exclusive: bool) -> None:
+        rel = f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
+        try:
+            if exclusive:
+                self.storage.write_new(rel, content)
+            else:
+                self.storage.write_replace(rel, content)
+        except FileExistsError:
+            raise CommitConflictError(
+                f"instant {instant.requested_time} already has {rel}") from None
+
+    def create_requested(self, action: Action, requested_time: str | None = None,
+                         content: bytes = b"") -> Instant:
+        """Start an instant: write ``T.<action>.requested`` with a fresh time if none given."""
+        t = requested_time or new_instant_time(self.latest_instant_time())
+        if any(i.requested_time == t for i in self.instants):
+            raise CommitConflictError(f"instant time {t} is already on the timeline")
+        instant = Instant(t, action, State.REQUESTED)
+        self._write(instant, content, exclusive=True)
+        return instant
+
+    def transition_to_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
+        """Requested → inflight."""
+        if instant.state is not State.REQUESTED:
+            raise InstantStateError(f"{instant} is not requested")
+        inflight = instant.with_state(State.INFLIGHT)
+        self._write(inflight, content, exclusive=True)
+        return inflight
+
+    def complete(self, instant: Instant, content: bytes) -> Instant:
+        """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point."""
+        if instant.state is not State.INFLIGHT:
+            raise InstantStateError(f"{instant} is not inflight")
+        floor = max(self.latest_instant_time(), instant.requested_time,
+                    self._latest_on_storage())
+        completion = new_instant_time(floor)
+        done = instant.with_state(State.COMPLETED, completion)
+        self._write(done, content, exclusive=True)
+        return done
+
+    def _latest_on_storage(self) -> str:
+        latest = ""
+        for status in self.storage.list_dir(self.folder):
+            parsed = Instant.parse(status.name)
+            if parsed is not None:
+                latest = max(latest, parsed.requested_time, parsed.completion_time or "")
+        return latest
+
+    def delete_instant_files(self, instant: Instant) -> None:
+        """Remove every timeline file of an instant (after rolling it back)."""
+        prefix = instant.requested_time
+        for status in self.storage.list_dir(self.folder):
+            parsed = Instant.parse(status.name)
+            if parsed is not None and parsed.requested_time == prefix:
+                self.storage.delete(f"{self.folder}/{status.name}")
+
+
+def completion_key(instant: Instant) -> str:
+    """Order of completed instants: completion time (v8), else requested time (v6)."""
+    return instant.completion_time or instant.requested_time

@@ -1,0 +1,215 @@
+"""Write handles: the executor-side work of one file group in one commit.
+
+A :class:`WriteTask` says what to do with one file group — create a new base file, merge
+records into its base file (copy-on-write), or append a log file (merge-on-read) — and
+:func:`execute` does it and returns a :class:`~engine.commit_metadata.WriteStat`.
+
+Contract for running inside Spark tasks: a ``WriteTask`` and a ``WriteContext`` are
+plain picklable values; ``execute`` touches only the files of its own file group, writes
+every file under a temporary name and publishes it whole, and never touches the
+timeline. A task retried after a failure writes files under a new write token; the
+files of the failed attempt are never referenced by the commit and are removed when the
+instant is rolled back or cleaned, so readers never see them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.base_file import read_base_file, write_base_file
+from engine.commit_metadata import WriteStat
+from engine.config import LogBlockFormat, MergeMode
+from engine.log_format import (
+    encode_avro_data_block,
+    encode_delete_block,
+    encode_parquet_data_block,
+)
+from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.naming import BaseFileName, LogFileName
+from engine.partition import write_partition_metadata
+from engine.schema import (
+    COMMIT_SEQNO,
+    COMMIT_TIME,
+    FILE_NAME,
+    META_FIELDS,
+    PARTITION_PATH,
+    RECORD_KEY,
+)
+from engine.storage import Storage
+
+CREATE = "create"
+MERGE = "merge"
+APPEND = "append"
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """Everything a handle needs besides its records; picklable, same for all tasks."""
+
+    base_path: str
+    instant_time: str
+    table_name: str
+    data_schema: pa.Schema  # data columns only, storage types
+    avro_schema_with_meta: dict[str, Any]
+    merge_mode: MergeMode
+    ordering_field: str | None
+    ordering_avro_type: str | None
+    log_block_format: LogBlockFormat = LogBlockFormat.AVRO
+    compression: str = "snappy"
+    write_bloom_filter: bool = True
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """One file group's share of a commit.
+
+    ``records`` holds data columns plus ``_hoodie_record_key`` and
+    ``_hoodie_partition_path``; ``deletes`` holds those two plus the ordering field when
+    known. ``base_file``/``base_instant`` describe the slice written on (merge/append).
+    """
+
+    kind: str
+    partition_path: str
+    file_id: str
+    records: pa.Table | None
+    deletes: pa.Table | None
+    base_file: str | None = None  # relative path of the current base file
+    base_instant: str | None = None
+    task_partition: int = 0
+    stage: int = 0
+    attempt: int = 0
+    num_updates: int = 0
+
+    @property
+    def write_token(self) -> str:
+        """Hudi write token of this attempt."""
+        return f"{self.task_partition}-{self.stage}-{self.attempt}"
+
+
+def _with_meta(ctx: WriteContext, task: WriteTask, records: pa.Table, file_name: str,
+               seq_start: int = 0) -> pa.Table:
+    """Records with the five meta fields first, data columns in table order."""
+    n = records.num_rows
+    commit_time = pa.array(np.full(n, ctx.instant_time, dtype=object), pa.string())
+    prefix = f"{ctx.instant_time}_{task.task_partition}_"
+    seq = pc.binary_join_element_wise(
+        prefix, pc.cast(pa.array(np.arange(seq_start, seq_start + n)), pa.string()), "")
+    names = pa.array(np.full(n, file_name, dtype=object), pa.string())
+    columns = [commit_time, seq, records.column(RECORD_KEY), records.column(PARTITION_PATH),
+               names]
+    for f in ctx.data_schema:
+        col = records.column(f.name)
+        columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+    schema = pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _full_schema(ctx: WriteContext) -> pa.Schema:
+    return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema))
+
+
+def _deletes_layer(ctx: WriteContext, deletes: pa.Table) -> DeleteLayer:
+    ordering = None
+    if ctx.ordering_field and ctx.ordering_field in deletes.column_names:
+        ordering = deletes.column(ctx.ordering_field).combine_chunks()
+    return DeleteLayer(deletes.column(RECORD_KEY).combine_chunks(), ordering)
+
+
+def execute(ctx: WriteContext, task: WriteTask) -> WriteStat:
+    """Run one write task; returns its write stat. Never touches the timeline."""
+    storage = Storage(ctx.base_path)
+    write_partition_metadata(storage, task.partition_path, ctx.instant_time)
+    if task.kind == APPEND:
+        return _append(ctx, task, storage)
+    if task.kind in (CREATE, MERGE):
+        return _write_base(ctx, task, storage)
+    raise ValueError(f"kind: unknown write task kind {task.kind!r}")
+
+
+def _rel(partition: str, name: str) -> str:
+    return f"{partition}/{name}" if partition else name
+
+
+def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
+    name = BaseFileName(task.file_id, task.write_token, ctx.instant_time).name
+    rel = _rel(task.partition_path, name)
+    schema = _full_schema(ctx)
+    incoming = (_with_meta(ctx, task, task.records, name)
+                if task.records is not None and task.records.num_rows else None)
+    num_deletes = 0
+    updates = 0
+    if task.kind == MERGE and task.base_file:
+        base = read_base_file(storage.full(task.base_file))
+        base_keys = base.column(RECORD_KEY)
+        layers: list[Layer] = []
+        if incoming is not None:
+            layers.append(DataLayer(incoming))
+            updates = int(pc.sum(pc.is_in(incoming.column(RECORD_KEY),
+                                          value_set=base_keys.combine_chunks())).as_py() or 0)
+        if task.deletes is not None and task.deletes.num_rows:
+            layers.append(_deletes_layer(ctx, task.deletes))
+        merged = merge_layers(base, layers, mode=ctx.merge_mode,
+                              ordering_field=ctx.ordering_field, schema=schema)
+        num_deletes = base.num_rows + (incoming.num_rows if incoming is not None else 0) \
+            - updates - merged.num_rows
+        num_deletes = max(num_deletes, 0)
+        # Rows kept from the old file keep commit time and seqno; only the file name moves.
+        names = pa.array(np.full(merged.num_rows, name, dtype=object), pa.string())
+        merged = merged.set_column(merged.schema.get_field_index(FILE_NAME), FILE_NAME, names)
+        out = merged
+    else:
+        out = incoming if incoming is not None else schema.empty_table()
+    if out.num_rows:
+        out = out.sort_by(RECORD_KEY)
+    result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
+                             compression=ctx.compression)
+    inserts = (incoming.num_rows if incoming is not None else 0) - updates
+    prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
+    return WriteStat(
+        file_id=task.file_id, path=rel, partition_path=task.partition_path,
+        prev_commit=task.base_instant or "null",
+        num_writes=out.num_rows, num_deletes=num_deletes, num_update_writes=updates,
+        num_inserts=max(inserts, 0), total_write_bytes=result.file_size,
+        file_size_in_bytes=result.file_size, prev_base_file=prev_base,
+    )
+
+
+def _append(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
+    name = LogFileName(task.file_id, ctx.instant_time, 1, task.write_token).name
+    rel = _rel(task.partition_path, name)
+    blocks: list[bytes] = []
+    n_records = 0
+    n_deletes = 0
+    if task.records is not None and task.records.num_rows:
+        records = _with_meta(ctx, task, task.records, task.file_id)
+        if ctx.log_block_format is LogBlockFormat.PARQUET:
+            blocks.append(encode_parquet_data_block(records, ctx.avro_schema_with_meta,
+                                                    ctx.instant_time))
+        else:
+            blocks.append(encode_avro_data_block(records, ctx.avro_schema_with_meta,
+                                                 ctx.instant_time))
+        n_records = records.num_rows
+    if task.deletes is not None and task.deletes.num_rows:
+        deletes = task.deletes
+        if ctx.ordering_field and ctx.ordering_field in deletes.column_names:
+            deletes = deletes.rename_columns(
+                ["ordering" if c == ctx.ordering_field else c for c in deletes.column_names])
+        blocks.append(encode_delete_block(deletes, ctx.instant_time, ctx.ordering_avro_type,
+                                          ctx.avro_schema_with_meta))
+        n_deletes = deletes.num_rows
+    data = b"".join(blocks)
+    storage.write_new(rel, data)
+    updates = min(task.num_updates, n_records)
+    return WriteStat(
+        file_id=task.file_id, path=rel, partition_path=task.partition_path,
+        prev_commit=ctx.instant_time, num_writes=n_records, num_deletes=n_deletes,
+        num_update_writes=updates, num_inserts=n_records - updates,
+        total_write_bytes=len(data), file_size_in_bytes=len(data), log_version=1,
+        log_offset=0, base_file="", log_files=(name,), total_log_blocks=len(blocks),
+        total_log_records=n_records + n_deletes,
+    )

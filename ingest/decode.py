@@ -1,0 +1,756 @@
+"""Decoders from Kafka ``value`` bytes to Arrow, with bad records carried as data.
+
+``decoder.decode(values)`` never raises on bad records: it returns a :class:`DecodeResult` with
+the good rows (decoded, in input order), the input index of each good row, and one short,
+specific reason per bad row - for the dead-letter table. A bad *schema* raises ``ValueError``
+when the decoder is built. Decoders are picklable (built on the driver, used in tasks).
+
+* :class:`JsonDecoder` - one JSON object per value, schema as a Spark DDL string (see
+  :func:`parse_ddl`), an Avro ``.avsc`` path or dict, or an Arrow schema. Fast path:
+  ``pyarrow.json`` over all values at once; when that fails, the batch is bisected to find the
+  bad values, so good values decode identically whatever their neighbours. Extra fields are
+  ignored, missing fields are null. TIMESTAMP/DATE take ISO-8601 strings, BINARY base64
+  strings, DECIMAL numbers or strings that fit the scale. Schemas with MAP, or DATE/BINARY
+  below the top level, decode record by record in Python (correct, slower).
+* :class:`AvroDecoder` - Avro binary written with the given schema, or the Confluent wire
+  format (magic byte 0, 4-byte big-endian schema id, Avro body) with a map of writer schemas;
+  rows are read into the reader schema by field name (absent fields take the reader's default,
+  else null). Decoding is column-at-a-time through :mod:`engine.avro_codec`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import functools
+import io
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from engine.avro_codec import avro_schema_to_arrow, decode_records
+
+__all__ = [
+    "AvroDecoder",
+    "DecodeResult",
+    "Decoder",
+    "JsonDecoder",
+    "parse_ddl",
+    "sql_type_name",
+]
+
+_SMALL = 8  # below this many values a failing piece is diagnosed value by value
+_CHUNK = 1024  # values per vectorized decode once a whole batch failed
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Good rows of one ``decode`` call and the reasons for the bad ones."""
+
+    table: pa.Table
+    """Decoded good rows, in input order, with exactly the decoder's schema."""
+    good_index: np.ndarray
+    """Input row index (int64) of each row of :attr:`table`, ascending."""
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    """(input row index, reason) for each bad row, ascending by index."""
+
+
+class Decoder(Protocol):
+    """What the sink needs from a decoder."""
+
+    schema: pa.Schema
+
+    def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
+        """Decode binary ``values``; never raises on bad records."""
+        ...
+
+
+# --- Spark DDL ----------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')"
+                    r"|([<>(),:]))")
+_SIMPLE: dict[str, pa.DataType] = {
+    "STRING": pa.string(), "VARCHAR": pa.string(), "CHAR": pa.string(), "BIGINT": pa.int64(),
+    "LONG": pa.int64(), "INT": pa.int32(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(),
+    "SHORT": pa.int16(), "TINYINT": pa.int8(), "BYTE": pa.int8(), "DOUBLE": pa.float64(),
+    "FLOAT": pa.float32(), "REAL": pa.float32(), "BOOLEAN": pa.bool_(), "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"), "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_NTZ": pa.timestamp("us"), "BINARY": pa.binary(),
+}
+
+
+class _DdlParser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, int]] = []
+        pos = 0
+        while pos < len(text):
+            match = _TOKEN.match(text, pos)
+            if match is None or match.end() == pos:
+                if not text[pos:].strip():
+                    break
+                raise self.error(f"unexpected character {text[pos:].lstrip()[0]!r}", pos)
+            self.tokens.append((match.group(match.lastindex or 0), match.start(match.lastindex
+                                                                              or 0)))
+            pos = match.end()
+        self.i = 0
+
+    def error(self, message: str, pos: int | None = None) -> ValueError:
+        if pos is None:
+            pos = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
+        return ValueError(f"bad schema DDL at char {pos}: {message} in {self.text!r}")
+
+    def peek(self) -> str:
+        return self.tokens[self.i][0] if self.i < len(self.tokens) else ""
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if not token or (expected is not None and token.upper() != expected):
+            raise self.error(f"expected {expected or 'more'}, got {token or 'end of text'!r}")
+        self.i += 1
+        return token
+
+    def fields(self, closing: str) -> list[pa.Field]:
+        out: list[pa.Field] = []
+        while self.peek() != closing:
+            if out:
+                self.take(",")
+            name = self.take()
+            if name in "<>(),:":
+                raise self.error(f"expected a field name, got {name!r}")
+            name = name[1:-1].replace("``", "`") if name.startswith("`") else name
+            if self.peek() == ":":
+                self.take()
+            arrow_type = self.type()
+            nullable = True
+            if self.peek().upper() == "NOT":
+                self.take()
+                self.take("NULL")
+                nullable = False
+            if self.peek().upper() == "COMMENT":
+                self.take()
+                if not self.take().startswith("'"):
+                    raise self.error("COMMENT needs a quoted string")
+            if name in {f.name for f in out}:
+                raise self.error(f"duplicate field {name!r}")
+            out.append(pa.field(name, arrow_type, nullable=nullable))
+        return out
+
+    def numbers(self, count: int) -> list[int]:
+        self.take("(")
+        found = [int(self.take())]
+        while self.peek() == "," and len(found) < count:
+            self.take()
+            found.append(int(self.take()))
+        self.take(")")
+        return found
+
+    def type(self) -> pa.DataType:
+        pos = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
+        name = self.take().upper()
+        if name in ("DECIMAL", "DEC", "NUMERIC"):
+            precision, scale = [*self.numbers(2), 0][:2] if self.peek() == "(" else (10, 0)
+            if not 0 < precision <= 38 or not 0 <= scale <= precision:
+                raise self.error(f"bad DECIMAL({precision},{scale})", pos)
+            return pa.decimal128(precision, scale)
+        if name in ("ARRAY", "MAP", "STRUCT"):
+            self.take("<")
+            if name == "ARRAY":
+                inner: pa.DataType = pa.list_(self.type())
+            elif name == "MAP":
+                key = self.type()
+                self.take(",")
+                inner = pa.map_(key, self.type())
+            else:
+                inner = pa.struct(self.fields(">"))
+            self.take(">")
+            return inner
+        if name not in _SIMPLE:
+            raise self.error(f"unknown type {name!r}", pos)
+        if name in ("VARCHAR", "CHAR"):
+            self.numbers(1)
+        return _SIMPLE[name]
+
+
+def parse_ddl(ddl: str) -> pa.Schema:
+    """Arrow schema of a Spark DDL string (``"id STRING, ts BIGINT NOT NULL, tags ARRAY<STRING>"``
+    or ``"STRUCT<...>"``). Types: STRING, VARCHAR(n), CHAR(n), BIGINT/LONG, INT/INTEGER,
+    SMALLINT, TINYINT, DOUBLE, FLOAT/REAL, BOOLEAN, DATE, TIMESTAMP (UTC), TIMESTAMP_NTZ,
+    DECIMAL(p,s), BINARY, ARRAY<T>, MAP<K,V>, STRUCT<name: T, ...>. Raises ValueError with the
+    position of the problem."""
+    parser = _DdlParser(ddl)
+    if parser.peek().upper() == "STRUCT" and len(parser.tokens) > 1 and parser.tokens[1][0] == "<":
+        parser.take()
+        parser.take("<")
+        fields = parser.fields(">")
+        parser.take(">")
+    else:
+        fields = parser.fields("")
+    if parser.peek():
+        raise parser.error(f"unexpected {parser.peek()!r}")
+    if not fields:
+        raise ValueError("bad schema DDL: no fields")
+    return pa.schema(fields)
+
+
+def sql_type_name(arrow_type: pa.DataType) -> str:
+    """Spark SQL name of an Arrow type, as used in error reasons (``BIGINT``, ``ARRAY<INT>``)."""
+    for name in ("STRING", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "BOOLEAN",
+                 "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "BINARY"):
+        if _SIMPLE[name] == arrow_type:
+            return name
+    if pa.types.is_decimal(arrow_type):
+        return f"DECIMAL({arrow_type.precision},{arrow_type.scale})"
+    if pa.types.is_map(arrow_type):
+        return f"MAP<{sql_type_name(arrow_type.key_type)}, {sql_type_name(arrow_type.item_type)}>"
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return f"ARRAY<{sql_type_name(arrow_type.value_type)}>"
+    if pa.types.is_struct(arrow_type):
+        return "STRUCT<" + ", ".join(f"{f.name}: {sql_type_name(f.type)}" for f in arrow_type) + ">"
+    return str(arrow_type).upper()
+
+
+def _load_avro(schema: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """An Avro schema dict from a dict, a JSON text or an ``.avsc`` path."""
+    if isinstance(schema, Mapping):
+        return dict(schema)
+    text = str(schema)
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"cannot read Avro schema file {schema!s}: {exc}") from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"Avro schema {schema!s} is not JSON: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"Avro schema {schema!s} is not a record schema")
+    return loaded
+
+
+def _arrow_of_avro(avro: Mapping[str, Any]) -> pa.Schema:
+    import fastavro
+
+    try:
+        fastavro.parse_schema(dict(avro))
+        return avro_schema_to_arrow(avro)
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+        raise ValueError(f"bad Avro schema: {exc}") from None
+
+
+# --- shared helpers -----------------------------------------------------------------------------
+
+
+def _as_binary(values: pa.Array | pa.ChunkedArray) -> pa.BinaryArray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.type != pa.binary():
+        values = values.cast(pa.binary())
+    return values
+
+
+def _bounds(values: pa.BinaryArray) -> tuple[pa.Buffer, np.ndarray, np.ndarray]:
+    """Data buffer and per-value start/end byte positions of a binary array."""
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+    offsets = offsets[values.offset : values.offset + len(values) + 1].astype(np.int64)
+    data = values.buffers()[2] or pa.py_buffer(b"")
+    return data, offsets[:-1], offsets[1:]
+
+
+def _bisect(
+    index: np.ndarray,
+    decode: Callable[[np.ndarray], pa.Table],
+    diagnose: Callable[[int, Exception], str],
+    pieces: list[tuple[np.ndarray, pa.Table]],
+    errors: dict[int, str],
+) -> None:
+    """Decode ``index`` at once; on failure split it, down to single values, to find the bad."""
+    stack = [index]
+    while stack:
+        part = stack.pop()
+        try:
+            pieces.append((part, decode(part)))
+            continue
+        except Exception as exc:  # any failure of a piece is a data problem: narrow it down
+            if len(part) == 1:
+                errors[int(part[0])] = diagnose(int(part[0]), exc)
+                continue
+        if len(part) <= _SMALL:
+            stack.extend(part[i : i + 1] for i in range(len(part) - 1, -1, -1))
+        else:
+            half = len(part) // 2
+            stack.extend((part[half:], part[:half]))
+
+
+def _locate(
+    index: np.ndarray,
+    decode: Callable[[np.ndarray], pa.Table],
+    screen: Callable[[int], str | None],
+    diagnose: Callable[[int, Exception], str],
+    pieces: list[tuple[np.ndarray, pa.Table]],
+    errors: dict[int, str],
+) -> None:
+    """Decode ``index`` vectorized, locating bad values when that fails.
+
+    All at once first; on failure chunk by chunk; in a failing chunk every value is screened
+    alone (``screen`` gives the reason a value is bad, or None), and the rest decoded again -
+    bisected if even that fails. ``screen`` must never reject what ``decode`` accepts, so a
+    value's fate does not depend on its neighbours.
+    """
+    try:
+        pieces.append((index, decode(index)))
+        return
+    except Exception:  # narrowed down below
+        pass
+    chunks = np.array_split(index, -(-len(index) // _CHUNK))
+    for chunk in chunks:
+        if len(chunks) > 1:
+            try:
+                pieces.append((chunk, decode(chunk)))
+                continue
+            except Exception:  # screened below
+                pass
+        reasons = [screen(int(i)) for i in chunk]
+        errors.update((int(i), r) for i, r in zip(chunk, reasons, strict=True) if r is not None)
+        rest = chunk[np.array([r is None for r in reasons], dtype=bool)]
+        if len(rest):
+            _bisect(rest, decode, diagnose, pieces, errors)
+
+
+def _assemble(
+    schema: pa.Schema, pieces: list[tuple[np.ndarray, pa.Table]], errors: dict[int, str]
+) -> DecodeResult:
+    good = [(idx, table) for idx, table in pieces if len(idx)]
+    if not good:
+        return DecodeResult(schema.empty_table(), np.empty(0, np.int64), sorted(errors.items()))
+    index = np.concatenate([idx for idx, _ in good]).astype(np.int64)
+    table = pa.concat_tables([t.cast(schema) for _, t in good])
+    order = np.argsort(index, kind="stable")
+    if not np.array_equal(order, np.arange(len(order))):
+        table, index = table.take(pa.array(order)), index[order]
+    return DecodeResult(table.combine_chunks(), index, sorted(errors.items()))
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _BadField(Exception):
+    """A JSON value that does not fit its field; ``path`` is filled in on the way up."""
+
+    def __init__(self, expected: pa.DataType, value: Any) -> None:
+        super().__init__()
+        self.path, self.expected, self.value = "", expected, value
+
+    def under(self, step: str) -> _BadField:
+        self.path = step + ("." if self.path[:1] not in ("", "[") else "") + self.path
+        return self
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"field '{self.path}': missing or null"
+        return f"field '{self.path}': expected {sql_type_name(self.expected)}, " \
+            f"got {_show(self.value)}"
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+_DECIMAL_CONTEXT = decimal.Context(prec=80)
+_JSON_KINDS = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+               float: "number", type(None): "null"}
+Check = Callable[[Any], Any]
+
+
+def _compile(arrow_type: pa.DataType, nullable: bool = True) -> Check:
+    """A function turning a parsed JSON value into the Python value of ``arrow_type``.
+
+    It raises :class:`_BadField` for values pyarrow.json would reject too; it is never
+    stricter than pyarrow.json (see :func:`_locate`), and is built once per schema.
+    """
+    convert = _compile_value(arrow_type)
+
+    def check(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _BadField(arrow_type, None)
+        return convert(value)
+
+    return check
+
+
+def _compile_value(t: pa.DataType) -> Check:  # noqa: C901 - one branch per type family
+    def bad(value: Any) -> Any:
+        raise _BadField(t, value)
+
+    def simple(test: Callable[[Any], bool], make: Callable[[Any], Any] = lambda v: v) -> Check:
+        return lambda v: make(v) if test(v) else bad(v)
+
+    def parsed(parse: Callable[[str], Any], errors: tuple[type[Exception], ...]) -> Check:
+        def convert(value: Any) -> Any:
+            if type(value) is str:
+                try:
+                    return parse(value)
+                except errors:
+                    pass
+            return bad(value)
+        return convert
+
+    if pa.types.is_string(t):
+        return simple(lambda v: type(v) is str)
+    if pa.types.is_integer(t):
+        low, high = -(1 << (t.bit_width - 1)), 1 << (t.bit_width - 1)
+        return simple(lambda v: type(v) is int and low <= v < high)
+    if pa.types.is_floating(t):
+        return simple(lambda v: type(v) is float or type(v) is int, float)
+    if pa.types.is_boolean(t):
+        return simple(lambda v: type(v) is bool)
+    if pa.types.is_date(t):
+        return parsed(dt.date.fromisoformat, (ValueError,))
+    if pa.types.is_binary(t):
+        return parsed(lambda v: base64.b64decode(v, validate=True), (binascii.Error, ValueError))
+    if pa.types.is_timestamp(t):
+        zone = dt.timezone.utc if t.tz else None
+
+        def stamp(text: str) -> dt.datetime:
+            value = dt.datetime.fromisoformat(text)
+            if value.tzinfo is not None:
+                value = value.astimezone(dt.timezone.utc)
+            return value.replace(tzinfo=zone)
+        return parsed(stamp, (ValueError,))
+    if pa.types.is_decimal(t):
+        unit = decimal.Decimal(1).scaleb(-t.scale)
+
+        def number(value: Any) -> Any:
+            if type(value) in (int, float, str):
+                try:
+                    exact = decimal.Decimal(str(value))
+                    fitted = exact.quantize(unit, context=_DECIMAL_CONTEXT)
+                    if fitted == exact and len(fitted.as_tuple().digits) <= t.precision:
+                        return fitted
+                except decimal.InvalidOperation:
+                    pass
+            return bad(value)
+        return number
+    if pa.types.is_map(t):
+        item = _compile(t.item_type)
+
+        def mapping(value: Any) -> Any:
+            if type(value) is not dict:
+                return bad(value)
+            out = []
+            for key, entry in value.items():
+                try:
+                    out.append((key, item(entry)))
+                except _BadField as err:
+                    raise err.under(str(key)) from None
+            return out
+        return mapping
+    if pa.types.is_list(t):
+        element = _compile(t.value_type)
+
+        def listing(value: Any) -> Any:
+            if type(value) is not list:
+                return bad(value)
+            try:
+                return [element(entry) for entry in value]
+            except _BadField as err:  # find which element, only on the error path
+                index = next(i for i, e in enumerate(value) if _fails(element, e))
+                raise err.under(f"[{index}]") from None
+        return listing
+    if pa.types.is_struct(t):
+        fields = [(f.name, _compile(f.type, f.nullable)) for f in t]
+
+        def record(value: Any) -> Any:
+            if type(value) is not dict:
+                return bad(value)
+            out = {}
+            for name, check in fields:
+                try:
+                    out[name] = check(value.get(name))
+                except _BadField as err:
+                    raise err.under(name) from None
+            return out
+        return record
+    return bad
+
+
+def _fails(check: Check, value: Any) -> bool:
+    try:
+        check(value)
+    except _BadField:
+        return True
+    return False
+
+
+def _check_json_type(arrow_type: pa.DataType, top: bool) -> bool:
+    """Raise ValueError for types JSON cannot carry; True if the type needs the Python path."""
+    if pa.types.is_map(arrow_type):
+        if not pa.types.is_string(arrow_type.key_type):
+            raise ValueError(f"JSON objects have STRING keys, not {sql_type_name(arrow_type)}")
+        _check_json_type(arrow_type.item_type, top=False)
+        return True
+    if pa.types.is_list(arrow_type):
+        return _check_json_type(arrow_type.value_type, top=False)
+    if pa.types.is_struct(arrow_type):
+        return any([_check_json_type(f.type, top=False) for f in arrow_type])
+    if pa.types.is_date32(arrow_type) or arrow_type == pa.binary():
+        return not top
+    if not (pa.types.is_string(arrow_type) or pa.types.is_integer(arrow_type)
+            or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
+            or pa.types.is_timestamp(arrow_type) or pa.types.is_decimal128(arrow_type)):
+        raise ValueError(f"type {arrow_type} is not supported for JSON")
+    return False
+
+
+class JsonDecoder:
+    """One JSON object per value into ``schema`` (DDL string, ``.avsc`` path/dict, Arrow)."""
+
+    def __init__(self, schema: str | os.PathLike[str] | Mapping[str, Any] | pa.Schema) -> None:
+        if isinstance(schema, pa.Schema):
+            arrow = schema
+        elif isinstance(schema, Mapping | os.PathLike) or str(schema).strip().endswith(
+                ".avsc") or str(schema).lstrip().startswith("{"):
+            arrow = _arrow_of_avro(_load_avro(schema))
+        else:
+            arrow = parse_ddl(str(schema))
+        self._python = any([_check_json_type(f.type, top=True) for f in arrow])
+        self.schema = arrow
+        self._row_type = pa.struct(list(arrow))
+        self._check = _compile(self._row_type, nullable=False)
+        # pyarrow.json cannot read DATE or base64 BINARY: read strings, convert afterwards.
+        self._parse_schema = pa.schema([
+            pa.field(f.name, pa.string() if f.type in (pa.date32(), pa.binary()) else f.type)
+            for f in arrow])
+
+    def __repr__(self) -> str:
+        return f"JsonDecoder({sql_type_name(self._row_type)})"
+
+    def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
+        """Decode binary JSON values; see :class:`DecodeResult`."""
+        values = _as_binary(values)
+        data, starts, ends = _bounds(values)
+        raw = np.frombuffer(data, dtype=np.uint8)
+        nulls = values.is_null().to_numpy(zero_copy_only=False)
+        nonempty = ends > starts
+        errors: dict[int, str] = {int(i): "null value" for i in np.flatnonzero(nulls)}
+        framed = ~nulls & nonempty
+        framed[framed] = (raw[starts[framed]] == ord("{")) & (raw[ends[framed] - 1] == ord("}"))
+        candidates = [np.flatnonzero(framed)]
+        # Values not framed as {...} are rare: padded with white space, or bad. Only values that
+        # start with "{" reach pyarrow.json (a bare "null" line can crash pyarrow 26).
+        for i in np.flatnonzero(~nulls & ~framed):
+            text = bytes(raw[starts[i]:ends[i]]).strip(b" \t\r\n")
+            if not text:
+                errors[int(i)] = "empty value"
+            elif text[:1] == b"{" and text[-1:] == b"}":
+                candidates.append(np.array([i]))
+            else:
+                errors[int(i)] = self._diagnose(values, int(i), None)
+        index = np.sort(np.concatenate(candidates)).astype(np.int64)
+        pieces: list[tuple[np.ndarray, pa.Table]] = []
+        if self._python:
+            self._decode_python(values, index, pieces, errors)
+        elif len(index):
+            # Values spanning lines need pyarrow's slower multi-line mode: parse them apart.
+            multiline = np.zeros(len(values), dtype=bool)
+            segment = raw[int(starts[0]):int(ends[-1])]
+            breaks = np.flatnonzero((segment == 10) | (segment == 13)) + int(starts[0])
+            multiline[np.searchsorted(ends, breaks, side="right")] = True
+            for flag in (False, True):
+                part = index[multiline[index] == flag]
+                if len(part):
+                    _locate(part, functools.partial(self._parse, values, flag),
+                            functools.partial(self._screen, values),
+                            functools.partial(self._diagnose, values), pieces, errors)
+        return _assemble(self.schema, pieces, errors)
+
+    def _parse(self, values: pa.BinaryArray, multiline: bool, index: np.ndarray) -> pa.Table:
+        part = values.take(pa.array(index))
+        joined = pc.binary_join_element_wise(part, pa.scalar(b""), pa.scalar(b"\n"))
+        data, starts, ends = _bounds(joined)
+        longest = int((ends - starts).max())
+        table = pa_json.read_json(
+            pa.BufferReader(data.slice(int(starts[0]), int(ends[-1] - starts[0]))),
+            read_options=pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest + 2)),
+            parse_options=pa_json.ParseOptions(explicit_schema=self._parse_schema,
+                                               newlines_in_values=multiline,
+                                               unexpected_field_behavior="ignore"))
+        if table.num_rows != len(index):
+            raise ValueError(f"{table.num_rows} JSON values in {len(index)} records")
+        table.validate(full=True)  # pyarrow.json passes invalid UTF-8 in strings through
+        for position, fld in enumerate(self.schema):
+            column = table.column(position)
+            if fld.type == pa.date32():
+                column = pc.cast(column, pa.date32())
+            elif fld.type == pa.binary():
+                column = pa.array([None if v is None else base64.b64decode(v, validate=True)
+                                   for v in column.to_pylist()], pa.binary())
+            if not fld.nullable and column.null_count:
+                raise ValueError(f"field '{fld.name}' is null")
+            table = table.set_column(position, fld.name, column)
+        return table
+
+    def _decode_python(self, values: pa.BinaryArray, index: np.ndarray,
+                       pieces: list[tuple[np.ndarray, pa.Table]], errors: dict[int, str]) -> None:
+        rows, good = [], []
+        for i in index.tolist():
+            try:
+                rows.append(self._check(json.loads(values[i].as_py())))
+                good.append(i)
+            except (ValueError, _BadField) as exc:
+                errors[i] = self._diagnose(values, i, exc)
+        loose = pa.schema([f.with_nullable(True) for f in self.schema])
+        pieces.append((np.array(good, np.int64), pa.Table.from_pylist(rows, schema=loose)))
+
+    def _screen(self, values: pa.BinaryArray, i: int) -> str | None:
+        """Why value ``i`` is bad, checked in Python; None if it looks good."""
+        raw = values[i].as_py()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return f"invalid UTF-8 at byte {err.start}"
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as err:
+            return f"invalid JSON at char {err.pos}: {err.msg}"
+        if not isinstance(parsed, dict):
+            return f"expected a JSON object, got {_JSON_KINDS.get(type(parsed), 'value')}"
+        try:
+            self._check(parsed)
+        except _BadField as err:
+            return str(err)
+        return None
+
+    def _diagnose(self, values: pa.BinaryArray, i: int, exc: Exception | None) -> str:
+        return self._screen(values, i) or f"rejected by the JSON parser: {_short(exc)}"
+
+
+def _short(exc: Exception | None) -> str:
+    text = "" if exc is None else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# --- Avro ---------------------------------------------------------------------------------------
+
+
+class AvroDecoder:
+    """Avro binary values into the Arrow form of ``schema`` (the reader schema).
+
+    ``confluent=False``: every value is one Avro record written with ``schema``.
+    ``confluent=True``: values carry the Confluent framing; ``schema_map`` maps each schema id
+    to its writer schema (``.avsc`` path, JSON text or dict). An unknown id is a bad record.
+    """
+
+    def __init__(
+        self,
+        schema: str | os.PathLike[str] | Mapping[str, Any],
+        confluent: bool = False,
+        schema_map: Mapping[int, str | os.PathLike[str] | Mapping[str, Any]] | None = None,
+    ) -> None:
+        import fastavro
+
+        reader = _load_avro(schema)
+        self.schema = _arrow_of_avro(reader)
+        self.confluent = confluent
+        if confluent and not schema_map:
+            raise ValueError("confluent=True needs schema_map: {schema id: writer schema}")
+        if schema_map and not confluent:
+            raise ValueError("schema_map is only used with confluent=True")
+        writers = {int(k): _load_avro(v) for k, v in (schema_map or {}).items()} or {-1: reader}
+        self._writers: dict[int, Any] = {}  # fastavro's parsed schemas
+        self._defaults: dict[int, dict[str, Any]] = {}
+        for schema_id, writer in writers.items():
+            _arrow_of_avro(writer)
+            self._writers[schema_id] = fastavro.parse_schema(writer)
+            written = {f["name"] for f in writer.get("fields", [])}
+            self._defaults[schema_id] = {
+                f["name"]: f["default"] for f in reader.get("fields", [])
+                if f["name"] not in written and f.get("default") is not None}
+
+    def __repr__(self) -> str:
+        ids = sorted(self._writers) if self.confluent else []
+        return f"AvroDecoder({sql_type_name(pa.struct(list(self.schema)))}, schema ids {ids})"
+
+    def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
+        """Decode binary Avro values; see :class:`DecodeResult`."""
+        values = _as_binary(values)
+        data, starts, ends = _bounds(values)
+        nulls = values.is_null().to_numpy(zero_copy_only=False)
+        errors: dict[int, str] = {int(i): "null value" for i in np.flatnonzero(nulls)}
+        rows = np.flatnonzero(~nulls)
+        groups: dict[int, np.ndarray] = {-1: rows}
+        if self.confluent:
+            raw = np.frombuffer(data, dtype=np.uint8)
+            short = rows[ends[rows] - starts[rows] < 5]
+            for i in short:
+                size = ends[i] - starts[i]
+                errors[int(i)] = f"too short for the Confluent framing ({size} bytes)"
+            rows = rows[ends[rows] - starts[rows] >= 5]
+            magic = raw[starts[rows]]
+            for i in rows[magic != 0]:
+                errors[int(i)] = f"bad magic byte {raw[starts[i]]} (not the Confluent framing)"
+            rows = rows[magic == 0]
+            ids = np.zeros(len(rows), dtype=np.int64)
+            for k in range(1, 5):
+                ids = (ids << 8) | raw[starts[rows] + k]
+            ids = ids.astype(np.int32).astype(np.int64)  # ids are signed 32-bit ints
+            starts = starts + 5
+            groups = {int(schema_id): rows[ids == schema_id] for schema_id in np.unique(ids)}
+            for schema_id in [s for s in groups if s not in self._writers]:
+                for i in groups.pop(schema_id):
+                    errors[int(i)] = f"unknown schema id {schema_id}"
+        pieces: list[tuple[np.ndarray, pa.Table]] = []
+        for schema_id, index in groups.items():
+            if len(index):
+                _locate(index, functools.partial(self._decode, schema_id, data, starts, ends),
+                        functools.partial(self._screen, schema_id, data, starts, ends),
+                        functools.partial(self._diagnose, schema_id, data, starts, ends),
+                        pieces, errors)
+        return _assemble(self.schema, pieces, errors)
+
+    def _decode(self, schema_id: int, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
+                index: np.ndarray) -> pa.Table:
+        table = decode_records(data, starts[index], ends[index], self._writers[schema_id],
+                               self.schema)
+        for name, default in self._defaults[schema_id].items():
+            position = self.schema.get_field_index(name)
+            try:
+                filled = pa.array([default] * len(table), self.schema.field(name).type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+                continue  # a default Arrow cannot hold as is (e.g. a record): stays null
+            table = table.set_column(position, self.schema.field(name), filled)
+        return table
+
+    def _screen(self, schema_id: int, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
+                i: int) -> str | None:
+        """Why value ``i`` is bad, checked with fastavro; None if it looks good."""
+        import fastavro
+
+        stream = io.BytesIO(data.slice(int(starts[i]), int(ends[i] - starts[i])).to_pybytes())
+        try:
+            fastavro.schemaless_reader(stream, self._writers[schema_id], None)
+        except (EOFError, StopIteration):
+            return "invalid Avro: the record ends early"
+        except Exception as err:  # fastavro raises many types on garbage
+            return f"invalid Avro: {_short(err)}"
+        left = int(ends[i] - starts[i]) - stream.tell()
+        return f"invalid Avro: {left} bytes left after the record (wrong schema?)" if left else None
+
+    def _diagnose(self, schema_id: int, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
+                  i: int, exc: Exception) -> str:
+        return (self._screen(schema_id, data, starts, ends, i)
+                or f"invalid Avro: {_short(exc)}")

@@ -1,0 +1,1 @@
+"""What a user launches: the ``tidelake`` command line."""

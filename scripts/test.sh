@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's test command: set up, lint, type-check, then the quick suite and the slow one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/mypy
+# Quick subset first (fails fast), then everything marked slow.
+.venv/bin/python -m pytest -m "not slow" -q "$@"
+status=0
+.venv/bin/python -m pytest -m slow -q "$@" || status=$?
+# Exit code 5 means "no test selected": not a failure when no suite is marked slow.
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then exit "$status"; fi

@@ -1,0 +1,244 @@
+"""Parquet base files: Hudi footer keys as Java writes them, atomic publishing, reading back."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from engine.base_file import (
+    META_COLUMNS,
+    BaseFileWriteResult,
+    FooterKeys,
+    java_min_max,
+    read_base_file,
+    read_footer_keys,
+    write_base_file,
+)
+from engine.bloom import BloomFilter, BloomFilterTypeCode
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "hudi-samples"
+NAME = "00000001-1b2c-4d5e-8f90-123456789abc-0_0-1-1_20250101000000000.parquet"
+
+
+def _table(keys: Sequence[str | None], name: str = NAME, **data: list[object]) -> pa.Table:
+    n = len(keys)
+    columns = {
+        "_hoodie_commit_time": ["20250101000000000"] * n,
+        "_hoodie_commit_seqno": [f"20250101000000000_0_{i}" for i in range(n)],
+        "_hoodie_record_key": list(keys),
+        "_hoodie_partition_path": [""] * n,
+        "_hoodie_file_name": [name] * n,
+    }
+    table = pa.table({k: pa.array(v, pa.string()) for k, v in columns.items()})
+    for col, values in (data or {"v": list(range(n))}).items():
+        table = table.append_column(col, pa.array(values))
+    return table
+
+
+def _footer(path: Path | str) -> dict[str, str]:
+    meta = pq.read_metadata(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items()}
+
+
+# --- writing ------------------------------------------------------------------------------
+
+def test_write_base_file_footer_has_hudi_keys_and_arrow_schema(tmp_path: Path) -> None:
+    keys = [f"key-{i:03d}" for i in range(200, 0, -1)]
+    path = tmp_path / NAME
+    result = write_base_file(str(path), _table(keys))
+    footer = _footer(path)
+    assert footer["hoodie_bloom_filter_type_code"] == "DYNAMIC_V0"
+    assert footer["hoodie_min_record_key"] == "key-001"
+    assert footer["hoodie_max_record_key"] == "key-200"
+    assert "ARROW:schema" in footer
+    assert "org.apache.hudi.bloomfilter" not in footer["ARROW:schema"]  # not duplicated
+    expected = BloomFilter.create()
+    expected.add_many(keys)
+    assert footer["org.apache.hudi.bloomfilter"] == expected.serialize()
+    assert result == BaseFileWriteResult(str(path), path.stat().st_size, 200, "key-001",
+                                         "key-200")
+
+
+def test_write_base_file_round_trip_rows_equal(tmp_path: Path) -> None:
+    table = _table(["b", "a", "c"], v=[1.5, None, 3.0], s=["x", "y", None])
+    path = tmp_path / NAME
+    write_base_file(str(path), table, compression="zstd", row_group_size=2)
+    back = read_base_file(str(path))
+    assert back.equals(table)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_write_base_file_bloom_false_writes_no_hudi_keys(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    result = write_base_file(str(path), _table([None, None]), bloom=False)
+    assert not any(k.startswith(("hoodie_", "org.apache.hudi")) for k in _footer(path))
+    assert (result.min_key, result.max_key) == (None, None)
+    assert read_footer_keys(str(path)) == FooterKeys(None, None, None)
+
+
+def test_write_base_file_empty_table_writes_empty_filter(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    result = write_base_file(str(path), _table([]))
+    keys = read_footer_keys(str(path))
+    assert result.num_rows == 0 and keys.min_key is None and keys.max_key is None
+    assert keys.bloom is not None and keys.bloom.bit_count() == 0
+
+
+def test_write_base_file_existing_path_raises_and_leaves_only_original(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    write_base_file(str(path), _table(["a"]))
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError):
+        write_base_file(str(path), _table(["b"]))
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == [NAME]
+
+
+def test_write_base_file_writer_error_leaves_no_file(tmp_path: Path) -> None:
+    with pytest.raises((ValueError, OSError, pa.ArrowException)):
+        write_base_file(str(tmp_path / NAME), _table(["a"]), compression="no-such-codec")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        _table(["a"]).drop_columns(["_hoodie_commit_seqno"]),
+        _table(["a"]).select([1, 0, 2, 3, 4, 5]),
+        _table(["a"]).set_column(2, "_hoodie_record_key", pa.array([1])),
+        _table(["a"], name="other.parquet"),
+        _table(["a", None]),
+        _table(["a", ""]),
+    ],
+    ids=["missing-meta", "wrong-order", "key-not-string", "wrong-file-name", "null-key",
+         "empty-key"],
+)
+def test_write_base_file_bad_table_raises_value_error(tmp_path: Path, table: pa.Table) -> None:
+    with pytest.raises(ValueError):
+        write_base_file(str(tmp_path / NAME), table)
+    assert os.listdir(tmp_path) == []
+
+
+def test_java_min_max_astral_vs_high_bmp_uses_utf16_order() -> None:
+    # UTF-16: "😀" starts with 0xD83D < 0xFFFF; UTF-8 byte order says the opposite.
+    keys = pa.array(["\uffff", "😀", "b", "\ue000x"])
+    assert pc.min_max(keys)["max"].as_py() == "😀"
+    assert java_min_max(keys) == ("b", "\uffff")
+    assert java_min_max(pa.chunked_array([["z"], ["\uffff", "😀"], [None]])) == ("z", "\uffff")
+
+
+def test_java_min_max_plain_keys_use_byte_order() -> None:
+    assert java_min_max(pa.array(["b", "é", "a", None, "😀"])) == ("a", "😀")
+    assert java_min_max(pa.array([None], pa.string())) == (None, None)
+
+
+def test_write_base_file_min_max_in_java_order(tmp_path: Path) -> None:
+    path = tmp_path / NAME
+    result = write_base_file(str(path), _table(["😀1", "\uffff2", "a"]))
+    assert (result.min_key, result.max_key) == ("a", "\uffff2")
+    footer = _footer(path)
+    assert footer["hoodie_max_record_key"] == "\uffff2"
+
+
+# --- reading ------------------------------------------------------------------------------
+
+def test_read_base_file_columns_and_filters_select_rows(tmp_path: Path) -> None:
+    part = tmp_path / "city=chennai"
+    part.mkdir()
+    path = part / NAME
+    write_base_file(str(path), _table(["a", "b", "c"], v=[1, 2, 3]))
+    got = read_base_file(str(path), columns=["_hoodie_record_key", "v"],
+                         filters=[("v", ">=", 2)])
+    assert got.column_names == ["_hoodie_record_key", "v"]  # no "city" from the folder
+    assert got.column("_hoodie_record_key").to_pylist() == ["b", "c"]
+    expr = read_base_file(str(path), filters=pc.field("_hoodie_record_key") == "a")
+    assert expr.column("v").to_pylist() == [1]
+    assert expr.column_names[:5] == list(META_COLUMNS)
+
+
+def test_read_footer_keys_legacy_simple_filter_read(tmp_path: Path) -> None:
+    bloom = BloomFilter.create(num_entries=10, dynamic=False)
+    bloom.add("k1")
+    path = tmp_path / "legacy.parquet"
+    table = _table(["k1"]).replace_schema_metadata({
+        "com.uber.hoodie.bloomfilter": bloom.serialize(),
+        "hoodie_min_record_key": "k1",
+    })
+    pq.write_table(table, path)
+    keys = read_footer_keys(str(path))
+    assert keys.min_key == "k1" and keys.max_key is None
+    assert keys.bloom is not None and keys.bloom.type_code is BloomFilterTypeCode.SIMPLE
+    assert keys.bloom.might_contain("k1") and not keys.bloom.might_contain("k2")
+
+
+def test_read_footer_keys_corrupt_filter_raises_value_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.parquet"
+    pq.write_table(_table(["k"]).replace_schema_metadata(
+        {"org.apache.hudi.bloomfilter": "AAAA", "hoodie_bloom_filter_type_code": "DYNAMIC_V0"}),
+        path)
+    with pytest.raises(ValueError, match=r"bad\.parquet"):
+        read_footer_keys(str(path))
+
+
+# --- real Spark-written base files --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sample_base_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    if not SAMPLES.is_dir():
+        pytest.skip(f"sample tables not found at {SAMPLES} (../shared is not beside the repo)")
+    dest = tmp_path_factory.mktemp("base-samples")
+    files = []
+    for zip_path in sorted(SAMPLES.glob("*.zip")):
+        with zipfile.ZipFile(zip_path) as zf:
+            for member in zf.namelist():
+                if member.endswith(".parquet") and not member.startswith("__MACOSX/"):
+                    files.append(Path(zf.extract(member, dest / zip_path.stem)))
+    if not files:
+        pytest.skip("no sample base files")
+    return files
+
+
+def test_read_footer_keys_sample_files_match_footer(sample_base_files: list[Path]) -> None:
+    with_bloom = 0
+    for path in sample_base_files:
+        footer = _footer(path)
+        keys = read_footer_keys(str(path))
+        assert keys.min_key == footer.get("hoodie_min_record_key")
+        assert keys.max_key == footer.get("hoodie_max_record_key")
+        if "org.apache.hudi.bloomfilter" not in footer:
+            assert keys.bloom is None
+            continue
+        with_bloom += 1
+        assert keys.bloom is not None
+        record_keys = read_base_file(str(path), columns=["_hoodie_record_key"])
+        assert keys.bloom.might_contain_many(record_keys.column(0)).all()
+    assert with_bloom > 0
+
+
+def test_write_base_file_sample_rows_reproduce_sample_footer(
+        sample_base_files: list[Path], tmp_path: Path) -> None:
+    rewritten = 0
+    for i, path in enumerate(sample_base_files):
+        footer = _footer(path)
+        if "org.apache.hudi.bloomfilter" not in footer:
+            continue
+        table = read_base_file(str(path))
+        out = tmp_path / str(i) / path.name  # same name: _hoodie_file_name must match
+        out.parent.mkdir()
+        result = write_base_file(str(out), table)
+        ours = _footer(out)
+        for key in ("org.apache.hudi.bloomfilter", "hoodie_bloom_filter_type_code",
+                    "hoodie_min_record_key", "hoodie_max_record_key"):
+            assert ours[key] == footer[key], (path.name, key)
+        assert read_base_file(str(out)).equals(table)
+        assert result.num_rows == table.num_rows
+        rewritten += 1
+    assert rewritten > 0

@@ -1,0 +1,93 @@
+"""A writer killed with SIGKILL mid-write leaves nothing visible; the next write rolls back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engine import Table
+from tests.conftest import hudi_rs_read
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each crash point patches one engine function in the child process so that the process
+# SIGKILLs itself there: no hook in the engine, a real kill at a real point of the write.
+CRASH_POINTS = {
+    "after_requested": ("engine.timeline", "Timeline", "transition_to_inflight"),
+    "after_some_files": ("engine.write_client", "-", "execute"),
+    "before_complete": ("engine.write_client", "WriteClient", "commit"),
+}
+
+CHILD = textwrap.dedent("""
+    import importlib, os, signal, sys
+    import pyarrow as pa
+    from engine import Table
+    module_name, cls_name, attr, path = sys.argv[1:5]
+    crash_after_calls = int(sys.argv[5])
+    module = importlib.import_module(module_name)
+    owner = module if cls_name == "-" else getattr(module, cls_name)
+    original = getattr(owner, attr)
+    calls = [0]
+    def crashing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > crash_after_calls:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+    setattr(owner, attr, crashing)
+    t = Table.open(path)
+    keys = [f"k{i:03d}" for i in range(0, 60, 2)] + [f"n{i:03d}" for i in range(30)]
+    t.upsert(pa.table({"key": keys, "ts": [100] * len(keys),
+                       "part": [k[-1] for k in keys], "v": list(range(len(keys)))}))
+    print("not killed")
+""")
+
+
+def _rows(table: pa.Table) -> list[tuple[str, int]]:
+    if not table.num_rows:
+        return []
+    return sorted(zip(table.column("key").to_pylist(), table.column("v").to_pylist(),
+                      strict=True))
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_type: str,
+                                                         point: str) -> None:
+    path = str(tmp_path / "t")
+    table = Table.create(path, name="crash", table_type=table_type, record_key="key",
+                         precombine="ts", partition_by=["part"],
+                         options={"hoodie.parquet.max.file.size": "4000",
+                                  "hoodie.parquet.small.file.limit": "1000"})
+    keys = [f"k{i:03d}" for i in range(60)]
+    table.upsert(pa.table({"key": keys, "ts": [1] * 60, "part": [k[-1] for k in keys],
+                           "v": [-1] * 60}))
+    before = _rows(table.read())
+    # "after_some_files" lets one file group be written, then dies in the second.
+    calls = 1 if point == "after_some_files" else 0
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", CHILD, *CRASH_POINTS[point], path, str(calls)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    states = {e.state for e in table.timeline()}
+    assert states & {"requested", "inflight"}, "the crash must leave a pending instant"
+    # Nothing of the crashed write is visible to either reader.
+    assert _rows(table.read()) == before
+    assert _rows(hudi_rs_read(path)) == before
+    # The next write rolls the failed instant back, then commits normally.
+    reopened = Table.open(path)
+    reopened.upsert(pa.table({"key": ["z999"], "ts": [5], "part": ["9"], "v": [7]}))
+    after = _rows(reopened.read())
+    assert after == sorted([*before, ("z999", 7)])
+    assert _rows(hudi_rs_read(path)) == after
+    timeline = reopened.timeline()
+    assert all(e.state == "completed" for e in timeline)
+    assert any(e.action == "rollback" for e in timeline)
+    leftovers = [p.name for p in Path(path).rglob("*") if p.name.startswith(".tmp.")]
+    assert leftovers == []

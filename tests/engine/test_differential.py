@@ -1,0 +1,185 @@
+"""Random write sequences, judged after every commit by an oracle and by hudi-rs.
+
+The oracle is a dict applying each operation as Hudi's event-time ordering defines it: a
+record replaces the stored one unless its ordering value is lower (ties: the later write
+wins); a delete (given without ordering values, i.e. Hudi's natural-order delete) removes
+the key. After every commit our reader and hudi-rs 0.5.0 must both return exactly the
+oracle's rows; time travel and incremental reads are checked the same way at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from engine import Table
+from tests.conftest import hudi_rs_read
+
+PARTITIONS = ["north", "south", "east/west", ".."]
+DATA_COLUMNS = ["key", "ts", "region", "amount", "note"]
+
+
+@dataclass
+class Oracle:
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commit_time: dict[str, str] = field(default_factory=dict)
+    stale_commits: set[str] = field(default_factory=set)  # wrote a record that lost
+
+    def upsert(self, batch: list[dict[str, Any]], instant: str) -> None:
+        latest: dict[str, dict[str, Any]] = {}
+        for row in batch:  # in-batch combine: greatest ts, later row on ties
+            seen = latest.get(row["key"])
+            if seen is None or row["ts"] >= seen["ts"]:
+                latest[row["key"]] = row
+        for key, row in latest.items():
+            current = self.rows.get(key)
+            if current is not None and current["ts"] > row["ts"]:
+                self.stale_commits.add(instant)
+                continue
+            self.rows[key] = row
+            self.commit_time[key] = instant
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            self.rows.pop(key, None)
+            self.commit_time.pop(key, None)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [dict(self.rows[k], _hoodie_commit_time=self.commit_time[k])
+                for k in sorted(self.rows)]
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    if not table.num_rows:
+        return []
+    cols = [*DATA_COLUMNS, "_hoodie_commit_time"]
+    rows = table.select(cols).to_pylist()
+    return sorted(rows, key=lambda r: r["key"])
+
+
+def _random_batch(rng: random.Random, oracle: Oracle, counter: list[int],
+                  size: int, *, new_only: bool = False) -> list[dict[str, Any]]:
+    batch = []
+    for _ in range(size):
+        existing = list(oracle.rows)
+        if existing and not new_only and rng.random() < 0.5:
+            key = rng.choice(existing)
+            region = oracle.rows[key]["region"] if rng.random() < 0.9 else \
+                rng.choice(PARTITIONS)
+        else:
+            counter[0] += 1
+            key = f"k{counter[0]:05d}-é"
+            region = rng.choice(PARTITIONS)
+        batch.append({"key": key, "ts": rng.randint(0, 50), "region": region,
+                      "amount": rng.random() * 100 if rng.random() > 0.1 else None,
+                      "note": rng.choice(["", "x", "ünï", None, "a,b:c"])})
+    return batch
+
+
+def _check(table: Table, oracle: Oracle) -> None:
+    expected = oracle.snapshot()
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+
+
+CASES = [
+    ("COPY_ON_WRITE", "SIMPLE", "avro"),
+    ("MERGE_ON_READ", "SIMPLE", "avro"),
+    ("MERGE_ON_READ", "SIMPLE", "parquet"),
+    ("MERGE_ON_READ", "BUCKET", "avro"),
+    ("MERGE_ON_READ", "BUCKET", "parquet"),
+    ("COPY_ON_WRITE", "BUCKET", "avro"),
+    ("MERGE_ON_READ", "GLOBAL_SIMPLE", "avro"),
+    ("COPY_ON_WRITE", "GLOBAL_SIMPLE", "avro"),
+]
+
+
+def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
+                  block_format: str, steps: int) -> None:
+    rng = random.Random(seed)
+    options = {"hoodie.index.type": index, "hoodie.logfile.data.block.format": block_format,
+               "hoodie.bucket.index.num.buckets": "2",
+               # small files so inserts spread over several file groups
+               "hoodie.parquet.max.file.size": "20000",
+               "hoodie.parquet.small.file.limit": "8000"}
+    table = Table.create(str(tmp_path / "t"), name="diff", table_type=table_type,
+                         record_key="key", precombine="ts", partition_by=["region"],
+                         options=options)
+    oracle = Oracle()
+    counter = [0]
+    history: list[tuple[str, list[dict[str, Any]]]] = []
+    for _step in range(steps):
+        roll = rng.random()
+        if roll < 0.15 and oracle.rows:
+            victims = rng.sample(sorted(oracle.rows), k=min(len(oracle.rows),
+                                                             rng.randint(1, 8)))
+            region_of = {k: oracle.rows[k]["region"] for k in victims}
+            data = pa.table({"key": victims, "region": [region_of[k] for k in victims]})
+            instant = table.delete(data)
+            oracle.delete(victims)
+        elif roll < 0.3:
+            batch = _random_batch(rng, oracle, counter, rng.randint(1, 40), new_only=True)
+            instant = table.insert(pa.Table.from_pylist(batch, schema=_SCHEMA))
+            oracle.upsert(batch, instant)
+        else:
+            batch = _random_batch(rng, oracle, counter, rng.randint(1, 60))
+            if index != "GLOBAL_SIMPLE":
+                # only a global index can move a key to another partition
+                for row in batch:
+                    if row["key"] in oracle.rows:
+                        row["region"] = oracle.rows[row["key"]]["region"]
+            instant = table.upsert(pa.Table.from_pylist(batch, schema=_SCHEMA))
+            oracle.upsert(batch, instant)
+        history.append((instant, oracle.snapshot()))
+        _check(table, oracle)
+
+    # Time travel to every third commit, both readers.
+    for instant, expected in history[::3]:
+        assert _rows(table.read(as_of=instant)) == expected, f"as_of {instant}"
+        assert _rows(hudi_rs_read(table.path, as_of=instant)) == expected, f"rs as_of {instant}"
+
+    # Incremental: changes of commits completed after commit i, up to commit j.
+    completions = {e.instant_time: e.completion_time for e in table.timeline()
+                   if e.action in ("commit", "deltacommit") and e.state == "completed"}
+    instants = [i for i, _ in history]
+    for _ in range(3):
+        i, j = sorted(rng.sample(range(len(instants)), 2))
+        start, end = completions[instants[i]], completions[instants[j]]
+        in_range = set(instants[i + 1:j + 1])
+        expected = [r for r in history[j][1] if r["_hoodie_commit_time"] in in_range]
+        assert _rows(table.read_incremental(start, end)) == expected
+        if index == "BUCKET" and table_type == "MERGE_ON_READ" and \
+                in_range & oracle.stale_commits:
+            # The bucket index writes late (lower-ordering) updates to logs unseen; hudi-rs
+            # 0.5.0's MOR incremental query returns such a losing version (it does not
+            # merge with the base file), where Hudi's Java reader and ours return none.
+            continue
+        assert _rows(hudi_rs_read(table.path, start=start, end=end)) == expected
+
+
+_SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.string()),
+                     ("amount", pa.float64()), ("note", pa.string())])
+
+
+@pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,
+                         ids=["-".join(c) for c in CASES])
+def test_random_writes_match_oracle_and_hudi_rs(tmp_path: Path, table_type: str, index: str,
+                                                block_format: str) -> None:
+    _run_sequence(tmp_path, seed=zlib.crc32(f"{table_type}{index}{block_format}".encode()),
+                  table_type=table_type, index=index, block_format=block_format, steps=12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,
+                         ids=["-".join(c) for c in CASES])
+def test_random_writes_many_seeds_match_oracle_and_hudi_rs(
+        tmp_path: Path, seed: int, table_type: str, index: str, block_format: str) -> None:
+    _run_sequence(tmp_path, seed=seed, table_type=table_type, index=index,
+                  block_format=block_format, steps=25)
