@@ -10,6 +10,7 @@ so the caller can route the record to its error table instead of writing it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from engine.errors import InvalidRecordError
@@ -76,7 +77,5 @@ def write_partition_metadata(storage: Storage, partition: str, instant_time: str
     depth = 0 if not partition else partition.count("/") + 1
     text = dumps({"commitTime": instant_time, "partitionDepth": str(depth)},
                  comment="partition metadata")
-    try:
+    with contextlib.suppress(FileExistsError):  # another task made it first: same content
         storage.write_new(rel, text.encode("latin-1"))
-    except FileExistsError:  # another task created it first: same content
-        pass

@@ -33,8 +33,6 @@ from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.naming import BaseFileName, LogFileName
 from engine.partition import write_partition_metadata
 from engine.schema import (
-    COMMIT_SEQNO,
-    COMMIT_TIME,
     FILE_NAME,
     META_FIELDS,
     PARTITION_PATH,

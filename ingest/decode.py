@@ -392,7 +392,7 @@ def _compile(arrow_type: pa.DataType, nullable: bool = True) -> Check:
     return check
 
 
-def _compile_value(t: pa.DataType) -> Check:  # noqa: C901 - one branch per type family
+def _compile_value(t: pa.DataType) -> Check:
     def bad(value: Any) -> Any:
         raise _BadField(t, value)
 
@@ -530,7 +530,7 @@ class JsonDecoder:
         self._python = any([_check_json_type(f.type, top=True) for f in arrow])
         self.schema = arrow
         self._row_type = pa.struct(list(arrow))
-        self._check = _compile(self._row_type, nullable=False)
+        self._checker: Check | None = None
         # pyarrow.json cannot read DATE or base64 BINARY: read strings, convert afterwards.
         self._parse_schema = pa.schema([
             pa.field(f.name, pa.string() if f.type in (pa.date32(), pa.binary()) else f.type)
@@ -538,6 +538,14 @@ class JsonDecoder:
 
     def __repr__(self) -> str:
         return f"JsonDecoder({sql_type_name(self._row_type)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_checker": None}  # closures: rebuilt where unpickled
+
+    def _check(self, value: Any) -> Any:
+        if self._checker is None:
+            self._checker = _compile(self._row_type, nullable=False)
+        return self._checker(value)
 
     def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
         """Decode binary JSON values; see :class:`DecodeResult`."""

@@ -24,7 +24,7 @@ from engine import Table, TidelakeError
 def _demo_batch(rng: random.Random, live: dict[str, dict[str, Any]], next_id: list[int],
                 size: int) -> tuple[pa.Table, list[str]]:
     cities = ["amsterdam", "lisbon", "oslo", "tallinn"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for _ in range(size):
         if live and rng.random() < 0.3:
             key = rng.choice(list(live))

@@ -49,14 +49,14 @@ def test_properties_sample_file_parses() -> None:
 
 
 def test_write_config_unknown_key_is_named() -> None:
-    with pytest.raises(InvalidOptionError, match="hoodie.index.typo"):
+    with pytest.raises(InvalidOptionError, match=r"hoodie\.index\.typo"):
         WriteConfig.from_options({"hoodie.index.typo": "BUCKET"})
 
 
 def test_write_config_bad_value_names_key_and_choices() -> None:
     with pytest.raises(InvalidOptionError, match=r"hoodie.index.type.*BUCKET, SIMPLE"):
         WriteConfig.from_options({"hoodie.index.type": "HASH"})
-    with pytest.raises(InvalidOptionError, match="hoodie.parquet.max.file.size"):
+    with pytest.raises(InvalidOptionError, match=r"hoodie\.parquet\.max\.file\.size"):
         WriteConfig.from_options({"hoodie.parquet.max.file.size": "-3"})
 
 

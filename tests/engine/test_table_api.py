@@ -45,7 +45,7 @@ def test_create_bad_argument_error_names_argument(tmp_path: Path, kwargs: dict[s
 
 
 def test_create_unknown_option_error_names_option(tmp_path: Path) -> None:
-    with pytest.raises(InvalidOptionError, match="hoodie.not.a.key"):
+    with pytest.raises(InvalidOptionError, match=r"hoodie\.not\.a\.key"):
         _table(tmp_path, options={"hoodie.not.a.key": "1"})
 
 
