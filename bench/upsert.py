@@ -354,30 +354,38 @@ class Result:
 
 
 class Profiler:
-    """cProfile around one phase of the tidelake engines, printed sorted by cumtime."""
+    """cProfile one phase of the tidelake engines; every call of that phase (all the
+    batches, say) adds to one profile per engine, printed sorted by cumulative time."""
 
     def __init__(self, phase: str | None, top: int, out_dir: str | None) -> None:
         self.phase = phase
         self.top = top
         self.out_dir = out_dir
+        self.profiles: dict[str, cProfile.Profile] = {}
 
     def run(self, phase: str, engine: Engine, fn: Callable[[], T]) -> T:
         if phase != self.phase or not engine.is_tidelake:
             return fn()
-        prof = cProfile.Profile()
+        prof = self.profiles.setdefault(engine.name, cProfile.Profile())
         prof.enable()
         try:
             return fn()
         finally:
             prof.disable()
-            buf = io.StringIO()
-            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(self.top)
-            log(f"--- profile of {engine.name} {phase} (sorted by cumulative time) ---")
-            log(buf.getvalue())
-            if self.out_dir:
-                target = os.path.join(self.out_dir, f"{engine.name}-{phase}.prof")
-                prof.dump_stats(target)
-                log(f"profile written to {target}")
+
+    def report(self, engine: Engine) -> None:
+        prof = self.profiles.pop(engine.name, None)
+        if prof is None:
+            return
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(self.top)
+        log(f"--- profile of {engine.name} {self.phase}, all calls "
+            "(sorted by cumulative time) ---")
+        log(buf.getvalue())
+        if self.out_dir:
+            target = os.path.join(self.out_dir, f"{engine.name}-{self.phase}.prof")
+            prof.dump_stats(target)
+            log(f"profile written to {target}")
 
 
 def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Sequence[str],
@@ -433,6 +441,7 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
         res.error = f"{type(exc).__name__}: {exc}"
         log(f"[{engine.name}] ERROR: {res.error}")
         traceback.print_exc(file=sys.stderr)
+    profiler.report(engine)
     return res
 
 

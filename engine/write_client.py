@@ -12,7 +12,9 @@ touches the timeline after the instant started.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -265,7 +267,8 @@ class WriteClient:
         for part, bucket, idx in zip(grouped.column("p").to_pylist(),
                                      grouped.column("b").to_pylist(),
                                      grouped.column("i_list").to_pylist(), strict=True):
-            fid = _bucket_group(by_partition.get(part, []), bucket) or bucket_file_id(bucket)
+            fid = _bucket_group(by_partition.get(part, []), bucket) or new_bucket_file_id(
+                self.config.name, part, bucket)
             group = (part, fid)
             group_records.setdefault(group, []).append(records.take(pa.array(idx)))
 
@@ -348,30 +351,66 @@ class WriteClient:
     # -- executing and committing -----------------------------------------------------------
 
     def execute_local(self, plan: WritePlan) -> list[WriteStat]:
-        """Run every task of the plan in this process."""
-        return [execute(plan.context, task) for task in plan.tasks]
+        """Run every task of the plan in this process (two threads: I/O and Arrow overlap)."""
+        if len(plan.tasks) < 2:
+            return [execute(plan.context, task) for task in plan.tasks]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return list(pool.map(lambda task: execute(plan.context, task), plan.tasks))
 
     def commit(self, timeline: Timeline, plan: WritePlan, stats: Sequence[WriteStat]) -> Instant:
         """Complete the instant with the tasks' stats: the commit point."""
-        meta = CommitMetadata(write_stats=tuple(stats), operation_type=plan.operation,
-                              extra_metadata=plan.extra_metadata)
-        return timeline.complete(plan.instant, meta.to_avro_bytes())
+        return self.finish(timeline, plan.instant, stats, plan.operation, plan.extra_metadata)
 
-    def write(self, operation: str, records: pa.Table | None, deletes: pa.Table | None,
-              *, extra_metadata: Mapping[str, str] | None = None,
-              run: Callable[[WritePlan], list[WriteStat]] | None = None) -> str:
-        """Roll back failed writes, then plan, execute and commit one instant."""
+    # -- the instant lifecycle, for writers that run tasks elsewhere (Spark) ----------------
+
+    def begin(self) -> tuple[Timeline, Instant]:
+        """Roll back failed writes, then start an instant (requested → inflight). Driver only."""
         timeline = Timeline.load(self.storage, self.config)
         if timeline.pending():
             rollback_failed_writes(self.storage, timeline)
             timeline = Timeline.load(self.storage, self.config)
         action = Action.DELTA_COMMIT if self.config.is_mor else Action.COMMIT
         requested = timeline.create_requested(action)
-        inflight = timeline.transition_to_inflight(requested)
+        return timeline, timeline.transition_to_inflight(requested)
+
+    def finish(self, timeline: Timeline, instant: Instant, stats: Sequence[WriteStat],
+               operation: str, extra_metadata: Mapping[str, str]) -> Instant:
+        """Remove files of failed task attempts, then complete the instant. Driver only.
+
+        A task attempt that died after writing a file, and was retried, leaves a file named
+        with this instant that no stat mentions; it is deleted here, before the instant
+        completes, so no reader ever sees it.
+        """
+        referenced = {stat.path for stat in stats}
+        for base in list_table_files(self.storage).base_files:
+            if base.instant_time == instant.requested_time and base.path not in referenced:
+                self.storage.delete(base.path)
+        for log in list_table_files(self.storage).log_files:
+            if log.instant_time == instant.requested_time and log.path not in referenced:
+                self.storage.delete(log.path)
+        meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
+                              extra_metadata=extra_metadata)
+        return timeline.complete(instant, meta.to_avro_bytes())
+
+    def write(self, operation: str, records: pa.Table | None, deletes: pa.Table | None,
+              *, extra_metadata: Mapping[str, str] | None = None,
+              run: Callable[[WritePlan], list[WriteStat]] | None = None) -> str:
+        """Roll back failed writes, then plan, execute and commit one instant."""
+        timeline, inflight = self.begin()
         plan = self.plan(timeline, inflight, operation, records, deletes, extra_metadata)
         stats = (run or self.execute_local)(plan)
         done = self.commit(timeline, plan, stats)
         return done.requested_time
+
+
+def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
+    """File id of a new bucket's file group, the same for every writer of that bucket.
+
+    Derived from (table, partition, bucket) so that a retried task, or another executor,
+    names the group identically; Hudi does the same for its non-blocking bucket ids.
+    """
+    seed = uuid.uuid5(uuid.NAMESPACE_URL, f"tidelake:{table_name}:{partition}:{bucket}")
+    return bucket_file_id(bucket, str(seed))
 
 
 def _bucket_group(slices: Sequence[FileSlice], bucket: int) -> str | None:
