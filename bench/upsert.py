@@ -25,11 +25,13 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -354,37 +356,55 @@ class Result:
 
 
 class Profiler:
-    """cProfile one phase of the tidelake engines; every call of that phase (all the
-    batches, say) adds to one profile per engine, printed sorted by cumulative time."""
+    """cProfile one phase of the tidelake engines: every call of that phase (all the
+    batches, say) and every thread it starts (the engine's write pool) add to one profile
+    per engine, printed sorted by cumulative time. Cumulative times of the threads add up,
+    so they can exceed the wall time; the calling thread shows its waits on the pool as
+    ``acquire``."""
 
     def __init__(self, phase: str | None, top: int, out_dir: str | None) -> None:
         self.phase = phase
         self.top = top
         self.out_dir = out_dir
-        self.profiles: dict[str, cProfile.Profile] = {}
+        self.profiles: dict[str, list[cProfile.Profile]] = {}
 
     def run(self, phase: str, engine: Engine, fn: Callable[[], T]) -> T:
         if phase != self.phase or not engine.is_tidelake:
             return fn()
-        prof = self.profiles.setdefault(engine.name, cProfile.Profile())
-        prof.enable()
+        profiles = self.profiles.setdefault(engine.name, [])
+
+        def start_thread_profile(frame: FrameType, event: str, arg: object) -> None:
+            # Runs once in each new thread: hand over to a cProfile of its own.
+            sys.setprofile(None)
+            thread_profile = cProfile.Profile()
+            profiles.append(thread_profile)
+            thread_profile.enable()
+
+        main = cProfile.Profile()
+        profiles.append(main)
+        threading.setprofile(start_thread_profile)
+        main.enable()
         try:
             return fn()
         finally:
-            prof.disable()
+            main.disable()
+            threading.setprofile(None)
 
     def report(self, engine: Engine) -> None:
-        prof = self.profiles.pop(engine.name, None)
-        if prof is None:
+        profiles = self.profiles.pop(engine.name, None)
+        if not profiles:
             return
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(self.top)
-        log(f"--- profile of {engine.name} {self.phase}, all calls "
-            "(sorted by cumulative time) ---")
+        stats = pstats.Stats(profiles[0], stream=buf)
+        for extra in profiles[1:]:
+            stats.add(extra)
+        stats.sort_stats("cumulative").print_stats(self.top)
+        log(f"--- profile of {engine.name} {self.phase}: all calls, {len(profiles)} "
+            "thread profiles (sorted by cumulative time) ---")
         log(buf.getvalue())
         if self.out_dir:
             target = os.path.join(self.out_dir, f"{engine.name}-{self.phase}.prof")
-            prof.dump_stats(target)
+            stats.dump_stats(target)
             log(f"profile written to {target}")
 
 
@@ -447,7 +467,8 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
 
 # -- report ----------------------------------------------------------------------------
 
-HEADERS = ("engine", "initial load rows/s", "upsert rows/s median", "first", "last",
+HEADERS = ("engine", "initial load rows/s", "upsert rows/s median", "first batch",
+           "last batch",
            "full read rows/s", "point lookup", "rows", "size", "check", "target", "pass/miss")
 RIGHT = (False, True, True, True, True, True, True, True, True, False, False, False)
 

@@ -81,6 +81,9 @@ def write_base_file(
     bloom: bool = True,
     compression: str = "snappy",
     row_group_size: int | None = None,
+    bloom_filter: BloomFilter | None = None,
+    dictionary_columns: Sequence[str] | None = None,
+    fsync: bool = True,
 ) -> BaseFileWriteResult:
     """Write ``table`` as the Parquet base file ``path`` and publish it atomically.
 
@@ -90,6 +93,14 @@ def write_base_file(
     sizing) and the min/max record key; record keys must then be non-null and non-empty.
     Raises ``ValueError`` for such bad input and ``FileExistsError`` if ``path`` exists;
     on any error nothing is left under ``path`` or its temporary name.
+
+    ``bloom_filter``, when given, is written as is instead of one built from the keys: a
+    copy-on-write merge passes the old file's filter with the new keys added (a superset of
+    this file's keys, as valid for Java's index as an exact one). ``dictionary_columns``
+    limits Parquet dictionary encoding to those columns (the low-cardinality ones), which
+    writes faster than trying a dictionary for every column; meta columns may be given as
+    ``dictionary<string>`` arrays. ``fsync=False`` leaves flushing to the caller (a writer
+    that syncs the file system once before its commit, see :meth:`Storage.sync`).
     """
     _check_meta_columns(table)
     folder, name = os.path.split(os.path.abspath(path))
@@ -101,8 +112,9 @@ def write_base_file(
         if keys.null_count:
             raise ValueError(f"{keys.null_count} row(s) have a null {_RECORD_KEY}; "
                              f"a bloom filter needs every record key")
-        bloom_filter = BloomFilter.create()
-        bloom_filter.add_many(keys)
+        if bloom_filter is None:
+            bloom_filter = BloomFilter.create()
+            bloom_filter.add_many(keys)
         footer[BLOOM_FILTER_KEY] = bloom_filter.serialize()
         footer[BLOOM_FILTER_TYPE_CODE_KEY] = BloomFilterTypeCode.DYNAMIC_V0.value
         min_key, max_key = java_min_max(keys)
@@ -112,16 +124,21 @@ def write_base_file(
 
     temp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
     try:
-        with pq.ParquetWriter(temp, table.schema, compression=compression) as writer:
+        use_dictionary: bool | list[str] = (
+            list(dictionary_columns) if dictionary_columns is not None else True)
+        with pq.ParquetWriter(temp, table.schema, compression=compression,
+                              use_dictionary=use_dictionary) as writer:
             writer.write_table(table, row_group_size=row_group_size)
             if footer:
                 writer.add_key_value_metadata(footer)
-        _fsync(temp)
+        if fsync:
+            _fsync(temp)
         os.link(temp, path)  # atomic and exclusive: fails if `path` exists
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
-    _fsync_dir(folder)
+    if fsync:
+        _fsync_dir(folder)
     return BaseFileWriteResult(
         path=path,
         file_size=os.path.getsize(path),
@@ -135,17 +152,21 @@ def read_base_file(
     path: str,
     columns: Sequence[str] | None = None,
     filters: pc.Expression | list[Any] | None = None,
+    dictionary_columns: Sequence[str] | None = None,
 ) -> pa.Table:
     """Read a base file (all columns or ``columns``), optionally filtered.
 
     ``filters`` is a pyarrow expression or a DNF list as :func:`pyarrow.parquet.read_table`
     takes it. No partition columns are inferred from the file's folder names.
+    ``dictionary_columns`` come back as ``dictionary<string>`` (much faster for columns
+    with few distinct values, such as the commit time or file name).
     """
     return pq.read_table(
         path,
         columns=list(columns) if columns is not None else None,
         filters=filters,
         partitioning=None,
+        read_dictionary=list(dictionary_columns) if dictionary_columns else None,
     )
 
 
@@ -218,6 +239,8 @@ def _check_meta_columns(table: pa.Table) -> None:
                          f"got {names}")
     for field in (table.schema.field(i) for i in range(len(META_COLUMNS))):
         t = field.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
         if not (pa.types.is_string(t) or pa.types.is_large_string(t)
                 or pa.types.is_string_view(t)):
             raise ValueError(f"meta column {field.name!r} must be a string, got {t}")
@@ -227,9 +250,12 @@ def _check_file_names(table: pa.Table, name: str) -> None:
     column = table.column(_FILE_NAME)
     if len(column) == column.null_count:
         return
-    wrong = pc.sum(pc.not_equal(column, pa.scalar(name, column.type))).as_py() or 0
+    distinct = pc.unique(column.combine_chunks())
+    if pa.types.is_dictionary(distinct.type):
+        distinct = distinct.cast(distinct.type.value_type)
+    wrong = [v for v in distinct.to_pylist() if v is not None and v != name]
     if wrong:
-        raise ValueError(f"{wrong} row(s) have a {_FILE_NAME} other than {name!r}")
+        raise ValueError(f"row(s) have a {_FILE_NAME} other than {name!r}: {wrong[0]!r}")
 
 
 def _fsync(path: str) -> None:

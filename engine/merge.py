@@ -222,5 +222,7 @@ def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None
     """In-batch combine: one row per record key, by the merge mode (later row wins ties)."""
     if table.num_rows < 2:
         return table
+    if pc.count_distinct(table.column(KEY)).as_py() == table.num_rows:
+        return table  # no key twice: nothing to combine
     return merge_layers(None, [DataLayer(table)], mode=mode, ordering_field=ordering_field,
                         schema=table.schema)

@@ -30,7 +30,13 @@ from engine.log_format import (
 )
 from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.partition import DEFAULT_PARTITION, decode_partition_value
-from engine.schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, arrow_from_avro_json
+from engine.schema import (
+    COMMIT_TIME,
+    LOW_CARDINALITY_META,
+    META_FIELDS,
+    RECORD_KEY,
+    arrow_from_avro_json,
+)
 from engine.storage import Storage
 from engine.timeline import Timeline
 
@@ -132,7 +138,9 @@ class SliceReader:
         """The merged rows of one slice (columns=None: all columns)."""
         base: pa.Table | None = None
         if slc.base_file is not None:
-            base = read_base_file(self.storage.full(slc.base_file.path), columns=columns)
+            wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
+            base = read_base_file(self.storage.full(slc.base_file.path), columns=columns,
+                                  dictionary_columns=wanted)
         schema = base.schema if base is not None else self.schema
         if read_optimized or not slc.log_files:
             if base is None:
@@ -180,6 +188,19 @@ class SliceReader:
                 keys, ordering = delete_columns(block)
                 layers.append(DeleteLayer(keys, ordering))
         return layers
+
+
+def _dictionary_meta(table: pa.Table) -> pa.Table:
+    """Low-cardinality meta columns as ``dictionary<string>``, as base files are read."""
+    for name in LOW_CARDINALITY_META:
+        if name not in table.column_names:
+            continue
+        index = table.column_names.index(name)
+        column = table.column(index)
+        if not pa.types.is_dictionary(column.type):
+            encoded = column.combine_chunks().dictionary_encode()
+            table = table.set_column(index, pa.field(name, encoded.type), encoded)
+    return table
 
 
 def delete_columns(block: LogBlock) -> tuple[pa.Array, pa.Array | None]:
@@ -240,7 +261,7 @@ class TableReader:
             part = reader.read_slice(slc, read_optimized=spec.read_optimized,
                                      columns=read_columns)
             if part.num_rows:
-                tables.append(part)
+                tables.append(_dictionary_meta(part))
         if not tables:
             empty_schema = schema or pa.schema([])
             result = empty_schema.empty_table()

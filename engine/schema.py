@@ -15,6 +15,8 @@ RECORD_KEY = "_hoodie_record_key"
 PARTITION_PATH = "_hoodie_partition_path"
 FILE_NAME = "_hoodie_file_name"
 META_FIELDS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
+# Meta columns with few distinct values per file: read and written dictionary-encoded.
+LOW_CARDINALITY_META = (COMMIT_TIME, PARTITION_PATH, FILE_NAME)
 META_SCHEMA = pa.schema([pa.field(name, pa.string()) for name in META_FIELDS])
 
 

@@ -12,16 +12,35 @@ Contract (what the write protocol and readers depend on):
 * Data files are written through :meth:`temp_path_for` + :meth:`publish` so that a crash
   never leaves a partial file under a data file name; a leftover temporary file starts
   with ``.tmp.`` and matches no Hudi file pattern, so no reader ever picks it up.
+* Durability: data files are not flushed one by one. The writer calls :meth:`sync` once
+  (Linux ``syncfs`` of the table's file system) after all data files of an instant are
+  written and before the completed instant is published, and the instant file itself is
+  fsynced. A power loss can then lose an uncommitted write, never a committed one.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 TEMP_PREFIX = ".tmp."
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        return ctypes.CDLL(name, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _load_syncfs()
 
 
 @dataclass(frozen=True)
@@ -110,14 +129,27 @@ class Storage:
         else:
             os.replace(temp_abs, final)
 
-    def write_new(self, rel: str, data: bytes) -> None:
-        """Publish ``data`` under ``rel`` atomically; :class:`FileExistsError` if present."""
+    def write_new(self, rel: str, data: bytes, *, fsync: bool = True) -> None:
+        """Publish ``data`` under ``rel`` atomically; :class:`FileExistsError` if present.
+
+        ``fsync=False`` for data files, which :meth:`sync` flushes together before commit.
+        """
         temp = self.temp_path_for(rel)
         with open(temp, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
         self.publish(temp, rel, exclusive=True)
+
+    def sync(self) -> None:
+        """Flush every written file of the table's file system to disk (one ``syncfs``)."""
+        fd = os.open(self.base_path, os.O_RDONLY)
+        try:
+            if _SYNCFS is None or _SYNCFS(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
 
     def write_replace(self, rel: str, data: bytes) -> None:
         """Publish ``data`` under ``rel`` atomically, replacing any previous content."""

@@ -259,18 +259,24 @@ class WriteClient:
     def _place_bucket(self, records: pa.Table, by_partition: Mapping[str, list[FileSlice]],
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_updates: dict[tuple[str, str], int]) -> None:
-        buckets = bucket_ids(records.column(RECORD_KEY), self.write_config.num_buckets)
-        parts = records.column(PARTITION_PATH).combine_chunks()
-        combo = pa.table({"p": parts, "b": pa.array(buckets, pa.int32()),
-                          "i": pa.array(np.arange(records.num_rows))})
-        grouped = combo.group_by(["p", "b"]).aggregate([("i", "list")])
-        for part, bucket, idx in zip(grouped.column("p").to_pylist(),
-                                     grouped.column("b").to_pylist(),
-                                     grouped.column("i_list").to_pylist(), strict=True):
+        buckets = np.asarray(bucket_ids(records.column(RECORD_KEY),
+                                        self.write_config.num_buckets), dtype=np.int64)
+        encoded = records.column(PARTITION_PATH).combine_chunks().dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        group_code = codes * self.write_config.num_buckets + buckets
+        order = np.argsort(group_code, kind="stable")
+        ordered = records.take(pa.array(order))
+        sorted_codes = group_code[order]
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        names = encoded.dictionary.to_pylist()
+        n_buckets = self.write_config.num_buckets
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            code = int(sorted_codes[start])
+            part, bucket = names[code // n_buckets], code % n_buckets
             fid = _bucket_group(by_partition.get(part, []), bucket) or new_bucket_file_id(
                 self.config.name, part, bucket)
-            group = (part, fid)
-            group_records.setdefault(group, []).append(records.take(pa.array(idx)))
+            group_records.setdefault((part, fid), []).append(ordered.slice(start, end - start))
 
     def _place_simple(self, timeline: Timeline, operation: str, records: pa.Table,
                       reader: SliceReader, slices: list[FileSlice],
@@ -388,6 +394,7 @@ class WriteClient:
         for log in list_table_files(self.storage).log_files:
             if log.instant_time == instant.requested_time and log.path not in referenced:
                 self.storage.delete(log.path)
+        self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
         return timeline.complete(instant, meta.to_avro_bytes())

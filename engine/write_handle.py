@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.base_file import read_base_file, write_base_file
+from engine.base_file import read_base_file, read_footer_keys, write_base_file
 from engine.commit_metadata import WriteStat
 from engine.config import LogBlockFormat, MergeMode
 from engine.log_format import (
@@ -33,7 +33,9 @@ from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.naming import BaseFileName, LogFileName
 from engine.partition import write_partition_metadata
 from engine.schema import (
+    COMMIT_SEQNO,
     FILE_NAME,
+    LOW_CARDINALITY_META,
     META_FIELDS,
     PARTITION_PATH,
     RECORD_KEY,
@@ -89,26 +91,46 @@ class WriteTask:
         return f"{self.task_partition}-{self.stage}-{self.attempt}"
 
 
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+def _constant(value: str, n: int, dictionary: bool) -> pa.Array:
+    if dictionary:
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                              pa.array([value], pa.string()))
+    return pa.array(np.full(n, value, dtype=object), pa.string())
+
+
+def _meta_schema(ctx: WriteContext, dictionary: bool) -> pa.Schema:
+    meta = [pa.field(m, _DICT if dictionary and m in LOW_CARDINALITY_META else pa.string())
+            for m in META_FIELDS]
+    return pa.schema(meta + list(ctx.data_schema))
+
+
 def _with_meta(ctx: WriteContext, task: WriteTask, records: pa.Table, file_name: str,
-               seq_start: int = 0) -> pa.Table:
-    """Records with the five meta fields first, data columns in table order."""
+               *, dictionary: bool = False) -> pa.Table:
+    """Records with the five meta fields first, data columns in table order.
+
+    With ``dictionary`` the low-cardinality meta columns are ``dictionary<string>`` (what
+    base files are read and written with); log blocks take plain strings.
+    """
     n = records.num_rows
-    commit_time = pa.array(np.full(n, ctx.instant_time, dtype=object), pa.string())
     prefix = f"{ctx.instant_time}_{task.task_partition}_"
     seq = pc.binary_join_element_wise(
-        prefix, pc.cast(pa.array(np.arange(seq_start, seq_start + n)), pa.string()), "")
-    names = pa.array(np.full(n, file_name, dtype=object), pa.string())
-    columns = [commit_time, seq, records.column(RECORD_KEY), records.column(PARTITION_PATH),
-               names]
+        prefix, pc.cast(pa.array(np.arange(n)), pa.string()), "")
+    partition = records.column(PARTITION_PATH)
+    if dictionary:
+        partition = partition.combine_chunks().dictionary_encode()
+    columns = [_constant(ctx.instant_time, n, dictionary), seq, records.column(RECORD_KEY),
+               partition, _constant(file_name, n, dictionary)]
     for f in ctx.data_schema:
         col = records.column(f.name)
         columns.append(col if col.type.equals(f.type) else col.cast(f.type))
-    schema = pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays(columns, schema=_meta_schema(ctx, dictionary))
 
 
 def _full_schema(ctx: WriteContext) -> pa.Schema:
-    return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema))
+    return _meta_schema(ctx, dictionary=True)
 
 
 def _deletes_layer(ctx: WriteContext, deletes: pa.Table) -> DeleteLayer:
@@ -118,15 +140,24 @@ def _deletes_layer(ctx: WriteContext, deletes: pa.Table) -> DeleteLayer:
     return DeleteLayer(deletes.column(RECORD_KEY).combine_chunks(), ordering)
 
 
-def execute(ctx: WriteContext, task: WriteTask) -> WriteStat:
-    """Run one write task; returns its write stat. Never touches the timeline."""
+def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteStat:
+    """Run one write task; returns its write stat. Never touches the timeline.
+
+    Files are published whole but not flushed; the committing driver flushes the file
+    system once before it completes the instant. ``sync=True`` flushes here instead, for
+    tasks on other machines (a Spark executor writing to a shared file system).
+    """
     storage = Storage(ctx.base_path)
     write_partition_metadata(storage, task.partition_path, ctx.instant_time)
     if task.kind == APPEND:
-        return _append(ctx, task, storage)
-    if task.kind in (CREATE, MERGE):
-        return _write_base(ctx, task, storage)
-    raise ValueError(f"kind: unknown write task kind {task.kind!r}")
+        stat = _append(ctx, task, storage)
+    elif task.kind in (CREATE, MERGE):
+        stat = _write_base(ctx, task, storage)
+    else:
+        raise ValueError(f"kind: unknown write task kind {task.kind!r}")
+    if sync:
+        storage.sync()
+    return stat
 
 
 def _rel(partition: str, name: str) -> str:
@@ -137,35 +168,46 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteSt
     name = BaseFileName(task.file_id, task.write_token, ctx.instant_time).name
     rel = _rel(task.partition_path, name)
     schema = _full_schema(ctx)
-    incoming = (_with_meta(ctx, task, task.records, name)
+    incoming = (_with_meta(ctx, task, task.records, name, dictionary=True)
                 if task.records is not None and task.records.num_rows else None)
     num_deletes = 0
     updates = 0
+    bloom = None
     if task.kind == MERGE and task.base_file:
-        base = read_base_file(storage.full(task.base_file))
-        base_keys = base.column(RECORD_KEY)
+        base_path = storage.full(task.base_file)
+        base = read_base_file(base_path, dictionary_columns=LOW_CARDINALITY_META)
+        base_keys = base.column(RECORD_KEY).combine_chunks()
         layers: list[Layer] = []
+        new_keys = None
         if incoming is not None:
             layers.append(DataLayer(incoming))
-            updates = int(pc.sum(pc.is_in(incoming.column(RECORD_KEY),
-                                          value_set=base_keys.combine_chunks())).as_py() or 0)
+            incoming_keys = incoming.column(RECORD_KEY).combine_chunks()
+            existing = pc.is_in(incoming_keys, value_set=base_keys)
+            updates = int(pc.sum(existing).as_py() or 0)
+            new_keys = incoming_keys.filter(pc.invert(existing))
         if task.deletes is not None and task.deletes.num_rows:
             layers.append(_deletes_layer(ctx, task.deletes))
         merged = merge_layers(base, layers, mode=ctx.merge_mode,
                               ordering_field=ctx.ordering_field, schema=schema)
-        num_deletes = base.num_rows + (incoming.num_rows if incoming is not None else 0) \
-            - updates - merged.num_rows
-        num_deletes = max(num_deletes, 0)
+        num_deletes = max(base.num_rows + (incoming.num_rows if incoming is not None else 0)
+                          - updates - merged.num_rows, 0)
         # Rows kept from the old file keep commit time and seqno; only the file name moves.
-        names = pa.array(np.full(merged.num_rows, name, dtype=object), pa.string())
-        merged = merged.set_column(merged.schema.get_field_index(FILE_NAME), FILE_NAME, names)
+        index = merged.schema.get_field_index(FILE_NAME)
+        merged = merged.set_column(index, schema.field(FILE_NAME),
+                                   _constant(name, merged.num_rows, True))
         out = merged
+        if ctx.write_bloom_filter:
+            # The old filter plus the new keys: a superset of this file's keys, far cheaper
+            # than hashing every key again (deleted keys only add false positives).
+            bloom = read_footer_keys(base_path).bloom
+            if bloom is not None and new_keys is not None and len(new_keys):
+                bloom.add_many(new_keys)
     else:
         out = incoming if incoming is not None else schema.empty_table()
-    if out.num_rows:
-        out = out.sort_by(RECORD_KEY)
+    dictionary_columns = [c for c in out.column_names if c not in (COMMIT_SEQNO, RECORD_KEY)]
     result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
-                             compression=ctx.compression)
+                             compression=ctx.compression, bloom_filter=bloom,
+                             dictionary_columns=dictionary_columns, fsync=False)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     return WriteStat(
@@ -201,7 +243,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
                                           ctx.avro_schema_with_meta))
         n_deletes = deletes.num_rows
     data = b"".join(blocks)
-    storage.write_new(rel, data)
+    storage.write_new(rel, data, fsync=False)
     updates = min(task.num_updates, n_records)
     return WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,

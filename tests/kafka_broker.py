@@ -17,13 +17,19 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
 
 from ingest.broker import EmbeddedBroker
+
+with warnings.catch_warnings():
+    # kafka-python 3.0 loads its protocol schemas with importlib.resources.read_text (and
+    # open_text), deprecated in Python 3.11: DeprecationWarnings at import time.
+    warnings.filterwarnings("ignore", r"(read|open)_text is deprecated", DeprecationWarning)
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka.admin import NewTopic
 
 __all__ = ["create_topic", "kafka_bootstrap", "produce", "unique_topic"]
 

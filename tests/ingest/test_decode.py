@@ -148,7 +148,7 @@ def test_json_decoder_unicode_and_escapes_round_trip() -> None:
     texts = ["é😀", "日本語", "\u0000nul", 'quote " and \\ backslash', "tab\tand\nnewline"]
     values = [json.dumps({"id": t}, ensure_ascii=ascii_only).encode()
               for t in texts for ascii_only in (True, False)]
-    values.append('{"id": "pretty"\n}'.encode())  # newlines between tokens are white space
+    values.append(b'{"id": "pretty"\n}')  # newlines between tokens are white space
     result = JsonDecoder("id STRING").decode(_binary(values))
     assert result.errors == []
     assert result.table.column("id").to_pylist() == [t for t in texts for _ in (0, 1)] + [
