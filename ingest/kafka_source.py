@@ -76,6 +76,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "ARROW_SCHEMA",
+    "BATCH_ROWS",
     "CLIENT_OPTIONS",
     "KAFKA_DDL",
     "SOURCE_NAME",
@@ -89,6 +91,9 @@ __all__ = [
     "check_offset_range",
     "format_hudi_checkpoint",
     "is_secret_key",
+    "kafka_spark_schema",
+    "offsets_from_json_dict",
+    "offsets_to_json_dict",
     "parse_hudi_checkpoint",
     "plan_end_offsets",
     "read_kafka_stream",
@@ -289,7 +294,7 @@ class KafkaSourceOptions:
             "group_id": None,
             "enable_auto_commit": False,
             "allow_auto_create_topics": False,
-            "isolation_level": "read_uncommitted",  # as Spark's default; see _Offsets.latest
+            "isolation_level": "read_uncommitted",  # Spark's default too; see _Cluster.latest
             **self.client_config,
             **overrides,
         }
@@ -300,8 +305,6 @@ class KafkaSourceOptions:
                 f"starting_offsets={self.starting_offsets!r}, "
                 f"max_offsets_per_trigger={self.max_offsets_per_trigger!r}, "
                 f"fail_on_data_loss={self.fail_on_data_loss!r}, client_config={client!r})")
-
-    __str__ = __repr__
 
 
 def _parse_starting_offsets(value: str, topics: tuple[str, ...]) -> str | Offsets:

@@ -33,7 +33,8 @@ def _demo_batch(rng: random.Random, live: dict[str, dict[str, Any]], next_id: li
             next_id[0] += 1
             key = f"trip-{next_id[0]:06d}"
             city = rng.choice(cities)
-        rows.append({"trip_id": key, "ts": int(time.time() * 1000) + len(rows),
+        next_id[1] += 1  # event time: strictly increasing, so every update is newer
+        rows.append({"trip_id": key, "ts": next_id[1],
                      "city": city, "fare": round(rng.uniform(5, 80), 2),
                      "rider": f"rider-{rng.randint(1, 500)}"})
     deletes = rng.sample(sorted(live), k=min(len(live), size // 20)) if live else []
@@ -51,7 +52,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                   "hoodie.bucket.index.num.buckets": "2"})
     rng = random.Random(7)
     live: dict[str, dict[str, Any]] = {}
-    next_id = [0]
+    next_id = [0, int(time.time() * 1000)]
     started = time.monotonic()
     written = 0
     for batch_no in range(1, args.batches + 1):
@@ -74,6 +75,10 @@ def run_demo(args: argparse.Namespace) -> int:
     ours = {r["trip_id"]: r["fare"] for r in result.select(["trip_id", "fare"]).to_pylist()}
     expected = {k: v["fare"] for k, v in live.items()}
     ok = ours == expected
+    if not ok:
+        wrong = sorted(k for k in set(ours) | set(expected) if ours.get(k) != expected.get(k))
+        print(f"{len(wrong)} record(s) differ, e.g. {wrong[:3]}: table "
+              f"{[ours.get(k) for k in wrong[:3]]} vs written {[expected.get(k) for k in wrong[:3]]}")
     print(f"\nwrote {written} records in {elapsed:.1f}s; table holds {result.num_rows} "
           f"records; matches what was written: {'yes' if ok else 'NO'}")
     try:

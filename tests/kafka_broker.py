@@ -14,6 +14,7 @@ Tests must pass on all three, so they create their own uniquely named topics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -50,13 +51,22 @@ def _docker_reachable() -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """Bootstrap address (``host:port``) of a Kafka-protocol broker for the whole session."""
+class _Shared:
+    """One broker per test process, however many modules import the fixture.
+
+    pytest makes a separate session fixture for every module that imports it, so the broker is
+    reference-counted here and stopped when the last of them is torn down.
+    """
+
+    users = 0
+    bootstrap = ""
+    stack = contextlib.ExitStack()
+
+
+def _start(stack: contextlib.ExitStack) -> str:
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if configured:
-        yield configured
-        return
+        return configured
     if _docker_reachable():
         try:
             from testcontainers.kafka import KafkaContainer
@@ -65,11 +75,23 @@ def kafka_bootstrap() -> Iterator[str]:
         else:
             image = os.environ.get("TIDELAKE_KAFKA_IMAGE")
             container = KafkaContainer(image) if image else KafkaContainer()
-            with container.with_kraft() as kafka:
-                yield kafka.get_bootstrap_server()
-            return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap_servers
+            kafka = stack.enter_context(container.with_kraft())
+            return str(kafka.get_bootstrap_server())
+    return stack.enter_context(EmbeddedBroker()).bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address (``host:port``) of a Kafka-protocol broker for the whole session."""
+    if _Shared.users == 0:
+        _Shared.bootstrap = _start(_Shared.stack)
+    _Shared.users += 1
+    try:
+        yield _Shared.bootstrap
+    finally:
+        _Shared.users -= 1
+        if _Shared.users == 0:
+            _Shared.stack.close()
 
 
 def unique_topic(prefix: str) -> str:

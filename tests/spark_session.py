@@ -24,16 +24,32 @@ if TYPE_CHECKING:
 __all__ = ["spark"]
 
 REPO = Path(__file__).resolve().parents[1]
+_shared: list[SparkSession] = []
+_users = [0]
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """A ``pyspark.sql.SparkSession`` shared by all tests; stopped at the end of the session."""
+    """A ``pyspark.sql.SparkSession`` shared by all tests; stopped after its last user.
+
+    pytest makes one session fixture per module that imports this one: they share one session.
+    """
+    if not _shared:
+        _shared.append(_start(tmp_path_factory.mktemp("spark")))
+    session, _users[0] = _shared[0], _users[0] + 1
+    try:
+        yield session
+    finally:
+        _users[0] -= 1
+        if _users[0] == 0:
+            _shared.pop().stop()
+
+
+def _start(work: Path) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    work = tmp_path_factory.mktemp("spark")
     with warnings.catch_warnings():
         # pyspark.testing (imported while the session starts) warns once per process that
         # pandas >= 3 is not fully supported; nothing here uses the pandas APIs it means.
@@ -54,7 +70,4 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             .getOrCreate()
         )
     session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
+    return session
