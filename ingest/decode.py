@@ -7,8 +7,9 @@ when the decoder is built. Decoders are picklable (built on the driver, used in 
 
 * :class:`JsonDecoder` - one JSON object per value, schema as a Spark DDL string (see
   :func:`parse_ddl`), an Avro ``.avsc`` path or dict, or an Arrow schema. Fast path:
-  ``pyarrow.json`` over all values at once; when that fails, the batch is bisected to find the
-  bad values, so good values decode identically whatever their neighbours. Extra fields are
+  ``pyarrow.json`` over all values at once; when that fails, failing chunks are narrowed down
+  and their values screened one by one in Python (:func:`_locate`), so a value decodes the
+  same whatever its neighbours, and rare bad values cost little. Extra fields are
   ignored, missing fields are null. TIMESTAMP/DATE take ISO-8601 strings, BINARY base64
   strings, DECIMAL numbers or strings that fit the scale. Schemas with MAP, or DATE/BINARY
   below the top level, decode record by record in Python (correct, slower).

@@ -77,8 +77,9 @@ def run_demo(args: argparse.Namespace) -> int:
     ok = ours == expected
     if not ok:
         wrong = sorted(k for k in set(ours) | set(expected) if ours.get(k) != expected.get(k))
-        print(f"{len(wrong)} record(s) differ, e.g. {wrong[:3]}: table "
-              f"{[ours.get(k) for k in wrong[:3]]} vs written {[expected.get(k) for k in wrong[:3]]}")
+        sample = wrong[:3]
+        print(f"{len(wrong)} record(s) differ, e.g. {sample}: table "
+              f"{[ours.get(k) for k in sample]} vs written {[expected.get(k) for k in sample]}")
     print(f"\nwrote {written} records in {elapsed:.1f}s; table holds {result.num_rows} "
           f"records; matches what was written: {'yes' if ok else 'NO'}")
     try:

@@ -105,9 +105,11 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
     rng = random.Random(seed)
     options = {"hoodie.index.type": index, "hoodie.logfile.data.block.format": block_format,
                "hoodie.bucket.index.num.buckets": "2",
-               # small files so inserts spread over several file groups
-               "hoodie.parquet.max.file.size": "20000",
-               "hoodie.parquet.small.file.limit": "8000"}
+               # a base file carries a ~330 kB bloom filter: with these sizes a group takes
+               # inserts while small, and some batches still open new groups
+               "hoodie.parquet.max.file.size": "400000",
+               "hoodie.parquet.small.file.limit": "340000",
+               "hoodie.copyonwrite.record.size.estimate": "2000"}
     table = Table.create(str(tmp_path / "t"), name="diff", table_type=table_type,
                          record_key="key", precombine="ts", partition_by=["region"],
                          options=options)
@@ -176,10 +178,10 @@ def test_random_writes_match_oracle_and_hudi_rs(tmp_path: Path, table_type: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,
                          ids=["-".join(c) for c in CASES])
 def test_random_writes_many_seeds_match_oracle_and_hudi_rs(
         tmp_path: Path, seed: int, table_type: str, index: str, block_format: str) -> None:
     _run_sequence(tmp_path, seed=seed, table_type=table_type, index=index,
-                  block_format=block_format, steps=25)
+                  block_format=block_format, steps=20)

@@ -163,3 +163,27 @@ def test_read_optimized_skips_logs(tmp_path: Path) -> None:
     assert table.read(read_optimized=True).column("fare").to_pylist() == [0.0]
     assert table.read().column("fare").to_pylist() == [5.0]
     assert hudi_rs_read(table.path, read_optimized=True).column("fare").to_pylist() == [0.0]
+
+
+@pytest.mark.parametrize("hive_style", ["true", "false"])
+def test_hostile_partition_values_written_inside_table_and_read_back(tmp_path: Path,
+                                                                     hive_style: str) -> None:
+    values = ["..", ".", "../../escape", "/abs", "a/b", "%2F", "C:\\x", "ünï😀", "", None,
+              "=", "a\nb", "x" * 100]
+    table = Table.create(str(tmp_path / "t"), name="h", table_type="MERGE_ON_READ",
+                         record_key="id", precombine="ts", partition_by=["p"],
+                         options={"hoodie.datasource.write.hive_style_partitioning": hive_style})
+    ids = [f"id{i}" for i in range(len(values))]
+    table.upsert(pa.table({"id": ids, "ts": [1] * len(ids), "p": values}))
+    table.upsert(pa.table({"id": ids, "ts": [2] * len(ids), "p": values}))
+    root = Path(table.path).resolve()
+    for path in tmp_path.rglob("*"):
+        assert path.resolve().is_relative_to(root), path
+    assert not (tmp_path / "escape").exists()
+    for result in (table.read(), hudi_rs_read(table.path)):
+        got = dict(zip(result.column("id").to_pylist(), result.column("p").to_pylist(),
+                       strict=True))
+        assert got == dict(zip(ids, values, strict=True))
+        assert set(result.column("ts").to_pylist()) == {2}
+    with pytest.raises(InvalidRecordError, match="too long"):
+        table.upsert(pa.table({"id": ["long"], "ts": [1], "p": ["y" * 300]}))

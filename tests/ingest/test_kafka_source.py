@@ -500,6 +500,7 @@ def test_stream_bad_options_fail_before_the_query_starts(spark: Any) -> None:  #
         read_kafka_stream(spark, {"kafka.bootstrap.servers": "h:1", "subscribe": "t",
                                   "kafka.bogus": "1"})
     kafka_source.register(spark)
+    assert "sasl\\.jaas" in spark.conf.get("spark.sql.redaction.options.regex")
     with pytest.raises(Exception, match="nosuchoption"):
         (spark.readStream.format("tidelake-kafka").option("kafka.bootstrap.servers", "h:1")
          .option("subscribe", "t").option("noSuchOption", "1").load())

@@ -1,0 +1,172 @@
+"""What a streaming commit records about its micro-batch, and reading it back.
+
+Every commit the sink makes carries, in its ``extraMetadata`` (driver side only):
+
+* ``_hudi_streaming_sink_checkpoint`` — Hudi's streaming-sink checkpoint, in Hudi 1.x's JSON
+  form ``{"<writer identifier>": "<batch id>"}`` (``CommitUtils.getCheckpointValueAsString``;
+  the identifier is Hudi's ``hoodie.datasource.write.streaming.checkpoint.identifier``);
+* ``tidelake.streaming.query.id`` — the Spark query id (stable across restarts from the same
+  checkpoint, new for a new checkpoint). Batch ids restart at 0 when a query starts over
+  without its checkpoint; comparing batch ids only within one query id keeps such a query from
+  skipping its first batches as "already committed";
+* the Kafka offsets the table now covers — the next offset to read per partition, as Hudi's
+  streamer writes them (``topic,partition:offset,...``; topics joined by ``;``), under
+  ``streamer.checkpoint.key`` and under Hudi's own key ``deltastreamer.checkpoint.key``
+  (``StreamerCheckpointV1``), so a Hudi streamer can take the table over.
+
+A batch is *already committed* when the latest commit of the same writer identifier and query
+id has a batch id at least as large: the sink then writes nothing (exactly once on replay).
+:func:`starting_offsets_from_table` turns the offsets back into ``startingOffsets`` for a job
+whose Spark checkpoint was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from engine.commit_metadata import CommitMetadata
+from engine.errors import CorruptTableError, TableNotFoundError
+from engine.timeline import Timeline
+from ingest.kafka_source import format_hudi_checkpoint, parse_hudi_checkpoint
+
+__all__ = [
+    "DEFAULT_IDENTIFIER",
+    "HUDI_STREAMER_CHECKPOINT_KEY",
+    "QUERY_ID_KEY",
+    "SINK_CHECKPOINT_KEY",
+    "STREAMER_CHECKPOINT_KEY",
+    "CommittedBatch",
+    "checkpoint_metadata",
+    "last_committed_batch",
+    "last_offsets",
+    "merge_offsets",
+    "starting_offsets_from_table",
+]
+
+log = logging.getLogger(__name__)
+
+SINK_CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+"""Hudi's ``HoodieStreamingSink.SINK_CHECKPOINT_KEY``."""
+DEFAULT_IDENTIFIER = "default_single_writer"
+"""Default of Hudi's ``hoodie.datasource.write.streaming.checkpoint.identifier``."""
+QUERY_ID_KEY = "tidelake.streaming.query.id"
+STREAMER_CHECKPOINT_KEY = "streamer.checkpoint.key"
+HUDI_STREAMER_CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
+"""``StreamerCheckpointV1.STREAMER_CHECKPOINT_KEY_V1``: the key Hudi's streamer reads."""
+HUDI_STREAMER_CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
+"""Hudi 1.x's V2 key; read (Kafka offsets in the same form), never written."""
+_OFFSET_KEYS = (STREAMER_CHECKPOINT_KEY, HUDI_STREAMER_CHECKPOINT_KEY_V2,
+                HUDI_STREAMER_CHECKPOINT_KEY)
+
+Offsets = dict[str, dict[int, int]]
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """The last micro-batch a writer committed: its batch id, query id and instant."""
+
+    batch_id: int
+    query_id: str | None
+    instant_time: str
+
+
+def _newest_first(timeline: Timeline) -> Iterator[tuple[str, Mapping[str, str]]]:
+    for instant in reversed(timeline.completed_data_instants):
+        meta: CommitMetadata = timeline.commit_metadata(instant)
+        yield instant.requested_time, meta.extra_metadata
+
+
+def last_committed_batch(timeline: Timeline, identifier: str) -> CommittedBatch | None:
+    """The newest commit carrying a batch id for ``identifier`` (None if there is none)."""
+    for instant_time, extra in _newest_first(timeline):
+        raw = extra.get(SINK_CHECKPOINT_KEY)
+        if not raw:
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise CorruptTableError(
+                f"commit {instant_time}: {SINK_CHECKPOINT_KEY} is not JSON: {raw!r}") from None
+        if not isinstance(value, dict) or identifier not in value:
+            continue
+        try:
+            batch_id = int(value[identifier])
+        except (TypeError, ValueError):
+            raise CorruptTableError(f"commit {instant_time}: {SINK_CHECKPOINT_KEY} holds no "
+                                    f"batch id for {identifier!r}: {raw!r}") from None
+        return CommittedBatch(batch_id, extra.get(QUERY_ID_KEY), instant_time)
+    return None
+
+
+def is_committed(last: CommittedBatch | None, batch_id: int, query_id: str | None) -> bool:
+    """True if ``batch_id`` of query ``query_id`` is already in the table (skip it)."""
+    if last is None or last.batch_id < batch_id:
+        return False
+    if last.query_id != query_id:
+        log.info("batch %d of query %s: the table's last streaming commit (%s) is batch %d of "
+                 "query %s, another query; not skipped", batch_id, query_id, last.instant_time,
+                 last.batch_id, last.query_id)
+        return False
+    return True
+
+
+def last_offsets(timeline: Timeline) -> Offsets | None:
+    """Kafka offsets (next to read) recorded by the newest commit that has any."""
+    for instant_time, extra in _newest_first(timeline):
+        for key in _OFFSET_KEYS:
+            raw = extra.get(key)
+            if raw:
+                try:
+                    return parse_hudi_checkpoint(raw)
+                except ValueError:
+                    raise CorruptTableError(
+                        f"commit {instant_time}: {key} is not a Kafka checkpoint: {raw!r}"
+                    ) from None
+    return None
+
+
+def merge_offsets(previous: Offsets | None,
+                  batch_max: Mapping[tuple[str, int], int]) -> Offsets:
+    """Next offsets after a batch: its max offset + 1 per partition, over ``previous``.
+
+    Partitions the batch did not touch keep their previous offset; an offset never moves
+    back (a replayed batch cannot lower what the table records).
+    """
+    merged: Offsets = {t: dict(parts) for t, parts in (previous or {}).items()}
+    for (topic, partition), offset in batch_max.items():
+        current = merged.setdefault(topic, {})
+        current[partition] = max(current.get(partition, 0), int(offset) + 1)
+    return merged
+
+
+def checkpoint_metadata(identifier: str, batch_id: int, query_id: str | None,
+                        offsets: Offsets | None) -> dict[str, str]:
+    """The ``extraMetadata`` entries of a streaming commit."""
+    extra = {SINK_CHECKPOINT_KEY: json.dumps({identifier: str(batch_id)},
+                                             separators=(",", ":"))}
+    if query_id:
+        extra[QUERY_ID_KEY] = query_id
+    if offsets:
+        text = format_hudi_checkpoint(offsets)
+        extra[STREAMER_CHECKPOINT_KEY] = text
+        extra[HUDI_STREAMER_CHECKPOINT_KEY] = text
+    return extra
+
+
+def starting_offsets_from_table(table_path: str) -> Offsets | None:
+    """Offsets to resume from: those the table's newest streaming commit recorded.
+
+    For a job whose Spark checkpoint is lost while the table exists: pass
+    ``ingest.kafka_source.starting_offsets_json(result)`` as the source's ``startingOffsets``.
+    Returns None when there is no table at ``table_path`` or no commit with offsets.
+    """
+    from engine.table import Table
+
+    try:
+        table = Table.open(table_path)
+    except TableNotFoundError:
+        return None
+    return last_offsets(Timeline.load(table.storage, table.config))

@@ -1,0 +1,406 @@
+"""Kafka rows → keyed rows: decode, record keys, partition paths, ordering values, operation.
+
+This is the first step of every micro-batch, and it runs in executor tasks (``mapInArrow``).
+Each Kafka row becomes exactly one *prepared* row carrying its operation:
+
+* ``UPSERT`` — the value decoded, and it has a record key, an ordering value (when the table
+  has a precombine field) and a partition value that can be stored;
+* ``DELETE`` — a Kafka tombstone (null value, non-null key: the record key is the Kafka key
+  as UTF-8), or a decoded row whose delete-marker column (default ``_hoodie_is_deleted``) is
+  true. A tombstone carries no ordering value, so it is a *natural-order* delete (it removes
+  every earlier version, see :mod:`engine.merge`); a marker delete carries its row's ordering
+  value;
+* ``ERROR`` — anything else, with a short reason for the error table: the value did not
+  decode, the record key or ordering value is missing, the partition value cannot be stored,
+  or a tombstone's partition cannot be known.
+
+Bad records are data here, never exceptions: one bad record never fails a batch.
+
+Two shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
+them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value
+(the global-state index path: only these pass through the state operator, whose pandas
+conversion could otherwise alter data columns; :func:`attach_data` decodes the value again
+after tagging — decoding is deterministic, so the same row comes out).
+
+Everything here is a pure function of its input and a picklable :class:`PrepareSpec`, so a
+replayed batch prepares to exactly the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.config import MergeMode, TableConfig
+from engine.errors import InvalidRecordError
+from engine.keygen import partition_paths, record_keys
+from engine.schema import PARTITION_PATH, RECORD_KEY
+from ingest.decode import Decoder
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "DELETE",
+    "ERROR",
+    "SKIP",
+    "UPSERT",
+    "PrepareSpec",
+    "attach_data",
+    "prepare_batch",
+    "prepare_frame",
+    "prepared_schema",
+    "spark_schema",
+]
+
+# Operations (column OP, int8).
+UPSERT = 0
+DELETE = 1
+ERROR = 2
+SKIP = 3
+"""A row that writes nothing (it lost to a newer version); kept for its Kafka offset."""
+
+OP = "_tl_op"
+REASON = "_tl_error"
+TOPIC = "_tl_topic"
+KAFKA_PARTITION = "_tl_kafka_partition"
+OFFSET = "_tl_offset"
+TIMESTAMP = "_tl_timestamp"
+KAFKA_KEY = "_tl_kafka_key"
+VALUE = "_tl_value"
+ORDERING = "_tl_ordering"
+ORDERING_NULL = "_tl_ordering_null"
+FILE_ID = "_tl_file_id"
+RESERVED_PREFIXES = ("_tl_", "_hoodie_")
+
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+"""Columns of the source rows (Spark's Kafka schema; headers are ignored)."""
+
+_UTC_US = pa.timestamp("us", tz="UTC")
+_ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or timestamp"
+
+
+@dataclass(frozen=True)
+class PrepareSpec:
+    """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks.
+
+    ``data_schema`` is the table's data schema (storage types); the decoder's schema has the
+    same field names. ``tombstone_partition`` says where a tombstone's partition comes from:
+    ``"none"`` (non-partitioned table: ``""``), ``"state"`` (the global-state index fills it
+    in: left null here) or ``"unknown"`` (bucket index on a partitioned table: the tombstone
+    is an error, since nothing says which partition holds the key).
+    """
+
+    decoder: Decoder
+    config: TableConfig
+    data_schema: pa.Schema
+    delete_column: str | None = "_hoodie_is_deleted"
+    tombstone_partition: str = "unknown"
+    with_data: bool = True
+
+    @property
+    def ordering_type(self) -> pa.DataType | None:
+        """Arrow type of the ordering (precombine) field, or None without one."""
+        field = self.config.precombine_field
+        return self.data_schema.field(field).type if field else None
+
+    @property
+    def event_time(self) -> bool:
+        """True when versions are ordered by the ordering field (else by arrival)."""
+        return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
+                and self.config.precombine_field is not None)
+
+
+def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:
+    """Raise ValueError unless ``arrow_type`` can serve as an ordering (precombine) value."""
+    t = arrow_type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
+            or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_date(t)
+            or pa.types.is_timestamp(t)):
+        raise ValueError(f"precombine: field {field!r} has type {t}; an ordering field must be "
+                         f"{_ORDERING_TYPES}")
+
+
+def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
+    """The bookkeeping columns every prepared row has, after the data columns (if any)."""
+    fields = [
+        pa.field(RECORD_KEY, pa.string()),
+        pa.field(PARTITION_PATH, pa.string()),
+        pa.field(OP, pa.int8()),
+        pa.field(REASON, pa.string()),
+        pa.field(TOPIC, pa.string()),
+        pa.field(KAFKA_PARTITION, pa.int32()),
+        pa.field(OFFSET, pa.int64()),
+        pa.field(TIMESTAMP, _UTC_US),
+        pa.field(KAFKA_KEY, pa.binary()),
+        pa.field(VALUE, pa.binary()),
+        pa.field(FILE_ID, pa.string()),
+    ]
+    ordering = spec.ordering_type
+    if ordering is not None:
+        fields += [pa.field(ORDERING, ordering), pa.field(ORDERING_NULL, pa.bool_())]
+    return fields
+
+
+def prepared_schema(spec: PrepareSpec, *, with_data: bool | None = None) -> pa.Schema:
+    """Arrow schema of prepared rows (full: data columns first; slim: bookkeeping only)."""
+    full = spec.with_data if with_data is None else with_data
+    data = [f.with_nullable(True) for f in spec.data_schema] if full else []
+    return pa.schema(data + meta_fields(spec))
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark ``StructType`` of an Arrow schema (for ``mapInArrow`` outputs)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _column(batch: pa.Table, name: str, arrow_type: pa.DataType) -> pa.Array:
+    n = batch.num_rows
+    if name not in batch.column_names:
+        return pa.nulls(n, arrow_type)
+    col = batch.column(name).combine_chunks()
+    return col if col.type.equals(arrow_type) else col.cast(arrow_type)
+
+
+def _scatter(values: pa.Array, positions: np.ndarray, n: int) -> pa.Array:
+    """An array of length ``n``: ``values[i]`` at ``positions[i]``, null elsewhere."""
+    inverse = np.full(n, -1, dtype=np.int64)
+    inverse[positions] = np.arange(len(positions), dtype=np.int64)
+    indices = pa.array(inverse, mask=inverse < 0)
+    return values.take(indices)
+
+
+def _bad_keys(data: pa.Table, config: TableConfig) -> list[str | None]:
+    """Per row: why its record key is unusable (None if it is fine)."""
+    n = data.num_rows
+    reasons: list[str | None] = [None] * n
+    for name in reversed(config.record_key_fields):  # the first bad field is reported
+        col = data.column(name).combine_chunks()
+        missing = pc.is_null(col)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            missing = pc.or_(missing, pc.fill_null(pc.equal(pc.utf8_length(col), 0), False))
+        for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
+            reasons[int(i)] = f"record key field '{name}' is null or empty"
+    return reasons
+
+
+def _partitions(data: pa.Table, config: TableConfig) -> tuple[pa.Array, dict[int, str]]:
+    """Partition path per row, and the reason for each row whose value cannot be stored."""
+    try:
+        return partition_paths(data, config), {}
+    except InvalidRecordError:
+        pass
+    # Rare path: find the offending values one distinct combination at a time.
+    fields = list(config.partition_fields)
+    rows = data.select(fields)
+    paths: list[str | None] = [None] * data.num_rows
+    bad: dict[int, str] = {}
+    known: dict[tuple[object, ...], str | Exception] = {}
+    for i, row in enumerate(rows.to_pylist()):
+        combo = tuple(row[f] for f in fields)
+        found = known.get(combo)
+        if found is None:
+            try:
+                found = str(partition_paths(rows.slice(i, 1), config)[0].as_py())
+            except InvalidRecordError as exc:
+                found = exc
+            known[combo] = found
+        if isinstance(found, Exception):
+            bad[i] = str(found)
+        else:
+            paths[i] = found
+    return pa.array(paths, pa.string()), bad
+
+
+def _data_rows(spec: PrepareSpec, values: pa.Array, op: np.ndarray,
+               reasons: list[str | None]) -> pa.Table:
+    """Decode the non-null values into full-length data columns (nulls where not decoded)."""
+    n = len(values)
+    present = np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False))
+    result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+    for index, reason in result.errors:
+        row = int(present[index])
+        op[row] = ERROR
+        reasons[row] = f"cannot decode the value: {reason}"
+    good = present[np.asarray(result.good_index, dtype=np.int64)]
+    columns = []
+    for f in spec.data_schema:
+        col = _column(result.table, f.name, f.type) if len(good) else pa.array([], f.type)
+        columns.append(_scatter(col, good, n))
+    return pa.Table.from_arrays(columns, schema=pa.schema(
+        [f.with_nullable(True) for f in spec.data_schema]))
+
+
+def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Table:
+    """Prepared rows of one batch of Kafka rows (same order). Executor side; never raises
+    on bad records."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    n = table.num_rows
+    values = _column(table, "value", pa.binary())
+    kafka_keys = _column(table, "key", pa.binary())
+    op = np.full(n, UPSERT, dtype=np.int8)
+    reasons: list[str | None] = [None] * n
+    data = _data_rows(spec, values, op, reasons)
+    config = spec.config
+    tombstone = values.is_null().to_numpy(zero_copy_only=False)
+
+    # Deletes: tombstones, and decoded rows whose marker column is true.
+    if spec.delete_column and spec.delete_column in data.column_names:
+        marked = pc.fill_null(data.column(spec.delete_column).combine_chunks().cast(pa.bool_()),
+                              False).to_numpy(zero_copy_only=False)
+        op[marked & (op == UPSERT)] = DELETE
+    op[tombstone] = DELETE
+
+    # Records whose value decoded: keys, ordering values, partition paths.
+    decoded = np.flatnonzero((op != ERROR) & ~tombstone)
+    rows = data.take(pa.array(decoded, pa.int64()))
+    for i, reason in enumerate(_bad_keys(rows, config)):
+        if reason:
+            op[decoded[i]], reasons[decoded[i]] = ERROR, reason
+    ordering_field = config.precombine_field
+    if ordering_field:
+        nulls = rows.column(ordering_field).is_null().to_numpy(zero_copy_only=False)
+        for i in np.flatnonzero(nulls):
+            row = int(decoded[i])
+            if op[row] != ERROR:
+                op[row], reasons[row] = ERROR, f"ordering field '{ordering_field}' is null"
+    keep = op[decoded] != ERROR
+    decoded, rows = decoded[keep], rows.filter(pa.array(keep))
+    paths, bad_paths = _partitions(rows, config)
+    for i, reason in bad_paths.items():
+        op[decoded[i]], reasons[decoded[i]] = ERROR, reason
+    keyed = np.asarray([i not in bad_paths for i in range(len(decoded))], dtype=bool)
+    keys = record_keys(rows.filter(pa.array(keyed)), config) if keyed.any() else \
+        pa.array([], pa.string())
+    key_col = _scatter(keys, decoded[keyed], n)
+    path_col = _scatter(paths.filter(pa.array(keyed)), decoded[keyed], n)
+
+    # Tombstones: the Kafka key is the record key; the partition is known only sometimes.
+    if tombstone.any():
+        key_list = key_col.to_pylist()
+        path_list = path_col.to_pylist()
+        raw_keys = kafka_keys.to_pylist()
+        for i in np.flatnonzero(tombstone):
+            row = int(i)
+            raw = raw_keys[row]
+            if raw is None:
+                op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"
+                continue
+            try:
+                key_list[row] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                op[row], reasons[row] = ERROR, "tombstone key is not UTF-8"
+                continue
+            if not key_list[row]:
+                op[row], reasons[row] = ERROR, "tombstone with an empty key"
+            elif spec.tombstone_partition == "none":
+                path_list[row] = ""
+            elif spec.tombstone_partition == "unknown":
+                op[row], reasons[row] = ERROR, (
+                    "tombstone on a partitioned table: its partition is unknown to the BUCKET "
+                    "index (use the GLOBAL_STATE index)")
+        key_col = pa.array(key_list, pa.string())
+        path_col = pa.array(path_list, pa.string())
+
+    error = op == ERROR
+    keep_raw = error | ((op == UPSERT) & (not spec.with_data))
+    columns: dict[str, pa.Array] = {}
+    if spec.with_data:
+        for f in data.schema:
+            columns[f.name] = data.column(f.name).combine_chunks()
+    null_str = pa.nulls(n, pa.string())
+    error_mask = pa.array(error)
+    columns.update({
+        RECORD_KEY: pc.if_else(error_mask, null_str, key_col),
+        PARTITION_PATH: pc.if_else(error_mask, null_str, path_col),
+        OP: pa.array(op, pa.int8()),
+        REASON: pa.array(reasons, pa.string()),
+        TOPIC: _column(table, "topic", pa.string()),
+        KAFKA_PARTITION: _column(table, "partition", pa.int32()),
+        OFFSET: _column(table, "offset", pa.int64()),
+        TIMESTAMP: _column(table, "timestamp", _UTC_US),
+        KAFKA_KEY: pc.if_else(error_mask, kafka_keys, pa.nulls(n, pa.binary())),
+        VALUE: pc.if_else(pa.array(keep_raw), values, pa.nulls(n, pa.binary())),
+        FILE_ID: null_str,
+    })
+    ordering_type = spec.ordering_type
+    if ordering_field and ordering_type is not None:
+        ordering = data.column(ordering_field).combine_chunks().cast(ordering_type)
+        is_null = pc.or_(pc.is_null(ordering), error_mask)
+        columns[ORDERING] = pc.if_else(is_null, _zero(ordering_type), ordering)
+        columns[ORDERING_NULL] = is_null
+    return pa.table(columns, schema=prepared_schema(spec))
+
+
+def _zero(arrow_type: pa.DataType) -> pa.Scalar:
+    """A non-null placeholder of ``arrow_type`` for rows without an ordering value.
+
+    Placeholders keep the column free of nulls, so pandas (in the state operator) keeps its
+    exact type; :data:`ORDERING_NULL` says which values are real.
+    """
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pa.scalar("", arrow_type)
+    if pa.types.is_boolean(arrow_type):
+        return pa.scalar(False)
+    if pa.types.is_decimal(arrow_type):
+        return pa.array([0]).cast(arrow_type)[0]
+    return pa.array([0], pa.int64()).cast(arrow_type)[0]
+
+
+def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
+    """Full rows from slim ones: decode the kept raw value of every ``UPSERT`` row again.
+
+    Executor side. Decoding is deterministic, so a value that decoded in
+    :func:`prepare_batch` decodes to the same row here; one that does not (a decoder that
+    changed between the two steps) becomes an ``ERROR`` row rather than a wrong write.
+    """
+    full = prepared_schema(spec, with_data=True)
+    if all(f.name in table.column_names for f in spec.data_schema):
+        return table.select(full.names)
+    n = table.num_rows
+    op = table.column(OP).to_numpy().astype(np.int8)
+    reasons = table.column(REASON).to_pylist()
+    values = _column(table, VALUE, pa.binary())
+    upsert = op == UPSERT
+    wanted = pc.if_else(pa.array(upsert), values, pa.nulls(n, pa.binary()))
+    data = _data_rows(spec, wanted, op, reasons)
+    columns = {f.name: data.column(f.name).combine_chunks() for f in data.schema}
+    for f in meta_fields(spec):
+        columns[f.name] = table.column(f.name).combine_chunks()
+    columns[OP] = pa.array(op, pa.int8())
+    columns[REASON] = pa.array(reasons, pa.string())
+    return pa.table(columns, schema=full)
+
+
+def _map_batches(func: Callable[[pa.Table], pa.Table]
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield from func(pa.Table.from_batches([batch])).to_batches()
+    return run
+
+
+def prepare_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:
+    """Prepared rows of a DataFrame of Kafka rows (``mapInArrow``: runs in executor tasks)."""
+    missing = [c for c in KAFKA_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"source rows lack Kafka column(s) {missing}; expected the columns of "
+                         f"Spark's Kafka source: {', '.join(KAFKA_COLUMNS)}")
+    schema = spark_schema(prepared_schema(spec))
+    return df.select(*KAFKA_COLUMNS).mapInArrow(
+        _map_batches(lambda t: prepare_batch(t, spec)), schema)
+
+
+def attach_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:
+    """:func:`attach_data` over a DataFrame of slim rows (executor side)."""
+    schema = spark_schema(prepared_schema(spec, with_data=True))
+    return df.mapInArrow(_map_batches(lambda t: attach_data(t, spec)), schema)

@@ -1,0 +1,239 @@
+"""The ingest job's configuration: a TOML file, every value overridable by a flag.
+
+Each setting is declared once in :data:`SETTINGS` (section, key, type, default, doc); the
+TOML file and the ``--section.key value`` flags are parsed into a frozen
+:class:`JobConfig`. An unknown section or key, or a value of the wrong type, is an
+:class:`~engine.errors.InvalidOptionError` naming ``section.key``. Pass-through tables
+(``[source.kafka]``, ``[table.options]``, ``[spark.conf]``) take any key of their kind;
+values whose key looks secret are redacted wherever the config is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from engine.errors import InvalidOptionError
+
+SECRET_MARKERS = ("password", "secret", "token", "jaas")
+
+
+def _str(key: str, value: Any) -> str:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidOptionError(key, f"expected a string, got {value!r}")
+
+
+def _int(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise InvalidOptionError(key, f"expected a whole number, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(key, f"expected a whole number, got {value!r}") from None
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise InvalidOptionError(key, f"expected true or false, got {value!r}")
+
+
+def _list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list | tuple):
+        items = [_str(key, v) for v in value]
+    else:
+        raise InvalidOptionError(key, f"expected a list of strings, got {value!r}")
+    return tuple(items)
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def parse(key: str, value: Any) -> str:
+        text = _str(key, value)
+        for choice in choices:
+            if text.lower() == choice.lower():
+                return choice
+        raise InvalidOptionError(key, f"expected one of {', '.join(choices)}, got {value!r}")
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared job setting."""
+
+    section: str
+    key: str
+    parse: Callable[[str, Any], Any]
+    default: Any
+    doc: str
+
+    @property
+    def name(self) -> str:
+        """``section.key``."""
+        return f"{self.section}.{self.key}"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("source", "bootstrap_servers", _str, None, "Kafka bootstrap servers (required)."),
+    Setting("source", "topics", _list, None, "Topics to read (required)."),
+    Setting("source", "starting_offsets", _str, "earliest",
+            "earliest, latest, or JSON {\"topic\": {\"0\": 42}}; used when the checkpoint "
+            "and the table hold no offsets."),
+    Setting("source", "max_offsets_per_trigger", _int, 200000,
+            "Records per micro-batch at most, across partitions."),
+    Setting("source", "fail_on_data_loss", _bool, True,
+            "Stop when offsets to read were lost to retention."),
+    Setting("source", "use_builtin_kafka", _bool, False,
+            "Use Spark's own 'kafka' format (needs the spark-sql-kafka jar)."),
+    Setting("decode", "format", _choice("json", "avro", "avro-confluent"), "json",
+            "Value encoding of the records."),
+    Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
+    Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
+    Setting("table", "path", _str, None, "Table folder or URI (required)."),
+    Setting("table", "name", _str, None, "Table name (required when creating)."),
+    Setting("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "MERGE_ON_READ",
+            "Table type when creating."),
+    Setting("table", "record_key", _list, None, "Record key field(s) (required)."),
+    Setting("table", "precombine", _str, None, "Ordering (precombine) field."),
+    Setting("table", "partition_by", _list, (), "Partition field(s)."),
+    Setting("table", "delete_field", _str, "_hoodie_is_deleted",
+            "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
+    Setting("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "BUCKET",
+            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
+    Setting("index", "num_buckets", _int, 4, "Buckets per partition (BUCKET)."),
+    Setting("index", "update_partition_path", _bool, True,
+            "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
+    Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
+    Setting("trigger", "available_now", _bool, False,
+            "Process what is in the topics now, then stop."),
+    Setting("checkpoint", "location", _str, None, "Spark checkpoint folder (required)."),
+    Setting("spark", "master", _str, "local[2]", "Spark master URL."),
+    Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
+    Setting("errors", "table_path", _str, None,
+            "Error (dead-letter) table folder; default: <table.path>_errors."),
+)
+
+PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
+REQUIRED = ("source.bootstrap_servers", "source.topics", "table.path", "table.record_key",
+            "checkpoint.location")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A parsed job: ``values`` by ``section.key``, plus the pass-through maps."""
+
+    values: Mapping[str, Any]
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    table_options: Mapping[str, str] = field(default_factory=dict)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def redacted(self) -> dict[str, Any]:
+        """Everything, with secret-looking values replaced (safe to print or log)."""
+        out: dict[str, Any] = dict(self.values)
+        for prefix, mapping in (("source.kafka", self.kafka), ("table.options",
+                                 self.table_options), ("spark.conf", self.spark_conf)):
+            for key, value in mapping.items():
+                secret = any(m in key.lower() for m in SECRET_MARKERS)
+                out[f"{prefix}.{key}"] = "***" if secret else value
+        return out
+
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _flatten(data: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            raise InvalidOptionError(section, f"{where}: expected a [{section}] table")
+        for key, value in body.items():
+            name = f"{section}.{key}"
+            if name in PASS_THROUGH:
+                if not isinstance(value, dict):
+                    raise InvalidOptionError(name, f"{where}: expected a table of options")
+                for sub, sub_value in value.items():
+                    flat[f"{name}.{sub}"] = sub_value
+                continue
+            flat[name] = value
+    return flat
+
+
+def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> JobConfig:
+    """Parse a TOML job file (optional) and flag overrides into a :class:`JobConfig`."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise InvalidOptionError("config", f"cannot read {path}: {exc}") from None
+        try:
+            raw = _flatten(tomllib.loads(text), where=str(path))
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidOptionError("config", f"{path} is not valid TOML: {exc}") from None
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    values: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+    passthrough: dict[str, dict[str, str]] = {k: {} for k in PASS_THROUGH}
+    for name, value in raw.items():
+        prefix = next((p for p in PASS_THROUGH if name.startswith(p + ".")), None)
+        if prefix is not None:
+            passthrough[prefix][name[len(prefix) + 1:]] = _str(name, value)
+            continue
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise InvalidOptionError(name, "unknown setting; see docs/ingest.md")
+        values[name] = setting.parse(name, value)
+    missing = [name for name in REQUIRED if values.get(name) in (None, ())]
+    if missing:
+        raise InvalidOptionError(missing[0], "is required (in the file or as a flag)")
+    if values["decode.format"] == "json" and not (values["decode.schema"]
+                                                  or values["decode.schema_file"]):
+        raise InvalidOptionError("decode.schema", "JSON values need decode.schema or "
+                                 "decode.schema_file")
+    return JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
+                     passthrough["spark.conf"])
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--section.key`` flag per setting, plus ``--set name=value`` for pass-through."""
+    for setting in SETTINGS:
+        parser.add_argument(f"--{setting.name}", dest=setting.name, default=None,
+                            metavar="VALUE", help=setting.doc)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="any setting, e.g. --set table.options.hoodie.index.type=BUCKET")
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The flag values given on the command line, by setting name."""
+    found: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = getattr(args, setting.name, None)
+        if value is not None:
+            found[setting.name] = value
+    for item in getattr(args, "set", []) or []:
+        name, sep, value = str(item).partition("=")
+        if not sep or not name:
+            raise InvalidOptionError(str(item), "expected --set NAME=VALUE")
+        found[name.strip()] = value
+    return found
+
+
+def describe(settings: Sequence[Setting] = SETTINGS) -> str:
+    """A Markdown table of every setting (kept in sync with docs by a test)."""
+    rows = ["| setting | default | meaning |", "|---|---|---|"]
+    for s in settings:
+        default = "" if s.default in (None, ()) else f"`{s.default}`"
+        rows.append(f"| `{s.name}` | {default} | {s.doc} |")
+    return "\n".join(rows)
