@@ -268,7 +268,7 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     ordering_field = config.precombine_field
     if ordering_field:
         nulls = rows.column(ordering_field).is_null().to_numpy(zero_copy_only=False)
-        for i in np.flatnonzero(nulls):
+        for i in np.flatnonzero(nulls).tolist():
             row = int(decoded[i])
             if op[row] != ERROR:
                 op[row], reasons[row] = ERROR, f"ordering field '{ordering_field}' is null"
@@ -288,8 +288,7 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         key_list = key_col.to_pylist()
         path_list = path_col.to_pylist()
         raw_keys = kafka_keys.to_pylist()
-        for i in np.flatnonzero(tombstone):
-            row = int(i)
+        for row in np.flatnonzero(tombstone).tolist():
             raw = raw_keys[row]
             if raw is None:
                 op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"

@@ -121,6 +121,17 @@ def show_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_produce(args: argparse.Namespace) -> int:
+    """Send sample trip events (with updates, deletes and malformed records) to Kafka."""
+    from jobs.sample_events import SampleEvents, produce
+
+    events = SampleEvents(args.count, seed=args.seed)
+    sent = produce(args.bootstrap_servers, args.topic, events, rate=args.rate)
+    print(f"sent {sent} events to {args.topic} ({len(events.malformed)} malformed, "
+          f"{len(events.expected)} live keys expected)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tidelake`` command."""
     parser = argparse.ArgumentParser(prog="tidelake", description=__doc__.splitlines()[0])
@@ -130,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batches", type=int, default=10, help="number of batches")
     demo.add_argument("--batch-size", type=int, default=5000, help="records per batch")
     demo.set_defaults(func=run_demo)
+    prod = sub.add_parser("produce", help="send sample trip events to a Kafka topic")
+    prod.add_argument("--bootstrap-servers", required=True)
+    prod.add_argument("--topic", default="trips")
+    prod.add_argument("--count", type=int, default=50000, help="number of events")
+    prod.add_argument("--rate", type=float, default=None, help="events per second")
+    prod.add_argument("--seed", type=int, default=7)
+    prod.set_defaults(func=run_produce)
     table = sub.add_parser("table", help="inspect a table")
     table_sub = table.add_subparsers(dest="table_command", required=True)
     show = table_sub.add_parser("show", help="timeline, file groups, sizes")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +81,11 @@ def _malformed(rng: random.Random, i: int) -> tuple[bytes, bytes]:
 
 
 def produce(bootstrap_servers: str, topic: str, events: SampleEvents, *, partitions: int = 3,
-            batch: int = 500) -> int:
-    """Create ``topic`` if needed and send every event (keyed: one key, one partition)."""
+            batch: int = 500, rate: float | None = None) -> int:
+    """Create ``topic`` if needed and send every event (keyed: one key, one partition).
+
+    ``rate`` limits sending to that many events per second (None: as fast as possible).
+    """
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -96,12 +100,17 @@ def produce(bootstrap_servers: str, topic: str, events: SampleEvents, *, partiti
     producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5,
                              batch_size=256 * 1024, acks=1)
     sent = 0
+    started = time.monotonic()
     try:
         for key, value in events:
             producer.send(topic, key=key, value=value)
             sent += 1
             if sent % batch == 0:
                 producer.flush()
+            if rate:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
         producer.flush()
     finally:
         producer.close()

@@ -1,0 +1,1 @@
+"""Structured Streaming ingestion: Kafka source, decoders, sink, global state index."""

@@ -1,0 +1,142 @@
+"""The error (dead-letter) table: Kafka records the sink could not write, with the reason.
+
+A record goes here when its value does not decode, its record key or ordering value is
+missing, its partition value cannot be stored, or it is a tombstone whose partition is
+unknown. The job goes on; nothing is lost silently.
+
+The error table is itself a tidelake table: copy-on-write, record key ``error_id`` =
+``topic-partition-offset`` (unique per Kafka record), partitioned by ``error_date`` (the UTC
+date of the record's Kafka timestamp, so a replayed batch lands in the same partition) or not
+partitioned, BUCKET index. It holds the raw key and value bytes, the Kafka coordinates, the
+batch id and the reason. The sink writes a batch's error rows *before* the main commit, as an
+instant of their own; a replay rewrites the same keys with the same content (upsert), and is
+skipped outright when the error table already has that batch's commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.config import TableConfig
+from engine.errors import TableNotFoundError
+from engine.keygen import partition_paths, record_keys
+from engine.schema import PARTITION_PATH, RECORD_KEY
+from engine.table import Table
+from ingest.prepare import (
+    ERROR,
+    FILE_ID,
+    KAFKA_KEY,
+    KAFKA_PARTITION,
+    OFFSET,
+    OP,
+    REASON,
+    TIMESTAMP,
+    TOPIC,
+    UPSERT,
+    VALUE,
+)
+
+__all__ = ["ERROR_SCHEMA", "error_rows", "open_error_table", "write_schema"]
+
+ERROR_SCHEMA = pa.schema([
+    pa.field("error_id", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("kafka_key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("batch_id", pa.int64()),
+    pa.field("reason", pa.string()),
+    pa.field("target_table", pa.string()),
+    pa.field("error_date", pa.string()),
+])
+"""Data columns of the error table."""
+
+_BOOKKEEPING = [
+    pa.field(RECORD_KEY, pa.string()),
+    pa.field(PARTITION_PATH, pa.string()),
+    pa.field(OP, pa.int8()),
+    pa.field(FILE_ID, pa.string()),
+    pa.field(TOPIC, pa.string()),
+    pa.field(KAFKA_PARTITION, pa.int32()),
+    pa.field(OFFSET, pa.int64()),
+]
+
+
+def write_schema() -> pa.Schema:
+    """Schema of the rows handed to the writer: error columns plus what placement needs."""
+    return pa.schema(list(ERROR_SCHEMA) + _BOOKKEEPING)
+
+
+def open_error_table(path: str, name: str, *, partitioned: bool = True,
+                     num_buckets: int = 2) -> Table:
+    """Open the error table at ``path``, creating it if missing (driver side)."""
+    try:
+        table = Table.open(path)
+    except TableNotFoundError:
+        return Table.create(
+            path, name=name, table_type="COPY_ON_WRITE", record_key="error_id",
+            partition_by=["error_date"] if partitioned else None, schema=ERROR_SCHEMA,
+            options={"hoodie.index.type": "BUCKET",
+                     "hoodie.bucket.index.num.buckets": str(num_buckets)})
+    if table.config.record_key_fields != ("error_id",) or table.config.num_buckets is None:
+        raise ValueError(f"error_table_path: the table at {path} is not an error table "
+                         "(record key error_id, BUCKET index)")
+    return table
+
+
+def error_rows(prepared: pa.Table, *, batch_id: int, target_table: str,
+               config: TableConfig) -> pa.Table:
+    """Error-table rows of the ``ERROR`` rows of a prepared batch, keyed by ``config``.
+
+    Executor side; pure function of its input, so a replay produces the same rows.
+    """
+    rows = prepared.filter(pc.equal(prepared.column(OP), ERROR))
+    n = rows.num_rows
+    topic = rows.column(TOPIC).combine_chunks()
+    partition = rows.column(KAFKA_PARTITION).combine_chunks().cast(pa.int32())
+    offset = rows.column(OFFSET).combine_chunks().cast(pa.int64())
+    stamp = rows.column(TIMESTAMP).combine_chunks().cast(pa.timestamp("us", tz="UTC"))
+    error_id = pc.binary_join_element_wise(
+        pc.fill_null(topic, ""), partition.cast(pa.string()), offset.cast(pa.string()), "-")
+    day = pc.strftime(stamp, format="%Y-%m-%d") if n else pa.array([], pa.string())
+    data = pa.table({
+        "error_id": error_id,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "kafka_timestamp": stamp,
+        "kafka_key": rows.column(KAFKA_KEY).combine_chunks().cast(pa.binary()),
+        "value": rows.column(VALUE).combine_chunks().cast(pa.binary()),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
+        "reason": rows.column(REASON).combine_chunks(),
+        "target_table": pa.array([target_table] * n, pa.string()),
+        "error_date": day,
+    }, schema=ERROR_SCHEMA)
+    columns = {f.name: data.column(f.name) for f in ERROR_SCHEMA}
+    columns.update({
+        RECORD_KEY: record_keys(data, config) if n else pa.array([], pa.string()),
+        PARTITION_PATH: partition_paths(data, config),
+        OP: pa.array([UPSERT] * n, pa.int8()),
+        FILE_ID: pa.nulls(n, pa.string()),
+        TOPIC: topic,
+        KAFKA_PARTITION: partition,
+        OFFSET: offset,
+    })
+    return pa.table(columns, schema=write_schema())
+
+
+def error_rows_function(*, batch_id: int, target_table: str, config: TableConfig
+                        ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow`` function turning prepared rows into error-table rows (executor side)."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out = error_rows(pa.Table.from_batches([batch]), batch_id=batch_id,
+                             target_table=target_table, config=config)
+            if out.num_rows:
+                yield from out.to_batches()
+    return run

@@ -1,0 +1,436 @@
+"""The Structured Streaming sink: Kafka micro-batches into a Hudi table, exactly once.
+
+Usage::
+
+    sink = HudiStreamingSink("/data/trips", decoder=JsonDecoder("id STRING, ts BIGINT, ..."),
+                             record_key="id", precombine="ts", partition_by=["city"],
+                             error_table_path="/data/trips_errors")
+    query = start_ingest(spark, read_kafka_stream(spark, kafka_options), sink,
+                         checkpoint="/chk/trips", trigger={"processingTime": "30 seconds"})
+
+or, with the bucket index, directly ``df.writeStream.foreachBatch(sink.process_batch)`` on the
+Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``):
+
+1. *prepare* (executor tasks): decode, record keys, partition paths, ordering values, the
+   operation (upsert, delete, error) — :mod:`ingest.prepare`;
+2. *tag*: the BUCKET index needs nothing (the key's bucket in its partition is its file
+   group); the GLOBAL_STATE index tags in the streaming plan, before the sink
+   (:mod:`ingest.global_index`);
+3. driver, in :meth:`HudiStreamingSink.process_batch`: skip the batch if the table already has
+   it; write the error rows to the error table (:mod:`ingest.error_table`); start the instant;
+4. executor tasks: place rows in file groups, repartition by file group, resolve each key's
+   versions in the batch (:mod:`ingest.resolve`), run one write handle per file group and
+   return its write stat (:mod:`ingest.spark_write`);
+5. driver: complete the instant with the stats, the batch id and the Kafka offsets in the
+   commit metadata (:mod:`ingest.checkpoint`).
+
+Exactly once: Spark replays a batch whose end it did not record; the sink recognizes a batch
+the table already committed (same writer identifier and query, batch id not newer) and writes
+nothing. A batch that failed before its commit left an inflight instant, which the next
+instant rolls back; its error rows were upserted under keys that a replay writes again with
+the same content.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from engine.commit_metadata import WriteStat
+from engine.errors import InvalidRecordError, TableNotFoundError
+from engine.schema import data_schema_of, normalize_input_schema
+from engine.table import Table
+from engine.timeline import Timeline
+from ingest.checkpoint import (
+    DEFAULT_IDENTIFIER,
+    checkpoint_metadata,
+    is_committed,
+    last_committed_batch,
+    last_offsets,
+    merge_offsets,
+    starting_offsets_from_table,
+)
+from ingest.decode import Decoder
+from ingest.error_table import (
+    ERROR_SCHEMA,
+    error_rows_function,
+    open_error_table,
+    write_schema,
+)
+from ingest.global_index import (
+    GlobalIndexSpec,
+    bootstrap_frame,
+    check_dependencies,
+    ensure_state_store,
+    live_bucket_groups,
+    tag_frame,
+)
+from ingest.prepare import (
+    DELETE,
+    ERROR,
+    KAFKA_PARTITION,
+    OFFSET,
+    OP,
+    REASON,
+    RESERVED_PREFIXES,
+    TOPIC,
+    UPSERT,
+    PrepareSpec,
+    attach_frame,
+    check_ordering_type,
+    prepare_frame,
+    prepared_schema,
+    spark_schema,
+)
+from ingest.spark_write import TaskReport, start_instant, write_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "BUCKET",
+    "GLOBAL_STATE",
+    "BatchResult",
+    "HudiStreamingSink",
+    "start_ingest",
+    "starting_offsets_from_table",
+]
+
+log = logging.getLogger(__name__)
+
+BUCKET = "BUCKET"
+GLOBAL_STATE = "GLOBAL_STATE"
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :meth:`HudiStreamingSink.process_batch` did with one micro-batch."""
+
+    batch_id: int
+    skipped: bool
+    """True if the table already had this batch (a replay): nothing was written."""
+    instant_time: str | None = None
+    error_instant_time: str | None = None
+    records: int = 0
+    """Kafka records in the batch."""
+    errors: int = 0
+    """Records routed to the error table."""
+    writes: int = 0
+    """Rows handed to write tasks (before in-batch resolution)."""
+    stats: tuple[WriteStat, ...] = ()
+    tasks: tuple[TaskReport, ...] = ()
+    """Where each file group's write handle ran."""
+
+
+@dataclass(frozen=True)
+class _Summary:
+    records: int
+    errors: int
+    writes: int
+    max_offsets: dict[tuple[str, int], int]
+
+
+def _fields(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(v).strip() for v in items if str(v).strip())
+
+
+def _default_name(path: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", Path(path).name) or "table"
+    return name if not name[0].isdigit() else f"t_{name}"
+
+
+class HudiStreamingSink:
+    """A ``foreachBatch`` sink writing Kafka micro-batches into one Hudi table.
+
+    Built on the driver: opens the table at ``table_path``, or creates it from the decoder's
+    schema (``record_key`` required then). ``index`` is ``"BUCKET"`` (partition-level: the
+    key's hash picks its file group; the table uses the bucket layout) or ``"GLOBAL_STATE"``
+    (key → location in the streaming query's RocksDB state; needs :func:`start_ingest` or
+    :meth:`streaming_frame`). Bad records go to the error table at ``error_table_path``;
+    without one, a batch with a bad record fails naming it. ``delete_column`` names a boolean
+    column marking deletes; Kafka tombstones delete the key they carry.
+    ``update_partition_path`` (GLOBAL_STATE): an update whose partition value changed moves the
+    record (True, Hudi's default) or updates it in its old partition (False).
+    ``checkpoint_identifier`` is Hudi's streaming writer identifier.
+
+    Only the driver uses this object; what tasks need is copied into picklable specs.
+    """
+
+    def __init__(self, table_path: str, *, decoder: Decoder,
+                 record_key: str | Sequence[str] | None = None, precombine: str | None = None,
+                 partition_by: str | Sequence[str] | None = None, table_name: str | None = None,
+                 table_type: str = "MERGE_ON_READ", index: str = BUCKET, num_buckets: int = 4,
+                 options: Mapping[str, Any] | None = None, error_table_path: str | None = None,
+                 error_table_partitioned: bool = True,
+                 delete_column: str | None = "_hoodie_is_deleted",
+                 update_partition_path: bool = True,
+                 checkpoint_identifier: str = DEFAULT_IDENTIFIER,
+                 write_parallelism: int | None = None) -> None:
+        self.index = str(index).upper()
+        if self.index not in (BUCKET, GLOBAL_STATE):
+            raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
+        if not checkpoint_identifier:
+            raise ValueError("checkpoint_identifier: must not be empty")
+        if write_parallelism is not None and write_parallelism <= 0:
+            raise ValueError(f"write_parallelism: must be positive, got {write_parallelism}")
+        self.identifier = checkpoint_identifier
+        self.write_parallelism = write_parallelism
+        self.update_partition_path = update_partition_path
+        decoded = normalize_input_schema(decoder.schema)
+        self.table = self._open_or_create(table_path, table_name, table_type, record_key,
+                                          precombine, partition_by, num_buckets, options,
+                                          decoded)
+        self.data_schema = self._check_schema(decoded)
+        config = self.table.config
+        if delete_column is not None and delete_column in self.data_schema.names:
+            if not pa.types.is_boolean(self.data_schema.field(delete_column).type):
+                raise ValueError(f"delete_column: {delete_column!r} must be a boolean column")
+        else:
+            delete_column = None
+        if not config.partition_fields:
+            tombstones = "none"
+        else:
+            tombstones = "state" if self.index == GLOBAL_STATE else "unknown"
+        self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
+                                delete_column=delete_column, tombstone_partition=tombstones,
+                                with_data=self.index == BUCKET)
+        self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
+                                             partitioned=error_table_partitioned)
+                            if error_table_path else None)
+        self.last_result: BatchResult | None = None
+        self._tagged = False
+
+    # -- setup (driver) --------------------------------------------------------------------
+
+    def _open_or_create(self, path: str, name: str | None, table_type: str,
+                        record_key: str | Sequence[str] | None, precombine: str | None,
+                        partition_by: str | Sequence[str] | None, num_buckets: int,
+                        options: Mapping[str, Any] | None, schema: pa.Schema) -> Table:
+        try:
+            table = Table.open(path)
+        except TableNotFoundError:
+            table = None
+        if table is None:
+            if not record_key:
+                raise ValueError(f"record_key: required to create the table at {path}")
+            opts = {"hoodie.index.type": "BUCKET",
+                    "hoodie.bucket.index.num.buckets": str(num_buckets), **(options or {})}
+            return Table.create(path, name=name or _default_name(path), table_type=table_type,
+                                record_key=record_key, precombine=precombine,
+                                partition_by=partition_by, options=opts, schema=schema)
+        config = table.config
+        for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
+                                    ("partition_by", _fields(partition_by),
+                                     config.partition_fields),
+                                    ("precombine", _fields(precombine),
+                                     _fields(config.precombine_field))):
+            if wanted and wanted != actual:
+                raise ValueError(f"{arg}: the table at {path} has {', '.join(actual) or 'none'}"
+                                 f", not {', '.join(wanted)}")
+        if self.index == BUCKET and config.num_buckets is None:
+            raise ValueError(f"index: the table at {path} was not created with the BUCKET "
+                             "index (hoodie.index.type=BUCKET); use index=GLOBAL_STATE")
+        if options:
+            table = Table.open(path, options)
+        return table
+
+    def _check_schema(self, decoded: pa.Schema) -> pa.Schema:
+        config = self.table.config
+        for f in decoded:
+            if f.name.startswith(RESERVED_PREFIXES) and f.name != "_hoodie_is_deleted":
+                raise ValueError(f"decoder: field {f.name!r} uses a reserved prefix "
+                                 f"({', '.join(RESERVED_PREFIXES)})")
+        timeline = Timeline.load(self.table.storage, config)
+        stored_json = timeline.latest_schema()
+        if stored_json:
+            from engine.schema import arrow_from_avro_json
+
+            stored = data_schema_of(arrow_from_avro_json(stored_json))
+            if stored.names != decoded.names or any(
+                    not a.type.equals(b.type) for a, b in zip(stored, decoded, strict=True)):
+                raise ValueError(f"decoder: its schema ({decoded}) differs from the table's "
+                                 f"({stored}); schema evolution is not supported here")
+            schema = stored
+        else:
+            schema = decoded
+        for name in (*config.record_key_fields, *config.partition_fields):
+            if name not in schema.names:
+                raise ValueError(f"decoder: the schema has no field {name!r} (a key or "
+                                 "partition field of the table)")
+        if config.precombine_field:
+            if config.precombine_field not in schema.names:
+                raise ValueError(f"decoder: the schema has no ordering field "
+                                 f"{config.precombine_field!r}")
+            check_ordering_type(config.precombine_field,
+                                schema.field(config.precombine_field).type)
+        return schema
+
+    # -- the streaming plan (driver) -------------------------------------------------------
+
+    def streaming_frame(self, source: DataFrame) -> DataFrame:
+        """The rows :meth:`process_batch` expects, from a streaming DataFrame of Kafka rows.
+
+        BUCKET: the prepared rows. GLOBAL_STATE: prepared slim rows tagged by the state
+        operator, its state seeded from the table's keys (first batch of a new query).
+        """
+        if self.index == BUCKET:
+            return prepare_frame(source, self.spec)
+        check_dependencies()
+        spark = source.sparkSession
+        ensure_state_store(spark)
+        config = self.table.config
+        spec = GlobalIndexSpec(
+            table_name=config.name,
+            num_buckets=config.num_buckets or self.table.write_config.num_buckets,
+            bucket_groups=live_bucket_groups(self.table),
+            slim_schema=prepared_schema(self.spec, with_data=False),
+            event_time=self.spec.event_time, ordering_type=self.spec.ordering_type,
+            update_partition_path=self.update_partition_path)
+        self._tagged = True
+        return tag_frame(prepare_frame(source, self.spec), spec,
+                         bootstrap_frame(spark, self.table, spec))
+
+    # -- one micro-batch (driver) ----------------------------------------------------------
+
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        """Write one micro-batch; Spark calls it on the driver (``foreachBatch``).
+
+        Idempotent per (writer identifier, query, batch id): a batch the table already has is
+        skipped — with the GLOBAL_STATE index its plan still runs (a ``noop`` write) so that
+        the state operator commits the batch's state, as Spark requires. Raises if the batch
+        cannot be committed; Spark then stops the query and replays the batch on restart.
+        """
+        spark = df.sparkSession
+        query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
+        timeline = Timeline.load(self.table.storage, self.table.config)
+        if is_committed(last_committed_batch(timeline, self.identifier), batch_id, query_id):
+            log.info("batch %d is already in %s: skipped", batch_id, self.table.path)
+            if self._tagged:
+                df.write.format("noop").mode("overwrite").save()
+            self.last_result = BatchResult(batch_id, skipped=True)
+            return
+        rows = self._prepared(df).persist()
+        try:
+            self.last_result = self._write_batch(rows, batch_id, query_id, timeline)
+        finally:
+            rows.unpersist()
+
+    def _prepared(self, df: DataFrame) -> DataFrame:
+        if OP in df.columns:
+            return df
+        if self.index == GLOBAL_STATE:
+            raise ValueError("index GLOBAL_STATE: process_batch needs the rows of "
+                             "sink.streaming_frame(source) (use start_ingest), not Kafka rows")
+        return prepare_frame(df, self.spec)
+
+    def _parallelism(self, spark: SparkSession) -> int:
+        if self.write_parallelism:
+            return self.write_parallelism
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+
+    def _write_batch(self, rows: DataFrame, batch_id: int, query_id: str | None,
+                     timeline: Timeline) -> BatchResult:
+        summary = _summarize(rows)
+        if not summary.records:
+            return BatchResult(batch_id, skipped=False)
+        error_instant = None
+        if summary.errors:
+            error_instant = self._write_errors(rows, batch_id, query_id, summary.errors)
+        offsets = merge_offsets(last_offsets(timeline), summary.max_offsets)
+        extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
+        plan = start_instant(self.table, self.data_schema)
+        stats: list[WriteStat] = []
+        tasks: list[TaskReport] = []
+        if summary.writes:
+            from pyspark.sql import functions as F
+
+            writes = rows.filter(F.col(OP).isin(UPSERT, DELETE))
+            if not self.spec.with_data:
+                writes = attach_frame(writes, self.spec)
+            stats, tasks = write_rows(writes, plan, event_time=self.spec.event_time,
+                                      parallelism=self._parallelism(rows.sparkSession))
+        outcome = plan.finish(stats, tasks, extra)
+        log.info("batch %d: %d records, %d errors, %d file groups written in instant %s",
+                 batch_id, summary.records, summary.errors, len(stats), outcome.instant_time)
+        return BatchResult(batch_id, skipped=False, instant_time=outcome.instant_time,
+                           error_instant_time=error_instant, records=summary.records,
+                           errors=summary.errors, writes=summary.writes,
+                           stats=outcome.stats, tasks=outcome.tasks)
+
+    def _write_errors(self, rows: DataFrame, batch_id: int, query_id: str | None,
+                      count: int) -> str | None:
+        from pyspark.sql import functions as F
+
+        bad = rows.filter(F.col(OP) == ERROR)
+        if self.error_table is None:
+            first = bad.select(TOPIC, KAFKA_PARTITION, OFFSET, REASON).limit(1).collect()[0]
+            raise InvalidRecordError(
+                f"batch {batch_id}: record {first[0]}-{first[1]} offset {first[2]}: {first[3]}"
+                f" ({count} bad record(s); set error_table_path to route them to an error "
+                "table)")
+        table = self.error_table
+        timeline = Timeline.load(table.storage, table.config)
+        if is_committed(last_committed_batch(timeline, self.identifier), batch_id, query_id):
+            return None
+        plan = start_instant(table, ERROR_SCHEMA)
+        frame = bad.mapInArrow(
+            error_rows_function(batch_id=batch_id, target_table=self.table.config.name,
+                                config=table.config),
+            spark_schema(write_schema()))
+        stats, tasks = write_rows(frame, plan, event_time=False,
+                                  parallelism=self._parallelism(rows.sparkSession))
+        outcome = plan.finish(stats, tasks,
+                              checkpoint_metadata(self.identifier, batch_id, query_id, None))
+        return outcome.instant_time
+
+
+def _summarize(rows: DataFrame) -> _Summary:
+    """Counts and max offset per Kafka partition of a batch (one small Spark job)."""
+    from pyspark.sql import functions as F
+
+    per_partition = rows.groupBy(TOPIC, KAFKA_PARTITION).agg(
+        F.max(OFFSET).alias("max_offset"), F.count(F.lit(1)).alias("records"),
+        F.sum((F.col(OP) == ERROR).cast("long")).alias("errors"),
+        F.sum(F.col(OP).isin(UPSERT, DELETE).cast("long")).alias("writes")).collect()
+    max_offsets = {(r[TOPIC], int(r[KAFKA_PARTITION])): int(r["max_offset"])
+                   for r in per_partition
+                   if r[TOPIC] is not None and r[KAFKA_PARTITION] is not None
+                   and r["max_offset"] is not None}
+    return _Summary(records=sum(int(r["records"]) for r in per_partition),
+                    errors=sum(int(r["errors"] or 0) for r in per_partition),
+                    writes=sum(int(r["writes"] or 0) for r in per_partition),
+                    max_offsets=max_offsets)
+
+
+def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,
+                 checkpoint: str, trigger: Mapping[str, Any] | str | None = None,
+                 query_name: str | None = None) -> StreamingQuery:
+    """Start the streaming query: ``sink.streaming_frame(source) → foreachBatch(sink)``.
+
+    ``trigger`` is passed to ``DataStreamWriter.trigger`` (``{"processingTime": "30
+    seconds"}``, ``{"availableNow": True}``; a string means a processing-time interval).
+    ``checkpoint`` is the query's checkpoint folder; when it is new but the table exists,
+    start the source from :func:`starting_offsets_from_table`.
+    """
+    del spark  # the source's session runs the query; the argument mirrors Spark's API
+    frame = sink.streaming_frame(source_df)
+    writer = frame.writeStream.foreachBatch(sink.process_batch) \
+        .option("checkpointLocation", checkpoint)
+    if isinstance(trigger, str):
+        writer = writer.trigger(processingTime=trigger)
+    elif trigger:
+        writer = writer.trigger(**dict(trigger))
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()
