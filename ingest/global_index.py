@@ -293,7 +293,7 @@ class GlobalIndexProcessor(StatefulProcessor):
 
 def _pandas() -> Any:
     """pandas, imported where the state operator runs (executors); untyped for mypy."""
-    import pandas  # type: ignore[import-untyped]  # no pandas-stubs in the dev tools
+    import pandas
 
     return pandas
 

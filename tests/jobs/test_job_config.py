@@ -1,0 +1,99 @@
+"""The ingest job's TOML configuration and its flag overrides."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from engine.errors import InvalidOptionError
+from jobs.job_config import add_flags, describe, load, overrides_from
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[source]
+bootstrap_servers = "localhost:9092"
+topics = ["trips"]
+[source.kafka]
+"security.protocol" = "SASL_PLAINTEXT"
+"sasl.plain.password" = "hunter2"
+[decode]
+schema = "id STRING, ts BIGINT"
+[table]
+path = "/tmp/t"
+record_key = ["id"]
+precombine = "ts"
+[table.options]
+"hoodie.logfile.data.block.format" = "parquet"
+[checkpoint]
+location = "/tmp/cp"
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def test_load_good_file_types_values_and_passthrough(tmp_path: Path) -> None:
+    config = load(_write(tmp_path, GOOD))
+    assert config["source.topics"] == ("trips",)
+    assert config["source.max_offsets_per_trigger"] == 200000
+    assert config["index.type"] == "BUCKET"
+    assert config.kafka["security.protocol"] == "SASL_PLAINTEXT"
+    assert config.table_options == {"hoodie.logfile.data.block.format": "parquet"}
+
+
+def test_secrets_are_redacted_when_printed(tmp_path: Path) -> None:
+    config = load(_write(tmp_path, GOOD))
+    shown = str(config.redacted())
+    assert "hunter2" not in shown
+    assert "source.kafka.sasl.plain.password" in shown
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ({"source.bogus": 1}, "source.bogus"),
+    ({"index.num_buckets": "many"}, "index.num_buckets"),
+    ({"index.type": "HASH"}, "index.type"),
+    ({"source.fail_on_data_loss": "perhaps"}, "source.fail_on_data_loss"),
+])
+def test_unknown_or_malformed_setting_error_names_it(tmp_path: Path, override: dict[str, object],
+                                                     named: str) -> None:
+    with pytest.raises(InvalidOptionError, match=named.replace(".", r"\.")):
+        load(_write(tmp_path, GOOD), override)
+
+
+def test_unknown_section_in_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match=r"sauce\.x"):
+        load(_write(tmp_path, GOOD + "[sauce]\nx = 1\n"))
+
+
+def test_missing_required_setting_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match=r"checkpoint\.location"):
+        load(_write(tmp_path, GOOD.replace('location = "/tmp/cp"', "")))
+
+
+def test_flags_override_file_values(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    add_flags(parser)
+    args = parser.parse_args([str(_write(tmp_path, GOOD)), "--index.num_buckets", "8",
+                              "--source.topics", "a,b",
+                              "--set", "spark.conf.spark.sql.shuffle.partitions=3"])
+    config = load(args.config, overrides_from(args))
+    assert config["index.num_buckets"] == 8
+    assert config["source.topics"] == ("a", "b")
+    assert config.spark_conf == {"spark.sql.shuffle.partitions": "3"}
+
+
+def test_invalid_toml_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match="not valid TOML"):
+        load(_write(tmp_path, "[source\n"))
+
+
+def test_docs_list_every_setting() -> None:
+    doc = (ROOT / "docs" / "ingest.md").read_text()
+    assert describe() in doc
