@@ -468,8 +468,8 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
 # -- report ----------------------------------------------------------------------------
 
 HEADERS = ("engine", "initial load rows/s", "upsert rows/s median", "first batch",
-           "last batch",
-           "full read rows/s", "point lookup", "rows", "size", "check", "target", "pass/miss")
+           "last batch", "full read rows/s", "point lookup", "rows", "size", "check",
+           "target", "pass/miss")
 RIGHT = (False, True, True, True, True, True, True, True, True, False, False, False)
 
 

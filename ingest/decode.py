@@ -6,7 +6,7 @@ specific reason per bad row - for the dead-letter table. A bad *schema* raises `
 when the decoder is built. Decoders are picklable (built on the driver, used in tasks).
 
 * :class:`JsonDecoder` - one JSON object per value, schema as a Spark DDL string (see
-  :func:`parse_ddl`), an Avro ``.avsc`` path or dict, or an Arrow schema. Fast path:
+  :func:`ingest.ddl.parse_ddl`), an Avro ``.avsc`` path or dict, or an Arrow schema. Fast path:
   ``pyarrow.json`` over all values at once; when that fails, failing chunks are narrowed down
   and their values screened one by one in Python (:func:`_locate`), so a value decodes the
   same whatever its neighbours, and rare bad values cost little. Extra fields are
@@ -29,7 +29,6 @@ import functools
 import io
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +40,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from engine.avro_codec import avro_schema_to_arrow, decode_records
+from ingest.ddl import parse_ddl, sql_type_name
 
 __all__ = [
     "AvroDecoder",
     "DecodeResult",
     "Decoder",
     "JsonDecoder",
+    # Defined in ingest.ddl; re-exported so ``from ingest.decode import parse_ddl`` still works.
     "parse_ddl",
     "sql_type_name",
 ]
@@ -78,150 +79,7 @@ class Decoder(Protocol):
         ...
 
 
-# --- Spark DDL ----------------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')"
-                    r"|([<>(),:]))")
-_SIMPLE: dict[str, pa.DataType] = {
-    "STRING": pa.string(), "VARCHAR": pa.string(), "CHAR": pa.string(), "BIGINT": pa.int64(),
-    "LONG": pa.int64(), "INT": pa.int32(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(),
-    "SHORT": pa.int16(), "TINYINT": pa.int8(), "BYTE": pa.int8(), "DOUBLE": pa.float64(),
-    "FLOAT": pa.float32(), "REAL": pa.float32(), "BOOLEAN": pa.bool_(), "DATE": pa.date32(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"), "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
-    "TIMESTAMP_NTZ": pa.timestamp("us"), "BINARY": pa.binary(),
-}
-
-
-class _DdlParser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens: list[tuple[str, int]] = []
-        pos = 0
-        while pos < len(text):
-            match = _TOKEN.match(text, pos)
-            if match is None or match.end() == pos:
-                if not text[pos:].strip():
-                    break
-                raise self.error(f"unexpected character {text[pos:].lstrip()[0]!r}", pos)
-            self.tokens.append((match.group(match.lastindex or 0), match.start(match.lastindex
-                                                                              or 0)))
-            pos = match.end()
-        self.i = 0
-
-    def error(self, message: str, pos: int | None = None) -> ValueError:
-        if pos is None:
-            pos = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
-        return ValueError(f"bad schema DDL at char {pos}: {message} in {self.text!r}")
-
-    def peek(self) -> str:
-        return self.tokens[self.i][0] if self.i < len(self.tokens) else ""
-
-    def take(self, expected: str | None = None) -> str:
-        token = self.peek()
-        if not token or (expected is not None and token.upper() != expected):
-            wanted = repr(expected) if expected else "more"
-            raise self.error(f"expected {wanted}, got {token or 'end of text'!r}")
-        self.i += 1
-        return token
-
-    def fields(self, closing: str) -> list[pa.Field]:
-        out: list[pa.Field] = []
-        while self.peek() != closing:
-            if out:
-                self.take(",")
-            name = self.take()
-            if name in "<>(),:":
-                raise self.error(f"expected a field name, got {name!r}")
-            name = name[1:-1].replace("``", "`") if name.startswith("`") else name
-            if self.peek() == ":":
-                self.take()
-            arrow_type = self.type()
-            nullable = True
-            if self.peek().upper() == "NOT":
-                self.take()
-                self.take("NULL")
-                nullable = False
-            if self.peek().upper() == "COMMENT":
-                self.take()
-                if not self.take().startswith("'"):
-                    raise self.error("COMMENT needs a quoted string")
-            if name in {f.name for f in out}:
-                raise self.error(f"duplicate field {name!r}")
-            out.append(pa.field(name, arrow_type, nullable=nullable))
-        return out
-
-    def numbers(self, count: int) -> list[int]:
-        self.take("(")
-        found = [int(self.take())]
-        while self.peek() == "," and len(found) < count:
-            self.take()
-            found.append(int(self.take()))
-        self.take(")")
-        return found
-
-    def type(self) -> pa.DataType:
-        pos = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
-        name = self.take().upper()
-        if name in ("DECIMAL", "DEC", "NUMERIC"):
-            precision, scale = [*self.numbers(2), 0][:2] if self.peek() == "(" else (10, 0)
-            if not 0 < precision <= 38 or not 0 <= scale <= precision:
-                raise self.error(f"bad DECIMAL({precision},{scale})", pos)
-            return pa.decimal128(precision, scale)
-        if name in ("ARRAY", "MAP", "STRUCT"):
-            self.take("<")
-            if name == "ARRAY":
-                inner: pa.DataType = pa.list_(self.type())
-            elif name == "MAP":
-                key = self.type()
-                self.take(",")
-                inner = pa.map_(key, self.type())
-            else:
-                inner = pa.struct(self.fields(">"))
-            self.take(">")
-            return inner
-        if name not in _SIMPLE:
-            raise self.error(f"unknown type {name!r}", pos)
-        if name in ("VARCHAR", "CHAR"):
-            self.numbers(1)
-        return _SIMPLE[name]
-
-
-def parse_ddl(ddl: str) -> pa.Schema:
-    """Arrow schema of a Spark DDL string (``"id STRING, ts BIGINT NOT NULL, tags ARRAY<STRING>"``
-    or ``"STRUCT<...>"``). Types: STRING, VARCHAR(n), CHAR(n), BIGINT/LONG, INT/INTEGER,
-    SMALLINT, TINYINT, DOUBLE, FLOAT/REAL, BOOLEAN, DATE, TIMESTAMP (UTC), TIMESTAMP_NTZ,
-    DECIMAL(p,s), BINARY, ARRAY<T>, MAP<K,V>, STRUCT<name: T, ...>. Raises ValueError with the
-    position of the problem."""
-    parser = _DdlParser(ddl)
-    if parser.peek().upper() == "STRUCT" and len(parser.tokens) > 1 and parser.tokens[1][0] == "<":
-        parser.take()
-        parser.take("<")
-        fields = parser.fields(">")
-        parser.take(">")
-    else:
-        fields = parser.fields("")
-    if parser.peek():
-        raise parser.error(f"unexpected {parser.peek()!r}")
-    if not fields:
-        raise ValueError("bad schema DDL: no fields")
-    return pa.schema(fields)
-
-
-def sql_type_name(arrow_type: pa.DataType) -> str:
-    """Spark SQL name of an Arrow type, as used in error reasons (``BIGINT``, ``ARRAY<INT>``)."""
-    for name in ("STRING", "BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "BOOLEAN",
-                 "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "BINARY"):
-        if _SIMPLE[name] == arrow_type:
-            return name
-    if pa.types.is_decimal(arrow_type):
-        return f"DECIMAL({arrow_type.precision},{arrow_type.scale})"
-    if pa.types.is_map(arrow_type):
-        return f"MAP<{sql_type_name(arrow_type.key_type)}, {sql_type_name(arrow_type.item_type)}>"
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return f"ARRAY<{sql_type_name(arrow_type.value_type)}>"
-    if pa.types.is_struct(arrow_type):
-        return "STRUCT<" + ", ".join(f"{f.name}: {sql_type_name(f.type)}" for f in arrow_type) + ">"
-    return str(arrow_type).upper()
+# --- Avro schemas --------------------------------------------------------------------------------
 
 
 def _load_avro(schema: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:

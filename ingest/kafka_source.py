@@ -43,12 +43,9 @@ never appear in logs, exception messages or ``repr``; :func:`register` extends S
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,6 +69,32 @@ from pyspark.sql.types import (
 )
 
 from engine.errors import InvalidOptionError, TerminalError, TransientError
+
+# Options and offset helpers live in their own modules; the names this module had before the
+# split are re-exported so ``from ingest.kafka_source import ...`` keeps working.
+from ingest.kafka_offsets import (
+    KafkaDataLossError,
+    Offsets,
+    TopicPart,
+    check_offset_range,
+    flatten_offsets,
+    format_hudi_checkpoint,
+    nest_offsets,
+    offsets_from_json_dict,
+    offsets_to_json_dict,
+    parse_hudi_checkpoint,
+    plan_end_offsets,
+    report_data_loss,
+    split_limit,
+    starting_offsets_json,
+)
+from ingest.kafka_options import (
+    CLIENT_OPTIONS,
+    SOURCE_NAME,
+    KafkaSourceOptions,
+    is_secret_key,
+    redact_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -106,7 +129,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAME = "tidelake-kafka"
 KAFKA_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
     "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
@@ -126,17 +148,6 @@ ARROW_SCHEMA = pa.schema([
 """Arrow form of :data:`KAFKA_DDL`, exactly as Spark expects record batches from ``read``."""
 
 BATCH_ROWS = 10_000
-_SECRET_MARKERS = ("password", "secret", "token", "sasl.jaas")
-_REDACTED = "*********(redacted)"
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-Offsets = dict[str, dict[int, int]]
-"""Next offset to read per topic and partition."""
-TopicPart = tuple[str, int]
-
-
-class KafkaDataLossError(TerminalError):
-    """Offsets the query needs are gone (retention, deleted or recreated topic)."""
 
 
 class KafkaTopicNotFoundError(TerminalError):
@@ -145,325 +156,6 @@ class KafkaTopicNotFoundError(TerminalError):
 
 class KafkaReadTimeoutError(TransientError):
     """A task saw no progress within ``kafkaConsumer.pollTimeoutMs`` on offsets that exist."""
-
-
-# --- options ----------------------------------------------------------------------------------
-
-
-def is_secret_key(key: str) -> bool:
-    """True for option keys whose values must never be shown."""
-    lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
-
-
-def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``options`` with secret values replaced, for printing."""
-    return {k: (_REDACTED if is_secret_key(k) else v) for k, v in options.items()}
-
-
-def _text(key: str, value: str) -> str:
-    if not value.strip():
-        raise InvalidOptionError(key, "must not be empty")
-    return value.strip()
-
-
-def _boolean(key: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        shown = _REDACTED if is_secret_key(key) else repr(value)
-        raise InvalidOptionError(key, f"expected true or false, got {shown}")
-    return lowered == "true"
-
-
-def _positive_int(key: str, value: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise InvalidOptionError(key, f"expected a positive integer, got {value!r}")
-    return number
-
-
-def _upper(key: str, value: str) -> str:
-    return _text(key, value).upper()
-
-
-def _servers(key: str, value: str) -> list[str]:
-    servers = [s.strip() for s in value.split(",") if s.strip()]
-    if not servers:
-        raise InvalidOptionError(key, "expected host:port[,host:port...]")
-    return servers
-
-
-def _hostname_check(key: str, value: str) -> bool:
-    # Java's ssl.endpoint.identification.algorithm: "https" checks the host name, "" does not.
-    return value.strip().lower() == "https"
-
-
-CLIENT_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "kafka.bootstrap.servers": ("bootstrap_servers", _servers),
-    "kafka.security.protocol": ("security_protocol", _upper),
-    "kafka.sasl.mechanism": ("sasl_mechanism", _upper),
-    "kafka.sasl.plain.username": ("sasl_plain_username", _text),
-    "kafka.sasl.plain.password": ("sasl_plain_password", _text),
-    "kafka.ssl.cafile": ("ssl_cafile", _text),
-    "kafka.ssl.certfile": ("ssl_certfile", _text),
-    "kafka.ssl.keyfile": ("ssl_keyfile", _text),
-    "kafka.ssl.password": ("ssl_password", _text),
-    "kafka.ssl.key.password": ("ssl_password", _text),
-    "kafka.ssl.crlfile": ("ssl_crlfile", _text),
-    "kafka.ssl.ciphers": ("ssl_ciphers", _text),
-    "kafka.ssl.check.hostname": ("ssl_check_hostname", _boolean),
-    "kafka.ssl.endpoint.identification.algorithm": ("ssl_check_hostname", _hostname_check),
-    "kafka.client.id": ("client_id", _text),
-    "kafka.request.timeout.ms": ("request_timeout_ms", _positive_int),
-}
-"""``kafka.*`` option -> (kafka-python ``KafkaConsumer`` argument, parser). SSL takes PEM files."""
-
-_SOURCE_OPTIONS = {
-    "subscribe": "subscribe",
-    "startingoffsets": "startingOffsets",
-    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
-    "failondataloss": "failOnDataLoss",
-    "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
-}
-
-
-@dataclass(frozen=True, repr=False)
-class KafkaSourceOptions:
-    """The source's options, parsed and checked once; picklable; ``repr`` hides secrets."""
-
-    topics: tuple[str, ...]
-    starting_offsets: str | Offsets
-    """``"earliest"``, ``"latest"``, or per-partition offsets (-2 earliest, -1 latest)."""
-    max_offsets_per_trigger: int | None
-    fail_on_data_loss: bool
-    poll_timeout_ms: int
-    client_config: dict[str, Any]
-    """kafka-python ``KafkaConsumer`` arguments from the ``kafka.*`` options."""
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
-        """Parse Spark-style string options; unknown or malformed keys raise, naming the key."""
-        lowered: dict[str, str] = {}
-        for key, value in options.items():
-            if key.lower() in lowered:
-                raise InvalidOptionError(key, "given twice (option keys are case-insensitive)")
-            lowered[key.lower()] = str(value)
-        client: dict[str, Any] = {}
-        source: dict[str, str] = {}
-        for key, value in lowered.items():
-            if key in CLIENT_OPTIONS:
-                arg, parse = CLIENT_OPTIONS[key]
-                client[arg] = parse(key, value)
-            elif key.startswith("kafka."):
-                hint = " (kafka-python takes PEM files: kafka.ssl.cafile, certfile, keyfile)"
-                raise InvalidOptionError(
-                    key, "unknown Kafka client option" + (hint if ".ssl." in key else "")
-                    + f"; supported: {', '.join(sorted(CLIENT_OPTIONS))}")
-            elif key in _SOURCE_OPTIONS:
-                source[_SOURCE_OPTIONS[key]] = value
-            else:
-                raise InvalidOptionError(
-                    key, f"unknown option of the {SOURCE_NAME} source; supported: "
-                    f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client options")
-        if "bootstrap_servers" not in client:
-            raise InvalidOptionError("kafka.bootstrap.servers", "is required")
-        if "subscribe" not in source:
-            raise InvalidOptionError("subscribe", "is required (comma-separated topic names)")
-        topics = tuple(dict.fromkeys(t.strip() for t in source["subscribe"].split(",")))
-        bad = [t for t in topics if not _TOPIC_RE.match(t)]
-        if bad:
-            raise InvalidOptionError("subscribe", f"invalid topic name(s) {bad}")
-        limit = source.get("maxOffsetsPerTrigger")
-        return cls(
-            topics=topics,
-            starting_offsets=_parse_starting_offsets(source.get("startingOffsets", "latest"),
-                                                     topics),
-            max_offsets_per_trigger=None if limit is None else _positive_int(
-                "maxOffsetsPerTrigger", limit),
-            fail_on_data_loss=_boolean("failOnDataLoss", source.get("failOnDataLoss", "true")),
-            poll_timeout_ms=_positive_int(
-                "kafkaConsumer.pollTimeoutMs", source.get("kafkaConsumer.pollTimeoutMs", "120000")),
-            client_config=client,
-        )
-
-    def consumer_config(self, **overrides: Any) -> dict[str, Any]:
-        """Arguments for a group-less ``KafkaConsumer`` that never commits or creates topics."""
-        return {
-            "group_id": None,
-            "enable_auto_commit": False,
-            "allow_auto_create_topics": False,
-            "isolation_level": "read_uncommitted",  # Spark's default too; see _Cluster.latest
-            **self.client_config,
-            **overrides,
-        }
-
-    def __repr__(self) -> str:
-        client = redact_options(self.client_config)
-        return (f"KafkaSourceOptions(topics={self.topics!r}, "
-                f"starting_offsets={self.starting_offsets!r}, "
-                f"max_offsets_per_trigger={self.max_offsets_per_trigger!r}, "
-                f"fail_on_data_loss={self.fail_on_data_loss!r}, client_config={client!r})")
-
-
-def _parse_starting_offsets(value: str, topics: tuple[str, ...]) -> str | Offsets:
-    key = "startingOffsets"
-    text = value.strip()
-    if text.lower() in ("earliest", "latest"):
-        return text.lower()
-    try:
-        parsed = json.loads(text)
-        offsets = offsets_from_json_dict(parsed)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise InvalidOptionError(
-            key, f"expected earliest, latest or JSON like {{\"topic\": {{\"0\": 23}}}}: {exc}"
-        ) from None
-    for topic, parts in offsets.items():
-        if topic not in topics:
-            raise InvalidOptionError(key, f"topic '{topic}' is not in subscribe")
-        for partition, offset in parts.items():
-            if partition < 0 or offset < -2:
-                raise InvalidOptionError(key, f"bad offset {offset} for {topic}-{partition}")
-    return offsets
-
-
-# --- offsets: JSON, Hudi checkpoints, planning --------------------------------------------------
-
-
-def offsets_to_json_dict(offsets: Offsets) -> dict[str, dict[str, int]]:
-    """The checkpoint form: string partition keys, topics and partitions in sorted order.
-
-    Spark compares offsets by their JSON text, so the order must not depend on history.
-    """
-    return {t: {str(p): int(offsets[t][p]) for p in sorted(offsets[t])} for t in sorted(offsets)}
-
-
-def offsets_from_json_dict(data: Any) -> Offsets:
-    """Inverse of :func:`offsets_to_json_dict`; raises ValueError/TypeError on other shapes."""
-    if not isinstance(data, dict):
-        raise ValueError("offsets must be a JSON object of topics")
-    out: Offsets = {}
-    for topic, parts in data.items():
-        if not isinstance(parts, dict):
-            raise ValueError(f"offsets of topic '{topic}' must be an object of partitions")
-        out[str(topic)] = {int(p): int(o) for p, o in parts.items()}
-    return out
-
-
-def starting_offsets_json(offsets: Mapping[str, Mapping[int, int]]) -> str:
-    """``startingOffsets`` JSON resuming at ``offsets`` (next offset per topic and partition)."""
-    return json.dumps(offsets_to_json_dict({t: dict(p) for t, p in offsets.items()}))
-
-
-def parse_hudi_checkpoint(checkpoint: str) -> Offsets:
-    """Parse Hudi's streamer checkpoint (``streamer.checkpoint.key``) into offsets.
-
-    Hudi writes ``topic,partition:offset,partition:offset`` with the next offset to read per
-    partition, one topic per string. Several topics are written as such strings joined by
-    ``;`` (our extension: Kafka topic names cannot contain ``,``, ``:`` or ``;``).
-    """
-    out: Offsets = {}
-    for part in checkpoint.strip().split(";"):
-        topic, *pairs = [piece.strip() for piece in part.split(",")]
-        if not _TOPIC_RE.match(topic) or not pairs or topic in out:
-            raise ValueError(f"not a Hudi Kafka checkpoint: {checkpoint!r}")
-        try:
-            out[topic] = {int(p): int(o) for p, o in (pair.split(":") for pair in pairs)}
-        except ValueError:
-            raise ValueError(f"not a Hudi Kafka checkpoint: {checkpoint!r}") from None
-    return out
-
-
-def format_hudi_checkpoint(offsets: Mapping[str, Mapping[int, int]]) -> str:
-    """Inverse of :func:`parse_hudi_checkpoint` (partitions ascending, topics sorted)."""
-    if not offsets or not all(offsets.values()):
-        raise ValueError("a Hudi checkpoint needs at least one partition per topic")
-    return ";".join(
-        topic + "," + ",".join(f"{p}:{offsets[topic][p]}" for p in sorted(offsets[topic]))
-        for topic in sorted(offsets)
-    )
-
-
-def _flatten(offsets: Offsets) -> dict[TopicPart, int]:
-    return {(t, p): o for t, parts in offsets.items() for p, o in parts.items()}
-
-
-def _nest(flat: Mapping[TopicPart, int]) -> Offsets:
-    out: Offsets = {}
-    for (topic, partition), offset in sorted(flat.items()):
-        out.setdefault(topic, {})[partition] = offset
-    return out
-
-
-def split_limit(backlog: Mapping[TopicPart, int], limit: int) -> dict[TopicPart, int]:
-    """How many offsets each partition may advance, ``limit`` in total, in proportion to backlog.
-
-    Largest-remainder rounding, so the total is exactly ``min(limit, sum(backlog))``; ties go
-    to the larger backlog, so small limits still rotate over all partitions across batches.
-    """
-    total = sum(backlog.values())
-    if total <= limit:
-        return dict(backlog)
-    share = {tp: lag * limit // total for tp, lag in backlog.items()}
-    left = limit - sum(share.values())
-    ranked = sorted(backlog, key=lambda tp: (-(backlog[tp] * limit % total), -backlog[tp], tp))
-    for tp in ranked[:left]:
-        share[tp] += 1
-    return share
-
-
-def _data_loss(message: str, fail: bool) -> None:
-    if fail:
-        raise KafkaDataLossError(message + ". Set failOnDataLoss=false to skip the lost records.")
-    log.warning("%s; skipping them (failOnDataLoss=false)", message)
-
-
-def plan_end_offsets(
-    start: Offsets, latest: Offsets, max_offsets: int | None, fail_on_data_loss: bool
-) -> Offsets:
-    """The end offsets of the next micro-batch from its start and the partitions' latest offsets.
-
-    New partitions (in ``latest`` only) start at 0 - a task reports data loss if retention
-    already removed their head. Gone partitions and offsets that moved backwards are data loss;
-    without ``failOnDataLoss`` a gone partition is dropped and a partition whose offsets moved
-    back resumes from its new latest offset. ``max_offsets`` is split by :func:`split_limit`.
-    """
-    begin, end_all = _flatten(start), _flatten(latest)
-    for tp in sorted(begin.keys() - end_all.keys()):
-        _data_loss(f"topic '{tp[0]}' partition {tp[1]} no longer exists", fail_on_data_loss)
-    planned: dict[TopicPart, int] = {}
-    backlog: dict[TopicPart, int] = {}
-    for tp, latest_offset in end_all.items():
-        first = begin.get(tp, 0)
-        if latest_offset < first:
-            _data_loss(f"topic '{tp[0]}' partition {tp[1]} offsets went back from {first} to "
-                       f"{latest_offset} (topic recreated?)", fail_on_data_loss)
-            planned[tp] = latest_offset
-        else:
-            backlog[tp] = latest_offset - first
-    if max_offsets is not None:
-        backlog = split_limit(backlog, max_offsets)
-    for tp, advance in backlog.items():
-        planned[tp] = begin.get(tp, 0) + advance
-    return _nest(planned)
-
-
-def check_offset_range(
-    topic: str, partition: int, start: int, end: int, earliest: int, fail_on_data_loss: bool
-) -> int:
-    """The offset to start reading ``[start, end)`` at, given the partition's earliest offset.
-
-    ``start < earliest`` is data loss: raises :class:`KafkaDataLossError` naming the topic,
-    partition and offsets, or (``fail_on_data_loss=False``) logs a warning and skips ahead.
-    """
-    if start >= earliest:
-        return start
-    _data_loss(f"offsets {start} to {min(earliest, end) - 1} of topic '{topic}' partition "
-               f"{partition} are no longer available (earliest offset is {earliest}; deleted "
-               "by retention or the topic was recreated)", fail_on_data_loss)
-    return min(earliest, end)
 
 
 # --- the driver's view of the cluster ----------------------------------------------------------
@@ -560,7 +252,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> Offsets:
         cluster = self._client()
-        latest = _nest(cluster.latest(cluster.partitions(self.options.topics)))
+        latest = nest_offsets(cluster.latest(cluster.partitions(self.options.topics)))
         self._last_latest = latest
         return latest
 
@@ -571,11 +263,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = cluster.earliest(tps)
         spec = self.options.starting_offsets
         if spec == "latest":
-            return offsets_to_json_dict(_nest(cluster.latest(tps)))
+            return offsets_to_json_dict(nest_offsets(cluster.latest(tps)))
         if spec == "earliest":
-            return offsets_to_json_dict(_nest(earliest))
+            return offsets_to_json_dict(nest_offsets(earliest))
         assert isinstance(spec, dict)
-        wanted = _flatten(spec)
+        wanted = flatten_offsets(spec)
         unknown = sorted(wanted.keys() - tps.keys())
         if unknown:
             raise InvalidOptionError("startingOffsets", f"no such partition(s): {unknown}")
@@ -587,14 +279,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset = earliest[tp]
             elif offset == -1 or offset > latest[tp]:
                 if offset != -1:
-                    _data_loss(f"startingOffsets {offset} for topic '{tp[0]}' partition {tp[1]}"
-                               f" is past its end {latest[tp]}", self.options.fail_on_data_loss)
+                    report_data_loss(
+                        f"startingOffsets {offset} for topic '{tp[0]}' partition {tp[1]}"
+                        f" is past its end {latest[tp]}", self.options.fail_on_data_loss)
                 offset = latest[tp]
             else:
                 offset = check_offset_range(tp[0], tp[1], offset, latest[tp], earliest[tp],
                                             self.options.fail_on_data_loss)
             chosen[tp] = offset
-        return offsets_to_json_dict(_nest(chosen))
+        return offsets_to_json_dict(nest_offsets(chosen))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Driver: ``maxOffsetsPerTrigger`` as a row limit, else everything available."""
@@ -622,9 +315,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Depends on nothing but its arguments, so a replayed batch reads the same ranges.
         """
-        begin = _flatten(offsets_from_json_dict(start))
+        begin = flatten_offsets(offsets_from_json_dict(start))
         return [KafkaInputPartition(t, p, begin.get((t, p), 0), stop)
-                for (t, p), stop in sorted(_flatten(offsets_from_json_dict(end)).items())
+                for (t, p), stop in sorted(flatten_offsets(offsets_from_json_dict(end)).items())
                 if stop > begin.get((t, p), 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -690,8 +383,9 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
                 continue
             highwater = consumer.highwater(tp)
             if highwater is not None and highwater <= position:
-                _data_loss(f"topic '{part.topic}' partition {part.partition} ends at {highwater}"
-                           f" but offsets up to {part.end} were planned", fail)
+                report_data_loss(
+                    f"topic '{part.topic}' partition {part.partition} ends at {highwater}"
+                    f" but offsets up to {part.end} were planned", fail)
                 break
             if (time.monotonic() - idle_since) * 1000 > options.poll_timeout_ms:
                 raise KafkaReadTimeoutError(

@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest.decode import AvroDecoder, DecodeResult, JsonDecoder, parse_ddl, sql_type_name
+from ingest import ddl, decode
+from ingest.ddl import parse_ddl, sql_type_name
+from ingest.decode import AvroDecoder, DecodeResult, JsonDecoder
 
 UTC = dt.timezone.utc
 
@@ -88,6 +90,13 @@ def test_parse_ddl_bad_schema_raises_value_error_naming_problem(ddl: str, messag
 def test_sql_type_name_nested_types_read_like_ddl() -> None:
     ddl = "m MAP<STRING, ARRAY<DECIMAL(5,2)>>"
     assert sql_type_name(parse_ddl(ddl).field("m").type) == "MAP<STRING, ARRAY<DECIMAL(5,2)>>"
+
+
+def test_decode_module_reexports_ddl_names_unchanged() -> None:
+    """``from ingest.decode import parse_ddl, sql_type_name`` keeps working after the split."""
+    assert decode.parse_ddl is ddl.parse_ddl
+    assert decode.sql_type_name is ddl.sql_type_name
+    assert {"parse_ddl", "sql_type_name"} <= set(decode.__all__)
 
 
 # --- JSON -------------------------------------------------------------------------------------

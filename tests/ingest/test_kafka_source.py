@@ -14,24 +14,25 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from engine.errors import InvalidOptionError
-from ingest import kafka_source
-from ingest.kafka_source import (
-    ARROW_SCHEMA,
+from ingest import kafka_offsets, kafka_options, kafka_source
+from ingest.kafka_offsets import (
     KafkaDataLossError,
-    KafkaDataSource,
-    KafkaInputPartition,
-    KafkaReadTimeoutError,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    KafkaTopicNotFoundError,
     check_offset_range,
     format_hudi_checkpoint,
     parse_hudi_checkpoint,
     plan_end_offsets,
-    read_kafka_stream,
-    redact_options,
     split_limit,
     starting_offsets_json,
+)
+from ingest.kafka_options import KafkaSourceOptions, redact_options
+from ingest.kafka_source import (
+    ARROW_SCHEMA,
+    KafkaDataSource,
+    KafkaInputPartition,
+    KafkaReadTimeoutError,
+    KafkaStreamReader,
+    KafkaTopicNotFoundError,
+    read_kafka_stream,
 )
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
@@ -44,6 +45,25 @@ SECRET = "hunter2-s3cr3t"
 
 def _options(**extra: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "events", **extra}
+
+
+# --- module layout ----------------------------------------------------------------------------
+
+
+def test_kafka_source_reexports_moved_names_unchanged() -> None:
+    """``from ingest.kafka_source import parse_hudi_checkpoint`` etc. keep working."""
+    moved = {
+        kafka_offsets: ["KafkaDataLossError", "Offsets", "TopicPart", "check_offset_range",
+                        "format_hudi_checkpoint", "offsets_from_json_dict", "offsets_to_json_dict",
+                        "parse_hudi_checkpoint", "plan_end_offsets", "split_limit",
+                        "starting_offsets_json"],
+        kafka_options: ["CLIENT_OPTIONS", "SOURCE_NAME", "KafkaSourceOptions", "is_secret_key",
+                        "redact_options"],
+    }
+    for module, names in moved.items():
+        for name in names:
+            assert getattr(kafka_source, name) is getattr(module, name), name
+    assert all(hasattr(kafka_source, name) for name in kafka_source.__all__)
 
 
 # --- options ----------------------------------------------------------------------------------
