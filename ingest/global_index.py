@@ -235,6 +235,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         if not frames:
             return
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        open("/tmp/proto/cols2.txt", "a").write(repr(list(pdf.columns)) + "\n")
+        pdf = pdf[list(self.spec.slim_schema.names)]  # drop the grouping columns
         if bool(key[0]):  # error rows: no state, pass through
             yield pdf
             return
@@ -308,17 +310,21 @@ def _is_missing(value: Any) -> bool:
 
 
 def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) -> DataFrame:
-    """The streaming plan's tagging step: ``groupBy(key).transformWithStateInPandas``."""
+    """The streaming plan's tagging step: ``groupBy(key).transformWithStateInPandas``.
+
+    The grouping key is (is error, record key) — error rows use ``topic-partition`` instead of
+    a key, and never touch the state.
+    """
     from pyspark.sql import functions as F
 
-    is_error = (F.col(OP) == ERROR).alias(IS_ERROR)
-    group = F.when(F.col(OP) == ERROR,
-                   F.concat_ws("-", F.col(TOPIC), F.col(KAFKA_PARTITION).cast("string"))) \
-        .otherwise(F.col(RECORD_KEY)).alias(GROUP)
-    seeded = initial.groupBy(F.lit(False).alias(IS_ERROR), F.col(RECORD_KEY).alias(GROUP))
-    return prepared.groupBy(is_error, group).transformWithStateInPandas(
+    keyed = prepared.withColumn(IS_ERROR, F.col(OP) == ERROR).withColumn(
+        GROUP, F.when(F.col(OP) == ERROR, F.concat_ws("-", F.col(TOPIC),
+                                                      F.col(KAFKA_PARTITION).cast("string")))
+        .otherwise(F.col(RECORD_KEY)))
+    seeded = initial.withColumn(IS_ERROR, F.lit(False)).withColumn(GROUP, F.col(RECORD_KEY))
+    return keyed.groupBy(IS_ERROR, GROUP).transformWithStateInPandas(
         GlobalIndexProcessor(spec), spark_schema(spec.slim_schema), "Append", "None",
-        initialState=seeded)
+        initialState=seeded.groupBy(IS_ERROR, GROUP))
 
 
 # --- bootstrapping from the table ---------------------------------------------------------

@@ -1,8 +1,9 @@
-"""The ``tidelake`` command: ``demo`` and ``table show``.
+"""The ``tidelake`` command: ``demo``, ``ingest``, ``produce`` and ``table show``.
 
-``tidelake demo`` writes a local merge-on-read table from generated events (inserts,
-updates and deletes in batches), shows progress, then checks the table against what it
-wrote and reads it back with tidelake and with hudi-rs when installed.
+``tidelake demo`` runs the whole pipeline locally: an embedded Kafka-protocol broker, sample
+events, the streaming job, a merge-on-read table, and a check of the result
+(:mod:`jobs.demo`). ``tidelake demo --engine`` skips Kafka and Spark and writes the table
+with the engine directly. ``tidelake ingest JOB.toml`` runs a job (:mod:`jobs.ingest_job`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine import Table, TidelakeError
+from jobs.job_config import add_flags, load, overrides_from
 
 
 def _demo_batch(rng: random.Random, live: dict[str, dict[str, Any]], next_id: list[int],
@@ -42,8 +44,17 @@ def _demo_batch(rng: random.Random, live: dict[str, dict[str, Any]], next_id: li
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Write a demo table in batches with progress, then verify and show it."""
-    out = Path(args.output).resolve()
+    """``tidelake demo``: the streaming demo, or the engine-only one with ``--engine``."""
+    if args.engine:
+        return run_engine_demo(args)
+    from jobs.demo import run_streaming_demo
+
+    return run_streaming_demo(args)
+
+
+def run_engine_demo(args: argparse.Namespace) -> int:
+    """Write a demo table in batches with the engine alone, then verify and show it."""
+    out = Path(args.output).resolve() / "engine-trips"
     if out.exists():
         shutil.rmtree(out)
     table = Table.create(str(out), name="demo_trips", table_type="MERGE_ON_READ",
@@ -121,6 +132,13 @@ def show_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_ingest(args: argparse.Namespace) -> int:
+    """``tidelake ingest JOB.toml [--section.key VALUE ...]``."""
+    from jobs.ingest_job import run
+
+    return run(load(args.config, overrides_from(args)), duration=args.duration)
+
+
 def run_produce(args: argparse.Namespace) -> int:
     """Send sample trip events (with updates, deletes and malformed records) to Kafka."""
     from jobs.sample_events import SampleEvents, produce
@@ -136,11 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tidelake`` command."""
     parser = argparse.ArgumentParser(prog="tidelake", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="write and verify a local demo table")
-    demo.add_argument("--output", default="demo-output/trips", help="table folder")
-    demo.add_argument("--batches", type=int, default=10, help="number of batches")
-    demo.add_argument("--batch-size", type=int, default=5000, help="records per batch")
+    demo = sub.add_parser("demo", help="run the local end-to-end demo")
+    from jobs.demo import add_arguments
+
+    add_arguments(demo)
+    demo.add_argument("--engine", action="store_true",
+                      help="no Kafka or Spark: write batches with the engine directly")
+    demo.add_argument("--batches", type=int, default=10, help="--engine: number of batches")
+    demo.add_argument("--batch-size", type=int, default=5000,
+                      help="--engine: records per batch")
     demo.set_defaults(func=run_demo)
+    ingest = sub.add_parser("ingest", help="run a streaming ingest job from a TOML file")
+    ingest.add_argument("config", help="job file (see docs/ingest.md)")
+    ingest.add_argument("--duration", type=float, default=None,
+                        help="stop after this many seconds")
+    add_flags(ingest)
+    ingest.set_defaults(func=run_ingest)
     prod = sub.add_parser("produce", help="send sample trip events to a Kafka topic")
     prod.add_argument("--bootstrap-servers", required=True)
     prod.add_argument("--topic", default="trips")

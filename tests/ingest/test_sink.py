@@ -335,8 +335,9 @@ def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
     rng = random.Random(3 if table_type == "MERGE_ON_READ" else 4)
     for batch_id, events in enumerate(random_batches(rng, 3, 40, moves=False,
                                                      tombstones=False, clock=clock)):
-        events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=i % 2)
-                  for i, e in enumerate(events)]
+        # Keyed records: all versions of a key go to the same Kafka partition.
+        events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
+                  for e in events]
         sink.process_batch(_frame(spark, kafka_rows(events, "trips", offsets)), batch_id)
         oracle.apply(events)
         result = sink.last_result
@@ -598,9 +599,10 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
     oracle, clock = Oracle(), [0]
     events = next(random_batches(random.Random(9), 1, 60, moves=False, tombstones=False,
                                  clock=clock))
-    events += [Event("junk", raw=b"junk")]
-    produce(kafka_bootstrap, topic, [(e.id.encode(), e.value(), i % 2)
-                                     for i, e in enumerate(events)])
+    events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
+              for e in events] + [Event("junk", raw=b"junk")]
+    produce(kafka_bootstrap, topic, [(e.id.encode(), e.value(), e.kafka_partition)
+                                     for e in events])
     oracle.apply(events)
     path = str(tmp_path / "t")
     sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
@@ -612,7 +614,7 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
     query.awaitTermination(600)
     assert query.exception() is None
     assert table_rows(path) == oracle.rows
-    ends = {0: (len(events) + 1) // 2, 1: len(events) // 2}
+    ends = dict(Counter(e.kafka_partition for e in events))
     assert starting_offsets_from_table(path) == {topic: ends}
     assert json.loads(starting_offsets_json({topic: ends})) == {
         topic: {str(p): o for p, o in ends.items()}}

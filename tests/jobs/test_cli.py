@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_demo_small_run_writes_and_verifies_table(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
-    assert main(["demo", "--output", str(out), "--batches", "3", "--batch-size", "200"]) == 0
+    assert main(["demo", "--engine", "--output", str(out), "--batches", "3",
+                 "--batch-size", "200"]) == 0
     printed = capsys.readouterr().out
     assert "matches what was written: yes" in printed
     assert "hudi-rs reads" in printed
-    assert main(["table", "show", str(out)]) == 0
+    assert main(["table", "show", str(out / "engine-trips")]) == 0
     shown = capsys.readouterr().out
     assert "deltacommit" in shown and "file groups:" in shown
 
