@@ -235,8 +235,10 @@ class GlobalIndexProcessor(StatefulProcessor):
         if not frames:
             return
         pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        open("/tmp/proto/cols2.txt", "a").write(repr(list(pdf.columns)) + "\n")
-        pdf = pdf[list(self.spec.slim_schema.names)]  # drop the grouping columns
+        # Columns arrive in the input's order (pyspark may name them _0, _1, ...): the slim
+        # schema, then the two grouping columns, which are dropped.
+        names = list(self.spec.slim_schema.names)
+        pdf = pdf.iloc[:, :len(names)].set_axis(names, axis=1)
         if bool(key[0]):  # error rows: no state, pass through
             yield pdf
             return

@@ -42,10 +42,13 @@ def build_spark(config: JobConfig) -> SparkSession:
     # pyspark 4.3 warns that pandas 3 is not fully supported; the paths we use work.
     warnings.filterwarnings("ignore", message=".*does not yet fully support pandas",
                             category=FutureWarning)
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(config["spark.master"]).appName(
-        config["spark.app_name"])
+    builder = SparkSession.builder.appName(config["spark.app_name"])
+    if not SparkConf().contains("spark.master"):
+        # Under spark-submit the master comes from its --master flag; otherwise from here.
+        builder = builder.master(config["spark.master"])
     defaults = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR",
                 "spark.sql.execution.arrow.pyspark.enabled": "true"}
