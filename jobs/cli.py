@@ -129,7 +129,23 @@ def show_table(args: argparse.Namespace) -> int:
         print(f"  {slc.partition_path or '.'}/{slc.file_id}: base {base}, "
               f"{len(slc.log_files)} log file(s), {size:,} bytes")
     print(f"\n{total:,} bytes in live file slices")
+    print(f"last checkpoint: {_last_checkpoint(table)}")
     return 0
+
+
+def _last_checkpoint(table: Table) -> str:
+    """The streaming checkpoint the newest commit recorded (offsets and batch id)."""
+    from engine.timeline import Timeline
+
+    timeline = Timeline.load(table.storage, table.config)
+    for instant in reversed(timeline.completed_data_instants):
+        extra = timeline.commit_metadata(instant).extra_metadata
+        offsets = extra.get("streamer.checkpoint.key")
+        batch = extra.get("_hudi_streaming_sink_checkpoint")
+        if offsets or batch:
+            return (f"offsets {offsets or '-'}; batch {batch or '-'} "
+                    f"(commit {instant.requested_time})")
+    return "none (no streaming commit)"
 
 
 def run_ingest(args: argparse.Namespace) -> int:
