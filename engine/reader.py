@@ -9,6 +9,7 @@ slice — base file, plus for merge-on-read its log blocks merged by key
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -40,6 +41,7 @@ from engine.schema import (
 from engine.storage import Storage
 from engine.timeline import Timeline
 
+READ_THREADS = 2
 Filters: TypeAlias = "pc.Expression | Sequence[Any] | None"
 
 
@@ -254,14 +256,20 @@ class TableReader:
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]
         read_columns = self._read_columns(spec, schema)
         reader = SliceReader(self.storage, self.timeline, visible, schema)
-        tables = []
-        for slc in slices:
-            if spec.read_optimized and slc.base_file is None:
-                continue
+        wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
+
+        def read_one(slc: FileSlice) -> pa.Table:
             part = reader.read_slice(slc, read_optimized=spec.read_optimized,
                                      columns=read_columns)
-            if part.num_rows:
-                tables.append(_dictionary_meta(part))
+            return _dictionary_meta(part) if part.num_rows else part
+
+        # Parquet decoding and Arrow kernels release the GIL: two slices at a time.
+        if len(wanted) > 1:
+            with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+                parts = list(pool.map(read_one, wanted))
+        else:
+            parts = [read_one(s) for s in wanted]
+        tables = [p for p in parts if p.num_rows]
         if not tables:
             empty_schema = schema or pa.schema([])
             result = empty_schema.empty_table()
