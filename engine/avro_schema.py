@@ -54,7 +54,7 @@ AvroSchema = Any
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
-_PRIMITIVE_TO_ARROW: dict[str, pa.DataType] = {
+PRIMITIVE_TO_ARROW: dict[str, pa.DataType] = {
     "null": pa.null(),
     "boolean": pa.bool_(),
     "int": pa.int32(),
@@ -144,8 +144,8 @@ def _to_arrow_type(schema: AvroSchema, names: _Names, namespace: str) -> tuple[p
     if isinstance(inner, list):  # pragma: no cover - unwrap_nullable already rejected it
         raise ValueError(f"unsupported Avro union {inner!r}")
     if isinstance(inner, str):
-        if inner in _PRIMITIVE_TO_ARROW:
-            return _PRIMITIVE_TO_ARROW[inner], nullable or inner == "null"
+        if inner in PRIMITIVE_TO_ARROW:
+            return PRIMITIVE_TO_ARROW[inner], nullable or inner == "null"
         return names.lookup(inner, namespace), nullable
     if not isinstance(inner, Mapping):
         raise ValueError(f"not an Avro schema: {inner!r}")

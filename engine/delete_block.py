@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.avro_codec import encode_records
+from engine.avro_schema import PRIMITIVE_TO_ARROW
 from engine.log_block import (
     I32_PAIR,
     BlockType,
@@ -84,15 +85,7 @@ _NATURAL_BRANCH = 2  # IntWrapper(0): Java's default ordering value, "natural or
 _INTEGRAL_BRANCHES = frozenset({2, 3, 8, 10, 11})
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
-_ORDERING_ARROW = {
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "bytes": pa.binary(),
-    "string": pa.string(),
-}
+_ORDERING_ARROW = {name: arrow for name, arrow in PRIMITIVE_TO_ARROW.items() if name != "null"}
 _ORDERING_ZERO: dict[str, Any] = {
     "boolean": False,
     "int": 0,

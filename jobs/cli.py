@@ -101,12 +101,17 @@ def run_engine_demo(args: argparse.Namespace) -> int:
         ok = ok and rs.num_rows == result.num_rows
     except ImportError:
         print("hudi-rs not installed (pip install hudi==0.5.0) — skipped its read")
-    print(f"\ntable: {out}\nread it with:\n"
-          f"  python -c \"from engine import Table; print(Table.open('{out}').read())\"\n"
-          f"  python -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
-          f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{out}')"
-          f".build().read()))\"")
+    print(f"\ntable: {out}\n{how_to_read(out)}")
     return 0 if ok else 1
+
+
+def how_to_read(path: Path) -> str:
+    """Commands that read the table at ``path`` (tidelake and hudi-rs)."""
+    return (f"read it with:\n  tidelake table show {path}\n"
+            f"  python -c \"from engine import Table; print(Table.open('{path}').read())\"\n"
+            f"  python -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
+            f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}')"
+            f".build().read()))\"")
 
 
 def show_table(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from jobs.cli import how_to_read
 from jobs.ingest_job import Progress, start, watch
 from jobs.job_config import load
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
@@ -138,12 +139,7 @@ def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float
         ok = ok and rs.num_rows == len(ours)
     except ImportError:
         print("hudi-rs not installed (pip install hudi==0.5.0): skipped its read")
-    path = out / "trips"
-    print(f"\nread the table:\n  tidelake table show {path}\n"
-          f"  python -c \"from engine import Table; print(Table.open('{path}').read())\"\n"
-          f"  python -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
-          f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}')"
-          f".build().read()))\"")
+    print(f"\n{how_to_read(out / 'trips')}")
     return 0 if ok else 1
 
 
