@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.base_file import read_base_file
-from engine.config import TableConfig
+from engine.base_file import read_base_file, read_footer_keys
+from engine.config import IndexType, TableConfig
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
+from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.log_format import (
     BlockType,
     HeaderKey,
@@ -136,19 +137,29 @@ class SliceReader:
         self.schema = schema
 
     def read_slice(self, slc: FileSlice, *, read_optimized: bool = False,
-                   columns: Sequence[str] | None = None) -> pa.Table:
-        """The merged rows of one slice (columns=None: all columns)."""
+                   columns: Sequence[str] | None = None,
+                   keys: pa.Array | None = None) -> pa.Table:
+        """The merged rows of one slice (columns=None: all columns).
+
+        ``keys`` restricts the read to those record keys. Merging is per key, so dropping
+        other keys before the merge gives the same rows for these keys: the base file read
+        pushes the key filter down (row groups pruned by their statistics), and log records
+        of other keys are dropped before merging.
+        """
         base: pa.Table | None = None
         if slc.base_file is not None:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
+            key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
             base = read_base_file(self.storage.full(slc.base_file.path), columns=columns,
-                                  dictionary_columns=wanted)
+                                  dictionary_columns=wanted, filters=key_filter)
         schema = base.schema if base is not None else self.schema
         if read_optimized or not slc.log_files:
             if base is None:
                 return (schema or pa.schema([])).empty_table()
             return base
         layers = self._log_layers(slc, schema)
+        if keys is not None:
+            layers = [_only_keys(layer, keys) for layer in layers]
         if not self.config.populate_meta_fields:
             # No record keys stored: readers treat the table as append-only.
             data = [base] if base is not None else []
@@ -190,6 +201,68 @@ class SliceReader:
                 keys, ordering = delete_columns(block)
                 layers.append(DeleteLayer(keys, ordering))
         return layers
+
+
+def _only_keys(layer: Layer, keys: pa.Array) -> Layer:
+    if isinstance(layer, DataLayer):
+        return DataLayer(layer.table.filter(pc.is_in(layer.table.column(RECORD_KEY),
+                                                     value_set=keys)))
+    mask = pc.is_in(layer.keys, value_set=keys)
+    ordering = layer.ordering.filter(mask) if layer.ordering is not None else None
+    return DeleteLayer(layer.keys.filter(mask), ordering)
+
+
+def lookup_keys(filters: Filters, config: TableConfig) -> pa.Array | None:
+    """Record keys a DNF filter pins down (``key = v`` / ``key in [...]``), else None.
+
+    Only for tables keyed by one field, whose record key is that field's value as text.
+    Every disjunct must pin the key, or any key may match.
+    """
+    if (filters is None or isinstance(filters, pc.Expression) or not filters
+            or len(config.record_key_fields) != 1 or not config.populate_meta_fields):
+        return None
+    field = config.record_key_fields[0]
+    dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
+    found: set[str] = set()
+    for conj in dnf:
+        terms = [t for t in conj if isinstance(t, tuple) and len(t) == 3 and t[0] == field]
+        values: set[str] | None = None
+        for _, op, value in terms:
+            if op in ("=", "=="):
+                these = {_key_text(value)}
+            elif op == "in" and isinstance(value, list | tuple | set):
+                these = {_key_text(v) for v in value}
+            else:
+                continue
+            values = these if values is None else values & these
+        if values is None:
+            return None
+        found |= values
+    return pa.array(sorted(found), pa.string())
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _slice_may_hold(storage: Storage, slc: FileSlice, keys: pa.Array) -> bool:
+    """False when the base file's footer rules every key out and there are no logs."""
+    if slc.log_files or slc.base_file is None:
+        return True
+    try:
+        footer = read_footer_keys(storage.full(slc.base_file.path))
+    except (OSError, ValueError):
+        return True
+    candidates = keys.to_pylist()
+    if footer.min_key is not None and footer.max_key is not None:
+        # Hudi's min/max follow Java's String order: UTF-16 code units, i.e. UTF-16-BE bytes.
+        low, high = (footer.min_key.encode("utf-16-be"), footer.max_key.encode("utf-16-be"))
+        candidates = [k for k in candidates if low <= k.encode("utf-16-be") <= high]
+    if footer.bloom is not None:
+        candidates = [k for k in candidates if footer.bloom.might_contain(k)]
+    return bool(candidates)
 
 
 def _dictionary_meta(table: pa.Table) -> pa.Table:
@@ -257,10 +330,13 @@ class TableReader:
         read_columns = self._read_columns(spec, schema)
         reader = SliceReader(self.storage, self.timeline, visible, schema)
         wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
+        keys = lookup_keys(spec.filters, self.config)
+        if keys is not None:
+            wanted = self._prune_for_keys(wanted, keys)
 
         def read_one(slc: FileSlice) -> pa.Table:
             part = reader.read_slice(slc, read_optimized=spec.read_optimized,
-                                     columns=read_columns)
+                                     columns=read_columns, keys=keys)
             return _dictionary_meta(part) if part.num_rows else part
 
         # Parquet decoding and Arrow kernels release the GIL: two slices at a time.
@@ -286,6 +362,21 @@ class TableReader:
                 raise ValueError(f"columns: no column {missing[0]!r} in the table")
             result = result.select([c for c in spec.columns if c in result.column_names])
         return result
+
+    def _prune_for_keys(self, slices: list[FileSlice], keys: pa.Array) -> list[FileSlice]:
+        """Slices that may hold one of ``keys``: by bucket id, then by base file footers."""
+        if self.config.index_type is IndexType.BUCKET and self.config.num_buckets:
+            buckets = set(bucket_ids(keys, self.config.num_buckets).tolist())
+            kept = []
+            for slc in slices:
+                try:
+                    if bucket_from_file_id(slc.file_id) not in buckets:
+                        continue
+                except ValueError:
+                    pass  # not a bucket file id: cannot rule it out
+                kept.append(slc)
+            slices = kept
+        return [s for s in slices if _slice_may_hold(self.storage, s, keys)]
 
     def _read_columns(self, spec: ReadSpec, schema: pa.Schema | None) -> list[str] | None:
         if spec.columns is None:

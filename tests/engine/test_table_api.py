@@ -187,3 +187,28 @@ def test_hostile_partition_values_written_inside_table_and_read_back(tmp_path: P
         assert set(result.column("ts").to_pylist()) == {2}
     with pytest.raises(InvalidRecordError, match="too long"):
         table.upsert(pa.table({"id": ["long"], "ts": [1], "p": ["y" * 300]}))
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+@pytest.mark.parametrize("index", ["BUCKET", "SIMPLE"])
+def test_point_lookup_by_key_prunes_and_matches_full_read(tmp_path: Path, table_type: str,
+                                                          index: str) -> None:
+    table = _table(tmp_path, table_type=table_type,
+                   options={"hoodie.index.type": index, "hoodie.bucket.index.num.buckets": "4",
+                            "hoodie.parquet.max.file.size": "400000",
+                            "hoodie.parquet.small.file.limit": "1"})
+    ids = [f"k{i:04d}" for i in range(400)] + ["ünï😀", "\uffff"]
+    table.upsert(pa.table({"id": ids, "ts": [1] * len(ids), "city": ["a", "b"] * (len(ids) // 2),
+                           "fare": [float(i) for i in range(len(ids))]}))
+    table.upsert(pa.table({"id": ["k0007", "k0300"], "ts": [2, 2], "city": ["b", "a"],
+                           "fare": [-7.0, -300.0]}))
+    table.delete(pa.table({"id": ["k0011"], "city": ["b"]}))
+    full = {r["id"]: r["fare"] for r in table.read(columns=["id", "fare"]).to_pylist()}
+    for wanted in (["k0007"], ["k0011"], ["k0300", "k0399", "nope"], ["ünï😀", "\uffff"]):
+        got = table.read(columns=["id", "fare"], filters=[("id", "in", wanted)])
+        assert {r["id"]: r["fare"] for r in got.to_pylist()} == {
+            k: full[k] for k in wanted if k in full}
+    one = table.read(filters=[("id", "=", "k0007"), ("fare", "<", 0)])
+    assert one.column("fare").to_pylist() == [-7.0]
+    either = table.read(filters=[[("id", "=", "k0001")], [("id", "=", "k0002")]])
+    assert sorted(either.column("id").to_pylist()) == ["k0001", "k0002"]
