@@ -240,11 +240,11 @@ class GlobalIndexProcessor(StatefulProcessor):
         names = list(self.spec.slim_schema.names)
         pdf = pdf.iloc[:, :len(names)].set_axis(names, axis=1)
         if bool(key[0]):  # error rows: no state, pass through
-            yield pdf
+            yield _plain(pdf, self.spec.slim_schema)
             return
         pdf = pdf.sort_values([TOPIC, KAFKA_PARTITION, OFFSET], kind="stable") \
             .reset_index(drop=True)
-        yield self._tag(str(key[1]), pdf)
+        yield _plain(self._tag(str(key[1]), pdf), self.spec.slim_schema)
 
     def _tag(self, key: str, pdf: Any) -> Any:
         pd = _pandas()
@@ -293,6 +293,19 @@ class GlobalIndexProcessor(StatefulProcessor):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _plain(pdf: Any, schema: pa.Schema) -> Any:
+    """``pdf`` with its string and binary columns as plain objects, None for missing.
+
+    pyspark hands such columns over Arrow-backed (pandas 3), or as float NaN when a column
+    is all null; after sorting or concatenating either may not convert back to Arrow.
+    """
+    for f in schema:
+        if pa.types.is_string(f.type) or pa.types.is_binary(f.type):
+            column = pdf[f.name]
+            pdf[f.name] = column.astype(object).where(column.notna(), None)
+    return pdf
 
 
 def _pandas() -> Any:

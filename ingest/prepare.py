@@ -90,8 +90,9 @@ _ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or ti
 class PrepareSpec:
     """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks.
 
-    ``data_schema`` is the table's data schema (storage types); the decoder's schema has the
-    same field names. ``tombstone_partition`` says where a tombstone's partition comes from:
+    ``data_schema`` is the table's data schema (storage types): the decoder's fields, less
+    ``_hoodie_*`` ones (the engine never stores those; ``_hoodie_is_deleted`` is read as the
+    delete marker only). ``tombstone_partition`` says where a tombstone's partition comes from:
     ``"none"`` (non-partitioned table: ``""``), ``"state"`` (the global-state index fills it
     in: left null here) or ``"unknown"`` (bucket index on a partitioned table: the tombstone
     is an error, since nothing says which partition holds the key).
@@ -231,12 +232,15 @@ def _data_rows(spec: PrepareSpec, values: pa.Array, op: np.ndarray,
         op[row] = ERROR
         reasons[row] = f"cannot decode the value: {reason}"
     good = present[np.asarray(result.good_index, dtype=np.int64)]
+    fields = [f.with_nullable(True) for f in spec.data_schema]
+    marker = spec.delete_column
+    if marker and marker not in spec.data_schema.names:  # e.g. _hoodie_is_deleted: not stored
+        fields.append(pa.field(marker, pa.bool_()))
     columns = []
-    for f in spec.data_schema:
+    for f in fields:
         col = _column(result.table, f.name, f.type) if len(good) else pa.array([], f.type)
         columns.append(_scatter(col, good, n))
-    return pa.Table.from_arrays(columns, schema=pa.schema(
-        [f.with_nullable(True) for f in spec.data_schema]))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Table:
@@ -313,7 +317,7 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     keep_raw = error | ((op == UPSERT) & (not spec.with_data))
     columns: dict[str, pa.Array] = {}
     if spec.with_data:
-        for f in data.schema:
+        for f in spec.data_schema:
             columns[f.name] = data.column(f.name).combine_chunks()
     null_str = pa.nulls(n, pa.string())
     error_mask = pa.array(error)
@@ -371,7 +375,7 @@ def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
     upsert = op == UPSERT
     wanted = pc.if_else(pa.array(upsert), values, pa.nulls(n, pa.binary()))
     data = _data_rows(spec, wanted, op, reasons)
-    columns = {f.name: data.column(f.name).combine_chunks() for f in data.schema}
+    columns = {f.name: data.column(f.name).combine_chunks() for f in spec.data_schema}
     for f in meta_fields(spec):
         columns[f.name] = table.column(f.name).combine_chunks()
     columns[OP] = pa.array(op, pa.int8())

@@ -188,13 +188,16 @@ class HudiStreamingSink:
         self.write_parallelism = write_parallelism
         self.update_partition_path = update_partition_path
         decoded = normalize_input_schema(decoder.schema)
+        self._check_reserved(decoded)
+        # The engine stores no _hoodie_* data column (it drops them from its input).
+        stored = pa.schema([f for f in decoded if not f.name.startswith("_hoodie_")])
         self.table = self._open_or_create(table_path, table_name, table_type, record_key,
                                           precombine, partition_by, num_buckets, options,
-                                          decoded)
-        self.data_schema = self._check_schema(decoded)
+                                          stored)
+        self.data_schema = self._check_schema(stored)
         config = self.table.config
-        if delete_column is not None and delete_column in self.data_schema.names:
-            if not pa.types.is_boolean(self.data_schema.field(delete_column).type):
+        if delete_column is not None and delete_column in decoded.names:
+            if not pa.types.is_boolean(decoded.field(delete_column).type):
                 raise ValueError(f"delete_column: {delete_column!r} must be a boolean column")
         else:
             delete_column = None
@@ -245,12 +248,15 @@ class HudiStreamingSink:
             table = Table.open(path, options)
         return table
 
-    def _check_schema(self, decoded: pa.Schema) -> pa.Schema:
-        config = self.table.config
+    @staticmethod
+    def _check_reserved(decoded: pa.Schema) -> None:
         for f in decoded:
             if f.name.startswith(RESERVED_PREFIXES) and f.name != "_hoodie_is_deleted":
                 raise ValueError(f"decoder: field {f.name!r} uses a reserved prefix "
                                  f"({', '.join(RESERVED_PREFIXES)})")
+
+    def _check_schema(self, decoded: pa.Schema) -> pa.Schema:
+        config = self.table.config
         timeline = Timeline.load(self.table.storage, config)
         stored_json = timeline.latest_schema()
         if stored_json:

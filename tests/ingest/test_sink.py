@@ -475,10 +475,10 @@ def _run(spark: Any, stream: ParquetStream, sink: HudiStreamingSink,  # noqa: F8
                          trigger={"availableNow": True})
     try:
         query.awaitTermination(600)
+    except Exception as exc:  # StreamingQueryException: the query failed
+        raise RuntimeError(str(exc)) from exc
     finally:
         query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
 
 
 def _partition_of(path: str | Path) -> dict[str, str]:
@@ -554,7 +554,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
 
     WriteClient.finish = failing_finish  # type: ignore[method-assign]
     try:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="disk full"):
             _run(spark, stream, sink, tmp_path / "ck")
     finally:
         WriteClient.finish = original  # type: ignore[method-assign]
@@ -567,7 +567,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
 
     WriteClient.finish = finish_then_die  # type: ignore[method-assign]
     try:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="driver lost after the commit"):
             _run(spark, stream, sink, tmp_path / "ck")
     finally:
         WriteClient.finish = original  # type: ignore[method-assign]
