@@ -393,6 +393,9 @@ class ChildJob:
 
     def kill(self) -> None:
         """SIGKILL the child and every process below it (JVM, Python workers) at once."""
+        if self.proc.poll() is not None:  # ended and reaped: its pid may belong to another
+            self.signal.unlink(missing_ok=True)
+            return
         pids = [self.proc.pid, *descendants(self.proc.pid)]
         groups = {self.proc.pid}  # its own session; Spark's Python daemon makes one more group
         for pid in pids:

@@ -81,38 +81,14 @@ def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
     settings.update({"trigger.available_now": False, "trigger.processing_time": "500 milliseconds"})
     job_file = write_job(tmp_path / "job.toml", settings)
     table, errors = tmp_path / "trips", tmp_path / "trips_errors"
-    arm, stop = tmp_path / "arm", tmp_path / "stop"
     where = f"(TIDELAKE_CRASH_SEED={seed})"
 
-    job: ChildJob | None = None
-    for run, point in enumerate(points):
-        if job is not None:  # the restart of the previous kill: it catches up, then check
-            wait_caught_up(job, table, stream)
-            problems = table_problems(table, errors, stream)
-            assert not problems, f"restart {run}, caught up {where}:\n" + "\n".join(problems)
-        if point != "random":
-            arm.write_text(point)
-        stream.send(SLICE)
-        if job is None:  # "before_query" is armed before the job starts
-            job = ChildJob(job_file, tmp_path, f"run{run}", arm=arm, stop=stop)
-        if point == "random":
-            time.sleep(rng.uniform(0.0, 6.0))
-        else:
-            reached = job.wait_signal(CATCH_UP_S)
-            assert reached["point"] == point
-        arm.unlink(missing_ok=True)
-        job.kill()
-        upto = committed_offsets(table, topic)
-        problems = table_problems(table, errors, stream, upto)
-        assert not problems, (f"killed at {point} (run {run}), table at {upto} {where}:\n"
-                              + "\n".join(problems))
-        job = ChildJob(job_file, tmp_path, f"run{run + 1}", arm=arm, stop=stop)
-
-    assert job is not None
-    stream.send()
-    wait_caught_up(job, table, stream)
-    stop.touch()
-    assert job.wait() == 0, job.tail()
+    jobs: list[ChildJob] = []
+    try:
+        run_through(points, rng, stream, job_file, tmp_path, jobs, where)
+    finally:
+        for job in jobs:
+            job.kill()  # a failed check leaves no job running
     problems = table_problems(table, errors, stream)
     assert not problems, f"final {where}:\n" + "\n".join(problems)
     for path in (table, errors):
@@ -120,3 +96,37 @@ def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
         assert len(commits) == len(set(commits)), f"a batch committed twice in {path} {where}"
         assert not pending_instants(path), f"{path} {where}"
     assert committed_offsets(table, topic) == stream.end_offsets()
+
+
+def run_through(points: list[str], rng: random.Random, stream: KeyedStream, job_file: Path,
+                work: Path, jobs: list[ChildJob], where: str) -> None:
+    """Kill the job at each of ``points`` and restart it; the last restart ends cleanly."""
+    table, errors = work / "trips", work / "trips_errors"
+    arm, stop = work / "arm", work / "stop"
+    for run, point in enumerate(points):
+        if jobs:  # the restart after the previous kill: it catches up, then check
+            wait_caught_up(jobs[-1], table, stream)
+            problems = table_problems(table, errors, stream)
+            assert not problems, f"restart {run}, caught up {where}:\n" + "\n".join(problems)
+        if point != "random":
+            arm.write_text(point)
+        stream.send(SLICE)
+        if not jobs:  # "before_query" is armed before the job starts
+            jobs.append(ChildJob(job_file, work, f"run{run}", arm=arm, stop=stop))
+        job = jobs[-1]
+        if point == "random":
+            time.sleep(rng.uniform(0.0, 6.0))
+        else:
+            reached = job.wait_signal(CATCH_UP_S)
+            assert reached["point"] == point
+        arm.unlink(missing_ok=True)
+        job.kill()
+        upto = committed_offsets(table, stream.topic)
+        problems = table_problems(table, errors, stream, upto)
+        assert not problems, (f"killed at {point} (run {run}), table at {upto} {where}:\n"
+                              + "\n".join(problems))
+        jobs.append(ChildJob(job_file, work, f"run{run + 1}", arm=arm, stop=stop))
+    stream.send()
+    wait_caught_up(jobs[-1], table, stream)
+    stop.touch()
+    assert jobs[-1].wait() == 0, jobs[-1].tail()
