@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -112,6 +113,7 @@ class Stream:
     keys: list[bytes]
     values: list[bytes]
     partitions: np.ndarray
+    records_asked: int
 
     @property
     def records(self) -> int:
@@ -161,7 +163,8 @@ def build_stream(records: int, seed: int, partitions: int) -> Stream:
     keys = [k.encode() for k in table.column("key").to_pylist()]
     ts = table.column("ts").to_pylist()
     values = [h + str(t).encode() + tl for h, t, tl in zip(heads, ts, tails, strict=True)]
-    return Stream(workload, table, keys, values, kafka_partitions(keys, partitions))
+    return Stream(workload, table, keys, values, kafka_partitions(keys, partitions),
+                  records)
 
 
 # -- Kafka -----------------------------------------------------------------------------------
@@ -208,26 +211,26 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         consumer.close()
 
 
-_FORK_STATE: dict[str, Any] = {}  # what forked producer processes send (set before forking)
-
-
-def _produce_part(bootstrap: str, topic: str, worker: int, workers: int,
-                  results: Any) -> None:
-    """Forked producer: send the records of the partitions ``p % workers == worker``."""
+def _produce_part(bootstrap: str, topic: str, records: int, seed: int, partitions: int,
+                  worker: int, workers: int, ready: Any, go: Any, results: Any) -> None:
+    """Producer process: rebuild the stream (deterministic) and send the records of the
+    partitions ``p % workers == worker`` once ``go`` is set."""
     from kafka import KafkaProducer
 
-    stream: Stream = _FORK_STATE["stream"]
-    mine = np.flatnonzero(stream.partitions % workers == worker)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **PRODUCER_SETTINGS)
-    started = time.perf_counter()
-    send, keys, values = producer.send, stream.keys, stream.values
+    stream = build_stream(records, seed, partitions)
+    mine = np.flatnonzero(stream.partitions % workers == worker).tolist()
+    keys, values = stream.keys, stream.values
     parts = stream.partitions.tolist()
-    for i in mine.tolist():
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **PRODUCER_SETTINGS)
+    ready.set()
+    go.wait()
+    started = time.perf_counter()
+    send = producer.send
+    for i in mine:
         send(topic, key=keys[i], value=values[i], partition=parts[i])
     producer.flush()
-    elapsed = time.perf_counter() - started
+    results.put((worker, len(mine), time.perf_counter() - started))
     producer.close()
-    results.put((worker, len(mine), elapsed))
 
 
 @dataclass
@@ -243,24 +246,35 @@ class ProduceResult:
 
 
 def produce_all(bootstrap: str, topic: str, stream: Stream, partitions: int,
-                processes: int) -> ProduceResult:
-    """Send every record with ``processes`` forked kafka-python producers; wait until the
-    topic's end offsets show all of them."""
-    ctx = multiprocessing.get_context("fork")
+                processes: int, seed: int) -> ProduceResult:
+    """Send every record with ``processes`` kafka-python producer processes (each rebuilds
+    the same records, then they start together); wait until the topic's end offsets show
+    all of them. The time is from the common start to the last process's flush."""
+    ctx = multiprocessing.get_context("spawn")  # no fork: the parent holds threads (lance, ...)
     results = ctx.Queue()
-    _FORK_STATE["stream"] = stream
+    go = ctx.Event()
     workers = max(1, min(processes, partitions))
-    started = time.perf_counter()
-    procs = [ctx.Process(target=_produce_part, args=(bootstrap, topic, w, workers, results),
-                         name=f"bench-producer-{w}") for w in range(workers)]
+    readies = [ctx.Event() for _ in range(workers)]
+    procs = [ctx.Process(target=_produce_part, name=f"bench-producer-{w}",
+                         args=(bootstrap, topic, stream.records_asked, seed, partitions, w,
+                               workers, readies[w], go, results)) for w in range(workers)]
     try:
         for p in procs:
             p.start()
+        for p, ready in zip(procs, readies, strict=True):
+            while not ready.wait(1.0):
+                if not p.is_alive():
+                    raise RuntimeError(f"{p.name} failed before sending (exit {p.exitcode})")
+        started = time.perf_counter()
+        go.set()
         for p in procs:
             p.join()
+        seconds = time.perf_counter() - started
     finally:
-        _FORK_STATE.clear()
-    seconds = time.perf_counter() - started
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(10)
     failed = [p.name for p in procs if p.exitcode != 0]
     if failed:
         raise RuntimeError(f"producer process(es) failed: {', '.join(failed)}")
@@ -776,6 +790,30 @@ def _send_warmup(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     return {p: int(c) for p, c in enumerate(np.bincount(parts, minlength=partitions))}
 
 
+def warm_up(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace) -> float:
+    """One small untimed query (1,000 records, bucket index): Python workers, JIT, codegen."""
+    from jobs.ingest_job import start
+
+    topic = f"bench-warmup-{os.getpid()}-{int(time.time())}"
+    create_topic(bootstrap, topic, args.partitions)
+    counts = _send_warmup(bootstrap, topic, args.partitions)
+    config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
+                        max_offsets=WARMUP_RECORDS, buckets=args.buckets,
+                        log_format=args.log_format, available_now=True,
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+    started = time.perf_counter()
+    _, sink, query = start(config, spark)
+    try:
+        done = wait_committed(query, sink, str(folder / "table"), counts, args.timeout)
+        query.awaitTermination(60)
+    finally:
+        if query.isActive:
+            query.stop()
+    if done is None:
+        raise RuntimeError(f"the warm-up query did not commit its records: {query.exception()}")
+    return time.perf_counter() - started
+
+
 def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace
                 ) -> LatencyResult:
     from engine.table import Table
@@ -942,6 +980,130 @@ def stage_rates(bootstrap: str, topic: str, folder: Path, records: int, top: int
     return out
 
 
+WAITING = "waiting (for Arrow input from the JVM, on locks, in sleeps)"
+WORKER_CATEGORIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # (label, package folder, files in it; empty: every file). Spark's worker profiles keep
+    # file names without folders, so a name in several packages counts for the first here.
+    ("kafka-python (fetch, record decoding)", "kafka", ()),
+    ("Kafka source → Arrow (ingest/kafka_source.py)", "ingest",
+     ("kafka_source.py", "kafka_offsets.py", "kafka_options.py")),
+    ("JSON decode (ingest/decode.py, pyarrow.json)", "ingest", ("decode.py", "ddl.py")),
+    ("prepare: keys, partition paths (ingest/prepare.py)", "ingest", ("prepare.py",)),
+    ("write: placement, resolve, write handles (ingest/spark_write.py, resolve.py, engine/)",
+     "ingest", ("spark_write.py", "resolve.py")),
+    ("write: placement, resolve, write handles (ingest/spark_write.py, resolve.py, engine/)",
+     "engine", ()),
+    ("pyspark (Arrow streams to and from the JVM, worker loop)", "pyspark", ()),
+    ("pyarrow (other)", "pyarrow", ()),
+)
+
+
+@functools.cache
+def _file_categories() -> dict[str, str]:
+    """File name → category, from the installed packages' files."""
+    import importlib.util
+
+    found: dict[str, str] = {}
+    for label, package, files in WORKER_CATEGORIES:
+        spec = importlib.util.find_spec(package)
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        names = set(files)
+        if not names:
+            for root in roots:
+                names.update(p.name for p in Path(root).rglob("*.py"))
+        for name in sorted(names):
+            found.setdefault(name, label)
+    return found
+
+
+def _category_of(filename: str, name: str) -> str:
+    if "acquire" in name or "sleep" in name or (filename == "ipc.py" and name == "__init__"):
+        return WAITING  # pyarrow's stream reader blocks in __init__ until input arrives
+    if "pyarrow._json" in name or "read_json" in name:
+        return WORKER_CATEGORIES[2][0]
+    if filename == "~" and ("pyarrow" in name or "numpy" in name):
+        return "pyarrow (other)"
+    return _file_categories().get(filename, "other")
+
+
+WORKER_STAGES = (
+    # (label, file, function): cumulative time of these entry points in the workers
+    ("Kafka read (kafka_source._read_range)", "kafka_source.py", "_read_range"),
+    ("  of which kafka-python's fetch + record parsing (fetcher._unpack_records)",
+     "fetcher.py", "_unpack_records"),
+    ("  of which records → Arrow (kafka_source._to_batch)", "kafka_source.py", "_to_batch"),
+    ("prepare (prepare.prepare_batch)", "prepare.py", "prepare_batch"),
+    ("  of which JSON decode (decode.JsonDecoder.decode)", "decode.py", "decode"),
+    ("placement (spark_write.place_rows)", "spark_write.py", "place_rows"),
+    ("write handles (spark_write.write_group)", "spark_write.py", "write_group"),
+)
+
+
+@dataclass
+class WorkerProfile:
+    seconds: float | None = None  # wall time of the profiled run
+    total: float = 0.0  # own time summed over every profiled function
+    stages: dict[str, float] = field(default_factory=dict)
+    categories: dict[str, float] = field(default_factory=dict)
+    top: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def collect_worker_profile(spark: Any, top: int) -> WorkerProfile:
+    """Sum the Python workers' cProfile results (Spark's ``perf`` profilers of the data
+    source read and of the mapInArrow functions) by category of code."""
+    out = WorkerProfile()
+    folder = tempfile.mkdtemp(prefix="tidelake-bench-prof-")
+    try:
+        spark.profile.dump(folder, type="perf")
+        files = sorted(str(f) for f in Path(folder).rglob("*") if f.is_file())
+        if not files:
+            out.error = "Spark recorded no worker profile"
+            return out
+        stats = pstats.Stats(files[0], stream=io.StringIO())
+        for extra in files[1:]:
+            stats.add(extra)
+        cats: dict[str, float] = defaultdict(float)
+        cumulative: dict[tuple[str, str], float] = defaultdict(float)
+        raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+        for (filename, _line, name), (_cc, _nc, tottime, cumtime, _callers) in raw.items():
+            cats[_category_of(filename, name)] += tottime
+            cumulative[(filename, name)] += cumtime
+        out.total = sum(cats.values())
+        out.categories = dict(sorted(cats.items(), key=lambda kv: -kv[1]))
+        out.stages = {label: cumulative.get((filename, name), 0.0)
+                      for label, filename, name in WORKER_STAGES}
+        text = io.StringIO()
+        stats.stream = text  # type: ignore[attr-defined]
+        stats.sort_stats("tottime").print_stats(top)
+        lines = text.getvalue().splitlines()
+        first = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+        out.top = [ln.rstrip() for ln in lines[first:] if ln.strip()]
+    except Exception as exc:
+        out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+PROFILER_CONFS = ("spark.sql.pyspark.udf.profiler", "spark.sql.pyspark.dataSource.profiler")
+
+
+def run_worker_profile(spark: Any, **kwargs: Any) -> tuple[RunResult, WorkerProfile]:
+    """An extra, untimed bucket-index run with Spark's Python worker profilers on."""
+    top = kwargs.pop("top")
+    for key in PROFILER_CONFS:
+        spark.conf.set(key, "perf")
+    try:
+        run = run_throughput(spark, **kwargs)
+        profile = collect_worker_profile(spark, top)
+        profile.seconds = run.seconds
+    finally:
+        for key in PROFILER_CONFS:
+            spark.conf.unset(key)
+    return run, profile
+
+
 # -- output --------------------------------------------------------------------------------
 
 HEADERS = ["run", "index", "max offsets/trigger", "batches", "records", "seconds",
@@ -979,7 +1141,8 @@ def _share(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
 
-def profile_notes(runs: Sequence[RunResult], stages: StageRates | None) -> list[str]:
+def profile_notes(runs: Sequence[RunResult], stages: StageRates | None,
+                  worker: WorkerProfile | None = None) -> list[str]:
     out: list[str] = []
     for r in runs:
         if r.seconds is None and r.error is None:
@@ -1017,11 +1180,24 @@ def profile_notes(runs: Sequence[RunResult], stages: StageRates | None) -> list[
                        f" (this process): Kafka read (kafka-python consumer → Arrow) "
                        f"{fmt_rate(stages.read_rate)}/s, prepare (pyarrow JSON decode + keys "
                        f"+ partition paths) {fmt_rate(stages.prepare_rate)}/s")
+    if worker is not None:
+        if worker.error:
+            out.append(f"Python worker profile: failed, {worker.error}")
+        else:
+            total = worker.total
+            stages = "; ".join(f"{k.strip()} {v:.1f} s ({_share(v, total)})"
+                               for k, v in worker.stages.items())
+            parts = "; ".join(f"{k} {v:.1f} s ({_share(v, total)})"
+                              for k, v in worker.categories.items() if v >= 0.05)
+            out.append(f"Python workers, profiled (an extra bucket run with Spark's perf "
+                       f"profilers on: {fmt_seconds(worker.seconds)} wall, {total:.1f} s "
+                       f"profiled in Python tasks; the profiler slows Python down): {stages}")
+            out.append(f"Python workers, own time by kind of code: {parts}")
     return out
 
 
 def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
-              session_seconds: float | None, lat: LatencyResult | None,
+              startup: tuple[float | None, float | None], lat: LatencyResult | None,
               stream: Stream | None, args: argparse.Namespace, end_load: str) -> list[str]:
     out: list[str] = []
     if stream is not None:
@@ -1036,8 +1212,11 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
                    f"producer process(es) (linger {PRODUCER_SETTINGS['linger_ms']} ms, batch "
                    f"{PRODUCER_SETTINGS['batch_size'] >> 10} KiB, no compression) into "
                    f"{args.partitions} partitions")
+    session_seconds, warmup_seconds = startup
     if session_seconds is not None:
-        out.append(f"Spark session start-up (not in the figures): {session_seconds:.1f} s")
+        out.append(f"not in the figures: Spark session start-up {session_seconds:.1f} s, then "
+                   f"an untimed warm-up query ({WARMUP_RECORDS:,} records) "
+                   f"{fmt_seconds(warmup_seconds)}")
     out.append(f"job: local[2], trigger.available_now, spark.sql.shuffle.partitions "
                f"{args.shuffle_partitions}, {args.buckets} buckets per partition (10 "
                f"partitions), {args.log_format} log blocks; seconds = from jobs.ingest_job."
@@ -1171,8 +1350,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="MOR log data block format (avro, the default of tables)")
     p.add_argument("--no-stages", action="store_true",
                    help="skip the single-core Kafka read / decode rates")
+    p.add_argument("--worker-profile", action="store_true",
+                   help="after the timed runs, one more bucket run with Spark's Python "
+                        "worker profilers on (spark.sql.pyspark.udf.profiler / "
+                        "dataSource.profiler = perf): its time summed by kind of code")
     p.add_argument("--profile-top", type=int, default=0,
-                   help="also print the top N functions of the single-core read and decode")
+                   help="also print the top N functions (by own time) of the single-core "
+                        "read and prepare and of the worker profile")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds to wait for a run to commit everything (900)")
     p.add_argument("--out", default=None,
@@ -1220,80 +1404,118 @@ def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
                                          f"storage) on {broker.bootstrap_servers}")
 
 
+@dataclass
+class Report:
+    info: dict[str, str] = field(default_factory=dict)
+    stream: Stream | None = None
+    produced: ProduceResult | None = None
+    session_seconds: float | None = None
+    warmup_seconds: float | None = None
+    runs: list[RunResult] = field(default_factory=list)
+    latency: LatencyResult | None = None
+    stages: StageRates | None = None
+    worker: WorkerProfile | None = None
+
+
+def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
+    """Every phase, in order, filling ``report`` as it goes."""
+    with _broker(args.bootstrap_servers) as (bootstrap, broker_text):
+        report.info = bench_info(str(out), broker_text)
+        print(render_header(report.info), flush=True)
+        topic, check_keys = "", []
+        if args.indexes:
+            started = time.perf_counter()
+            stream = report.stream = build_stream(args.records, args.seed, args.partitions)
+            log(f"generated {stream.records:,} records in {time.perf_counter() - started:.1f} s")
+            topic = f"bench-ingest-{os.getpid()}-{int(time.time())}"
+            create_topic(bootstrap, topic, args.partitions)
+            produced = report.produced = produce_all(bootstrap, topic, stream, args.partitions,
+                                                     args.producers, args.seed)
+            log(f"produced {produced.records:,} records in {produced.seconds:.1f} s "
+                f"({fmt_rate(produced.rate)}/s)")
+            check_keys = sample_keys(stream.workload)
+        spark, report.session_seconds = _spark(args, bootstrap, out)
+        try:
+            report.warmup_seconds = warm_up(spark, bootstrap=bootstrap, folder=out / "warmup",
+                                            args=args)
+            log(f"Spark session {report.session_seconds:.1f} s, warm-up query "
+                f"{report.warmup_seconds:.1f} s")
+            common = {"bootstrap": bootstrap, "topic": topic, "stream": report.stream,
+                      "expected": report.produced.end if report.produced else {},
+                      "args": args, "check_keys": check_keys}
+            for name in args.indexes:
+                index = INDEXES[name]
+                limits = args.max_offsets_list if index == "BUCKET" else \
+                    args.max_offsets_list[:1]
+                for limit in limits:
+                    label = name + (f"-{limit // 1000}k" if len(limits) > 1 else "")
+                    report.runs.append(run_throughput(
+                        spark, name=label, folder=out / label, index=index, max_offsets=limit,
+                        **common))
+            if args.worker_profile and "bucket" in args.indexes:
+                _, report.worker = run_worker_profile(
+                    spark, top=args.profile_top or 25, name="bucket-profiled",
+                    folder=out / "bucket-profiled", index="BUCKET",
+                    max_offsets=args.max_offsets_list[0], **common)
+            if args.latency_seconds > 0:
+                report.latency = run_latency(spark, bootstrap=bootstrap,
+                                             folder=out / "latency", args=args)
+            if report.stream is not None and not args.no_stages:
+                records = min(report.stream.per_partition(args.partitions)[0], 200_000)
+                report.stages = stage_rates(bootstrap, topic, out / "stages", records,
+                                            args.profile_top)
+        finally:
+            spark.stop()
+
+
+def render(report: Report, args: argparse.Namespace, argv: Sequence[str] | None,
+           markdown: Path | None) -> None:
+    end_load = load_average()
+    notes = run_notes(report.runs, report.produced,
+                      (report.session_seconds, report.warmup_seconds), report.latency,
+                      report.stream, args, end_load)
+    profile = profile_notes([r for r in report.runs if r.index == "BUCKET"], report.stages,
+                            report.worker)
+    print()
+    print(render_text(report.runs, report.latency, notes, profile), flush=True)
+    if args.profile_top:
+        sections = []
+        if report.stages is not None:
+            sections += [("single-core Kafka read", report.stages.read_profile),
+                         ("single-core prepare", report.stages.prepare_profile)]
+        if report.worker is not None:
+            sections.append(("Python workers (bucket-profiled run)", report.worker.top))
+        for title, lines in sections:
+            print(f"\n{title}, top {args.profile_top} functions by own time:")
+            print("\n".join(lines))
+    if markdown is not None and report.info:
+        command = "python bench/ingest.py " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        markdown.write_text(render_markdown(report.info, report.runs, report.latency, notes,
+                                            profile, command.strip()))
+        log(f"Markdown written to {markdown}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # lance (imported by machine_info) warns at every fork, e.g. starting the JVM: harmless.
+    warnings.filterwarnings("ignore", message="lance is not fork-safe")
     markdown = Path(args.markdown).resolve() if args.markdown else None
     if Path.cwd().resolve() == Path(__file__).resolve().parent:
         os.chdir(REPO_ROOT)  # Spark's Python workers put the cwd first: bench/ingest.py ≠ ingest
     temp = args.out is None
     out = Path(tempfile.mkdtemp(prefix="tidelake-ingest-bench-") if temp else args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs: list[RunResult] = []
-    lat: LatencyResult | None = None
-    produced: ProduceResult | None = None
-    stream: Stream | None = None
-    stages: StageRates | None = None
-    session_seconds: float | None = None
+    report = Report()
     try:
-        with _broker(args.bootstrap_servers) as (bootstrap, broker_text):
-            info = bench_info(str(out), broker_text)
-            print(render_header(info), flush=True)
-            spark = None
-            if args.indexes:
-                started = time.perf_counter()
-                stream = build_stream(args.records, args.seed, args.partitions)
-                log(f"generated {stream.records:,} records in "
-                    f"{time.perf_counter() - started:.1f} s")
-                topic = f"bench-ingest-{os.getpid()}-{int(time.time())}"
-                create_topic(bootstrap, topic, args.partitions)
-                produced = produce_all(bootstrap, topic, stream, args.partitions,
-                                       args.producers)
-                log(f"produced {produced.records:,} records in {produced.seconds:.1f} s "
-                    f"({fmt_rate(produced.rate)}/s)")
-                check_keys = sample_keys(stream.workload)
-            spark, session_seconds = _spark(args, bootstrap, out)
-            for name in args.indexes:
-                index = INDEXES[name]
-                values = args.max_offsets_list if index == "BUCKET" else \
-                    args.max_offsets_list[:1]
-                for limit in values:
-                    label = f"{name}" + (f"-{limit // 1000}k" if len(values) > 1 else "")
-                    assert stream is not None and produced is not None
-                    runs.append(run_throughput(
-                        spark, name=label, bootstrap=bootstrap, topic=topic,
-                        folder=out / label, index=index, max_offsets=limit, stream=stream,
-                        expected=produced.end, args=args, check_keys=check_keys))
-            if args.latency_seconds > 0:
-                lat = run_latency(spark, bootstrap=bootstrap, folder=out / "latency",
-                                  args=args)
-            if args.indexes and not args.no_stages:
-                stages = stage_rates(bootstrap, topic, out / "stages",
-                                     min(stream.per_partition(args.partitions)[0], 200_000)
-                                     if stream else 0, args.profile_top)
-            if spark is not None:
-                spark.stop()
+        run_all(args, out, report)
     finally:
         if temp:
             shutil.rmtree(out, ignore_errors=True)
-    end_load = load_average()
-    notes = run_notes(runs, produced, session_seconds, lat, stream, args, end_load)
-    profile = profile_notes([r for r in runs if r.index == "BUCKET"], stages)
-    print()
-    print(render_text(runs, lat, notes, profile), flush=True)
-    if stages is not None and args.profile_top:
-        for title, lines in (("Kafka read", stages.read_profile),
-                             ("prepare", stages.prepare_profile)):
-            print(f"\n{title}, top {args.profile_top} by own time:")
-            print("\n".join(lines))
-    if markdown is not None:
-        command = "python bench/ingest.py " + " ".join(
-            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-        markdown.write_text(render_markdown(info, runs, lat, notes, profile, command.strip()))
-        log(f"Markdown written to {markdown}")
-    failed = [r for r in runs if r.error or r.problems]
-    if lat is not None and (lat.error or lat.problems):
-        return 1
-    return 1 if failed else 0
+        render(report, args, argv, markdown)
+    lat = report.latency
+    failed = [r for r in report.runs if r.error or r.problems]
+    return 1 if failed or (lat is not None and (lat.error or lat.problems)) else 0
 
 
 def _spark(args: argparse.Namespace, bootstrap: str, out: Path) -> tuple[Any, float]:

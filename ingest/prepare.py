@@ -281,7 +281,8 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     paths, bad_paths = _partitions(rows, config)
     for i, reason in bad_paths.items():
         op[decoded[i]], reasons[decoded[i]] = ERROR, reason
-    keyed = np.asarray([i not in bad_paths for i in range(len(decoded))], dtype=bool)
+    keyed = np.ones(len(decoded), dtype=bool)
+    keyed[list(bad_paths)] = False
     keys = record_keys(rows.filter(pa.array(keyed)), config) if keyed.any() else \
         pa.array([], pa.string())
     key_col = _scatter(keys, decoded[keyed], n)

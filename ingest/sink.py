@@ -162,7 +162,9 @@ class HudiStreamingSink:
     column marking deletes; Kafka tombstones delete the key they carry.
     ``update_partition_path`` (GLOBAL_STATE): an update whose partition value changed moves the
     record (True, Hudi's default) or updates it in its old partition (False).
-    ``checkpoint_identifier`` is Hudi's streaming writer identifier.
+    ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_api`` (GLOBAL_STATE)
+    picks the state operator: ``"pandas"`` (``transformWithStateInPandas``) or ``"rows"``
+    (``transformWithState``, several times cheaper per key); it is fixed for a checkpoint.
 
     Only the driver uses this object; what tasks need is copied into picklable specs.
     """
@@ -176,10 +178,13 @@ class HudiStreamingSink:
                  delete_column: str | None = "_hoodie_is_deleted",
                  update_partition_path: bool = True,
                  checkpoint_identifier: str = DEFAULT_IDENTIFIER,
-                 write_parallelism: int | None = None) -> None:
+                 write_parallelism: int | None = None, state_api: str = "pandas") -> None:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
+        if state_api not in ("pandas", "rows"):
+            raise ValueError(f"state_api: expected 'pandas' or 'rows', got {state_api!r}")
+        self.state_api = state_api
         if not checkpoint_identifier:
             raise ValueError("checkpoint_identifier: must not be empty")
         if write_parallelism is not None and write_parallelism <= 0:
@@ -194,7 +199,7 @@ class HudiStreamingSink:
         self.table = self._open_or_create(table_path, table_name, table_type, record_key,
                                           precombine, partition_by, num_buckets, options,
                                           stored)
-        self.data_schema = self._check_schema(stored)
+        self.data_schema = self._check_schema(stored, decoded)
         config = self.table.config
         if delete_column is not None and delete_column in decoded.names:
             if not pa.types.is_boolean(decoded.field(delete_column).type):
@@ -255,7 +260,10 @@ class HudiStreamingSink:
                 raise ValueError(f"decoder: field {f.name!r} uses a reserved prefix "
                                  f"({', '.join(RESERVED_PREFIXES)})")
 
-    def _check_schema(self, decoded: pa.Schema) -> pa.Schema:
+    def _check_schema(self, decoded: pa.Schema, full: pa.Schema) -> pa.Schema:
+        """The table's data schema, which the decoder must produce (``decoded``: the decoder's
+        fields the engine stores; ``full``: all of them, for tables that stored a
+        ``_hoodie_is_deleted`` column)."""
         config = self.table.config
         timeline = Timeline.load(self.table.storage, config)
         stored_json = timeline.latest_schema()
@@ -263,8 +271,7 @@ class HudiStreamingSink:
             from engine.schema import arrow_from_avro_json
 
             stored = data_schema_of(arrow_from_avro_json(stored_json))
-            if stored.names != decoded.names or any(
-                    not a.type.equals(b.type) for a, b in zip(stored, decoded, strict=True)):
+            if not (_same_fields(stored, decoded) or _same_fields(stored, full)):
                 raise ValueError(f"decoder: its schema ({decoded}) differs from the table's "
                                  f"({stored}); schema evolution is not supported here")
             schema = stored
@@ -302,7 +309,8 @@ class HudiStreamingSink:
             bucket_groups=live_bucket_groups(self.table),
             slim_schema=prepared_schema(self.spec, with_data=False),
             event_time=self.spec.event_time, ordering_type=self.spec.ordering_type,
-            update_partition_path=self.update_partition_path)
+            update_partition_path=self.update_partition_path,
+            row_api=self.state_api == "rows")
         self._tagged = True
         return tag_frame(prepare_frame(source, self.spec), spec,
                          bootstrap_frame(spark, self.table, spec))
@@ -399,6 +407,10 @@ class HudiStreamingSink:
         outcome = plan.finish(stats, tasks,
                               checkpoint_metadata(self.identifier, batch_id, query_id, None))
         return outcome.instant_time
+
+
+def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
+    return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b, strict=True))
 
 
 def _summarize(rows: DataFrame) -> _Summary:

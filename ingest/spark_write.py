@@ -182,43 +182,30 @@ def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> Wri
 # --- placement (executor side) --------------------------------------------------------------
 
 
-def bucket_file_ids(partitions: Sequence[str], buckets: Sequence[int], table_name: str,
-                    live: Mapping[tuple[str, int], str]) -> list[str]:
-    """File id of each (partition, bucket): the live group's, else the deterministic new one."""
-    cache: dict[tuple[str, int], str] = {}
-    out = []
-    for part, bucket in zip(partitions, buckets, strict=True):
-        fid = cache.get((part, bucket))
-        if fid is None:
-            fid = live.get((part, bucket)) or new_bucket_file_id(table_name, part, bucket)
-            cache[(part, bucket)] = fid
-        out.append(fid)
-    return out
-
-
 def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
                live: Mapping[tuple[str, int], str]) -> pa.Table:
     """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the key's bucket.
 
-    Rows that already name a file group (the global-state index decided) keep it; other rows
-    (errors, skipped versions) are dropped. Executor side, deterministic.
+    The file group of a (partition, bucket) is the live group's, else the deterministic new id
+    (:func:`~engine.write_client.new_bucket_file_id`), so a retried task or a replayed batch
+    agrees. Rows that already name a file group (the global-state index decided) keep it;
+    other rows (errors, skipped versions) are dropped. Executor side.
     """
     ops = rows.column(OP).combine_chunks()
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
-    if not rows.num_rows:
-        return rows
     fids = rows.column(FILE_ID).combine_chunks()
-    todo = np.flatnonzero(fids.is_null().to_numpy(zero_copy_only=False))
-    if not len(todo):
+    if not rows.num_rows or not fids.null_count:
         return rows
-    keys = rows.column(RECORD_KEY).combine_chunks().take(pa.array(todo))
-    parts = rows.column(PARTITION_PATH).combine_chunks().take(pa.array(todo)).to_pylist()
-    placed = bucket_file_ids(parts, bucket_ids(keys, num_buckets).tolist(), table_name, live)
-    values = fids.to_pylist()
-    for i, fid in zip(todo.tolist(), placed, strict=True):
-        values[i] = fid
+    buckets = pa.array(bucket_ids(rows.column(RECORD_KEY), num_buckets), pa.int32())
+    parts = rows.column(PARTITION_PATH).combine_chunks()
+    # One look-up per distinct (partition, bucket), not per row.
+    labels = pc.binary_join_element_wise(parts, buckets.cast(pa.string()), "/").dictionary_encode()
+    distinct = [label.rsplit("/", 1) for label in labels.dictionary.to_pylist()]
+    ids = [live.get((part, int(b))) or new_bucket_file_id(table_name, part, int(b))
+           for part, b in distinct]
+    placed = pa.array(ids, pa.string()).take(labels.indices)
     return rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
-                           pa.array(values, pa.string()))
+                           pc.coalesce(fids, placed))
 
 
 # --- writing (executor side) ----------------------------------------------------------------

@@ -34,7 +34,6 @@ from typing import Any
 
 CRASH_POINTS = {
     "before_query": "session, table and sink are built; the streaming query is not started",
-    "before_batch": "Spark logged the batch's offsets; foreachBatch has not started it",
     "decode": "executor tasks are reading the batch from Kafka and decoding it",
     "before_error_commit": "executors wrote the error rows; the error table's instant is "
                            "inflight",
@@ -44,7 +43,7 @@ CRASH_POINTS = {
                      "executor writes and the commit)",
     "after_commit": "the data commit is published; Spark has not recorded the batch's end",
 }
-"""Where ``--crash`` stops the job, and what has happened by then."""
+"""Where an armed job stops, and what has happened by then."""
 
 _WAIT_LIMIT_S = 900.0  # a point is never left waiting forever if the parent is gone
 
@@ -113,14 +112,14 @@ class Report:
         self.data: dict[str, Any] = {"driver_pid": os.getpid(), "batches": [],
                                      "finished": False}
 
-    def add_batch(self, result: Any) -> None:
+    def add_batch(self, result: Any, seconds: float) -> None:
         tasks = [{"pid": t.pid, "host": t.host, "file_group": t.file_group,
                   "task_attempt_id": t.task_attempt_id, "ancestry": ancestry(t.pid)}
                  for t in result.tasks]
         self.data["batches"].append({
             "batch_id": result.batch_id, "skipped": result.skipped,
             "records": result.records, "errors": result.errors,
-            "instant_time": result.instant_time, "tasks": tasks})
+            "instant_time": result.instant_time, "seconds": seconds, "tasks": tasks})
         self.write()
 
     def write(self) -> None:
@@ -138,10 +137,9 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
     original_process = sink_module.HudiStreamingSink.process_batch
 
     def process_batch(self: Any, df: Any, batch_id: int) -> None:
-        if armed(arm, "before_batch"):
-            stop_here(signal_file, "before_batch", batch_id=batch_id)
+        started = time.monotonic()
         original_process(self, df, batch_id)
-        report.add_batch(self.last_result)
+        report.add_batch(self.last_result, time.monotonic() - started)
 
     sink_module.HudiStreamingSink.process_batch = process_batch  # type: ignore[method-assign]
 

@@ -9,7 +9,6 @@ One run goes through every crash point of ``job_child.CRASH_POINTS``, in the ord
 reaches them, then through random moments:
 
 * ``before_query``: the job is up (session, table, sink) but its query is not started;
-* ``before_batch``: Spark logged the batch's offsets, the sink has not started it;
 * ``decode``: executor tasks are reading the batch from Kafka and decoding it;
 * ``before_error_commit``: the error rows are written, the error table's instant is inflight;
 * ``after_error_commit``: the error table committed the batch, the data table has not started;
@@ -17,7 +16,8 @@ reaches them, then through random moments:
   executor writes and the commit);
 * ``after_commit``: the commit is published, Spark has not recorded the batch's end (its
   restart replays the batch, which the sink must skip);
-* random: a kill at a random moment after new records arrive.
+* random: a kill at a random moment of a micro-batch: between Spark logging its offsets and
+  as long after as the job's micro-batches have taken so far.
 
 The parent arms a point by writing its name to a file the child checks there; the child writes
 a signal file on reaching it and waits, and the parent kills it. Right after each kill the table
@@ -55,7 +55,7 @@ pytestmark = [
 ]
 
 SLICE = 1_500  # records sent before each kill; a micro-batch reads at most 1,000
-RANDOM_KILLS = 3
+RANDOM_KILLS = 2
 CATCH_UP_S = 900.0  # generous: other Spark jobs may share the machine
 
 
@@ -64,6 +64,12 @@ def wait_caught_up(job: ChildJob, table: Path, stream: KeyedStream) -> None:
     ends = stream.end_offsets()
     job.wait_for(lambda: committed_offsets(table, stream.topic) == ends, CATCH_UP_S,
                  f"the job catching up to {ends}")
+
+
+def batches_logged(work: Path) -> int:
+    """Micro-batches whose offsets Spark logged in the job's checkpoint (started batches)."""
+    offsets = work / "checkpoint" / "offsets"
+    return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
 
 
 def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
@@ -110,12 +116,15 @@ def run_through(points: list[str], rng: random.Random, stream: KeyedStream, job_
             assert not problems, f"restart {run}, caught up {where}:\n" + "\n".join(problems)
         if point != "random":
             arm.write_text(point)
+        logged = batches_logged(work)
         stream.send(SLICE)
         if not jobs:  # "before_query" is armed before the job starts
             jobs.append(ChildJob(job_file, work, f"run{run}", arm=arm, stop=stop))
         job = jobs[-1]
         if point == "random":
-            time.sleep(rng.uniform(0.0, 6.0))
+            longest = max((b["seconds"] for j in jobs for b in j.batches()), default=5.0)
+            job.wait_for(lambda n=logged: batches_logged(work) > n, CATCH_UP_S, "a new batch")
+            time.sleep(rng.uniform(0.0, longest))
         else:
             reached = job.wait_signal(CATCH_UP_S)
             assert reached["point"] == point
