@@ -495,10 +495,12 @@ class RunResult:
     cpu: str = ""
     cpu_kinds: dict[str, float] = field(default_factory=dict)
     load_before: str = ""
+    partial: int | None = None  # records committed when the run timed out
 
     @property
     def rate(self) -> float | None:
-        return self.records / self.seconds if self.seconds else None
+        done = self.records if self.partial is None else self.partial
+        return done / self.seconds if self.seconds else None
 
     @property
     def target(self) -> float | None:
@@ -587,6 +589,8 @@ def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, i
     ``timeout`` passes); returns that commit's completion time, or None."""
     deadline = time.monotonic() + timeout
     seen = None
+    total = sum(expected.values())
+    next_log = time.monotonic() + 60
     while time.monotonic() < deadline:
         active = query.isActive
         result = sink.last_result
@@ -599,6 +603,12 @@ def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, i
                     return completion
             if not active:
                 return None
+        if time.monotonic() > next_log:
+            next_log += 60
+            done = 0
+            with contextlib.suppress(Exception):
+                done = sum(_committed(table_path)[0].values())
+            log(f"  ... {done:,} of {total:,} records committed so far")
         time.sleep(0.05)
     return None
 
@@ -623,13 +633,19 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
             _, sink, query = start(config, spark)
             result.start_seconds = time.time() - started
             completion = wait_committed(query, sink, table_path, expected, args.timeout)
-            if completion is None:
-                exc = query.exception()
-                result.error = (f"the query failed: {str(exc)[:500]}" if exc is not None else
-                                f"not every record was committed within {args.timeout:.0f} s")
-            else:
+            exc = query.exception()
+            if completion is not None:
                 result.seconds = _epoch(completion) - started
-            query.awaitTermination(60)
+                query.awaitTermination(60)
+            elif exc is not None:
+                result.error = f"the query failed: {str(exc)[:500]}"
+            else:  # timed out: the rate so far, from the newest commit
+                result.error = f"not every record was committed within {args.timeout:.0f} s"
+                with contextlib.suppress(Exception):
+                    offsets, last = _committed(table_path)
+                    if last is not None:
+                        result.partial = sum(offsets.values())
+                        result.seconds = _epoch(last) - started
         except Exception as exc:
             result.error = f"{type(exc).__name__}: {str(exc)[:500]}"
         finally:
@@ -646,7 +662,7 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
         result.problems = check_table(folder, stream, check_keys)
         result.check = "ok" if not result.problems else "FAIL"
     else:
-        result.check = "error"
+        result.check = "timeout" if result.partial is not None else "error"
     rate = fmt_rate(result.rate) if result.rate else "-"
     log(f"{name}: {rate} records/s, {result.batches} batches, check {result.check}"
         + (f" ({result.error})" if result.error else ""))
@@ -1116,7 +1132,8 @@ def table_rows(runs: Sequence[RunResult]) -> list[list[str]]:
     for r in runs:
         rows.append([
             r.name, r.index, f"{r.max_offsets:,}", str(r.batches) if r.batches else "-",
-            f"{r.records:,}", f"{r.seconds:.1f}" if r.seconds else "-",
+            f"{r.records:,}" if r.partial is None else f"{r.partial:,} of {r.records:,}",
+            f"{r.seconds:.1f}" if r.seconds else "-",
             fmt_rate(r.rate) if r.rate else "-", r.check,
             f">= {fmt_rate(r.target)}" if r.target else "-", r.verdict()])
     return rows
@@ -1222,7 +1239,10 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
                f"partitions), {args.log_format} log blocks; seconds = from jobs.ingest_job."
                "start() to the completion time of the commit holding the topic's end offsets")
     for r in runs:
-        if r.error:
+        if r.error and r.partial is not None:
+            out.append(f"{r.name}: {r.error}: records/s is the rate up to the newest commit "
+                       f"({r.partial:,} records); raise --timeout for the whole run")
+        elif r.error:
             out.append(f"{r.name}: failed, {r.error}")
         out.extend(f"{r.name}: check failed: {p}" for p in r.problems)
         out.append(f"{r.name}: load average before: {r.load_before}")
@@ -1357,8 +1377,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-top", type=int, default=0,
                    help="also print the top N functions (by own time) of the single-core "
                         "read and prepare and of the worker profile")
-    p.add_argument("--timeout", type=float, default=900.0,
-                   help="seconds to wait for a run to commit everything (900)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds to wait for a run to commit everything (1800); on timeout the "
+                        "rate up to the newest commit is reported")
     p.add_argument("--out", default=None,
                    help="keep tables and checkpoints in this folder (must not exist)")
     p.add_argument("--markdown", default=None, metavar="FILE",

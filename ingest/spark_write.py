@@ -25,7 +25,7 @@ import os
 import pickle
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -137,7 +137,6 @@ class InstantPlan:
     layout: TableLayout
     context: WriteContext
     data_schema: pa.Schema
-    extra: dict[str, str] = field(default_factory=dict)
 
     def finish(self, stats: Sequence[WriteStat], tasks: Sequence[TaskReport],
                extra_metadata: Mapping[str, str]) -> WriteOutcome:
