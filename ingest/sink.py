@@ -184,6 +184,12 @@ class HudiStreamingSink:
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
         if state_api not in ("pandas", "rows"):
             raise ValueError(f"state_api: expected 'pandas' or 'rows', got {state_api!r}")
+        if state_api == "rows" and self.index == GLOBAL_STATE:
+            from pyspark.sql import GroupedData
+
+            if not hasattr(GroupedData, "transformWithState"):
+                raise ValueError("state_api: 'rows' needs pyspark 4.1 or newer "
+                                 "(transformWithState); use 'pandas'")
         self.state_api = state_api
         if not checkpoint_identifier:
             raise ValueError("checkpoint_identifier: must not be empty")

@@ -86,7 +86,8 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         index=config["index.type"], num_buckets=config["index.num_buckets"],
         options=dict(config.table_options), error_table_path=errors,
         delete_column=config["table.delete_field"],
-        update_partition_path=config["index.update_partition_path"])
+        update_partition_path=config["index.update_partition_path"],
+        state_api=config["index.state_api"])
 
 
 def _checkpoint_has_offsets(location: str) -> bool:

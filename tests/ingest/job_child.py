@@ -1,0 +1,213 @@
+"""The ingest job as a child process, for the crash and cluster tests (test-only).
+
+::
+
+    python -m tests.ingest.job_child JOB.toml --report REPORT.json \
+        [--arm ARM --signal SIGNAL] [--stop STOP]
+
+Runs the job of ``JOB.toml`` with :func:`jobs.ingest_job.start` and :func:`jobs.ingest_job.watch`
+until the query ends (``trigger.available_now``) or the file ``STOP`` appears, and rewrites
+``REPORT.json`` after every micro-batch: the driver's pid and, per batch, the
+:class:`~ingest.sink.BatchResult` figures and where each write task ran — with the chain of
+parent processes of the task's Python worker, read on the driver while that worker is alive
+(the tests run on one machine, so ``/proc`` shows every process of the job).
+
+Crash points: while the file ``ARM`` names one of :data:`CRASH_POINTS`, the first process of the
+job that reaches that point writes ``SIGNAL`` and waits there until ``SIGNAL`` is removed, so
+the parent test can SIGKILL the job at exactly that point; it never goes on past the point. The
+parent may write ``ARM`` before starting the job or while it runs. Each point is reached by
+wrapping the function that runs there (no hook in the product code).
+
+This module is imported by Spark's Python workers too (:class:`CrashDecoder` is pickled into
+tasks by reference), so it imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CRASH_POINTS = {
+    "before_query": "session, table and sink are built; the streaming query is not started",
+    "decode": "executor tasks are reading the batch from Kafka and decoding it",
+    "before_error_commit": "executors wrote the error rows; the error table's instant is "
+                           "inflight",
+    "after_error_commit": "the error table committed the batch; the data table's instant is "
+                          "not started",
+    "before_commit": "executors wrote the data files; the data instant is inflight (between "
+                     "executor writes and the commit)",
+    "after_commit": "the data commit is published; Spark has not recorded the batch's end",
+}
+"""Where an armed job stops, and what has happened by then."""
+
+_WAIT_LIMIT_S = 900.0  # a point is never left waiting forever if the parent is gone
+
+
+def stop_here(signal_file: str, point: str, **detail: Any) -> None:
+    """Announce reaching ``point`` in ``signal_file``, then wait to be killed; never return."""
+    target = Path(signal_file)
+    temp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps({"point": point, "pid": os.getpid(), **detail}))
+    os.replace(temp, target)  # the parent never reads half a file
+    deadline = time.monotonic() + _WAIT_LIMIT_S
+    while target.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(86)  # the parent removed the file without killing us: still never go on
+
+
+def armed(arm: str | None, point: str) -> bool:
+    """True if the file ``arm`` names ``point``."""
+    if not arm:
+        return False
+    try:
+        return Path(arm).read_text().strip() == point
+    except OSError:
+        return False
+
+
+class CrashDecoder:
+    """Wraps the job's decoder; inside an executor task, stops at ``decode`` when armed.
+
+    Decoding runs lazily in a micro-batch's first Spark job, in the tasks that read Kafka.
+    """
+
+    def __init__(self, inner: Any, arm: str, signal_file: str) -> None:
+        self.inner = inner
+        self.schema = inner.schema
+        self.arm = arm
+        self.signal_file = signal_file
+
+    def decode(self, values: Any) -> Any:
+        """Decode with the wrapped decoder, unless armed: then stop here."""
+        if armed(self.arm, "decode"):
+            stop_here(self.signal_file, "decode", rows=len(values))
+        return self.inner.decode(values)
+
+
+def ancestry(pid: int) -> list[dict[str, Any]]:
+    """``pid`` and its parents up to init: ``[{"pid", "cmdline"}, ...]`` (empty if gone)."""
+    chain: list[dict[str, Any]] = []
+    while pid > 1 and len(chain) < 32:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            break
+        chain.append({"pid": pid, "cmdline": cmdline.replace(b"\0", b" ").decode(
+            "utf-8", "replace").strip()})
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent's pid
+    return chain
+
+
+class Report:
+    """What the job did so far; rewritten atomically after every batch."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.data: dict[str, Any] = {"driver_pid": os.getpid(), "batches": [],
+                                     "finished": False}
+
+    def add_batch(self, result: Any, seconds: float) -> None:
+        tasks = [{"pid": t.pid, "host": t.host, "file_group": t.file_group,
+                  "task_attempt_id": t.task_attempt_id, "ancestry": ancestry(t.pid)}
+                 for t in result.tasks]
+        self.data["batches"].append({
+            "batch_id": result.batch_id, "skipped": result.skipped,
+            "records": result.records, "errors": result.errors,
+            "instant_time": result.instant_time, "seconds": seconds, "tasks": tasks})
+        self.write()
+
+    def write(self) -> None:
+        temp = self.path.with_name(self.path.name + ".tmp")
+        temp.write_text(json.dumps(self.data))
+        os.replace(temp, self.path)
+
+
+def install(arm: str | None, signal_file: str, errors_path: str, report: Report) -> None:
+    """Wrap the sink, the commits, the query start and the decoder (see :data:`CRASH_POINTS`)."""
+    import ingest.sink as sink_module
+    import jobs.ingest_job as ingest_job
+    from engine.write_client import WriteClient
+
+    original_process = sink_module.HudiStreamingSink.process_batch
+
+    def process_batch(self: Any, df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        original_process(self, df, batch_id)
+        report.add_batch(self.last_result, time.monotonic() - started)
+
+    sink_module.HudiStreamingSink.process_batch = process_batch  # type: ignore[method-assign]
+
+    original_finish = WriteClient.finish
+    errors_root = os.path.realpath(errors_path)
+
+    def finish(self: Any, *a: Any, **kw: Any) -> Any:
+        table = "error_" if os.path.realpath(self.storage.base_path) == errors_root else ""
+        if armed(arm, f"before_{table}commit"):
+            stop_here(signal_file, f"before_{table}commit")
+        done = original_finish(self, *a, **kw)
+        if armed(arm, f"after_{table}commit"):
+            stop_here(signal_file, f"after_{table}commit", instant=done.requested_time)
+        return done
+
+    WriteClient.finish = finish  # type: ignore[method-assign]
+
+    original_start = sink_module.start_ingest
+
+    def start_ingest(*a: Any, **kw: Any) -> Any:
+        if armed(arm, "before_query"):
+            stop_here(signal_file, "before_query")
+        return original_start(*a, **kw)
+
+    sink_module.start_ingest = start_ingest
+    if arm:
+        original_decoder = ingest_job.build_decoder
+        ingest_job.build_decoder = lambda config: CrashDecoder(  # type: ignore[assignment]
+            original_decoder(config), arm, signal_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="job_child")
+    parser.add_argument("config")
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--arm", default=None)
+    parser.add_argument("--signal", default=None)
+    parser.add_argument("--stop", default=None)
+    args = parser.parse_args(argv)
+    if args.arm and not args.signal:
+        parser.error("--arm needs --signal")
+
+    from jobs.ingest_job import start, watch
+    from jobs.job_config import load
+
+    config = load(args.config)
+    errors_path = config["errors.table_path"] or f"{config['table.path'].rstrip('/')}_errors"
+    report = Report(args.report)
+    report.write()
+    install(args.arm, args.signal or "", errors_path, report)
+    spark, sink, query = start(config)
+    stop = Path(args.stop) if args.stop else None
+    try:
+        watch(query, sink, until=(lambda _: stop.exists()) if stop else None)
+        report.data["executor_ids"] = _executor_ids(spark)
+    finally:
+        spark.stop()
+    report.data["finished"] = True
+    report.write()
+    return 0
+
+
+def _executor_ids(spark: Any) -> list[str]:
+    """Ids of the executors Spark knows (the driver's own id excluded)."""
+    ids = spark.sparkContext._jsc.sc().getExecutorIds()
+    return [str(ids.apply(i)) for i in range(ids.size())]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The ingest job killed with SIGKILL at chosen and at random moments, then restarted.
+
+The job runs as a child process (``tests.ingest.job_child``: ``jobs.ingest_job.start`` and
+``watch`` with a processing-time trigger) against the session's broker, which stays in this
+test process (Tansu keeps its data in memory). A kill takes the whole job down at once: the
+driver's Python, its JVM and Spark's Python workers (``ChildJob.kill``).
+
+One run goes through every crash point of ``job_child.CRASH_POINTS``, in the order a batch
+reaches them, then through random moments:
+
+* ``before_query``: the job is up (session, table, sink) but its query is not started;
+* ``decode``: executor tasks are reading the batch from Kafka and decoding it;
+* ``before_error_commit``: the error rows are written, the error table's instant is inflight;
+* ``after_error_commit``: the error table committed the batch, the data table has not started;
+* ``before_commit``: executors wrote the data files, the data instant is inflight (between the
+  executor writes and the commit);
+* ``after_commit``: the commit is published, Spark has not recorded the batch's end (its
+  restart replays the batch, which the sink must skip);
+* random: a kill at a random moment of a micro-batch: between Spark logging its offsets and
+  as long after as the job's micro-batches have taken so far.
+
+The parent arms a point by writing its name to a file the child checks there; the child writes
+a signal file on reaching it and waits, and the parent kills it. Right after each kill the table
+must equal the oracle of the offsets it recorded (all or nothing of the batch in flight); the
+restarted job, once it has caught up, must equal the oracle of everything sent — read by
+tidelake and by hudi-rs, with no key twice, the error table holding exactly the malformed
+records, and no micro-batch committed twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ingest.job_child import CRASH_POINTS
+from tests.ingest.job_harness import (
+    ChildJob,
+    KeyedStream,
+    committed_offsets,
+    job_settings,
+    pending_instants,
+    streaming_commits,
+    table_problems,
+    write_job,
+)
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+
+pytestmark = [
+    pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka,
+    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
+]
+
+SLICE = 1_500  # records sent before each kill; a micro-batch reads at most 1,000
+RANDOM_KILLS = 2
+CATCH_UP_S = 900.0  # generous: other Spark jobs may share the machine
+
+
+def wait_caught_up(job: ChildJob, table: Path, stream: KeyedStream) -> None:
+    """Wait until the table records the end offsets of everything sent."""
+    ends = stream.end_offsets()
+    job.wait_for(lambda: committed_offsets(table, stream.topic) == ends, CATCH_UP_S,
+                 f"the job catching up to {ends}")
+
+
+def batches_logged(work: Path) -> int:
+    """Micro-batches whose offsets Spark logged in the job's checkpoint (started batches)."""
+    offsets = work / "checkpoint" / "offsets"
+    return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
+
+
+def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
+        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """SIGKILL at each crash point of a micro-batch and at random moments, restart with the
+    same checkpoint: after every kill the table holds exactly the batches it committed, and
+    after every restart it equals the oracle (tidelake and hudi-rs), with the error table
+    holding exactly the malformed records and no batch committed twice."""
+    seed = int(os.environ.get("TIDELAKE_CRASH_SEED", time.time_ns() % 100_000))
+    rng = random.Random(seed)
+    topic = unique_topic("crash")
+    points = [*CRASH_POINTS, *["random"] * RANDOM_KILLS]
+    stream = KeyedStream(kafka_bootstrap, topic, SLICE * (len(points) + 1), seed=seed)
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, batch=1_000)
+    settings.update({"trigger.available_now": False, "trigger.processing_time": "500 milliseconds"})
+    job_file = write_job(tmp_path / "job.toml", settings)
+    table, errors = tmp_path / "trips", tmp_path / "trips_errors"
+    where = f"(TIDELAKE_CRASH_SEED={seed})"
+
+    jobs: list[ChildJob] = []
+    try:
+        run_through(points, rng, stream, job_file, tmp_path, jobs, where)
+    finally:
+        for job in jobs:
+            job.kill()  # a failed check leaves no job running
+    problems = table_problems(table, errors, stream)
+    assert not problems, f"final {where}:\n" + "\n".join(problems)
+    for path in (table, errors):
+        commits = streaming_commits(path)
+        assert len(commits) == len(set(commits)), f"a batch committed twice in {path} {where}"
+        assert not pending_instants(path), f"{path} {where}"
+    assert committed_offsets(table, topic) == stream.end_offsets()
+
+
+def run_through(points: list[str], rng: random.Random, stream: KeyedStream, job_file: Path,
+                work: Path, jobs: list[ChildJob], where: str) -> None:
+    """Kill the job at each of ``points`` and restart it; the last restart ends cleanly."""
+    table, errors = work / "trips", work / "trips_errors"
+    arm, stop = work / "arm", work / "stop"
+    for run, point in enumerate(points):
+        if jobs:  # the restart after the previous kill: it catches up, then check
+            wait_caught_up(jobs[-1], table, stream)
+            problems = table_problems(table, errors, stream)
+            assert not problems, f"restart {run}, caught up {where}:\n" + "\n".join(problems)
+        if point != "random":
+            arm.write_text(point)
+        logged = batches_logged(work)
+        stream.send(SLICE)
+        if not jobs:  # "before_query" is armed before the job starts
+            jobs.append(ChildJob(job_file, work, f"run{run}", arm=arm, stop=stop))
+        job = jobs[-1]
+        if point == "random":
+            longest = max((b["seconds"] for j in jobs for b in j.batches()), default=5.0)
+            job.wait_for(lambda n=logged: batches_logged(work) > n, CATCH_UP_S, "a new batch")
+            time.sleep(rng.uniform(0.0, longest))
+        else:
+            reached = job.wait_signal(CATCH_UP_S)
+            assert reached["point"] == point
+        arm.unlink(missing_ok=True)
+        job.kill()
+        upto = committed_offsets(table, stream.topic)
+        problems = table_problems(table, errors, stream, upto)
+        assert not problems, (f"killed at {point} (run {run}), table at {upto} {where}:\n"
+                              + "\n".join(problems))
+        jobs.append(ChildJob(job_file, work, f"run{run + 1}", arm=arm, stop=stop))
+    stream.send()
+    wait_caught_up(jobs[-1], table, stream)
+    stop.touch()
+    assert jobs[-1].wait() == 0, jobs[-1].tail()

@@ -1,0 +1,215 @@
+"""The ingest job end to end: a Kafka-protocol broker, the streaming query, the Hudi table.
+
+Each test produces sample trip events *keyed* (all versions of a key in one partition) to the
+session's broker (``tests.kafka_broker``), runs the job of ``jobs.ingest_job`` on the shared
+local Spark session with ``trigger.available_now`` (it stops once it has caught up), and judges
+the table against an oracle built from exactly what was produced (``tests.ingest.job_harness``),
+read back by tidelake and by hudi-rs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import Table
+from jobs.ingest_job import kafka_options, start, watch
+from jobs.job_config import load
+from tests.ingest.job_harness import (
+    COLUMNS,
+    KeyedStream,
+    committed_offsets,
+    hudi_rs_rows,
+    job_settings,
+    pending_instants,
+    read_rows,
+    streaming_commits,
+    table_problems,
+)
+from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
+from tests.spark_session import spark  # noqa: F401
+
+pytestmark = [
+    pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka,
+    # pyspark warns on the driver each time a pandas-based plan is built (pandas >= 3);
+    # kafka-python imports protocol modules lazily with a deprecated importlib API.
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
+]
+
+
+def run_job(spark: Any, settings: dict[str, Any]) -> list[dict[str, Any]]:  # noqa: F811
+    """Run the job until it has read everything in the topic; its query's progress reports."""
+    _, sink, query = start(load(None, settings), spark)
+    watch(query, sink)
+    return [json.loads(p.json) for p in query.recentProgress]
+
+
+def rows_read(progress: list[dict[str, Any]]) -> int:
+    """Kafka records the run's micro-batches read."""
+    return sum(int(p["numInputRows"]) for p in progress)
+
+
+def first_start_offsets(progress: list[dict[str, Any]], topic: str) -> dict[int, int] | None:
+    """Offsets the run's first micro-batch that read records started from (None if Spark's
+    progress report leaves them out, as it does for a restarted query's first batch)."""
+    start_offsets = next(p for p in progress if p["numInputRows"])["sources"][0]["startOffset"]
+    if isinstance(start_offsets, str):
+        start_offsets = json.loads(start_offsets)
+    if not start_offsets:
+        return None
+    return {int(k): int(v) for k, v in start_offsets[topic].items()}
+
+
+# Runtime: 50,000 records for MOR+bucket and COW+global, 10,000 for the two other combinations
+# (the same code paths). GLOBAL_STATE's state operator costs milliseconds per key, so the 50k
+# GLOBAL_STATE run uses the row API (transformWithState, several times cheaper per key) and the
+# 10k one the pandas API (transformWithStateInPandas, the default): both operators are tested.
+@pytest.mark.parametrize(("table_type", "index", "count", "state_api"), [
+    pytest.param("MERGE_ON_READ", "BUCKET", 50_000, "pandas", id="mor-bucket-50k"),
+    pytest.param("COPY_ON_WRITE", "GLOBAL_STATE", 50_000, "rows", id="cow-global-rows-50k"),
+    pytest.param("COPY_ON_WRITE", "BUCKET", 10_000, "pandas", id="cow-bucket-10k"),
+    pytest.param("MERGE_ON_READ", "GLOBAL_STATE", 10_000, "pandas", id="mor-global-pandas-10k"),
+])
+def test_job_sample_stream_equals_oracle_in_table_hudi_rs_and_error_table(
+        spark: Any, kafka_bootstrap: str, tmp_path: Path,  # noqa: F811
+        table_type: str, index: str, count: int, state_api: str) -> None:
+    """30% updates, 5% deletes, 1% malformed: the table equals the oracle, hudi-rs reads the
+    same, the error table holds exactly the malformed records with their reasons, and the
+    table records the topic's end offsets."""
+    topic = unique_topic("e2e")
+    stream = KeyedStream(kafka_bootstrap, topic, count, seed=count + len(index))
+    stream.send()
+    final = {k: tuple(v[c] for c in COLUMNS) for k, v in stream.events.expected.items()}
+    assert stream.oracle() == final  # the offset-exact oracle agrees with the generator's
+    assert stream.malformed() and len(final) < count * 0.75  # updates and deletes happened
+
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, table_type=table_type,
+                            index=index)
+    settings["index.state_api"] = state_api
+    progress = run_job(spark, settings)
+
+    assert rows_read(progress) == count
+    problems = table_problems(tmp_path / "trips", tmp_path / "trips_errors", stream)
+    assert not problems, "\n".join(problems)
+    assert Table.open(str(tmp_path / "trips")).config.table_type.value == table_type
+    assert committed_offsets(tmp_path / "trips", topic) == stream.end_offsets()
+    commits = streaming_commits(tmp_path / "trips")
+    assert len(commits) == len(set(commits)) == len([p for p in progress if p["numInputRows"]])
+    assert not pending_instants(tmp_path / "trips")
+    # GLOBAL_STATE tags in the query's state store; BUCKET keeps no state.
+    assert (tmp_path / "checkpoint" / "state").is_dir() == (index == "GLOBAL_STATE")
+
+
+# GLOBAL_STATE with fewer records: its state operator costs milliseconds per key, and a new
+# query (lost checkpoint) first seeds its state from every key of the table.
+@pytest.mark.parametrize(("index", "step"), [("BUCKET", 3_000), ("GLOBAL_STATE", 1_000)])
+def test_job_restart_same_then_lost_checkpoint_reads_each_record_once(
+        spark: Any, kafka_bootstrap: str, tmp_path: Path,  # noqa: F811
+        index: str, step: int) -> None:
+    """Restarted with its checkpoint, the job reads only what is new; restarted without it, it
+    resumes from the offsets in the table's last commit. Each time the table equals the oracle
+    and no record is read twice or skipped."""
+    topic = unique_topic("restart")
+    stream = KeyedStream(kafka_bootstrap, topic, 3 * step, seed=5)
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, index=index, batch=step * 2 // 3)
+    table, errors = tmp_path / "trips", tmp_path / "trips_errors"
+
+    stream.send(step)
+    progress = run_job(spark, settings)
+    assert rows_read(progress) == step
+    assert not (problems := table_problems(table, errors, stream)), "\n".join(problems)
+    queries = {q for q, _ in streaming_commits(table)}
+
+    # Same checkpoint: the query goes on where it stopped.
+    stream.send(step)
+    before = committed_offsets(table, topic)
+    progress = run_job(spark, settings)
+    assert first_start_offsets(progress, topic) in (before, None)
+    assert rows_read(progress) == step
+    assert not (problems := table_problems(table, errors, stream)), "\n".join(problems)
+    assert {q for q, _ in streaming_commits(table)} == queries  # the same query
+
+    # Checkpoint lost: a new query starts from the offsets the table recorded.
+    shutil.rmtree(tmp_path / "checkpoint")
+    stream.send(step)
+    starting = json.loads(kafka_options(load(None, settings))["startingOffsets"])
+    assert starting == {topic: {str(p): o for p, o in committed_offsets(table, topic).items()}}
+    progress = run_job(spark, settings)
+    assert rows_read(progress) == step  # not the 3 * step a start from "earliest" would read
+    assert not (problems := table_problems(table, errors, stream)), "\n".join(problems)
+    commits = streaming_commits(table)
+    assert len(commits) == len(set(commits))
+    assert len({q for q, _ in commits}) == 2  # a second query, its batch ids from 0 again
+    assert committed_offsets(table, topic) == stream.end_offsets()
+
+
+def _trip(key: str, ts: int, city: str, fare: float) -> bytes:
+    return json.dumps({"trip_id": key, "ts": ts, "city": city, "fare": fare,
+                       "rider": "r"}).encode()
+
+
+def _placement(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """Key → [(partition path, city)] of every stored copy of the key."""
+    table = Table.open(str(path))
+    data = table.read(columns=["_hoodie_partition_path", "trip_id", "city"]).to_pylist()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for r in data:
+        out.setdefault(r["trip_id"], []).append((r["_hoodie_partition_path"], r["city"]))
+    return out
+
+
+def test_global_index_key_changing_partition_ends_in_exactly_one_partition(
+        spark: Any, kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """GLOBAL_STATE: a key whose city (partition value) changes — within a micro-batch, across
+    micro-batches, and after the checkpoint (the state) is lost — is stored once, in its last
+    city; a tombstone finds a moved key in its new partition."""
+    topic = unique_topic("moves")
+    create_topic(kafka_bootstrap, topic, 2)
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, index="GLOBAL_STATE")
+    cities = ("oslo", "lisbon", "tallinn")
+    keys = [f"m{i:02d}" for i in range(12)]
+    latest: dict[str, str] = {}
+    clock = [1_000]
+
+    def send(moves: list[tuple[str, str]]) -> None:
+        records: list[tuple[bytes | None, bytes | None, int | None]] = []
+        for key, city in moves:
+            clock[0] += 1
+            records.append((key.encode(), _trip(key, clock[0], city, float(clock[0])),
+                            int(key[1:]) % 2))
+            latest[key] = city
+        produce(kafka_bootstrap, topic, records)
+
+    def check() -> None:
+        placement = _placement(tmp_path / "trips")
+        assert {k: [p for p, _ in v] for k, v in placement.items()} == {
+            k: [c] for k, c in latest.items()}
+        rows, duplicates = read_rows(tmp_path / "trips")
+        assert not duplicates
+        theirs, count = hudi_rs_rows(tmp_path / "trips")
+        assert count == len(latest) and theirs == rows
+
+    # Batch 1: every key inserted, four of them moved again within the same micro-batch.
+    send([(k, cities[i % 3]) for i, k in enumerate(keys)]
+         + [(k, cities[(i + 1) % 3]) for i, k in enumerate(keys[:4])])
+    run_job(spark, settings)
+    check()
+
+    # Same query: moves across micro-batches.
+    send([(k, cities[(i + 2) % 3]) for i, k in enumerate(keys[2:8])])
+    run_job(spark, settings)
+    check()
+
+    # New query (checkpoint lost): the state is rebuilt from the table, moves still find the
+    # old copy; a tombstone (key only) deletes a key where it lives now.
+    shutil.rmtree(tmp_path / "checkpoint")
+    send([(k, cities[i % 3]) for i, k in enumerate(keys[5:10])])
+    produce(kafka_bootstrap, topic, [(b"m06", None, 0)])
+    latest.pop("m06")
+    run_job(spark, settings)
+    check()
