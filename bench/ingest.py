@@ -83,7 +83,8 @@ if sys.path[0] != str(REPO_ROOT):
 
 TARGET_BUCKET = 50_000.0  # records/s, MOR + bucket index, 2 cores (the target)
 FULL_RECORDS = 1_000_000
-INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE"}
+INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE", "global-rows": "GLOBAL_STATE"}
+STATE_APIS = {"global-rows": "rows"}  # index.state_api per run name (default: pandas)
 SCHEMA_DDL = ", ".join(
     ["key STRING, ts BIGINT, partition STRING"]
     + [f"{c} BIGINT" for c in INT_COLUMNS] + [f"{c} DOUBLE" for c in FLOAT_COLUMNS]
@@ -516,7 +517,7 @@ class RunResult:
 
 def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offsets: int,
                buckets: int, log_format: str, available_now: bool, interval: str,
-               shuffle: int) -> Any:
+               shuffle: int, state_api: str = "pandas") -> Any:
     from jobs.job_config import load
 
     return load(None, {
@@ -534,6 +535,7 @@ def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offs
         "table.options.hoodie.logfile.data.block.format": log_format,
         "index.type": index,
         "index.num_buckets": buckets,
+        "index.state_api": state_api,
         "trigger.available_now": available_now,
         "trigger.processing_time": interval,
         "checkpoint.location": str(folder / "checkpoint"),
@@ -569,7 +571,7 @@ def _committed(table_path: str) -> tuple[dict[int, int], str | None]:
 def _progress_durations(query: Any) -> tuple[dict[str, float], list[int]]:
     sums: dict[str, float] = defaultdict(float)
     rows: list[int] = []
-    seen: set[int] = set()
+    seen: set[Any] = set()
     for p in query.recentProgress:
         batch = getattr(p, "batchId", None)
         if batch in seen:
@@ -615,7 +617,8 @@ def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, i
 
 def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder: Path,
                    index: str, max_offsets: int, stream: Stream, expected: dict[int, int],
-                   args: argparse.Namespace, check_keys: Sequence[int]) -> RunResult:
+                   args: argparse.Namespace, check_keys: Sequence[int],
+                   state_api: str = "pandas") -> RunResult:
     from jobs.ingest_job import start
 
     result = RunResult(name, index, max_offsets, stream.records, stream.distinct_keys,
@@ -623,9 +626,11 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
     config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index=index,
                         max_offsets=max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=True,
-                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions,
+                        state_api=state_api)
     table_path = str(folder / "table")
-    log(f"{name}: index {index}, maxOffsetsPerTrigger {max_offsets:,}, into {table_path}")
+    api = f" (state_api {state_api})" if index == "GLOBAL_STATE" else ""
+    log(f"{name}: index {index}{api}, maxOffsetsPerTrigger {max_offsets:,}, into {table_path}")
     query = None
     with SinkTimer() as timer, CpuMeter() as cpu:
         started = time.time()
@@ -1202,13 +1207,13 @@ def profile_notes(runs: Sequence[RunResult], stages: StageRates | None,
             out.append(f"Python worker profile: failed, {worker.error}")
         else:
             total = worker.total
-            stages = "; ".join(f"{k.strip()} {v:.1f} s ({_share(v, total)})"
+            shares = "; ".join(f"{k.strip()} {v:.1f} s ({_share(v, total)})"
                                for k, v in worker.stages.items())
             parts = "; ".join(f"{k} {v:.1f} s ({_share(v, total)})"
                               for k, v in worker.categories.items() if v >= 0.05)
             out.append(f"Python workers, profiled (an extra bucket run with Spark's perf "
                        f"profilers on: {fmt_seconds(worker.seconds)} wall, {total:.1f} s "
-                       f"profiled in Python tasks; the profiler slows Python down): {stages}")
+                       f"profiled in Python tasks; the profiler slows Python down): {shares}")
             out.append(f"Python workers, own time by kind of code: {parts}")
     return out
 
@@ -1345,7 +1350,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=None,
                    help="records to pre-produce (default 1,000,000; --quick 50,000)")
     p.add_argument("--index", default="bucket,global",
-                   help="comma-separated: bucket, global (GLOBAL_STATE); empty: skip")
+                   help="comma-separated: bucket, global (GLOBAL_STATE, pandas state API), "
+                        "global-rows (GLOBAL_STATE, row state API); empty: skip")
     p.add_argument("--max-offsets", default="200000",
                    help="source.max_offsets_per_trigger; a comma-separated list runs the "
                         "bucket index once per value (the global index uses the first)")
@@ -1461,9 +1467,10 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
                                             args=args)
             log(f"Spark session {report.session_seconds:.1f} s, warm-up query "
                 f"{report.warmup_seconds:.1f} s")
-            common = {"bootstrap": bootstrap, "topic": topic, "stream": report.stream,
-                      "expected": report.produced.end if report.produced else {},
-                      "args": args, "check_keys": check_keys}
+            common: dict[str, Any] = {
+                "bootstrap": bootstrap, "topic": topic, "stream": report.stream,
+                "expected": report.produced.end if report.produced else {},
+                "args": args, "check_keys": check_keys}
             for name in args.indexes:
                 index = INDEXES[name]
                 limits = args.max_offsets_list if index == "BUCKET" else \
@@ -1472,7 +1479,7 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
                     label = name + (f"-{limit // 1000}k" if len(limits) > 1 else "")
                     report.runs.append(run_throughput(
                         spark, name=label, folder=out / label, index=index, max_offsets=limit,
-                        **common))
+                        state_api=STATE_APIS.get(name, "pandas"), **common))
             if args.worker_profile and "bucket" in args.indexes:
                 _, report.worker = run_worker_profile(
                     spark, top=args.profile_top or 25, name="bucket-profiled",

@@ -106,6 +106,7 @@ _SOURCE_OPTIONS = {
     "maxoffsetspertrigger": "maxOffsetsPerTrigger",
     "failondataloss": "failOnDataLoss",
     "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
+    "fastdecode": "fastDecode",
 }
 
 
@@ -121,6 +122,8 @@ class KafkaSourceOptions:
     poll_timeout_ms: int
     client_config: dict[str, Any]
     """kafka-python ``KafkaConsumer`` arguments from the ``kafka.*`` options."""
+    fast_decode: bool = True
+    """Decode fetched record batches whole (:mod:`ingest.kafka_records`)."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -166,6 +169,7 @@ class KafkaSourceOptions:
             poll_timeout_ms=_positive_int(
                 "kafkaConsumer.pollTimeoutMs", source.get("kafkaConsumer.pollTimeoutMs", "120000")),
             client_config=client,
+            fast_decode=_boolean("fastDecode", source.get("fastDecode", "true")),
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:

@@ -17,6 +17,9 @@ Options (case-insensitive, as Spark's ``kafka`` source):
 ``failOnDataLoss``             ``true`` (default): fail when wanted offsets are gone (retention,
                                topic recreated); ``false``: log a warning and skip them
 ``kafkaConsumer.pollTimeoutMs``  how long a task waits for records it knows exist (120000)
+``fastDecode``                 ``true`` (default): decode fetched record batches whole
+                               (:mod:`ingest.kafka_records`); ``false``: kafka-python's
+                               record-by-record decoding
 ``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error
 =============================  ==============================================================
 
@@ -95,6 +98,7 @@ from ingest.kafka_options import (
     is_secret_key,
     redact_options,
 )
+from ingest.kafka_records import RecordChunk, use_record_chunks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -340,7 +344,8 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
 
     Offsets may be missing inside the range (compaction, transaction markers): the loop follows
     the consumer's position, which moves past them, and stops at ``end``, never waiting for
-    offsets that cannot come.
+    offsets that cannot come. Fetched record batches are decoded whole
+    (:mod:`ingest.kafka_records`) unless kafka-python's internals look unfamiliar.
     """
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import OffsetOutOfRangeError
@@ -350,6 +355,8 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
     fail = options.fail_on_data_loss
     consumer = KafkaConsumer(**options.consumer_config(
         auto_offset_reset="none", max_partition_fetch_bytes=8 << 20, fetch_max_wait_ms=100))
+    if options.fast_decode:
+        use_record_chunks(consumer)
     try:
         consumer.assign([tp])
         position = check_offset_range(part.topic, part.partition, part.start, part.end,
@@ -357,7 +364,7 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
         if position >= part.end:
             return
         consumer.seek(tp, position)
-        pending: list[Any] = []
+        pending = _Pending()
         idle_since = time.monotonic()
         while position < part.end:
             try:
@@ -368,13 +375,11 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
                                               earliest, fail)
                 consumer.seek(tp, position)
                 continue
-            for record in fetched:
-                if record.offset >= part.end:
+            for item in fetched:
+                if not pending.add(item, part.end):
                     break
-                pending.append(record)
             while len(pending) >= BATCH_ROWS:
-                yield _to_batch(part.topic, part.partition, pending[:BATCH_ROWS])
-                del pending[:BATCH_ROWS]
+                yield pending.take(part.topic, part.partition, BATCH_ROWS)
             new_position = max(int(consumer.position(tp)), position)
             if fetched and fetched[-1].offset >= part.end:
                 new_position = part.end
@@ -391,10 +396,52 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
                 raise KafkaReadTimeoutError(
                     f"no records from topic '{part.topic}' partition {part.partition} between "
                     f"offsets {position} and {part.end} within {options.poll_timeout_ms} ms")
-        if pending:
-            yield _to_batch(part.topic, part.partition, pending)
+        if len(pending):
+            yield pending.take(part.topic, part.partition, len(pending))
     finally:
         consumer.close()
+
+
+class _Pending:
+    """Records read but not yet handed on, as columns."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.stamps: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, item: Any, end: int) -> bool:
+        """Add a :class:`RecordChunk` or a kafka-python ``ConsumerRecord``, up to offset
+        ``end`` (exclusive); False once ``end`` is reached."""
+        if isinstance(item, RecordChunk):
+            chunk = item.before(end)
+            self.offsets += chunk.offsets
+            self.stamps += chunk.timestamps
+            self.keys += chunk.keys
+            self.values += chunk.values
+            self.headers += chunk.headers or [None] * len(chunk)
+            return len(chunk) == len(item)
+        if item.offset >= end:
+            return False
+        self.offsets.append(item.offset)
+        self.stamps.append(item.timestamp)
+        self.keys.append(item.key)
+        self.values.append(item.value)
+        self.headers.append(item.headers)
+        return True
+
+    def take(self, topic: str, partition: int, n: int) -> pa.RecordBatch:
+        """The first ``n`` records as one batch of :data:`ARROW_SCHEMA`."""
+        batch = _to_batch(topic, partition, self.offsets[:n], self.stamps[:n], self.keys[:n],
+                          self.values[:n], self.headers[:n])
+        for column in (self.offsets, self.stamps, self.keys, self.values, self.headers):
+            del column[:n]
+        return batch
 
 
 @functools.cache
@@ -406,10 +453,11 @@ def _warn_if_crc_in_python() -> None:
                     "about 4x: install the 'crc32c' package (kafka-python[crc32c])")
 
 
-def _to_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
-    """Kafka-python ``ConsumerRecord`` tuples to one batch of :data:`ARROW_SCHEMA`."""
-    n = len(records)
-    _, _, _, offsets, stamps, _, keys, values, headers, *_ = zip(*records, strict=True)
+def _to_batch(topic: str, partition: int, offsets: list[int], stamps: list[int],
+              keys: list[bytes | None], values: list[bytes | None],
+              headers: list[Any]) -> pa.RecordBatch:
+    """Record columns to one batch of :data:`ARROW_SCHEMA` (timestamps in milliseconds)."""
+    n = len(offsets)
     millis = np.fromiter(stamps, dtype=np.int64, count=n)
     header_type = ARROW_SCHEMA.field("headers").type
     if any(headers):

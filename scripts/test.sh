@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
 # Quick subset first (fails fast), then everything marked slow.
 .venv/bin/python -m pytest -m "not slow" -q "$@"
 status=0

@@ -345,13 +345,15 @@ def test_latest_offset_after_multi_record_produce_is_exact(kafka_bootstrap: str)
 
 
 @pytest.mark.kafka
-def test_read_partition_returns_exact_range_as_arrow(kafka_bootstrap: str) -> None:  # noqa: F811
+@pytest.mark.parametrize("fast_decode", ["true", "false"])
+def test_read_partition_returns_exact_range_as_arrow(
+        kafka_bootstrap: str, fast_decode: str) -> None:  # noqa: F811
     topic = unique_topic("read")
     create_topic(kafka_bootstrap, topic, 1)
     produce(kafka_bootstrap, topic, [(None, b"first", 0), (b"k", None, 0)])
     produce(kafka_bootstrap, topic, [(b"k%d" % i, b"v%d" % i, 0) for i in range(25_000)],
             headers=[("trace", b"t1"), ("empty", b"")])
-    reader = _reader(kafka_bootstrap, topic)
+    reader = _reader(kafka_bootstrap, topic, fastDecode=fast_decode)
     batches = list(reader.read(KafkaInputPartition(topic, 0, 1, 20_002)))
     assert max(b.num_rows for b in batches) <= kafka_source.BATCH_ROWS
     table = pa.Table.from_batches(batches)
