@@ -105,11 +105,30 @@ def run_engine_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def runnable(name: str) -> str:
+    """How to run ``name`` (a script of this interpreter's environment, e.g. ``tidelake`` or
+    ``python``) from the current folder: bare when it is what ``PATH`` finds (an activated
+    virtualenv), else its path — relative when it lies below the current folder."""
+    bin_dir = Path(sys.executable).parent
+    script = bin_dir / name
+    if not script.exists():
+        return sys.executable if name == "python" else name
+    found = shutil.which(name)
+    if found and Path(found).parent == bin_dir:
+        return name
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def how_to_read(path: Path) -> str:
-    """Commands that read the table at ``path`` (tidelake and hudi-rs)."""
-    return (f"read it with:\n  tidelake table show {path}\n"
-            f"  python -c \"from engine import Table; print(Table.open('{path}').read())\"\n"
-            f"  python -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
+    """Commands that read the table at ``path`` (tidelake and hudi-rs), runnable as printed."""
+    tidelake, python = runnable("tidelake"), runnable("python")
+    path = path.resolve()  # hudi-rs takes absolute paths or URIs only
+    return (f"read it with:\n  {tidelake} table show {path}\n"
+            f"  {python} -c \"from engine import Table; print(Table.open('{path}').read())\"\n"
+            f"  {python} -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
             f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}')"
             f".build().read()))\"")
 

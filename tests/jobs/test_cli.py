@@ -35,3 +35,33 @@ def test_every_write_option_is_documented() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     for spec in WRITE_KEYS:
         assert f"`{spec.key}`" in doc, spec.key
+
+
+def test_how_to_read_commands_run_as_printed(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an activated virtualenv the printed commands name this environment's scripts
+    by path; with its bin folder on PATH they are bare. Either way they run."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from engine import Table
+    from jobs.cli import how_to_read
+
+    table = tmp_path / "t"
+    Table.create(str(table), name="t", table_type="COPY_ON_WRITE", record_key="id",
+                 precombine="ts").upsert(pa.table({"id": ["a"], "ts": [1]}))
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    lines = how_to_read(Path("t")).splitlines()[1:]
+    assert lines[0].split()[0] == str(bin_dir / "tidelake")
+    for line in lines:
+        out = subprocess.run(shlex.split(line), capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "PATH": "/usr/bin:/bin"}, check=False)
+        assert out.returncode == 0, (line, out.stderr[-2000:])
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert how_to_read(Path("t")).splitlines()[1].split()[0] == "tidelake"
