@@ -190,26 +190,20 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         admin.close()
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """High watermark of each partition (ListOffsets, then a fetch's watermark: Tansu can
-    answer ListOffsets with less than the true end, see ingest/kafka_source.py)."""
-    from kafka import KafkaConsumer, TopicPartition
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """High watermark of each partition, as the job's Kafka source finds it (its
+    ``startingOffsets=latest`` look-up works around Tansu's short ListOffsets answer)."""
+    from ingest.kafka_options import KafkaSourceOptions
+    from ingest.kafka_source import KafkaStreamReader
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             fetch_max_wait_ms=20, max_partition_fetch_bytes=1024)
+    reader = KafkaStreamReader(KafkaSourceOptions.from_options({
+        "kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+        "startingOffsets": "latest"}))
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        listed = consumer.end_offsets(tps)
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, listed[tp])
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(consumer.highwater(tp) is None for tp in tps):
-            consumer.poll(timeout_ms=50, max_records=1, update_offsets=False)
-        return {tp.partition: max(int(listed[tp]), int(consumer.highwater(tp) or 0))
-                for tp in tps}
+        latest = reader.initialOffset()[topic]
     finally:
-        consumer.close()
+        reader.stop()
+    return {int(p): int(o) for p, o in latest.items()}
 
 
 def _produce_part(bootstrap: str, topic: str, records: int, seed: int, partitions: int,
@@ -282,7 +276,7 @@ def produce_all(bootstrap: str, topic: str, stream: Stream, partitions: int,
     expected = stream.per_partition(partitions)
     deadline = time.monotonic() + 60
     while True:
-        end = end_offsets(bootstrap, topic, partitions)
+        end = end_offsets(bootstrap, topic)
         if end == expected or time.monotonic() > deadline:
             break
         time.sleep(0.5)

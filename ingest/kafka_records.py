@@ -22,6 +22,8 @@ minor versions this was checked against.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -50,13 +52,11 @@ class RecordChunk:
 
     def since(self, first: int) -> RecordChunk:
         """The records with offsets ``>= first``."""
-        start = next((i for i, o in enumerate(self.offsets) if o >= first), len(self.offsets))
-        return self._slice(start, len(self.offsets))
+        return self._slice(bisect.bisect_left(self.offsets, first), len(self.offsets))
 
     def before(self, end: int) -> RecordChunk:
         """The records with offsets ``< end``."""
-        stop = next((i for i, o in enumerate(self.offsets) if o >= end), len(self.offsets))
-        return self._slice(0, stop)
+        return self._slice(0, bisect.bisect_left(self.offsets, end))
 
     def _slice(self, start: int, stop: int) -> RecordChunk:
         if start == 0 and stop == len(self.offsets):
@@ -197,9 +197,14 @@ def decode_records(buf: Any, pos: int, count: int, base_offset: int, first_times
                        values, headers if any_headers else None)
 
 
-def _chunk_of_legacy(batch: Any) -> RecordChunk:
-    """Message format v0/v1 (one record object per record, kafka-python's own parser)."""
+def _chunk_of_legacy(batch: Any, check_crcs: bool) -> RecordChunk:
+    """Message format v0/v1 (one record object per record, kafka-python's own parser; these
+    formats carry a CRC per record)."""
     records = list(batch)
+    if check_crcs:
+        bad = next((r for r in records if not r.validate_crc()), None)
+        if bad is not None:
+            raise CorruptRecordsError(f"record at offset {bad.offset} failed its crc check")
     return RecordChunk(records[-1].offset if records else -1,
                        [r.offset for r in records], [r.timestamp for r in records],
                        [r.key for r in records], [r.value for r in records], None)
@@ -213,6 +218,7 @@ def _batch_chunk(batch: Any) -> RecordChunk:
                           batch.first_timestamp, append_time)
 
 
+@functools.cache
 def _chunked_class(base: type, read_uncommitted: Any) -> type:
     """A subclass of kafka-python's ``Fetcher.PartitionRecords`` yielding chunks."""
     from kafka.errors import CorruptRecordError
@@ -238,13 +244,12 @@ def _chunked_class(base: type, read_uncommitted: Any) -> type:
                         self.next_fetch_offset = batch.next_offset
                         batch = records.next_batch()
                         continue
-                    try:
-                        chunk = _batch_chunk(batch)
-                    except CorruptRecordsError as exc:
-                        raise CorruptRecordError(f"Record batch for partition {tp} at offset "
-                                                 f"{batch.base_offset}: {exc}") from None
-                else:
-                    chunk = _chunk_of_legacy(batch)
+                try:
+                    chunk = (_batch_chunk(batch) if batch.magic == 2
+                             else _chunk_of_legacy(batch, self.check_crcs))
+                except CorruptRecordsError as exc:
+                    raise CorruptRecordError(f"Record batch for partition {tp} at offset "
+                                             f"{batch.base_offset}: {exc}") from None
                 chunk = chunk.since(self.fetch_offset)
                 if len(chunk):
                     self.records_read += len(chunk)

@@ -13,6 +13,7 @@ from kafka.record import MemoryRecords, MemoryRecordsBuilder
 
 from ingest.kafka_records import CorruptRecordsError, RecordChunk, decode_records, use_record_chunks
 from ingest.kafka_records import _batch_chunk as batch_chunk
+from ingest.kafka_records import _chunk_of_legacy as chunk_of_legacy
 from tests.kafka_broker import kafka_bootstrap  # noqa: F401
 
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
@@ -97,3 +98,24 @@ def test_use_record_chunks_plugs_into_this_kafka_python(kafka_bootstrap: str) ->
         assert use_record_chunks(consumer)
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_legacy_batch_decodes_like_kafka_python_and_checks_record_crcs(magic: int) -> None:
+    builder = MemoryRecordsBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+    for i in range(5):
+        assert builder.append(1_700_000_000_000 + i if magic else None, b"k%d" % i,
+                              None if i == 2 else b"v%d" % i, []) is not None
+    builder.close()
+    data = bytes(builder.buffer())
+    got, expected = [], []
+    records, again = MemoryRecords(data), MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:  # uncompressed: a batch per record
+        chunk = chunk_of_legacy(batch, True)
+        got += zip(chunk.offsets, chunk.timestamps, chunk.keys, chunk.values, strict=True)
+        expected += [(r.offset, r.timestamp, r.key, r.value) for r in again.next_batch()]
+    assert len(got) == 5 and got == expected
+    damaged = bytearray(data)
+    damaged[data.index(b"v0")] ^= 0xFF  # the first record's value: its CRC no longer matches
+    with pytest.raises(CorruptRecordsError, match="crc"):
+        chunk_of_legacy(MemoryRecords(bytes(damaged)).next_batch(), True)
