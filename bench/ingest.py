@@ -91,6 +91,12 @@ SCHEMA_DDL = ", ".join(
     + [f"{c} STRING" for c in STRING_COLUMNS])
 UPDATE_BATCHES = 5  # the stream: an initial quarter of new keys, then 5 mixed slices
 WARMUP_RECORDS = 1_000
+"""Records the latency phase sends before it measures (to start its table)."""
+WARMUP_QUERY_RECORDS = 100_000
+WARMUP_QUERY_BATCHES = 4
+"""The untimed warm-up query: enough records and micro-batches that every Python worker the
+runs use has imported its modules and the JVM has compiled the hot paths (a 1,000-record
+warm-up left the first measured batches 2-3x slower than the rest)."""
 WARMUP_KEY_BASE = 9_000_000_000  # warm-up keys never collide with the stream's
 
 # -- the records ---------------------------------------------------------------------------
@@ -413,8 +419,8 @@ class CpuMeter:
 # -- sink timing ---------------------------------------------------------------------------
 
 SINK_PHASES = (
-    ("ingest.sink", "_summarize", "read Kafka + decode + prepare (+ state tagging), cached"),
-    ("ingest.sink", "write_rows", "shuffle by file group + resolve + write handles"),
+    ("ingest.sink", "write_rows", "write jobs (data: read Kafka + prepare (+ state tagging) "
+     "+ shuffle by file group + write handles; error table: its staged rows)"),
     ("ingest.sink", "start_instant", "start instant (rollback check, requested → inflight)"),
     ("ingest.spark_write", "InstantPlan.finish", "commit (complete the instant)"),
     ("ingest.sink", "HudiStreamingSink.process_batch", "whole foreachBatch call"),
@@ -481,6 +487,8 @@ class RunResult:
     seconds: float | None = None  # start() → completion of the commit with the last offsets
     batches: int = 0
     batch_records: list[int] = field(default_factory=list)
+    batch_seconds: list[float] = field(default_factory=list)
+    """Spark's addBatch duration (the foreachBatch call) of each batch with records."""
     check: str = "-"
     problems: list[str] = field(default_factory=list)
     error: str | None = None
@@ -562,9 +570,10 @@ def _committed(table_path: str) -> tuple[dict[int, int], str | None]:
     return merged, completion
 
 
-def _progress_durations(query: Any) -> tuple[dict[str, float], list[int]]:
+def _progress_durations(query: Any) -> tuple[dict[str, float], list[int], list[float]]:
     sums: dict[str, float] = defaultdict(float)
     rows: list[int] = []
+    seconds: list[float] = []
     seen: set[Any] = set()
     for p in query.recentProgress:
         batch = getattr(p, "batchId", None)
@@ -572,11 +581,13 @@ def _progress_durations(query: Any) -> tuple[dict[str, float], list[int]]:
             continue
         seen.add(batch)
         n = int(getattr(p, "numInputRows", 0) or 0)
+        durations = getattr(p, "durationMs", None) or {}
         if n:
             rows.append(n)
-        for key, value in (getattr(p, "durationMs", None) or {}).items():
+            seconds.append(float(durations.get("addBatch", 0)) / 1000)
+        for key, value in durations.items():
             sums[key] += float(value) / 1000
-    return dict(sums), rows
+    return dict(sums), rows, seconds
 
 
 def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, int],
@@ -649,7 +660,8 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
             result.error = f"{type(exc).__name__}: {str(exc)[:500]}"
         finally:
             if query is not None:
-                result.durations, result.batch_records = _progress_durations(query)
+                result.durations, result.batch_records, result.batch_seconds = \
+                    _progress_durations(query)
                 if query.isActive:
                     query.stop()
     result.batches = len(result.batch_records)
@@ -786,11 +798,12 @@ class LatencyResult:
         return self.sent / self.send_seconds if self.send_seconds else None
 
 
-def _send_warmup(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+def _send_warmup(bootstrap: str, topic: str, partitions: int,
+                 records: int = WARMUP_RECORDS) -> dict[int, int]:
     from kafka import KafkaProducer
 
-    numbers = np.arange(WARMUP_KEY_BASE, WARMUP_KEY_BASE + WARMUP_RECORDS, dtype=np.int64)
-    workload = generate_workload(WorkloadSpec(rows=WARMUP_RECORDS, batches=0, batch_size=2,
+    numbers = np.arange(WARMUP_KEY_BASE, WARMUP_KEY_BASE + records, dtype=np.int64)
+    workload = generate_workload(WorkloadSpec(rows=records, batches=0, batch_size=2,
                                               seed=3))
     table = workload.initial.set_column(0, "key", key_strings(numbers))
     heads, tails = _json_parts(table)
@@ -806,14 +819,16 @@ def _send_warmup(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def warm_up(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace) -> float:
-    """One small untimed query (1,000 records, bucket index): Python workers, JIT, codegen."""
+    """One untimed query (bucket index, :data:`WARMUP_QUERY_RECORDS` records in
+    :data:`WARMUP_QUERY_BATCHES` micro-batches): Python workers, JIT, codegen."""
     from jobs.ingest_job import start
 
     topic = f"bench-warmup-{os.getpid()}-{int(time.time())}"
     create_topic(bootstrap, topic, args.partitions)
-    counts = _send_warmup(bootstrap, topic, args.partitions)
+    counts = _send_warmup(bootstrap, topic, args.partitions, WARMUP_QUERY_RECORDS)
     config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
-                        max_offsets=WARMUP_RECORDS, buckets=args.buckets,
+                        max_offsets=WARMUP_QUERY_RECORDS // WARMUP_QUERY_BATCHES,
+                        buckets=args.buckets,
                         log_format=args.log_format, available_now=True,
                         interval=args.trigger_interval, shuffle=args.shuffle_partitions)
     started = time.perf_counter()
@@ -1187,7 +1202,9 @@ def profile_notes(runs: Sequence[RunResult], stages: StageRates | None,
             out.append(f"{r.name}: not timed (renamed?): {', '.join(r.sink_missing)}")
         if r.batch_records:
             out.append(f"{r.name}: records per batch: "
-                       + " ".join(f"{n:,}" for n in r.batch_records))
+                       + " ".join(f"{n:,}" for n in r.batch_records)
+                       + "; addBatch seconds: "
+                       + " ".join(f"{sec:.2f}" for sec in r.batch_seconds))
     if stages is not None:
         if stages.error:
             out.append(f"single-core stage rates: failed, {stages.error}")
@@ -1231,8 +1248,8 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
     session_seconds, warmup_seconds = startup
     if session_seconds is not None:
         out.append(f"not in the figures: Spark session start-up {session_seconds:.1f} s, then "
-                   f"an untimed warm-up query ({WARMUP_RECORDS:,} records) "
-                   f"{fmt_seconds(warmup_seconds)}")
+                   f"an untimed warm-up query ({WARMUP_QUERY_RECORDS:,} records in "
+                   f"{WARMUP_QUERY_BATCHES} micro-batches) {fmt_seconds(warmup_seconds)}")
     out.append(f"job: local[2], trigger.available_now, spark.sql.shuffle.partitions "
                f"{args.shuffle_partitions}, {args.buckets} buckets per partition (10 "
                f"partitions), {args.log_format} log blocks; seconds = from jobs.ingest_job."

@@ -5,7 +5,8 @@ files named with that instant. Before every write, :func:`rollback_failed_writes
 such instants and, for each: records a rollback plan (``R.rollback.requested``), moves it
 inflight, deletes the failed instant's base and log files (v8: files are named with the
 instant that wrote them), completes the rollback (``R_C.rollback`` with
-``HoodieRollbackMetadata``), and finally deletes the failed instant's timeline files.
+``HoodieRollbackMetadata``), deletes the instant's scratch folder (``.hoodie/.temp/<instant>``)
+and finally the failed instant's timeline files.
 Every step can be repeated: a crash during a rollback is finished by the next writer.
 
 Single-writer assumption: tidelake does not run two writers on one table at once (a
@@ -20,7 +21,7 @@ from engine.commit_metadata import RollbackMetadata, read_avro_ocf
 from engine.file_group import list_table_files
 from engine.instant import Action, Instant, State
 from engine.storage import TEMP_PREFIX, Storage
-from engine.timeline import Timeline
+from engine.timeline import Timeline, temp_folder
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
@@ -93,5 +94,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     meta = RollbackMetadata(rb.requested_time, ((target, action),), deleted,
                             int((time.monotonic() - started) * 1000))
     timeline.complete(rb, meta.to_avro_bytes())
+    if target:
+        storage.delete_tree(temp_folder(target))
     if failed is not None:
         timeline.delete_instant_files(failed)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -164,6 +165,17 @@ class Storage:
         """Delete a file; False if it was already gone."""
         try:
             os.unlink(self.full(rel))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete_tree(self, rel: str) -> bool:
+        """Delete a folder and everything in it (never the base folder); False if missing."""
+        path = self.full(rel)
+        if path == self.base_path:
+            raise ValueError("delete_tree: refusing to delete the table folder itself")
+        try:
+            shutil.rmtree(path)
             return True
         except FileNotFoundError:
             return False

@@ -183,6 +183,13 @@ class Timeline:
                 self.storage.delete(f"{self.folder}/{status.name}")
 
 
+def temp_folder(instant_time: str) -> str:
+    """The instant's scratch folder, ``.hoodie/.temp/<instant>`` (Hudi keeps its markers
+    there): files a writer needs only until the instant completes or is rolled back, which
+    both delete it."""
+    return f"{HOODIE}/.temp/{instant_time}"
+
+
 def completion_key(instant: Instant) -> str:
     """Order of completed instants: completion time (v8), else requested time (v6)."""
     return instant.completion_time or instant.requested_time

@@ -43,7 +43,7 @@ from engine.schema import (
     normalize_input_schema,
 )
 from engine.storage import Storage
-from engine.timeline import Timeline
+from engine.timeline import Timeline, temp_folder
 from engine.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
 
 UPSERT = "UPSERT"
@@ -397,7 +397,9 @@ class WriteClient:
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
-        return timeline.complete(instant, meta.to_avro_bytes())
+        done = timeline.complete(instant, meta.to_avro_bytes())
+        self.storage.delete_tree(temp_folder(instant.requested_time))
+        return done
 
     def write(self, operation: str, records: pa.Table | None, deletes: pa.Table | None,
               *, extra_metadata: Mapping[str, str] | None = None,

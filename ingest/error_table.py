@@ -15,17 +15,29 @@ skipped outright when the error table already has that batch's commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engine.config import TableConfig
 from engine.errors import TableNotFoundError
+from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
+from engine.storage import TEMP_PREFIX
 from engine.table import Table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 from ingest.prepare import (
+    BUCKET,
     ERROR,
     FILE_ID,
     KAFKA_KEY,
@@ -39,7 +51,8 @@ from ingest.prepare import (
     VALUE,
 )
 
-__all__ = ["ERROR_SCHEMA", "error_rows", "open_error_table", "write_schema"]
+__all__ = ["ERROR_SCHEMA", "ErrorStaging", "error_rows", "open_error_table", "read_staged",
+           "write_schema"]
 
 ERROR_SCHEMA = pa.schema([
     pa.field("error_id", pa.string()),
@@ -64,6 +77,7 @@ _BOOKKEEPING = [
     pa.field(TOPIC, pa.string()),
     pa.field(KAFKA_PARTITION, pa.int32()),
     pa.field(OFFSET, pa.int64()),
+    pa.field(BUCKET, pa.int32()),
 ]
 
 
@@ -118,25 +132,58 @@ def error_rows(prepared: pa.Table, *, batch_id: int, target_table: str,
         "error_date": day,
     }, schema=ERROR_SCHEMA)
     columns = {f.name: data.column(f.name) for f in ERROR_SCHEMA}
+    keys = record_keys(data, config) if n else pa.array([], pa.string())
     columns.update({
-        RECORD_KEY: record_keys(data, config) if n else pa.array([], pa.string()),
+        RECORD_KEY: keys,
         PARTITION_PATH: partition_paths(data, config),
         OP: pa.array([UPSERT] * n, pa.int8()),
         FILE_ID: pa.nulls(n, pa.string()),
         TOPIC: topic,
         KAFKA_PARTITION: partition,
         OFFSET: offset,
+        BUCKET: pa.array(bucket_ids(keys, config.num_buckets or 1), pa.int32()),
     })
     return pa.table(columns, schema=write_schema())
 
 
-def error_rows_function(*, batch_id: int, target_table: str, config: TableConfig
-                        ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow`` function turning prepared rows into error-table rows (executor side)."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            out = error_rows(pa.Table.from_batches([batch]), batch_id=batch_id,
-                             target_table=target_table, config=config)
-            if out.num_rows:
-                yield from out.to_batches()
-    return run
+@dataclass(frozen=True)
+class ErrorStaging:
+    """Where a batch's write tasks leave its error rows for the driver (picklable).
+
+    The sink reads a micro-batch once: the tasks that write the data table's file groups
+    also turn the batch's ``ERROR`` rows into error-table rows and stage them as Parquet in
+    ``folder`` (the data instant's scratch folder, which its commit or rollback deletes).
+    The driver then writes the staged rows into the error table, and commits that before the
+    data instant. ``config`` is the error table's.
+    """
+
+    folder: str
+    batch_id: int
+    target_table: str
+    config: TableConfig
+
+    def stage(self, prepared: pa.Table, token: tuple[int, int, int]) -> str | None:
+        """Stage the error rows of ``prepared``; their file's path, or None if there are none.
+
+        Executor side. ``token`` (task partition, stage, attempt) names the file: a retried
+        task writes a file of its own, and the driver reads only the files that the
+        successful attempts report.
+        """
+        rows = error_rows(prepared, batch_id=self.batch_id, target_table=self.target_table,
+                          config=self.config)
+        if not rows.num_rows:
+            return None
+        os.makedirs(self.folder, exist_ok=True)
+        name = "tidelake-errors-{}-{}-{}.parquet".format(*token)
+        final = os.path.join(self.folder, name)
+        temp = os.path.join(self.folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
+        pq.write_table(rows, temp, compression="zstd")
+        os.replace(temp, final)
+        return final
+
+
+def read_staged(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """The staged error-table rows of :meth:`ErrorStaging.stage` (driver side)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.read.schema(from_arrow_schema(write_schema())).parquet(*paths)

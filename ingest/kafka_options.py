@@ -36,8 +36,11 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``options`` with secret values replaced, for printing."""
-    return {k: (_REDACTED if is_secret_key(k) else v) for k, v in options.items()}
+    """A copy of ``options`` with secret values replaced (and the encoded prepare step
+    shortened), for printing."""
+    return {k: (_REDACTED if is_secret_key(k) else
+                "(a prepare step)" if k.lower() == "tidelake.prepare" else v)
+            for k, v in options.items()}
 
 
 def _text(key: str, value: str) -> str:
@@ -107,6 +110,7 @@ _SOURCE_OPTIONS = {
     "failondataloss": "failOnDataLoss",
     "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
     "fastdecode": "fastDecode",
+    "tidelake.prepare": "tidelake.prepare",
 }
 
 
@@ -124,6 +128,9 @@ class KafkaSourceOptions:
     """kafka-python ``KafkaConsumer`` arguments from the ``kafka.*`` options."""
     fast_decode: bool = True
     """Decode fetched record batches whole (:mod:`ingest.kafka_records`)."""
+    prepare: str | None = None
+    """The sink's prepare step to run in the read tasks (``tidelake.prepare``: an encoded
+    :class:`~ingest.prepare.PrepareSpec`, see :func:`ingest.kafka_source.prepare_option`)."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSourceOptions:
@@ -170,6 +177,7 @@ class KafkaSourceOptions:
                 "kafkaConsumer.pollTimeoutMs", source.get("kafkaConsumer.pollTimeoutMs", "120000")),
             client_config=client,
             fast_decode=_boolean("fastDecode", source.get("fastDecode", "true")),
+            prepare=source.get("tidelake.prepare") or None,
         )
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:

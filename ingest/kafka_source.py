@@ -21,7 +21,15 @@ Options (case-insensitive, as Spark's ``kafka`` source):
                                (:mod:`ingest.kafka_records`); ``false``: kafka-python's
                                record-by-record decoding
 ``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error
+``tidelake.prepare``           set by :func:`read_kafka_stream` (``prepare=``), not by hand:
+                               the read tasks run the sink's prepare step, and rows are
+                               prepared rows (:mod:`ingest.prepare`) instead of Kafka rows
 =============================  ==============================================================
+
+Prepared reads: with ``prepare=sink.spec`` each record crosses from Python into the JVM once,
+already decoded, keyed and placed in its bucket. Without it the sink prepares the Kafka rows
+in a ``mapInArrow`` step of its own: the same rows, at the cost of sending every raw record
+through the JVM into a second Python worker.
 
 Offsets are ``{"topic": {"partition": next_offset}}`` (JSON keys are strings); Spark keeps them
 in the query's checkpoint, so no consumer group is used and nothing is committed to Kafka.
@@ -45,8 +53,13 @@ never appear in logs, exception messages or ``repr``; :func:`register` extends S
 
 from __future__ import annotations
 
+import atexit
+import base64
+import contextlib
 import functools
 import logging
+import pickle
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -99,6 +112,7 @@ from ingest.kafka_options import (
     redact_options,
 )
 from ingest.kafka_records import RecordChunk, use_record_chunks
+from ingest.prepare import PrepareSpec, prepare_batch, prepared_schema, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -327,7 +341,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the records of ``partition``'s range as Arrow batches of <= 10k rows."""
         assert isinstance(partition, KafkaInputPartition)
-        return _read_range(self.options, partition)
+        batches = _read_range(self.options, partition)
+        spec = prepare_spec(self.options)
+        if spec is None:
+            return batches
+        return (out for batch in batches for out in prepare_batch(batch, spec).to_batches())
 
     def commit(self, end: dict[str, Any]) -> None:
         """Driver: nothing to do; offsets live in Spark's checkpoint, not in a consumer group."""
@@ -339,6 +357,73 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cluster = None
 
 
+class _ConsumerPool:
+    """Idle task consumers of this Python worker, reused by its next read tasks.
+
+    Spark keeps Python workers between tasks; a consumer kept with them skips the connection,
+    version probe and metadata look-up every new one pays (as Spark's own Kafka source keeps
+    its consumers). A consumer goes back only after a read that ended normally; one idle for
+    :attr:`IDLE_SECONDS` is closed instead of reused.
+    """
+
+    IDLE_SECONDS = 300.0
+    PER_CONFIG = 2
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[tuple[float, Any]]] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def borrow(self, options: KafkaSourceOptions) -> Iterator[Any]:
+        config = options.consumer_config(auto_offset_reset="none",
+                                         max_partition_fetch_bytes=8 << 20,
+                                         fetch_max_wait_ms=100)
+        key = repr(sorted((k, repr(v)) for k, v in config.items())) + repr(options.fast_decode)
+        consumer, stale = None, []
+        now = time.monotonic()
+        with self._lock:
+            idle = self._idle.get(key, [])
+            while idle and consumer is None:
+                since, candidate = idle.pop()
+                if now - since > self.IDLE_SECONDS:
+                    stale.append(candidate)
+                else:
+                    consumer = candidate
+        for old in stale:
+            old.close()
+        if consumer is None:
+            from kafka import KafkaConsumer
+
+            consumer = KafkaConsumer(**config)
+            if options.fast_decode:
+                use_record_chunks(consumer)
+        try:
+            yield consumer
+        except BaseException:
+            consumer.close()
+            raise
+        consumer.unsubscribe()
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.PER_CONFIG:
+                idle.append((time.monotonic(), consumer))
+                return
+        consumer.close()
+
+
+    def clear(self) -> None:
+        """Close every idle consumer."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for consumers in idle.values():
+            for _, consumer in consumers:
+                consumer.close()
+
+
+_TASK_CONSUMERS = _ConsumerPool()
+atexit.register(_TASK_CONSUMERS.clear)
+
+
 def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Read exactly the records with offsets in ``[part.start, part.end)`` (executor side).
 
@@ -347,17 +432,13 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
     offsets that cannot come. Fetched record batches are decoded whole
     (:mod:`ingest.kafka_records`) unless kafka-python's internals look unfamiliar.
     """
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
     _warn_if_crc_in_python()
     tp = TopicPartition(part.topic, part.partition)
     fail = options.fail_on_data_loss
-    consumer = KafkaConsumer(**options.consumer_config(
-        auto_offset_reset="none", max_partition_fetch_bytes=8 << 20, fetch_max_wait_ms=100))
-    if options.fast_decode:
-        use_record_chunks(consumer)
-    try:
+    with _TASK_CONSUMERS.borrow(options) as consumer:
         consumer.assign([tp])
         position = check_offset_range(part.topic, part.partition, part.start, part.end,
                                       int(consumer.beginning_offsets([tp])[tp]), fail)
@@ -398,8 +479,6 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
                     f"offsets {position} and {part.end} within {options.poll_timeout_ms} ms")
         if len(pending):
             yield pending.take(part.topic, part.partition, len(pending))
-    finally:
-        consumer.close()
 
 
 class _Pending:
@@ -501,7 +580,10 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the bad key
+        options = KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the key
+        spec = prepare_spec(options)
+        if spec is not None:
+            return spark_schema(prepared_schema(spec))
         return kafka_spark_schema()
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
@@ -532,8 +614,35 @@ def _extend_redaction(spark: SparkSession) -> None:
         spark.conf.set(_REDACTION_CONF, f"{prefix}{current}|{_REDACTION_PATTERN}")
 
 
+def prepare_option(spec: PrepareSpec) -> str:
+    """The ``tidelake.prepare`` option value for ``spec`` (pickled, base64)."""
+    from pyspark import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(spec)).decode("ascii")
+
+
+def prepare_spec(options: KafkaSourceOptions) -> PrepareSpec | None:
+    """The prepare step the read tasks run, or None for plain Kafka rows."""
+    if options.prepare is None:
+        return None
+    return _decode_spec(options.prepare)
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_spec(text: str) -> PrepareSpec:
+    try:
+        spec = pickle.loads(base64.b64decode(text.encode("ascii"), validate=True))
+    except Exception as exc:
+        raise InvalidOptionError("tidelake.prepare", "is not a value of prepare_option() "
+                                 f"({type(exc).__name__})") from None
+    if not isinstance(spec, PrepareSpec):
+        raise InvalidOptionError("tidelake.prepare", "is not a value of prepare_option()")
+    return spec
+
+
 def read_kafka_stream(
-    spark: SparkSession, options: Mapping[str, str], use_builtin: bool = False
+    spark: SparkSession, options: Mapping[str, str], use_builtin: bool = False,
+    prepare: PrepareSpec | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of :data:`KAFKA_DDL` rows from Kafka.
 
@@ -541,7 +650,16 @@ def read_kafka_stream(
     :class:`InvalidOptionError` before anything starts). ``use_builtin=True`` uses Spark's own
     ``kafka`` format, which needs the ``spark-sql-kafka-0-10`` jar on the classpath and takes
     Java client options (``kafka.sasl.jaas.config``, truststores, ...) unchecked.
+
+    ``prepare`` (this module's source only; usually ``sink.spec`` of a
+    :class:`~ingest.sink.HudiStreamingSink`): the read tasks run that prepare step and the
+    rows are prepared rows, which the sink takes as they are.
     """
+    if prepare is not None:
+        if use_builtin:
+            raise ValueError("prepare: only the tidelake-kafka source can prepare rows "
+                             "(use_builtin=True reads with Spark's kafka format)")
+        options = {**options, "tidelake.prepare": prepare_option(prepare)}
     if use_builtin:
         _extend_redaction(spark)
         frame = (spark.readStream.format("kafka").options(**options)

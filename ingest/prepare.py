@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from engine.config import MergeMode, TableConfig
 from engine.errors import InvalidRecordError
+from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from ingest.decode import Decoder
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = [
+    "BUCKET",
     "DELETE",
     "ERROR",
     "SKIP",
@@ -77,6 +79,7 @@ VALUE = "_tl_value"
 ORDERING = "_tl_ordering"
 ORDERING_NULL = "_tl_ordering_null"
 FILE_ID = "_tl_file_id"
+BUCKET = "_tl_bucket"
 RESERVED_PREFIXES = ("_tl_", "_hoodie_")
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -104,6 +107,9 @@ class PrepareSpec:
     delete_column: str | None = "_hoodie_is_deleted"
     tombstone_partition: str = "unknown"
     with_data: bool = True
+    num_buckets: int | None = None
+    """Buckets per partition when the BUCKET index places rows: prepare then fills
+    :data:`BUCKET`, the key's bucket, so that rows can be shuffled by file group at once."""
 
     @property
     def ordering_type(self) -> pa.DataType | None:
@@ -146,6 +152,8 @@ def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
     ordering = spec.ordering_type
     if ordering is not None:
         fields += [pa.field(ORDERING, ordering), pa.field(ORDERING_NULL, pa.bool_())]
+    if spec.num_buckets is not None:
+        fields.append(pa.field(BUCKET, pa.int32()))
     return fields
 
 
@@ -314,6 +322,8 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         key_col = pa.array(key_list, pa.string())
         path_col = pa.array(path_list, pa.string())
 
+    buckets = (_buckets(key_col, op, spec.num_buckets)
+               if spec.num_buckets is not None else None)
     error = op == ERROR
     keep_raw = error | ((op == UPSERT) & (not spec.with_data))
     columns: dict[str, pa.Array] = {}
@@ -341,7 +351,16 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         is_null = pc.or_(pc.is_null(ordering), error_mask)
         columns[ORDERING] = pc.if_else(is_null, _zero(ordering_type), ordering)
         columns[ORDERING_NULL] = is_null
+    if buckets is not None:
+        columns[BUCKET] = buckets
     return pa.table(columns, schema=prepared_schema(spec))
+
+
+def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
+    """The bucket of every keyed row's record key (null for errors)."""
+    keyed = np.flatnonzero(op != ERROR)
+    ids = bucket_ids(keys.take(pa.array(keyed, pa.int64())), num_buckets)
+    return _scatter(pa.array(ids, pa.int32()), keyed, len(keys))
 
 
 def _zero(arrow_type: pa.DataType) -> pa.Scalar:

@@ -9,31 +9,35 @@ Usage::
                          checkpoint="/chk/trips", trigger={"processingTime": "30 seconds"})
 
 or, with the bucket index, directly ``df.writeStream.foreachBatch(sink.process_batch)`` on the
-Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``):
+Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``), read from Kafka once:
 
 1. *prepare* (executor tasks): decode, record keys, partition paths, ordering values, the
-   operation (upsert, delete, error) — :mod:`ingest.prepare`;
-2. *tag*: the BUCKET index needs nothing (the key's bucket in its partition is its file
+   operation (upsert, delete, error) and, with the BUCKET index, the key's bucket —
+   :mod:`ingest.prepare`;
+2. *tag*: the BUCKET index needs nothing more (the key's bucket in its partition is its file
    group); the GLOBAL_STATE index tags in the streaming plan, before the sink
    (:mod:`ingest.global_index`);
 3. driver, in :meth:`HudiStreamingSink.process_batch`: skip the batch if the table already has
-   it; write the error rows to the error table (:mod:`ingest.error_table`); start the instant;
-4. executor tasks: place rows in file groups, repartition by file group, resolve each key's
-   versions in the batch (:mod:`ingest.resolve`), run one write handle per file group and
-   return its write stat (:mod:`ingest.spark_write`);
-5. driver: complete the instant with the stats, the batch id and the Kafka offsets in the
-   commit metadata (:mod:`ingest.checkpoint`).
+   it; start the instant;
+4. executor tasks (one Spark job): repartition by file group, resolve each key's versions in
+   the batch (:mod:`ingest.resolve`), run one write handle per file group, stage the error
+   rows (:class:`ingest.error_table.ErrorStaging`) and return the write stats with the row
+   counts and highest offset per Kafka partition (:mod:`ingest.spark_write`);
+5. driver: write the staged error rows to the error table (:mod:`ingest.error_table`) and
+   commit it, then complete the data instant with the stats, the batch id and the Kafka
+   offsets in the commit metadata (:mod:`ingest.checkpoint`).
 
 Exactly once: Spark replays a batch whose end it did not record; the sink recognizes a batch
 the table already committed (same writer identifier and query, batch id not newer) and writes
-nothing. A batch that failed before its commit left an inflight instant, which the next
-instant rolls back; its error rows were upserted under keys that a replay writes again with
-the same content.
+nothing. A batch that failed before its commit left an inflight instant, which is rolled back
+at once or, after a crash, by the next instant; a replay after the error table's commit stages
+no error rows, and one before it upserts them under the same keys with the same content.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,12 +61,7 @@ from ingest.checkpoint import (
     starting_offsets_from_table,
 )
 from ingest.decode import Decoder
-from ingest.error_table import (
-    ERROR_SCHEMA,
-    error_rows_function,
-    open_error_table,
-    write_schema,
-)
+from ingest.error_table import ERROR_SCHEMA, ErrorStaging, open_error_table, read_staged
 from ingest.global_index import (
     GlobalIndexSpec,
     bootstrap_frame,
@@ -72,23 +71,15 @@ from ingest.global_index import (
     tag_frame,
 )
 from ingest.prepare import (
-    DELETE,
-    ERROR,
-    KAFKA_PARTITION,
-    OFFSET,
     OP,
-    REASON,
     RESERVED_PREFIXES,
-    TOPIC,
-    UPSERT,
     PrepareSpec,
-    attach_frame,
     check_ordering_type,
     prepare_frame,
     prepared_schema,
     spark_schema,
 )
-from ingest.spark_write import TaskReport, start_instant, write_rows
+from ingest.spark_write import InstantPlan, TaskReport, WriteResult, start_instant, write_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -128,14 +119,6 @@ class BatchResult:
     stats: tuple[WriteStat, ...] = ()
     tasks: tuple[TaskReport, ...] = ()
     """Where each file group's write handle ran."""
-
-
-@dataclass(frozen=True)
-class _Summary:
-    records: int
-    errors: int
-    writes: int
-    max_offsets: dict[tuple[str, int], int]
 
 
 def _fields(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -218,7 +201,8 @@ class HudiStreamingSink:
             tombstones = "state" if self.index == GLOBAL_STATE else "unknown"
         self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
-                                with_data=self.index == BUCKET)
+                                with_data=self.index == BUCKET,
+                                num_buckets=config.num_buckets if self.index == BUCKET else None)
         self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
                                              partitioned=error_table_partitioned)
                             if error_table_path else None)
@@ -302,9 +286,18 @@ class HudiStreamingSink:
 
         BUCKET: the prepared rows. GLOBAL_STATE: prepared slim rows tagged by the state
         operator, its state seeded from the table's keys (first batch of a new query).
+        ``source`` may already be prepared rows (``read_kafka_stream(..., prepare=sink.spec)``,
+        which prepares in the read tasks); they must come from this sink's ``spec``.
         """
+        if OP in source.columns:
+            if source.schema != spark_schema(prepared_schema(self.spec)):
+                raise ValueError("source: its rows were prepared for another sink (read them "
+                                 "with read_kafka_stream(..., prepare=sink.spec) of this sink)")
+            prepared = source
+        else:
+            prepared = prepare_frame(source, self.spec)
         if self.index == BUCKET:
-            return prepare_frame(source, self.spec)
+            return prepared
         check_dependencies()
         spark = source.sparkSession
         ensure_state_store(spark)
@@ -318,8 +311,7 @@ class HudiStreamingSink:
             update_partition_path=self.update_partition_path,
             row_api=self.state_api == "rows")
         self._tagged = True
-        return tag_frame(prepare_frame(source, self.spec), spec,
-                         bootstrap_frame(spark, self.table, spec))
+        return tag_frame(prepared, spec, bootstrap_frame(spark, self.table, spec))
 
     # -- one micro-batch (driver) ----------------------------------------------------------
 
@@ -340,11 +332,7 @@ class HudiStreamingSink:
                 df.write.format("noop").mode("overwrite").save()
             self.last_result = BatchResult(batch_id, skipped=True)
             return
-        rows = self._prepared(df).persist()
-        try:
-            self.last_result = self._write_batch(rows, batch_id, query_id, timeline)
-        finally:
-            rows.unpersist()
+        self.last_result = self._write_batch(self._prepared(df), batch_id, query_id, timeline)
 
     def _prepared(self, df: DataFrame) -> DataFrame:
         if OP in df.columns:
@@ -361,80 +349,87 @@ class HudiStreamingSink:
 
     def _write_batch(self, rows: DataFrame, batch_id: int, query_id: str | None,
                      timeline: Timeline) -> BatchResult:
-        summary = _summarize(rows)
-        if not summary.records:
-            return BatchResult(batch_id, skipped=False)
-        error_instant = None
-        if summary.errors:
-            error_instant = self._write_errors(rows, batch_id, query_id, summary.errors)
-        offsets = merge_offsets(last_offsets(timeline), summary.max_offsets)
-        extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
+        """One Spark job reads the batch once and writes the data table's file groups, staging
+        the error rows; then the driver writes those to the error table and commits it, and
+        commits the data instant last (its commit records the batch as done)."""
         plan = start_instant(self.table, self.data_schema)
-        stats: list[WriteStat] = []
-        tasks: list[TaskReport] = []
-        if summary.writes:
-            from pyspark.sql import functions as F
-
-            writes = rows.filter(F.col(OP).isin(UPSERT, DELETE))
-            if not self.spec.with_data:
-                writes = attach_frame(writes, self.spec)
-            stats, tasks = write_rows(writes, plan, event_time=self.spec.event_time,
-                                      parallelism=self._parallelism(rows.sparkSession))
-        outcome = plan.finish(stats, tasks, extra)
+        try:
+            staging = self._staging(plan, batch_id, query_id)
+            written = write_rows(rows, plan, event_time=self.spec.event_time,
+                                 parallelism=self._parallelism(rows.sparkSession),
+                                 attach=None if self.spec.with_data else self.spec,
+                                 errors=staging)
+            if not written.records:
+                plan.abort()
+                return BatchResult(batch_id, skipped=False)
+            error_instant = None
+            if written.errors:
+                error_instant = self._write_errors(written, batch_id, query_id,
+                                                   rows.sparkSession)
+            offsets = merge_offsets(last_offsets(timeline), written.max_offsets)
+            extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
+            outcome = plan.finish(written.stats, written.tasks, extra)
+        except BaseException:
+            _abort_quietly(plan)
+            raise
         log.info("batch %d: %d records, %d errors, %d file groups written in instant %s",
-                 batch_id, summary.records, summary.errors, len(stats), outcome.instant_time)
+                 batch_id, written.records, written.errors, len(outcome.stats),
+                 outcome.instant_time)
         return BatchResult(batch_id, skipped=False, instant_time=outcome.instant_time,
-                           error_instant_time=error_instant, records=summary.records,
-                           errors=summary.errors, writes=summary.writes,
+                           error_instant_time=error_instant, records=written.records,
+                           errors=written.errors, writes=written.writes,
                            stats=outcome.stats, tasks=outcome.tasks)
 
-    def _write_errors(self, rows: DataFrame, batch_id: int, query_id: str | None,
-                      count: int) -> str | None:
-        from pyspark.sql import functions as F
-
-        bad = rows.filter(F.col(OP) == ERROR)
-        if self.error_table is None:
-            first = bad.select(TOPIC, KAFKA_PARTITION, OFFSET, REASON).limit(1).collect()[0]
-            raise InvalidRecordError(
-                f"batch {batch_id}: record {first[0]}-{first[1]} offset {first[2]}: {first[3]}"
-                f" ({count} bad record(s); set error_table_path to route them to an error "
-                "table)")
+    def _staging(self, plan: InstantPlan, batch_id: int,
+                 query_id: str | None) -> ErrorStaging | None:
+        """Where the write tasks stage error rows; None when the error table is missing or
+        already has this batch (a replay after its commit)."""
         table = self.error_table
+        if table is None:
+            return None
         timeline = Timeline.load(table.storage, table.config)
         if is_committed(last_committed_batch(timeline, self.identifier), batch_id, query_id):
             return None
-        plan = start_instant(table, ERROR_SCHEMA)
-        frame = bad.mapInArrow(
-            error_rows_function(batch_id=batch_id, target_table=self.table.config.name,
-                                config=table.config),
-            spark_schema(write_schema()))
-        stats, tasks = write_rows(frame, plan, event_time=False,
-                                  parallelism=self._parallelism(rows.sparkSession))
-        outcome = plan.finish(stats, tasks,
-                              checkpoint_metadata(self.identifier, batch_id, query_id, None))
+        return ErrorStaging(folder=os.path.join(plan.scratch_folder, "errors"),
+                            batch_id=batch_id, target_table=self.table.config.name,
+                            config=table.config)
+
+    def _write_errors(self, written: WriteResult, batch_id: int, query_id: str | None,
+                      spark: SparkSession) -> str | None:
+        """Write the staged error rows into the error table and commit it (driver side)."""
+        if self.error_table is None:
+            first = written.first_error
+            where = (f"record {first.topic}-{first.partition} offset {first.offset}: "
+                     f"{first.reason}" if first else "a record")
+            raise InvalidRecordError(
+                f"batch {batch_id}: {where} ({written.errors} bad record(s); set "
+                "error_table_path to route them to an error table)")
+        if not written.staged:  # the error table already has this batch
+            return None
+        plan = start_instant(self.error_table, ERROR_SCHEMA)
+        try:
+            result = write_rows(read_staged(spark, written.staged), plan, event_time=False,
+                                parallelism=self._parallelism(spark))
+            outcome = plan.finish(result.stats, result.tasks,
+                                  checkpoint_metadata(self.identifier, batch_id, query_id,
+                                                      None))
+        except BaseException:
+            _abort_quietly(plan)
+            raise
         return outcome.instant_time
+
+
+def _abort_quietly(plan: InstantPlan) -> None:
+    """Roll back a failed batch's instant now; if that fails too, the next write will."""
+    try:
+        plan.abort()
+    except Exception:  # the original error matters more
+        log.warning("could not roll back instant %s of %s now; the next write will",
+                    plan.instant.requested_time, plan.table.path, exc_info=True)
 
 
 def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b, strict=True))
-
-
-def _summarize(rows: DataFrame) -> _Summary:
-    """Counts and max offset per Kafka partition of a batch (one small Spark job)."""
-    from pyspark.sql import functions as F
-
-    per_partition = rows.groupBy(TOPIC, KAFKA_PARTITION).agg(
-        F.max(OFFSET).alias("max_offset"), F.count(F.lit(1)).alias("records"),
-        F.sum((F.col(OP) == ERROR).cast("long")).alias("errors"),
-        F.sum(F.col(OP).isin(UPSERT, DELETE).cast("long")).alias("writes")).collect()
-    max_offsets = {(r[TOPIC], int(r[KAFKA_PARTITION])): int(r["max_offset"])
-                   for r in per_partition
-                   if r[TOPIC] is not None and r[KAFKA_PARTITION] is not None
-                   and r["max_offset"] is not None}
-    return _Summary(records=sum(int(r["records"]) for r in per_partition),
-                    errors=sum(int(r["errors"] or 0) for r in per_partition),
-                    writes=sum(int(r["writes"] or 0) for r in per_partition),
-                    max_offsets=max_offsets)
 
 
 def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,

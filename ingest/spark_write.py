@@ -25,8 +25,8 @@ import os
 import pickle
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -36,40 +36,52 @@ from engine.commit_metadata import WriteStat
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.instant import Instant
+from engine.rollback import rollback_failed_writes
 from engine.schema import PARTITION_PATH, RECORD_KEY, avro_data_schema, avro_full_schema
-from engine.timeline import Timeline
+from engine.timeline import Timeline, temp_folder
 from engine.write_client import UPSERT as UPSERT_OPERATION
 from engine.write_client import WriteClient, new_bucket_file_id
 from engine.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
-from ingest.prepare import DELETE, FILE_ID, OP, ORDERING, ORDERING_NULL, UPSERT
+from ingest.error_table import ErrorStaging
+from ingest.prepare import (
+    BUCKET,
+    DELETE,
+    ERROR,
+    FILE_ID,
+    KAFKA_PARTITION,
+    OFFSET,
+    OP,
+    ORDERING,
+    ORDERING_NULL,
+    REASON,
+    TOPIC,
+    UPSERT,
+    PrepareSpec,
+    attach_data,
+    spark_schema,
+)
 from ingest.resolve import arrival_order, resolve
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from engine.table import Table
 
 __all__ = [
+    "FirstError",
     "InstantPlan",
+    "SourceCount",
     "TableLayout",
     "TaskReport",
     "WriteOutcome",
+    "WriteResult",
     "place_rows",
     "start_instant",
     "write_rows",
 ]
 
-RESULT_SCHEMA = pa.schema([
-    pa.field("stat", pa.binary()),
-    pa.field("file_group", pa.string()),
-    pa.field("partition_id", pa.int32()),
-    pa.field("stage_id", pa.int32()),
-    pa.field("attempt", pa.int32()),
-    pa.field("task_attempt_id", pa.int64()),
-    pa.field("pid", pa.int64()),
-    pa.field("host", pa.string()),
-])
-"""One row per file group written: the pickled stat and the task that wrote it."""
+RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
+"""One row per write task: its pickled :class:`TaskResult`."""
 
 # Avro types of ordering fields the engine writes into delete blocks (as WriteClient.plan).
 _AVRO_ORDERING = {
@@ -148,6 +160,16 @@ class InstantPlan:
         done = self.client.finish(self.timeline, self.instant, stats, UPSERT_OPERATION, extra)
         return WriteOutcome(done.requested_time, tuple(stats), tuple(tasks))
 
+    @property
+    def scratch_folder(self) -> str:
+        """Absolute path of the instant's scratch folder (deleted by its commit or rollback)."""
+        return self.table.storage.full(temp_folder(self.instant.requested_time))
+
+    def abort(self) -> None:
+        """Roll the instant back now (driver only), rather than at the next write."""
+        rollback_failed_writes(self.table.storage,
+                               Timeline.load(self.table.storage, self.table.config))
+
 
 def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     """Roll back failed writes, start an inflight instant, snapshot the layout. Driver only."""
@@ -185,17 +207,21 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
                live: Mapping[tuple[str, int], str]) -> pa.Table:
     """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the key's bucket.
 
-    The file group of a (partition, bucket) is the live group's, else the deterministic new id
-    (:func:`~engine.write_client.new_bucket_file_id`), so a retried task or a replayed batch
-    agrees. Rows that already name a file group (the global-state index decided) keep it;
-    other rows (errors, skipped versions) are dropped. Executor side.
+    The bucket is the row's :data:`~ingest.prepare.BUCKET` when prepare computed it, else the
+    record key's. The file group of a (partition, bucket) is the live group's, else the
+    deterministic new id (:func:`~engine.write_client.new_bucket_file_id`), so a retried task
+    or a replayed batch agrees. Rows that already name a file group (the global-state index
+    decided) keep it; other rows (errors, skipped versions) are dropped. Executor side.
     """
     ops = rows.column(OP).combine_chunks()
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
     fids = rows.column(FILE_ID).combine_chunks()
     if not rows.num_rows or not fids.null_count:
         return rows
-    buckets = pa.array(bucket_ids(rows.column(RECORD_KEY), num_buckets), pa.int32())
+    if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
+        buckets = rows.column(BUCKET).combine_chunks().cast(pa.int32())
+    else:
+        buckets = pa.array(bucket_ids(rows.column(RECORD_KEY), num_buckets), pa.int32())
     parts = rows.column(PARTITION_PATH).combine_chunks()
     # One look-up per distinct (partition, bucket), not per row.
     labels = pc.binary_join_element_wise(parts, buckets.cast(pa.string()), "/").dictionary_encode()
@@ -217,6 +243,96 @@ class WriteSpec:
     context: WriteContext
     is_mor: bool
     event_time: bool
+    table_name: str
+    num_buckets: int
+    attach: PrepareSpec | None = None
+    """Set when the rows are slim (global-state index): decode their values in the task."""
+    errors: ErrorStaging | None = None
+    """Set when the batch's error rows must be staged for the error table."""
+
+
+@dataclass(frozen=True)
+class SourceCount:
+    """One Kafka partition's rows in one batch (or the part of them one task saw)."""
+
+    records: int
+    errors: int
+    writes: int
+    max_offset: int
+
+    def __add__(self, other: SourceCount) -> SourceCount:
+        return SourceCount(self.records + other.records, self.errors + other.errors,
+                           self.writes + other.writes, max(self.max_offset, other.max_offset))
+
+
+@dataclass(frozen=True)
+class FirstError:
+    """The earliest bad record a task saw: its Kafka coordinates and why it is bad."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one write task returns to the driver (pickled into one result row)."""
+
+    stats: tuple[WriteStat, ...]
+    groups: tuple[str, ...]
+    """``partition/file id`` of each stat."""
+    task: tuple[int, int, int, int, int, str]
+    """Spark partition, stage, attempt, task attempt id, pid, host."""
+    sources: Mapping[tuple[str, int], SourceCount]
+    staged: str | None
+    first_error: FirstError | None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """Everything the write tasks of one instant returned, merged (driver side)."""
+
+    stats: tuple[WriteStat, ...] = ()
+    tasks: tuple[TaskReport, ...] = ()
+    sources: Mapping[tuple[str, int], SourceCount] = field(default_factory=dict)
+    """Per Kafka (topic, partition): rows, errors, writes and the highest offset."""
+    staged: tuple[str, ...] = ()
+    """Files of staged error rows (see :class:`~ingest.error_table.ErrorStaging`)."""
+    first_error: FirstError | None = None
+
+    @property
+    def records(self) -> int:
+        return sum(c.records for c in self.sources.values())
+
+    @property
+    def errors(self) -> int:
+        return sum(c.errors for c in self.sources.values())
+
+    @property
+    def writes(self) -> int:
+        return sum(c.writes for c in self.sources.values())
+
+    @property
+    def max_offsets(self) -> dict[tuple[str, int], int]:
+        return {tp: c.max_offset for tp, c in self.sources.items()}
+
+    @classmethod
+    def merge(cls, results: Sequence[TaskResult]) -> WriteResult:
+        stats: list[WriteStat] = []
+        tasks: list[TaskReport] = []
+        sources: dict[tuple[str, int], SourceCount] = {}
+        errors: list[FirstError] = []
+        for r in results:
+            stats += r.stats
+            tasks += [TaskReport(group, *r.task) for group in r.groups]
+            for tp, count in r.sources.items():
+                sources[tp] = sources[tp] + count if tp in sources else count
+            if r.first_error is not None:
+                errors.append(r.first_error)
+        first = min(errors, key=lambda e: (e.topic, e.partition, e.offset), default=None)
+        return cls(tuple(stats), tuple(tasks), sources,
+                   tuple(r.staged for r in results if r.staged), first)
 
 
 def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -263,6 +379,35 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
     return execute(ctx, task)
 
 
+def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
+                                           FirstError | None]:
+    """Per Kafka partition: rows, error rows, rows to write, highest offset; and the
+    earliest error row. Rows without Kafka coordinates are not counted."""
+    if not {TOPIC, KAFKA_PARTITION, OFFSET} <= set(rows.column_names):
+        return {}, None
+    op = rows.column(OP).combine_chunks()
+    is_error = pc.equal(op, ERROR)
+    table = pa.table({
+        "t": rows.column(TOPIC), "p": rows.column(KAFKA_PARTITION),
+        "o": rows.column(OFFSET),
+        "e": is_error.cast(pa.int64()),
+        "w": pc.is_in(op, pa.array([UPSERT, DELETE], op.type)).cast(pa.int64()),
+    }).filter(pc.and_(pc.is_valid(rows.column(TOPIC)), pc.is_valid(rows.column(KAFKA_PARTITION))))
+    grouped = table.group_by(["t", "p"], use_threads=False).aggregate(
+        [("o", "max"), ("o", "count"), ("e", "sum"), ("w", "sum")])
+    counts = {(t, int(p)): SourceCount(int(n), int(e), int(w), int(o))
+              for t, p, o, n, e, w in zip(*(grouped.column(c).to_pylist() for c in (
+                  "t", "p", "o_max", "o_count", "e_sum", "w_sum")), strict=True)}
+    first = None
+    if pc.any(is_error).as_py():
+        bad = rows.filter(is_error).select([TOPIC, KAFKA_PARTITION, OFFSET, REASON])
+        bad = bad.sort_by([(TOPIC, "ascending"), (KAFKA_PARTITION, "ascending"),
+                           (OFFSET, "ascending")]).slice(0, 1).to_pylist()[0]
+        first = FirstError(str(bad[TOPIC]), int(bad[KAFKA_PARTITION]), int(bad[OFFSET]),
+                           str(bad[REASON]))
+    return counts, first
+
+
 def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -276,22 +421,32 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
         if ctx is None:  # only ever called by Spark inside a task
             raise RuntimeError("write tasks must run inside a Spark task")
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
-        task_info = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber(),
-                     ctx.taskAttemptId(), os.getpid(), socket.gethostname())
+        if spec.attach is not None:
+            rows = attach_data(rows, spec.attach)
+        sources, first_error = source_counts(rows)
+        staged = (spec.errors.stage(rows, token)
+                  if spec.errors is not None and first_error is not None else None)
         layout = layout_of()
-        out: list[dict[str, Any]] = []
-        for (partition, file_id), group in _groups(rows):
+        placed = place_rows(rows, table_name=spec.table_name, num_buckets=spec.num_buckets,
+                            live=layout.buckets)
+        stats: list[WriteStat] = []
+        groups: list[str] = []
+        for (partition, file_id), group in _groups(placed):
             stat = write_group(spec, layout, partition, file_id, group, token)
             if stat is not None:
-                out.append(dict(zip(RESULT_SCHEMA.names,
-                                    (pickle.dumps(stat), f"{partition}/{file_id}", *task_info),
-                                    strict=True)))
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=RESULT_SCHEMA)
+                stats.append(stat)
+                groups.append(f"{partition}/{file_id}")
+        result = TaskResult(tuple(stats), tuple(groups),
+                            (*token, ctx.taskAttemptId(), os.getpid(), socket.gethostname()),
+                            sources, staged, first_error)
+        yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
+                                         schema=RESULT_SCHEMA)
     return run
 
 
 def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+    if not rows.num_rows:
+        return
     index = pa.table({"p": rows.column(PARTITION_PATH), "f": rows.column(FILE_ID),
                       "i": pa.array(np.arange(rows.num_rows))})
     grouped = index.group_by(["p", "f"], use_threads=False).aggregate([("i", "list")])
@@ -300,42 +455,40 @@ def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
         yield (part, fid), rows.take(pa.array(sorted(idx)))
 
 
-def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool,
-               parallelism: int) -> tuple[list[WriteStat], list[TaskReport]]:
-    """Place rows in file groups, repartition by file group, write each group in a task.
+def shuffle_keys(columns: Sequence[str]) -> list[Column]:
+    """What rows are repartitioned by: their file group — (partition, file id) as the
+    global-state index tagged it, or (partition, bucket) — and, for error rows (no file
+    group), their offset, which spreads them over the tasks."""
+    from pyspark.sql import functions as F
 
-    Driver side: broadcasts the layout, launches one Spark job and collects its small
-    results (one pickled stat per file group written).
+    keys = [F.col(PARTITION_PATH), F.col(FILE_ID)]
+    if BUCKET in columns:
+        keys.append(F.col(BUCKET))
+    if OFFSET in columns:
+        keys.append(F.when(F.col(OP) == ERROR, F.col(OFFSET)))
+    return keys
+
+
+def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallelism: int,
+               attach: PrepareSpec | None = None, errors: ErrorStaging | None = None
+               ) -> WriteResult:
+    """Repartition rows by file group and write each group in a task: one Spark job.
+
+    ``rows`` are prepared rows (:mod:`ingest.prepare`), or error-table rows; every row is
+    read once. The tasks place rows in file groups, run the write handles, count the rows
+    per Kafka partition and, with ``errors``, stage the error rows; ``attach`` decodes slim
+    rows in the task. Driver side: broadcasts the layout and collects one small result per
+    task.
     """
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     spark = rows.sparkSession
     broadcast = spark.sparkContext.broadcast(plan.layout)
     config = plan.table.config
-    num_buckets = config.num_buckets or plan.table.write_config.num_buckets
-    spec = WriteSpec(plan.context, config.is_mor, event_time)
+    spec = WriteSpec(plan.context, config.is_mor, event_time, config.name,
+                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
     try:
-        placed = rows.mapInArrow(
-            _placement(config.name, num_buckets, lambda: broadcast.value), rows.schema)
-        shuffled = placed.repartition(parallelism, PARTITION_PATH, FILE_ID)
+        shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns))
         results = shuffled.mapInArrow(_write_partition(spec, lambda: broadcast.value),
-                                      from_arrow_schema(RESULT_SCHEMA)).toArrow()
+                                      spark_schema(RESULT_SCHEMA)).toArrow()
     finally:
         broadcast.unpersist()
-    stats = [pickle.loads(s) for s in results.column("stat").to_pylist()]
-    tasks = [TaskReport(*row) for row in zip(*(results.column(n).to_pylist()
-                                               for n in RESULT_SCHEMA.names[1:]), strict=True)]
-    return stats, tasks
-
-
-def _placement(table_name: str, num_buckets: int, layout_of: Callable[[], TableLayout]
-               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow`` function running :func:`place_rows` over each batch (executor side)."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        live = layout_of().buckets
-        for batch in batches:
-            placed = place_rows(pa.Table.from_batches([batch]), table_name=table_name,
-                                num_buckets=num_buckets, live=live)
-            if placed.num_rows:
-                yield from placed.to_batches()
-    return run
+    return WriteResult.merge([pickle.loads(r) for r in results.column("result").to_pylist()])

@@ -143,8 +143,10 @@ def start(config: JobConfig, spark: SparkSession | None = None
     spark = spark or build_spark(config)
     decoder = build_decoder(config)
     sink = build_sink(config, decoder)
-    source = read_kafka_stream(spark, kafka_options(config),
-                               use_builtin=config["source.use_builtin_kafka"])
+    builtin = config["source.use_builtin_kafka"]
+    # Our source runs the sink's prepare step in its read tasks: one pass over each record.
+    source = read_kafka_stream(spark, kafka_options(config), use_builtin=builtin,
+                               prepare=None if builtin else sink.spec)
     trigger: dict[str, Any] = ({"availableNow": True} if config["trigger.available_now"]
                                else {"processingTime": config["trigger.processing_time"]})
     query = start_ingest(spark, source, sink, checkpoint=config["checkpoint.location"],

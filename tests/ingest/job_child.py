@@ -35,10 +35,10 @@ from typing import Any
 CRASH_POINTS = {
     "before_query": "session, table and sink are built; the streaming query is not started",
     "decode": "executor tasks are reading the batch from Kafka and decoding it",
-    "before_error_commit": "executors wrote the error rows; the error table's instant is "
-                           "inflight",
-    "after_error_commit": "the error table committed the batch; the data table's instant is "
-                          "not started",
+    "before_error_commit": "executors wrote the data files and the error rows; the error "
+                           "table's instant and the data instant are inflight",
+    "after_error_commit": "the error table committed the batch; the data instant is inflight, "
+                          "its files written",
     "before_commit": "executors wrote the data files; the data instant is inflight (between "
                      "executor writes and the commit)",
     "after_commit": "the data commit is published; Spark has not recorded the batch's end",

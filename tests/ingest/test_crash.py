@@ -10,8 +10,10 @@ reaches them, then through random moments:
 
 * ``before_query``: the job is up (session, table, sink) but its query is not started;
 * ``decode``: executor tasks are reading the batch from Kafka and decoding it;
-* ``before_error_commit``: the error rows are written, the error table's instant is inflight;
-* ``after_error_commit``: the error table committed the batch, the data table has not started;
+* ``before_error_commit``: the data files and the error rows are written, the error table's
+  instant and the data instant are inflight;
+* ``after_error_commit``: the error table committed the batch, the data instant is inflight
+  with its files written;
 * ``before_commit``: executors wrote the data files, the data instant is inflight (between the
   executor writes and the commit);
 * ``after_commit``: the commit is published, Spark has not recorded the batch's end (its

@@ -26,6 +26,7 @@ from ingest.kafka_offsets import (
 )
 from ingest.kafka_options import KafkaSourceOptions, redact_options
 from ingest.kafka_source import (
+    _TASK_CONSUMERS,
     ARROW_SCHEMA,
     KafkaDataSource,
     KafkaInputPartition,
@@ -241,10 +242,14 @@ class _FakeConsumer:
     script: ClassVar[list[tuple[list[int], int]]] = []  # per poll: offsets, position after
     highwater_value: ClassVar[int | None] = None
 
+    created: ClassVar[list[_FakeConsumer]] = []
+
     def __init__(self, **config: Any) -> None:
         self.config = config
         self.polls = list(self.script)
         self._position = 0
+        self.closed = False
+        self.created.append(self)
 
     def assign(self, tps: list[Any]) -> None:
         self.tp = tps[0]
@@ -271,17 +276,23 @@ class _FakeConsumer:
     def highwater(self, tp: Any) -> int | None:
         return self.highwater_value
 
+    def unsubscribe(self) -> None:
+        self.tp = None
+
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 @pytest.fixture
 def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeConsumer]]:
     import kafka
 
+    _TASK_CONSUMERS.clear()
     monkeypatch.setattr(kafka, "KafkaConsumer", _FakeConsumer)
     yield _FakeConsumer
+    _TASK_CONSUMERS.clear()
     _FakeConsumer.script, _FakeConsumer.highwater_value = [], None
+    _FakeConsumer.created = []
 
 
 def _read(part: KafkaInputPartition, **options: str) -> pa.Table:
@@ -295,6 +306,27 @@ def test_read_range_with_offset_gaps_stops_at_end(fake_consumer: type[_FakeConsu
     table = _read(KafkaInputPartition("events", 0, 0, 10))
     assert table.column("offset").to_pylist() == [0, 1, 5, 6, 7]
     assert table.column("value").to_pylist() == [b"v0", b"v1", b"v5", b"v6", b"v7"]
+
+
+def test_read_tasks_reuse_a_consumer_only_after_a_clean_read(
+        fake_consumer: type[_FakeConsumer]) -> None:
+    fake_consumer.script = [([0, 1, 2], 3)]
+    assert _read(KafkaInputPartition("events", 0, 0, 3)).num_rows == 3
+    first = fake_consumer.created[0]
+    assert not first.closed and first.tp is None  # back in the pool, unassigned
+    first.polls = [([3, 4], 5)]
+    assert _read(KafkaInputPartition("events", 0, 3, 5)).num_rows == 2
+    assert fake_consumer.created == [first]  # the same consumer served the second task
+    first.polls = []
+    reader = KafkaStreamReader(KafkaSourceOptions.from_options(
+        _options(**{"kafkaConsumer.pollTimeoutMs": "200"})))
+    rows = reader.read(KafkaInputPartition("events", 0, 5, 9))
+    with pytest.raises(KafkaReadTimeoutError):
+        list(rows)  # no records come: the task fails, and its consumer is closed
+    assert first.closed
+    fake_consumer.script = [([5], 6)]
+    assert _read(KafkaInputPartition("events", 0, 5, 6)).num_rows == 1
+    assert len(fake_consumer.created) == 2 and not fake_consumer.created[1].closed
 
 
 def test_read_range_drops_records_past_end(fake_consumer: type[_FakeConsumer]) -> None:

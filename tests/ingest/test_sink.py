@@ -24,6 +24,7 @@ import pytest
 
 from engine import Table
 from engine.config import MergeMode
+from engine.index.bucket import bucket_id
 from engine.merge import dedupe_batch
 from engine.timeline import Timeline
 from engine.write_client import WriteClient
@@ -42,6 +43,7 @@ from ingest.checkpoint import (
 )
 from ingest.decode import JsonDecoder
 from ingest.prepare import (
+    BUCKET,
     DELETE,
     ERROR,
     OP,
@@ -290,6 +292,20 @@ def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) 
     assert out[1]["_tl_value"] == b"{not json" and out[0]["_tl_value"] is None
 
 
+def test_prepare_batch_gives_keyed_rows_their_bucket(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         partition_by=["city"], options={"hoodie.index.type": "BUCKET"})
+    events = [Event(f"k{i}", i, "oslo", 1.0) for i in range(40)] + [Event("x", raw=b"[")]
+    spec = PrepareSpec(decoder(), table.config, JsonDecoder(DDL).schema, num_buckets=7)
+    out = prepare_batch(kafka_rows(events, "t", {}), spec).to_pylist()
+    assert [r[BUCKET] for r in out[:40]] == [bucket_id(f"k{i}", 7) for i in range(40)]
+    assert len({r[BUCKET] for r in out[:40]}) == 7
+    assert out[40][OP] == ERROR and out[40][BUCKET] is None
+    assert BUCKET not in prepare_batch(kafka_rows(events, "t", {}),
+                                       PrepareSpec(decoder(), table.config,
+                                                   JsonDecoder(DDL).schema)).column_names
+
+
 def test_checkpoint_metadata_round_trips_through_commits(tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     table = Table.create(path, name="t", record_key="id")
@@ -409,6 +425,42 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
         "ev-0-2", "ev-0-3", "ev-0-4", "ev-0-5", "ev-0-7"]
     states = Counter(e.state for e in Table.open(path).timeline() if e.action != "rollback")
     assert states == Counter({"completed": 2})
+    assert not list((Path(path) / ".hoodie" / ".temp").iterdir()), "staged errors are deleted"
+
+
+@pytest.mark.spark
+def test_bucket_sink_replay_after_the_error_commit_stages_no_error_rows(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], error_table_path=errors)
+    rows = kafka_rows([Event("a", 10, "oslo", 1.0), Event("x", raw=b"nope"),
+                       Event("b", 11, "rome", 2.0)], "ev", {})
+    original = WriteClient.finish
+    data_root = os.path.realpath(path)
+
+    def data_commit_fails(self: WriteClient, *args: Any, **kwargs: Any) -> Any:
+        if os.path.realpath(self.storage.base_path) == data_root:
+            raise OSError("storage went away")
+        return original(self, *args, **kwargs)
+
+    WriteClient.finish = data_commit_fails  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OSError):
+            sink.process_batch(_frame(spark, rows), 0)
+    finally:
+        WriteClient.finish = original  # type: ignore[method-assign]
+    assert not commits(path) and len(commits(errors)) == 1
+    errors_before = Table.open(errors).timeline()
+    assert not list((Path(path) / ".hoodie" / ".temp").iterdir())
+
+    sink.process_batch(_frame(spark, rows), 0)  # the replay
+    result = sink.last_result
+    assert result is not None and result.errors == 1 and result.error_instant_time is None
+    assert Table.open(errors).timeline() == errors_before
+    assert [r["error_id"] for r in Table.open(errors).read().to_pylist()] == ["ev-0-1"]
+    assert table_rows(path) == {"a": ("oslo", 10, 1.0), "b": ("rome", 11, 2.0)}
+    assert len(commits(path)) == 1
 
 
 @pytest.mark.spark
@@ -420,6 +472,11 @@ def test_bucket_sink_without_error_table_fails_naming_the_record(
     with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
         sink.process_batch(_frame(spark, rows), 0)
     assert not commits(tmp_path / "t")
+    # The instant whose files the batch's tasks wrote is rolled back at once.
+    assert [e.state for e in Table.open(str(tmp_path / "t")).timeline()
+            if e.action != "rollback"] == []
+    left = [f.name for f in (tmp_path / "t").glob("oslo/*")]
+    assert left == [".hoodie_partition_metadata"], "the failed batch's files are deleted"
 
 
 def test_sink_rejects_mismatched_table_and_bad_arguments(tmp_path: Path) -> None:
