@@ -32,6 +32,7 @@ import cProfile
 import datetime as dt
 import functools
 import io
+import json
 import multiprocessing
 import os
 import pstats
@@ -570,6 +571,22 @@ def _committed(table_path: str) -> tuple[dict[int, int], str | None]:
     return merged, completion
 
 
+def _records_of(progress: Any) -> int:
+    """Kafka records of one micro-batch: its end minus start offsets (Spark's numInputRows
+    counts the source's rows, which the BUCKET index packs by file group)."""
+    total = 0
+    for source in getattr(progress, "sources", None) or []:
+        start, end = (json.loads(o) if isinstance(o, str) else o
+                      for o in (source.startOffset, source.endOffset))
+        if not end:
+            continue
+        if not start:  # Spark leaves it out for a restarted query's first batch
+            return int(getattr(progress, "numInputRows", 0) or 0)
+        for topic, parts in end.items():
+            total += sum(int(o) - int(start.get(topic, {}).get(p, 0)) for p, o in parts.items())
+    return total
+
+
 def _progress_durations(query: Any) -> tuple[dict[str, float], list[int], list[float]]:
     sums: dict[str, float] = defaultdict(float)
     rows: list[int] = []
@@ -580,7 +597,7 @@ def _progress_durations(query: Any) -> tuple[dict[str, float], list[int], list[f
         if batch in seen:
             continue
         seen.add(batch)
-        n = int(getattr(p, "numInputRows", 0) or 0)
+        n = _records_of(p)
         durations = getattr(p, "durationMs", None) or {}
         if n:
             rows.append(n)

@@ -23,13 +23,15 @@ Options (case-insensitive, as Spark's ``kafka`` source):
 ``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error
 ``tidelake.prepare``           set by :func:`read_kafka_stream` (``prepare=``), not by hand:
                                the read tasks run the sink's prepare step, and rows are
-                               prepared rows (:mod:`ingest.prepare`) instead of Kafka rows
+                               prepared (or packed) rows (:mod:`ingest.prepare`), not Kafka rows
 =============================  ==============================================================
 
 Prepared reads: with ``prepare=sink.spec`` each record crosses from Python into the JVM once,
-already decoded, keyed and placed in its bucket. Without it the sink prepares the Kafka rows
-in a ``mapInArrow`` step of its own: the same rows, at the cost of sending every raw record
-through the JVM into a second Python worker.
+already decoded, keyed and placed in its bucket — with the BUCKET index packed by file group
+(:func:`ingest.prepare.pack_rows`), so the JVM handles a few large values per file group
+rather than every record. Without it the sink prepares the Kafka rows in a ``mapInArrow``
+step of its own: the same rows, at the cost of sending every raw record through the JVM into
+a second Python worker.
 
 Offsets are ``{"topic": {"partition": next_offset}}`` (JSON keys are strings); Spark keeps them
 in the query's checkpoint, so no consumer group is used and nothing is committed to Kafka.
@@ -112,7 +114,7 @@ from ingest.kafka_options import (
     redact_options,
 )
 from ingest.kafka_records import RecordChunk, use_record_chunks
-from ingest.prepare import PrepareSpec, prepare_batch, prepared_schema, spark_schema
+from ingest.prepare import PrepareSpec, output_schema, prepare_stream, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -345,7 +347,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         spec = prepare_spec(self.options)
         if spec is None:
             return batches
-        return (out for batch in batches for out in prepare_batch(batch, spec).to_batches())
+        return prepare_stream(batches, spec)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Driver: nothing to do; offsets live in Spark's checkpoint, not in a consumer group."""
@@ -583,7 +585,7 @@ class KafkaDataSource(DataSource):
         options = KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the key
         spec = prepare_spec(options)
         if spec is not None:
-            return spark_schema(prepared_schema(spec))
+            return spark_schema(output_schema(spec))
         return kafka_spark_schema()
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:

@@ -73,8 +73,10 @@ from ingest.global_index import (
 from ingest.prepare import (
     OP,
     RESERVED_PREFIXES,
+    ROWS,
     PrepareSpec,
     check_ordering_type,
+    output_schema,
     prepare_frame,
     prepared_schema,
     spark_schema,
@@ -90,6 +92,7 @@ __all__ = [
     "GLOBAL_STATE",
     "BatchResult",
     "HudiStreamingSink",
+    "SinkTotals",
     "start_ingest",
     "starting_offsets_from_table",
 ]
@@ -119,6 +122,21 @@ class BatchResult:
     stats: tuple[WriteStat, ...] = ()
     tasks: tuple[TaskReport, ...] = ()
     """Where each file group's write handle ran."""
+
+
+@dataclass(frozen=True)
+class SinkTotals:
+    """Running totals of a sink's micro-batches (Kafka records as the sink counted them: with
+    the BUCKET index Spark's ``numInputRows`` counts packed rows instead)."""
+
+    batches: int = 0
+    skipped: int = 0
+    records: int = 0
+    errors: int = 0
+
+    def add(self, result: BatchResult) -> SinkTotals:
+        return SinkTotals(self.batches + 1, self.skipped + int(result.skipped),
+                          self.records + result.records, self.errors + result.errors)
 
 
 def _fields(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -202,11 +220,14 @@ class HudiStreamingSink:
         self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 with_data=self.index == BUCKET,
-                                num_buckets=config.num_buckets if self.index == BUCKET else None)
+                                num_buckets=config.num_buckets if self.index == BUCKET else None,
+                                pack=self.index == BUCKET)
         self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
                                              partitioned=error_table_partitioned)
                             if error_table_path else None)
         self.last_result: BatchResult | None = None
+        self.totals = SinkTotals()
+        """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
 
     # -- setup (driver) --------------------------------------------------------------------
@@ -289,8 +310,8 @@ class HudiStreamingSink:
         ``source`` may already be prepared rows (``read_kafka_stream(..., prepare=sink.spec)``,
         which prepares in the read tasks); they must come from this sink's ``spec``.
         """
-        if OP in source.columns:
-            if source.schema != spark_schema(prepared_schema(self.spec)):
+        if OP in source.columns or ROWS in source.columns:
+            if source.schema != spark_schema(output_schema(self.spec)):
                 raise ValueError("source: its rows were prepared for another sink (read them "
                                  "with read_kafka_stream(..., prepare=sink.spec) of this sink)")
             prepared = source
@@ -330,12 +351,16 @@ class HudiStreamingSink:
             log.info("batch %d is already in %s: skipped", batch_id, self.table.path)
             if self._tagged:
                 df.write.format("noop").mode("overwrite").save()
-            self.last_result = BatchResult(batch_id, skipped=True)
+            self._done(BatchResult(batch_id, skipped=True))
             return
-        self.last_result = self._write_batch(self._prepared(df), batch_id, query_id, timeline)
+        self._done(self._write_batch(self._prepared(df), batch_id, query_id, timeline))
+
+    def _done(self, result: BatchResult) -> None:
+        self.totals = self.totals.add(result)
+        self.last_result = result
 
     def _prepared(self, df: DataFrame) -> DataFrame:
-        if OP in df.columns:
+        if OP in df.columns or ROWS in df.columns:
             return df
         if self.index == GLOBAL_STATE:
             raise ValueError("index GLOBAL_STATE: process_batch needs the rows of "

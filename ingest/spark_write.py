@@ -54,11 +54,14 @@ from ingest.prepare import (
     ORDERING,
     ORDERING_NULL,
     REASON,
+    ROWS,
+    SPREAD,
     TOPIC,
     UPSERT,
     PrepareSpec,
     attach_data,
     spark_schema,
+    unpack_rows,
 )
 from ingest.resolve import arrival_order, resolve
 
@@ -421,6 +424,8 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
         if ctx is None:  # only ever called by Spark inside a task
             raise RuntimeError("write tasks must run inside a Spark task")
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
+        if ROWS in rows.column_names:
+            rows = unpack_rows(rows)
         if spec.attach is not None:
             rows = attach_data(rows, spec.attach)
         sources, first_error = source_counts(rows)
@@ -458,9 +463,12 @@ def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
 def shuffle_keys(columns: Sequence[str]) -> list[Column]:
     """What rows are repartitioned by: their file group — (partition, file id) as the
     global-state index tagged it, or (partition, bucket) — and, for error rows (no file
-    group), their offset, which spreads them over the tasks."""
+    group), their offset, which spreads them over the tasks. Packed rows (BUCKET index) name
+    their file group the same way."""
     from pyspark.sql import functions as F
 
+    if ROWS in columns:  # packed rows: one per file group, or error rows spread
+        return [F.col(PARTITION_PATH), F.col(BUCKET), F.col(SPREAD)]
     keys = [F.col(PARTITION_PATH), F.col(FILE_ID)]
     if BUCKET in columns:
         keys.append(F.col(BUCKET))

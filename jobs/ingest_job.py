@@ -159,20 +159,25 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
           until: Callable[[Progress], bool] | None = None) -> Progress:
     """Follow the query until it ends, ``duration`` passes, or ``until`` says so."""
     progress = Progress(started=time.monotonic())
-    seen = -1
+    first = sink.totals
+
+    def update() -> None:
+        totals, result = sink.totals, sink.last_result
+        if totals.batches - first.batches == progress.batches:
+            return
+        progress.batches = totals.batches - first.batches
+        progress.records = totals.records - first.records
+        progress.errors = totals.errors - first.errors
+        progress.skipped = totals.skipped - first.skipped
+        if result is not None:
+            progress.file_groups = len({(s.partition_path, s.file_id)
+                                        for s in result.stats}) or progress.file_groups
+        if report:
+            report(progress)
+
     try:
         while query.isActive:
-            result = sink.last_result
-            if result is not None and result.batch_id != seen:
-                seen = result.batch_id
-                progress.batches += 1
-                progress.records += result.records
-                progress.errors += result.errors
-                progress.skipped += int(result.skipped)
-                progress.file_groups = len({(s.partition_path, s.file_id)
-                                            for s in result.stats}) or progress.file_groups
-                if report:
-                    report(progress)
+            update()
             if duration is not None and time.monotonic() - progress.started > duration:
                 break
             if until is not None and until(progress):
@@ -183,6 +188,7 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
     finally:
         if query.isActive:
             query.stop()
+        update()  # batches that completed after the last look
     exc = query.exception()
     if exc is not None:
         raise RuntimeError(f"the streaming query failed: {exc}")

@@ -26,6 +26,7 @@ from engine import Table
 from engine.config import MergeMode
 from engine.index.bucket import bucket_id
 from engine.merge import dedupe_batch
+from engine.schema import PARTITION_PATH
 from engine.timeline import Timeline
 from engine.write_client import WriteClient
 from ingest.checkpoint import (
@@ -46,13 +47,18 @@ from ingest.prepare import (
     BUCKET,
     DELETE,
     ERROR,
+    OFFSET,
     OP,
     ORDERING,
     ORDERING_NULL,
     REASON,
+    SPREAD,
     UPSERT,
     PrepareSpec,
+    pack_rows,
+    packed_schema,
     prepare_batch,
+    unpack_rows,
 )
 from ingest.resolve import resolve, winner_index
 from ingest.sink import GLOBAL_STATE, HudiStreamingSink, start_ingest
@@ -290,6 +296,34 @@ def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) 
     assert (out[0]["_hoodie_record_key"], out[0]["_hoodie_partition_path"]) == ("a", "oslo")
     assert (out[7][ORDERING], out[7][ORDERING_NULL]) == (6, False)
     assert out[1]["_tl_value"] == b"{not json" and out[0]["_tl_value"] is None
+
+
+def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         partition_by=["city"], options={"hoodie.index.type": "BUCKET"})
+    rng = random.Random(5)
+    events = [Event(f"k{rng.randrange(30)}", i, rng.choice(["oslo", "rome"]), 1.0)
+              for i in range(300)] + [Event("x", raw=b"[") for _ in range(7)]
+    spec = PrepareSpec(decoder(), table.config, JsonDecoder(DDL).schema, num_buckets=3,
+                       pack=True)
+    prepared = prepare_batch(kafka_rows(events, "t", {}), spec)
+    packed = pack_rows(prepared, max_rows=40)
+    assert packed.schema == packed_schema()
+    keyed = [(r[PARTITION_PATH], r[BUCKET]) for r in packed.to_pylist() if r[BUCKET] is not None]
+    unpacked = [unpack_rows(packed.slice(i, 1)) for i in range(packed.num_rows)]
+    for (part, bucket), rows in zip(keyed, unpacked, strict=False):
+        assert set(rows.column(PARTITION_PATH).to_pylist()) == {part}
+        assert set(rows.column(BUCKET).to_pylist()) == {bucket} and rows.num_rows <= 40
+        offsets = rows.column(OFFSET).to_pylist()
+        assert offsets == sorted(offsets)  # input order within a pack
+    errors = [r for r in packed.to_pylist() if r[BUCKET] is None]
+    assert len(errors) == 1 and errors[0][SPREAD] == 300  # the first error's offset
+    whole = unpack_rows(packed).sort_by(OFFSET)
+    assert whole.equals(prepared.sort_by(OFFSET))
+    per_group = Counter((r[PARTITION_PATH], r[BUCKET]) for r in prepared.to_pylist()
+                        if r[BUCKET] is not None)
+    assert Counter(keyed) == {g: -(-n // 40) for g, n in per_group.items()}  # 40 rows a pack
 
 
 def test_prepare_batch_gives_keyed_rows_their_bucket(tmp_path: Path) -> None:
