@@ -596,14 +596,15 @@ class KafkaDataSource(DataSource):
 
 
 _REDACTION_CONF = "spark.sql.redaction.options.regex"
-_REDACTION_PATTERN = "password|secret|token|sasl\\.jaas"
+_REDACTION_PATTERN = "password|secret|token|sasl\\.jaas|tidelake\\.prepare"
 
 
 def register(spark: SparkSession) -> None:
     """Register :class:`KafkaDataSource` as ``tidelake-kafka`` and hide secrets in plans.
 
     Spark's default redaction hides keys matching ``secret|password|token``; this appends our
-    markers (``sasl.jaas`` too) to ``spark.sql.redaction.options.regex`` of this session.
+    markers (``sasl.jaas`` too, and ``tidelake.prepare``, a long encoded value that says
+    nothing to a reader of plans) to ``spark.sql.redaction.options.regex`` of this session.
     """
     spark.dataSource.register(KafkaDataSource)
     _extend_redaction(spark)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -231,6 +232,30 @@ def test_reader_partitions_cover_only_nonempty_ranges() -> None:
     limited = KafkaStreamReader(KafkaSourceOptions.from_options(
         _options(maxOffsetsPerTrigger="7")))
     assert limited.getDefaultReadLimit() == ReadMaxRows(7)
+
+
+def test_prepare_option_round_trips_and_bad_values_name_the_option(tmp_path: Path) -> None:
+    from engine import Table
+    from ingest.decode import JsonDecoder
+    from ingest.kafka_source import prepare_option, prepare_spec
+    from ingest.prepare import PrepareSpec
+
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id")
+    decoder = JsonDecoder("id STRING, v BIGINT")
+    spec = PrepareSpec(decoder, table.config, decoder.schema, num_buckets=4, pack=True)
+    options = KafkaSourceOptions.from_options(
+        _options(**{"tidelake.prepare": prepare_option(spec)}))
+    got = prepare_spec(options)
+    assert got is not None and got.decoder.schema.equals(decoder.schema)
+    assert dataclasses.replace(got, decoder=decoder) == spec
+    assert "(a prepare step)" in repr(KafkaDataSource(dict(_options(**{
+        "tidelake.prepare": prepare_option(spec)}))))
+    bad = KafkaSourceOptions.from_options(_options(**{"tidelake.prepare": "bm90IGEgc3BlYw=="}))
+    with pytest.raises(InvalidOptionError, match=r"tidelake\.prepare"):
+        prepare_spec(bad)
+    with pytest.raises(ValueError, match="prepare"):
+        read_kafka_stream(None, _options(), use_builtin=True,  # type: ignore[arg-type]
+                          prepare=spec)
 
 
 # --- reading a range, with a stand-in consumer --------------------------------------------------
@@ -555,6 +580,7 @@ def test_stream_bad_options_fail_before_the_query_starts(spark: Any) -> None:  #
                                   "kafka.bogus": "1"})
     kafka_source.register(spark)
     assert "sasl\\.jaas" in spark.conf.get("spark.sql.redaction.options.regex")
+    assert "tidelake\\.prepare" in spark.conf.get("spark.sql.redaction.options.regex")
     with pytest.raises(Exception, match="nosuchoption"):
         (spark.readStream.format("tidelake-kafka").option("kafka.bootstrap.servers", "h:1")
          .option("subscribe", "t").option("noSuchOption", "1").load())
