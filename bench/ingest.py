@@ -32,7 +32,6 @@ import cProfile
 import datetime as dt
 import functools
 import io
-import json
 import multiprocessing
 import os
 import pstats
@@ -438,6 +437,8 @@ class SinkTimer:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.missing: list[str] = []
+        self.batch_records: list[int] = []
+        """Kafka records of each micro-batch that had any, as the sink counted them."""
         self._restore: list[tuple[Any, str, Any]] = []
 
     def _wrap(self, label: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -449,6 +450,9 @@ class SinkTimer:
             finally:
                 self.seconds[label] += time.perf_counter() - started
                 self.calls[label] += 1
+                result = getattr(args[0], "last_result", None) if args else None
+                if func.__name__ == "process_batch" and result is not None and result.records:
+                    self.batch_records.append(result.records)
 
         return timed_call
 
@@ -571,25 +575,10 @@ def _committed(table_path: str) -> tuple[dict[int, int], str | None]:
     return merged, completion
 
 
-def _records_of(progress: Any) -> int:
-    """Kafka records of one micro-batch: its end minus start offsets (Spark's numInputRows
-    counts the source's rows, which the BUCKET index packs by file group)."""
-    total = 0
-    for source in getattr(progress, "sources", None) or []:
-        start, end = (json.loads(o) if isinstance(o, str) else o
-                      for o in (source.startOffset, source.endOffset))
-        if not end:
-            continue
-        if not start:  # Spark leaves it out for a restarted query's first batch
-            return int(getattr(progress, "numInputRows", 0) or 0)
-        for topic, parts in end.items():
-            total += sum(int(o) - int(start.get(topic, {}).get(p, 0)) for p, o in parts.items())
-    return total
-
-
-def _progress_durations(query: Any) -> tuple[dict[str, float], list[int], list[float]]:
+def _progress_durations(query: Any) -> tuple[dict[str, float], list[float]]:
+    """Spark's durations summed over the query's triggers, and each data batch's addBatch
+    (numInputRows is not the record count: the BUCKET index packs rows by file group)."""
     sums: dict[str, float] = defaultdict(float)
-    rows: list[int] = []
     seconds: list[float] = []
     seen: set[Any] = set()
     for p in query.recentProgress:
@@ -597,14 +586,12 @@ def _progress_durations(query: Any) -> tuple[dict[str, float], list[int], list[f
         if batch in seen:
             continue
         seen.add(batch)
-        n = _records_of(p)
         durations = getattr(p, "durationMs", None) or {}
-        if n:
-            rows.append(n)
+        if int(getattr(p, "numInputRows", 0) or 0):
             seconds.append(float(durations.get("addBatch", 0)) / 1000)
         for key, value in durations.items():
             sums[key] += float(value) / 1000
-    return dict(sums), rows, seconds
+    return dict(sums), seconds
 
 
 def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, int],
@@ -677,10 +664,10 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
             result.error = f"{type(exc).__name__}: {str(exc)[:500]}"
         finally:
             if query is not None:
-                result.durations, result.batch_records, result.batch_seconds = \
-                    _progress_durations(query)
+                result.durations, result.batch_seconds = _progress_durations(query)
                 if query.isActive:
                     query.stop()
+    result.batch_records = list(timer.batch_records)
     result.batches = len(result.batch_records)
     result.sink = dict(timer.seconds)
     result.sink_missing = timer.missing

@@ -9,6 +9,7 @@ streaming query), and from a real Kafka-protocol broker end to end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -407,6 +408,24 @@ def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
     assert all(bucket in ("00000000", "00000001") for _, bucket in groups)
 
 
+@contextlib.contextmanager
+def failing_commits(only: str | None = None) -> Iterator[None]:
+    """Every commit (or only those of the table at ``only``) fails, as if storage went away."""
+    original = WriteClient.finish
+    root = os.path.realpath(only) if only else None
+
+    def finish(self: WriteClient, *args: Any, **kwargs: Any) -> Any:
+        if root is None or os.path.realpath(self.storage.base_path) == root:
+            raise OSError("storage went away")
+        return original(self, *args, **kwargs)
+
+    WriteClient.finish = finish  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        WriteClient.finish = original  # type: ignore[method-assign]
+
+
 @pytest.mark.spark
 def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
@@ -440,18 +459,9 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
     assert Table.open(errors).timeline() == errors_before
 
     # A failed commit leaves an inflight instant; the replay rolls it back and commits once.
-    original = WriteClient.finish
-
-    def crash(*args: Any, **kwargs: Any) -> Any:
-        raise OSError("storage went away")
-
     later = kafka_rows([Event("b", 20, "rome", 5.0), Event("y", raw=b"[]")], "ev", {0: 6})
-    WriteClient.finish = crash  # type: ignore[method-assign]
-    try:
-        with pytest.raises(OSError):
-            sink.process_batch(_frame(spark, later), 1)
-    finally:
-        WriteClient.finish = original  # type: ignore[method-assign]
+    with failing_commits(), pytest.raises(OSError):
+        sink.process_batch(_frame(spark, later), 1)
     sink.process_batch(_frame(spark, later), 1)
     assert table_rows(path) == {"a": ("oslo", 10, 1.0), "b": ("rome", 20, 5.0)}
     assert hudi_rs_rows(path) == table_rows(path)
@@ -470,20 +480,8 @@ def test_bucket_sink_replay_after_the_error_commit_stages_no_error_rows(
                              partition_by=["city"], error_table_path=errors)
     rows = kafka_rows([Event("a", 10, "oslo", 1.0), Event("x", raw=b"nope"),
                        Event("b", 11, "rome", 2.0)], "ev", {})
-    original = WriteClient.finish
-    data_root = os.path.realpath(path)
-
-    def data_commit_fails(self: WriteClient, *args: Any, **kwargs: Any) -> Any:
-        if os.path.realpath(self.storage.base_path) == data_root:
-            raise OSError("storage went away")
-        return original(self, *args, **kwargs)
-
-    WriteClient.finish = data_commit_fails  # type: ignore[method-assign]
-    try:
-        with pytest.raises(OSError):
-            sink.process_batch(_frame(spark, rows), 0)
-    finally:
-        WriteClient.finish = original  # type: ignore[method-assign]
+    with failing_commits(only=path), pytest.raises(OSError):
+        sink.process_batch(_frame(spark, rows), 0)
     assert not commits(path) and len(commits(errors)) == 1
     errors_before = Table.open(errors).timeline()
     assert not list((Path(path) / ".hoodie" / ".temp").iterdir())
