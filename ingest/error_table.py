@@ -32,10 +32,6 @@ from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import TEMP_PREFIX
 from engine.table import Table
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
 from ingest.prepare import (
     BUCKET,
     ERROR,
@@ -50,6 +46,9 @@ from ingest.prepare import (
     UPSERT,
     VALUE,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["ERROR_SCHEMA", "ErrorStaging", "error_rows", "open_error_table", "read_staged",
            "write_schema"]

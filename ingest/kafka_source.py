@@ -412,7 +412,6 @@ class _ConsumerPool:
                 return
         consumer.close()
 
-
     def clear(self) -> None:
         """Close every idle consumer."""
         with self._lock:

@@ -28,7 +28,7 @@ replayed batch prepares to exactly the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,7 @@ __all__ = [
     "UPSERT",
     "PrepareSpec",
     "attach_data",
+    "is_prepared",
     "pack_rows",
     "packed_schema",
     "prepare_batch",
@@ -471,6 +472,11 @@ def unpack_rows(packed: pa.Table) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def is_prepared(columns: Sequence[str]) -> bool:
+    """True for the columns of prepared (or packed) rows, False for Kafka rows."""
+    return OP in columns or ROWS in columns
+
+
 def output_schema(spec: PrepareSpec) -> pa.Schema:
     """Schema of what :func:`prepare_stream` yields for ``spec``."""
     return packed_schema() if spec.pack else prepared_schema(spec)
@@ -502,15 +508,6 @@ def prepare_stream(batches: Iterator[pa.RecordBatch], spec: PrepareSpec
         yield from pack_rows(pa.concat_tables(pending)).to_batches()
 
 
-def _map_batches(func: Callable[[pa.Table], pa.Table]
-                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            if batch.num_rows:
-                yield from func(pa.Table.from_batches([batch])).to_batches()
-    return run
-
-
 def prepare_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:
     """Prepared rows of a DataFrame of Kafka rows (``mapInArrow``: runs in executor tasks),
     packed when ``spec.pack``."""
@@ -521,8 +518,3 @@ def prepare_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:
     return df.select(*KAFKA_COLUMNS).mapInArrow(lambda batches: prepare_stream(batches, spec),
                                                 spark_schema(output_schema(spec)))
 
-
-def attach_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:
-    """:func:`attach_data` over a DataFrame of slim rows (executor side)."""
-    schema = spark_schema(prepared_schema(spec, with_data=True))
-    return df.mapInArrow(_map_batches(lambda t: attach_data(t, spec)), schema)

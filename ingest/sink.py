@@ -71,11 +71,10 @@ from ingest.global_index import (
     tag_frame,
 )
 from ingest.prepare import (
-    OP,
     RESERVED_PREFIXES,
-    ROWS,
     PrepareSpec,
     check_ordering_type,
+    is_prepared,
     output_schema,
     prepare_frame,
     prepared_schema,
@@ -310,7 +309,7 @@ class HudiStreamingSink:
         ``source`` may already be prepared rows (``read_kafka_stream(..., prepare=sink.spec)``,
         which prepares in the read tasks); they must come from this sink's ``spec``.
         """
-        if OP in source.columns or ROWS in source.columns:
+        if is_prepared(source.columns):
             if source.schema != spark_schema(output_schema(self.spec)):
                 raise ValueError("source: its rows were prepared for another sink (read them "
                                  "with read_kafka_stream(..., prepare=sink.spec) of this sink)")
@@ -360,7 +359,7 @@ class HudiStreamingSink:
         self.last_result = result
 
     def _prepared(self, df: DataFrame) -> DataFrame:
-        if OP in df.columns or ROWS in df.columns:
+        if is_prepared(df.columns):
             return df
         if self.index == GLOBAL_STATE:
             raise ValueError("index GLOBAL_STATE: process_batch needs the rows of "
