@@ -8,6 +8,7 @@ module (say ``engine.bloom`` inside a Spark task) does not import the whole engi
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import (
+    ClockSkewError,
     CommitConflictError,
     InvalidOptionError,
     InvalidRecordError,
@@ -16,6 +17,7 @@ from engine.errors import (
     TerminalError,
     TidelakeError,
     TransientError,
+    WriteConflictError,
 )
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ClockSkewError",
     "CommitConflictError",
     "InvalidOptionError",
     "InvalidRecordError",
@@ -41,4 +44,5 @@ __all__ = [
     "TidelakeError",
     "TimelineEntry",
     "TransientError",
+    "WriteConflictError",
 ]

@@ -52,6 +52,19 @@ class IndexType(str, Enum):
     GLOBAL_SIMPLE = "GLOBAL_SIMPLE"
 
 
+class ConcurrencyMode(str, Enum):
+    """How concurrent writers of one table are kept apart (``hoodie.write.concurrency.mode``)."""
+
+    SINGLE_WRITER = "SINGLE_WRITER"
+    OPTIMISTIC_CONCURRENCY_CONTROL = "OPTIMISTIC_CONCURRENCY_CONTROL"
+    NON_BLOCKING_CONCURRENCY_CONTROL = "NON_BLOCKING_CONCURRENCY_CONTROL"
+
+
+FS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
+IN_PROCESS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
+LOCK_PROVIDERS = (FS_LOCK_PROVIDER, IN_PROCESS_LOCK_PROVIDER)
+
+
 class LogBlockFormat(str, Enum):
     """Data block format of MOR log files (``hoodie.logfile.data.block.format``)."""
 
@@ -91,6 +104,33 @@ def _parse_positive_int(key: str, raw: str) -> int:
     if value <= 0:
         raise InvalidOptionError(key, f"must be positive, got {value}")
     return value
+
+
+def _parse_minutes(key: str, raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a number of minutes, got {raw!r}") from None
+    if value < 0 or value != value:
+        raise InvalidOptionError(key, f"must be 0 (never) or positive, got {raw!r}")
+    return value
+
+
+def _parse_lock_provider(key: str, raw: str) -> str:
+    value = str(raw).strip()
+    if value not in LOCK_PROVIDERS:
+        raise InvalidOptionError(key, f"expected one of {', '.join(LOCK_PROVIDERS)}, "
+                                 f"got {raw!r}")
+    return value
+
+
+def _parse_concurrency_mode(key: str, raw: str) -> ConcurrencyMode:
+    wanted = str(raw).strip().upper()
+    for mode in ConcurrencyMode:
+        if wanted == mode.value:
+            return mode
+    choices = ", ".join(m.value for m in ConcurrencyMode)
+    raise InvalidOptionError(key, f"expected one of {choices}, got {raw!r}")
 
 
 def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
@@ -148,6 +188,28 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
               "Write Hudi's bloom filter and min/max record key into base file footers "
               "(needed by Java writers' BLOOM index; not by readers).",
               aliases=("tidelake.write.bloom.filter",), attr="write_bloom_filter"),
+    ConfigKey("hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
+              "SINGLE_WRITER, OPTIMISTIC_CONCURRENCY_CONTROL or NON_BLOCKING_CONCURRENCY_CONTROL "
+              "(MERGE_ON_READ with the BUCKET index only). Unset: non-blocking for "
+              "MERGE_ON_READ + BUCKET tables, optimistic for every other table "
+              "(docs/engine.md, 'Several writers').", attr="concurrency_mode"),
+    ConfigKey("hoodie.write.lock.provider", _parse_lock_provider, FS_LOCK_PROVIDER,
+              "Lock for the short critical sections of a commit: the file-system lock "
+              "(a lock file in .hoodie, works on local and shared file systems) or the "
+              "in-process lock (writers in one Python process only).", attr="lock_provider"),
+    ConfigKey("hoodie.write.lock.wait_time_ms", _parse_positive_int, 60_000,
+              "How long a writer waits for the table lock before failing with "
+              "LockTimeoutError.", attr="lock_wait_ms"),
+    ConfigKey("hoodie.write.lock.filesystem.expire", _parse_minutes, 1.0,
+              "Minutes after which a file-system lock that its holder stopped renewing is "
+              "stale and may be broken (0: never). A live holder renews it every quarter of "
+              "this.", attr="lock_expire_minutes"),
+    ConfigKey("hoodie.client.heartbeat.interval_in_ms", _parse_positive_int, 60_000,
+              "How often a writer refreshes .hoodie/.heartbeat/<instant> while its instant "
+              "is pending.", attr="heartbeat_interval_ms"),
+    ConfigKey("hoodie.client.heartbeat.tolerable.misses", _parse_positive_int, 2,
+              "Missed heartbeats after which a pending instant counts as failed and the next "
+              "writer rolls it back.", attr="heartbeat_tolerable_misses"),
 )
 
 _CODECS = ("snappy", "zstd", "gzip", "none", "uncompressed", "lz4", "brotli")
@@ -173,7 +235,19 @@ class WriteConfig:
     compression: str = "snappy"
     combine_before_upsert: bool = True
     write_bloom_filter: bool = True
+    concurrency_mode: ConcurrencyMode | None = None
+    lock_provider: str = FS_LOCK_PROVIDER
+    lock_wait_ms: int = 60_000
+    lock_expire_minutes: float = 1.0
+    heartbeat_interval_ms: int = 60_000
+    heartbeat_tolerable_misses: int = 2
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def heartbeat_expiry_seconds(self) -> float:
+        """Age after which a pending instant's heartbeat counts as expired (Hudi's rule:
+        interval x tolerable misses)."""
+        return self.heartbeat_interval_ms * self.heartbeat_tolerable_misses / 1000.0
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None,

@@ -55,3 +55,17 @@ class CommitConflictError(TransientError):
 
 class InstantStateError(TerminalError):
     """A timeline transition was asked for from the wrong state (e.g. completing twice)."""
+
+
+class WriteConflictError(CommitConflictError):
+    """A concurrent writer committed to (or scheduled a service on) a file group this write
+    touched, or rolled this write's instant back: the write was refused whole and its files
+    removed. Planning and writing again from the new table state may succeed."""
+
+
+class LockTimeoutError(TransientError):
+    """The table lock was not acquired within ``hoodie.write.lock.wait_time_ms``."""
+
+
+class ClockSkewError(TerminalError):
+    """The table's timeline holds an instant too far ahead of this machine's clock."""

@@ -132,25 +132,38 @@ def parse_instant_time(text: str) -> _dt.datetime:
     return base + _dt.timedelta(milliseconds=millis)
 
 
+MAX_CLOCK_SKEW_SECONDS = 2.0
+"""How far the timeline may run ahead of this clock: instant generation waits that long at
+most (clocks of writers on different machines drift a little), and refuses beyond it."""
+
+
 def new_instant_time(after: str = "") -> str:
     """A fresh UTC instant time, strictly greater than ``after`` and than any issued here.
 
     Like Hudi's generator, waits for the clock to move rather than inventing a time ahead
-    of it, so instants stay meaningful as wall-clock times.
+    of it, so instants stay meaningful as wall-clock times. If ``after`` is more than
+    :data:`MAX_CLOCK_SKEW_SECONDS` ahead of this clock, raises
+    :class:`~engine.errors.ClockSkewError` instead of pinning every later instant to
+    synthetic times.
     """
     global _last_issued
     with _lock:
+        if after and after > _last_issued:
+            ahead = (parse_instant_time(after)
+                     - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+            if ahead > MAX_CLOCK_SKEW_SECONDS:
+                from engine.errors import ClockSkewError
+
+                raise ClockSkewError(
+                    f"the timeline holds instant {after}, {ahead:.1f} s ahead of this "
+                    f"machine's clock (at most {MAX_CLOCK_SKEW_SECONDS:g} s is waited out): "
+                    "synchronize the clocks of every writer (NTP); an instant written by a "
+                    "skewed clock stays on the timeline")
         floor = max(after, _last_issued)
         while True:
             now = _dt.datetime.now(_dt.timezone.utc)
             candidate = format_instant_time(now)
             if candidate > floor:
-                _last_issued = candidate
-                return candidate
-            if len(floor) == 17 and parse_instant_time(floor) > now + _dt.timedelta(seconds=1):
-                # The timeline is ahead of this clock (skew): step past it, never wait long.
-                candidate = format_instant_time(parse_instant_time(floor)
-                                                + _dt.timedelta(milliseconds=1))
                 _last_issued = candidate
                 return candidate
             time.sleep(0.001)

@@ -1,27 +1,34 @@
 """Rolling back writes that never completed.
 
-A writer that crashed leaves its instant requested or inflight, and maybe some data
-files named with that instant. Before every write, :func:`rollback_failed_writes` finds
-such instants and, for each: records a rollback plan (``R.rollback.requested``), moves it
-inflight, deletes the failed instant's base and log files (v8: files are named with the
-instant that wrote them), completes the rollback (``R_C.rollback`` with
-``HoodieRollbackMetadata``), deletes the instant's scratch folder (``.hoodie/.temp/<instant>``)
-and finally the failed instant's timeline files.
-Every step can be repeated: a crash during a rollback is finished by the next writer.
+A writer that crashed leaves its instant requested or inflight, and maybe some data files
+named with that instant. :func:`rollback_failed_writes` finds such instants — pending
+write instants that ``is_failed`` judges failed: with several writers, only those whose
+heartbeat expired (:mod:`engine.heartbeat`); a live writer's instant is never touched — and,
+for each: records a rollback plan (``R.rollback.requested``), moves it inflight, deletes the
+failed instant's base and log files (v8: files are named with the instant that wrote them)
+and its temporary files, completes the rollback (``R_C.rollback`` with
+``HoodieRollbackMetadata``), deletes the instant's scratch folder (``.hoodie/.temp/<instant>``),
+its heartbeat, and finally the failed instant's timeline files. :func:`rollback_instant`
+does the same for one instant a writer gives up itself (a refused or failed write).
 
-Single-writer assumption: tidelake does not run two writers on one table at once (a
-streaming query is one writer), so any pending data instant seen here is a failed one.
+Every step can be repeated: a rollback left pending by a crash is finished by the next
+writer. Callers hold the table lock (:mod:`engine.lock`), so no rollback runs while an
+instant completes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from engine.commit_metadata import RollbackMetadata, read_avro_ocf
+from engine.errors import CorruptTableError
 from engine.file_group import list_table_files
+from engine.heartbeat import delete_heartbeat
 from engine.instant import Action, Instant, State
+from engine.naming import parse_base_file, parse_log_file
 from engine.storage import TEMP_PREFIX, Storage
-from engine.timeline import Timeline, temp_folder
+from engine.timeline import HOODIE, Timeline, temp_folder
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
@@ -38,47 +45,82 @@ def _files_of(storage: Storage, instant_time: str) -> dict[str, list[str]]:
     return found
 
 
-def _delete_temp_files(storage: Storage) -> None:
+def _instant_of_temp(name: str) -> str | None:
+    """Instant of a data file's temporary name (``.tmp.<hex>.<data file name>``)."""
+    final = name[len(TEMP_PREFIX):].split(".", 1)[-1]
+    base = parse_base_file(final)
+    if base is not None:
+        return base.instant_time
+    log = parse_log_file(final)
+    return log.instant_time if log is not None else None
+
+
+def _delete_temp_files(storage: Storage, instant_times: set[str]) -> None:
+    """Temporary data files left by the rolled-back instants (never another writer's)."""
     for folder, stats in storage.walk_files(""):
+        if folder == HOODIE or folder.startswith(HOODIE + "/"):
+            continue
         for status in stats:
-            if status.name.startswith(TEMP_PREFIX):
+            if (status.name.startswith(TEMP_PREFIX)
+                    and _instant_of_temp(status.name) in instant_times):
                 storage.delete(f"{folder}/{status.name}" if folder else status.name)
 
 
-def rollback_failed_writes(storage: Storage, timeline: Timeline) -> list[str]:
-    """Roll back every pending write instant; returns the rolled-back instant times."""
+def rollback_failed_writes(storage: Storage, timeline: Timeline,
+                           is_failed: Callable[[Instant], bool]) -> list[str]:
+    """Finish pending rollbacks, then roll back every pending write instant that
+    ``is_failed`` judges failed; returns the rolled-back instant times. Hold the lock."""
     rolled: list[str] = []
-    pending_rollbacks = [i for i in timeline.pending([Action.ROLLBACK])]
     targets_done: set[str] = set()
-    for rb in pending_rollbacks:
+    for rb in timeline.pending([Action.ROLLBACK]):
         target = _rollback_target(storage, timeline, rb)
         pending_target = next((i for i in timeline.pending(WRITE_ACTIONS)
                                if i.requested_time == target), None)
         _finish(storage, timeline, rb, pending_target, target)
-        if target:
-            targets_done.add(target)
-            rolled.append(target)
+        targets_done.add(target)
+        rolled.append(target)
     for failed in timeline.pending(WRITE_ACTIONS):
-        if failed.requested_time in targets_done:
+        if failed.requested_time in targets_done or not is_failed(failed):
             continue
-        plan = RollbackMetadata("", ((failed.requested_time, failed.action.value),),
-                                _files_of(storage, failed.requested_time))
-        rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
-        _finish(storage, timeline, rb, failed, failed.requested_time)
+        _rollback(storage, timeline, failed)
         rolled.append(failed.requested_time)
     if rolled:
-        _delete_temp_files(storage)
+        _delete_temp_files(storage, set(rolled))
     return rolled
+
+
+def rollback_instant(storage: Storage, timeline: Timeline, instant: Instant) -> None:
+    """Roll back one pending write instant of the caller's own (hold the lock)."""
+    pending = next((i for i in timeline.pending(WRITE_ACTIONS)
+                    if i.requested_time == instant.requested_time), None)
+    if pending is None:
+        delete_heartbeat(storage, instant.requested_time)
+        return  # already rolled back, or never started
+    _rollback(storage, timeline, pending)
+    _delete_temp_files(storage, {instant.requested_time})
+
+
+def _rollback(storage: Storage, timeline: Timeline, failed: Instant) -> None:
+    plan = RollbackMetadata("", ((failed.requested_time, failed.action.value),),
+                            _files_of(storage, failed.requested_time))
+    rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
+    _finish(storage, timeline, rb, failed, failed.requested_time)
 
 
 def _rollback_target(storage: Storage, timeline: Timeline, rb: Instant) -> str:
     rel = f"{timeline.folder}/{rb.requested_time}.rollback.requested"
     try:
         plan = read_avro_ocf(storage.read(rel))
-    except (FileNotFoundError, ValueError, OSError):
-        return ""
+    except FileNotFoundError:
+        raise CorruptTableError(f"pending rollback {rb.requested_time} has no plan {rel}; "
+                                "it cannot be finished") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorruptTableError(f"rollback plan {rel} cannot be read: {exc}") from exc
     info = plan.get("instantToRollback") or {}
-    return str(info.get("commitTime") or "")
+    target = str(info.get("commitTime") or "") if isinstance(info, dict) else ""
+    if not target:
+        raise CorruptTableError(f"rollback plan {rel} names no instant to roll back")
+    return target
 
 
 def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant | None,
@@ -86,7 +128,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     started = time.monotonic()
     if rb.state is State.REQUESTED:
         rb = timeline.transition_to_inflight(rb)
-    deleted = _files_of(storage, target) if target else {}
+    deleted = _files_of(storage, target)
     for paths in deleted.values():
         for path in paths:
             storage.delete(path)
@@ -94,7 +136,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     meta = RollbackMetadata(rb.requested_time, ((target, action),), deleted,
                             int((time.monotonic() - started) * 1000))
     timeline.complete(rb, meta.to_avro_bytes())
-    if target:
-        storage.delete_tree(temp_folder(target))
+    storage.delete_tree(temp_folder(target))
+    delete_heartbeat(storage, target)
     if failed is not None:
         timeline.delete_instant_files(failed)

@@ -82,6 +82,13 @@ class Storage:
         """File size in bytes."""
         return os.path.getsize(self.full(rel))
 
+    def modified(self, rel: str) -> float | None:
+        """Last modification time of a file (seconds since the epoch); None if missing."""
+        try:
+            return os.stat(self.full(rel)).st_mtime
+        except FileNotFoundError:
+            return None
+
     def list_dir(self, rel: str) -> list[FileStatus]:
         """Files (not folders) directly in ``rel``; empty if the folder is missing."""
         try:

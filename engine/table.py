@@ -38,7 +38,14 @@ from engine.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.storage import Storage
 from engine.timeline import HOODIE, Timeline
-from engine.write_client import BULK_INSERT, DELETE, INSERT, UPSERT, WriteClient
+from engine.write_client import (
+    BULK_INSERT,
+    DELETE,
+    INSERT,
+    UPSERT,
+    WriteClient,
+    concurrency_mode,
+)
 
 PROPERTIES = f"{HOODIE}/hoodie.properties"
 _CREATE_KEYS = (P_HIVE_STYLE, P_MERGE_MODE, "hoodie.database.name")
@@ -91,6 +98,7 @@ class Table:
         self.storage = Storage(path)
         self.config = config
         self.write_config = write_config
+        concurrency_mode(config, write_config)  # a bad mode for this table fails here
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -22,17 +22,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.commit_metadata import CommitMetadata, WriteStat
-from engine.config import IndexType, MergeMode, TableConfig, WriteConfig
-from engine.errors import InvalidRecordError
+from engine.config import ConcurrencyMode, IndexType, MergeMode, TableConfig, WriteConfig
+from engine.conflict import check_conflicts
+from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
+from engine.heartbeat import Heartbeat, is_expired
 from engine.index.bucket import bucket_file_id, bucket_from_file_id, bucket_ids
 from engine.index.simple import key_locations, tag
-from engine.instant import Action, Instant
+from engine.instant import Action, Instant, State, new_instant_time
 from engine.keygen import key_batch, partition_paths, record_keys
+from engine.lock import table_lock
 from engine.merge import dedupe_batch
 from engine.partitioner import assign_inserts, average_record_size
 from engine.reader import SliceReader
-from engine.rollback import rollback_failed_writes
+from engine.rollback import rollback_failed_writes, rollback_instant
 from engine.schema import (
     PARTITION_PATH,
     RECORD_KEY,
@@ -69,13 +72,47 @@ _AVRO_PRIMITIVE = {
 }
 
 
+def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
+    """The writer's concurrency mode: ``hoodie.write.concurrency.mode``, or by default
+    non-blocking for MERGE_ON_READ tables with the BUCKET index and optimistic otherwise."""
+    bucket_mor = config.is_mor and write_config.index_type is IndexType.BUCKET
+    mode = write_config.concurrency_mode
+    if mode is None:
+        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL if bucket_mor
+                else ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL)
+    if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL and not bucket_mor:
+        raise InvalidOptionError(
+            "hoodie.write.concurrency.mode",
+            "NON_BLOCKING_CONCURRENCY_CONTROL needs a MERGE_ON_READ table written with the "
+            "BUCKET index (hoodie.index.type=BUCKET)")
+    return mode
+
+
 class WriteClient:
-    """Driver-side writer of one table (single writer at a time)."""
+    """Driver-side writer of one table; any number of them may write the table at once.
+
+    The commit protocol (``docs/engine.md``, "Several writers"): :meth:`begin` takes the
+    table lock, rolls back failed writes (pending instants whose heartbeat expired), takes
+    an instant time, starts the instant's heartbeat and writes the requested and inflight
+    files; data files are then written without the lock; :meth:`finish` takes the lock
+    again, checks that the instant is still inflight, checks conflicts with what completed
+    meanwhile (optimistic mode) and completes it. A refused or failed write is rolled back
+    at once (:meth:`abort`).
+    """
 
     def __init__(self, storage: Storage, config: TableConfig, write_config: WriteConfig) -> None:
         self.storage = storage
         self.config = config
         self.write_config = write_config
+        self.mode = concurrency_mode(config, write_config)
+        self.lock = table_lock(storage, write_config)
+        self._heartbeats: dict[str, Heartbeat] = {}
+
+    @property
+    def log_only_inserts(self) -> bool:
+        """New file groups get a log file, not a base file (non-blocking mode): a base file
+        would start a slice that hides a concurrent writer's logs of the same bucket."""
+        return self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -212,7 +249,7 @@ class WriteClient:
             if existing is None:
                 if recs is None:
                     continue
-                kind = CREATE
+                kind = APPEND if self.log_only_inserts else CREATE
             elif self.config.is_mor:
                 kind = APPEND
             else:
@@ -370,46 +407,118 @@ class WriteClient:
     # -- the instant lifecycle, for writers that run tasks elsewhere (Spark) ----------------
 
     def begin(self) -> tuple[Timeline, Instant]:
-        """Roll back failed writes, then start an instant (requested → inflight). Driver only."""
-        timeline = Timeline.load(self.storage, self.config)
-        if timeline.pending():
-            rollback_failed_writes(self.storage, timeline)
-            timeline = Timeline.load(self.storage, self.config)
+        """Start an instant (requested → inflight) under the table lock, after rolling back
+        failed writes. Returns the timeline the write plans from, and the instant. Driver
+        only; the instant's heartbeat beats until :meth:`finish` or :meth:`abort`."""
         action = Action.DELTA_COMMIT if self.config.is_mor else Action.COMMIT
-        requested = timeline.create_requested(action)
-        return timeline, timeline.transition_to_inflight(requested)
+        with self.lock:
+            timeline = Timeline.load(self.storage, self.config)
+            if timeline.pending() and rollback_failed_writes(self.storage, timeline,
+                                                             self._is_failed):
+                timeline = Timeline.load(self.storage, self.config)
+            instant_time = new_instant_time(timeline.latest_instant_time())
+            heartbeat = Heartbeat(self.storage, instant_time,
+                                  self.write_config.heartbeat_interval_ms / 1000.0).start()
+            self._heartbeats[instant_time] = heartbeat
+            try:
+                requested = timeline.create_requested(action, instant_time)
+                inflight = timeline.transition_to_inflight(requested)
+            except BaseException:
+                self.abort(Instant(instant_time, action, State.REQUESTED))
+                raise
+        return timeline, inflight
+
+    def _is_failed(self, instant: Instant) -> bool:
+        """Whether another writer's pending instant is a failed one, to be rolled back."""
+        if instant.requested_time in self._heartbeats:
+            return False  # ours, and alive
+        if self.mode is ConcurrencyMode.SINGLE_WRITER:
+            return True  # Hudi's EAGER policy: no other writer can be alive
+        return is_expired(self.storage, instant.requested_time,
+                          self.write_config.heartbeat_expiry_seconds)
 
     def finish(self, timeline: Timeline, instant: Instant, stats: Sequence[WriteStat],
                operation: str, extra_metadata: Mapping[str, str]) -> Instant:
-        """Remove files of failed task attempts, then complete the instant. Driver only.
+        """Remove files of failed task attempts, then complete the instant: the commit
+        point. Driver only.
 
         A task attempt that died after writing a file, and was retried, leaves a file named
         with this instant that no stat mentions; it is deleted here, before the instant
-        completes, so no reader ever sees it.
+        completes, so no reader ever sees it. Under the lock: the instant must still be
+        inflight (not rolled back by another writer), and — optimistic mode — no instant
+        that completed since ``timeline`` was loaded may have touched its file groups;
+        otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
+        raised.
         """
         referenced = {stat.path for stat in stats}
-        for base in list_table_files(self.storage).base_files:
-            if base.instant_time == instant.requested_time and base.path not in referenced:
-                self.storage.delete(base.path)
-        for log in list_table_files(self.storage).log_files:
-            if log.instant_time == instant.requested_time and log.path not in referenced:
-                self.storage.delete(log.path)
+        files = list_table_files(self.storage)
+        paths = [(f.instant_time, f.path) for f in files.base_files] + [
+            (f.instant_time, f.path) for f in files.log_files]
+        for instant_time, path in paths:
+            if instant_time == instant.requested_time and path not in referenced:
+                self.storage.delete(path)
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
-        done = timeline.complete(instant, meta.to_avro_bytes())
+        content = meta.to_avro_bytes()
+        try:
+            with self.lock:
+                now = Timeline.load(self.storage, self.config)
+                _check_still_inflight(now, instant)
+                if self.mode is not ConcurrencyMode.SINGLE_WRITER:
+                    check_conflicts(timeline, now, instant, stats, non_blocking=(
+                        self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL))
+                self.lock.verify()
+                done = now.complete(instant, content)
+        except WriteConflictError:
+            self.abort(instant)
+            raise
+        self._stop_heartbeat(instant.requested_time)
         self.storage.delete_tree(temp_folder(instant.requested_time))
         return done
+
+    def abort(self, instant: Instant) -> None:
+        """Roll back this writer's own pending instant now (its files, then its timeline
+        files) and stop its heartbeat. Idempotent. Driver only."""
+        try:
+            with self.lock:
+                rollback_instant(self.storage, Timeline.load(self.storage, self.config),
+                                 instant)
+        finally:
+            self._stop_heartbeat(instant.requested_time)
+
+    def _stop_heartbeat(self, instant_time: str) -> None:
+        heartbeat = self._heartbeats.pop(instant_time, None)
+        if heartbeat is not None:
+            heartbeat.stop()
 
     def write(self, operation: str, records: pa.Table | None, deletes: pa.Table | None,
               *, extra_metadata: Mapping[str, str] | None = None,
               run: Callable[[WritePlan], list[WriteStat]] | None = None) -> str:
-        """Roll back failed writes, then plan, execute and commit one instant."""
+        """Plan, execute and commit one instant; on any failure it is rolled back at once."""
         timeline, inflight = self.begin()
-        plan = self.plan(timeline, inflight, operation, records, deletes, extra_metadata)
-        stats = (run or self.execute_local)(plan)
-        done = self.commit(timeline, plan, stats)
+        try:
+            plan = self.plan(timeline, inflight, operation, records, deletes, extra_metadata)
+            stats = (run or self.execute_local)(plan)
+            done = self.commit(timeline, plan, stats)
+        except BaseException:
+            self.abort(inflight)
+            raise
         return done.requested_time
+
+
+def _check_still_inflight(timeline: Timeline, instant: Instant) -> None:
+    """Raise if ``instant`` is no longer inflight on ``timeline`` (another writer judged it
+    failed and rolled it back, or it completed already)."""
+    found = next((i for i in timeline.instants
+                  if i.requested_time == instant.requested_time), None)
+    if found is None or found.state is not State.INFLIGHT:
+        state = "gone from the timeline" if found is None else found.state.value
+        raise WriteConflictError(
+            f"instant {instant.requested_time} is {state}, no longer inflight: another "
+            "writer rolled it back (its heartbeat had expired: raise "
+            "hoodie.client.heartbeat.interval_in_ms or tolerable.misses if the writer was "
+            "alive); nothing was committed")
 
 
 def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:

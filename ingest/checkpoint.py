@@ -79,24 +79,35 @@ def _newest_first(timeline: Timeline) -> Iterator[tuple[str, Mapping[str, str]]]
         yield instant.requested_time, meta.extra_metadata
 
 
-def last_committed_batch(timeline: Timeline, identifier: str) -> CommittedBatch | None:
-    """The newest commit carrying a batch id for ``identifier`` (None if there is none)."""
+def _batch_of(instant_time: str, extra: Mapping[str, str], identifier: str) -> int | None:
+    raw = extra.get(SINK_CHECKPOINT_KEY)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        raise CorruptTableError(
+            f"commit {instant_time}: {SINK_CHECKPOINT_KEY} is not JSON: {raw!r}") from None
+    if not isinstance(value, dict) or identifier not in value:
+        return None
+    try:
+        return int(value[identifier])
+    except (TypeError, ValueError):
+        raise CorruptTableError(f"commit {instant_time}: {SINK_CHECKPOINT_KEY} holds no "
+                                f"batch id for {identifier!r}: {raw!r}") from None
+
+
+def last_committed_batch(timeline: Timeline, identifier: str,
+                         query_id: str | None = None) -> CommittedBatch | None:
+    """The newest commit carrying a batch id for ``identifier`` — of query ``query_id`` when
+    one is given, so that another writer's commits (a second job, a backfill) never hide
+    this query's own — or None if there is none."""
     for instant_time, extra in _newest_first(timeline):
-        raw = extra.get(SINK_CHECKPOINT_KEY)
-        if not raw:
+        batch_id = _batch_of(instant_time, extra, identifier)
+        if batch_id is None:
             continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            raise CorruptTableError(
-                f"commit {instant_time}: {SINK_CHECKPOINT_KEY} is not JSON: {raw!r}") from None
-        if not isinstance(value, dict) or identifier not in value:
+        if query_id is not None and extra.get(QUERY_ID_KEY) not in (None, query_id):
             continue
-        try:
-            batch_id = int(value[identifier])
-        except (TypeError, ValueError):
-            raise CorruptTableError(f"commit {instant_time}: {SINK_CHECKPOINT_KEY} holds no "
-                                    f"batch id for {identifier!r}: {raw!r}") from None
         return CommittedBatch(batch_id, extra.get(QUERY_ID_KEY), instant_time)
     return None
 
@@ -113,9 +124,12 @@ def is_committed(last: CommittedBatch | None, batch_id: int, query_id: str | Non
     return True
 
 
-def last_offsets(timeline: Timeline) -> Offsets | None:
-    """Kafka offsets (next to read) recorded by the newest commit that has any."""
+def last_offsets(timeline: Timeline, identifier: str | None = None) -> Offsets | None:
+    """Kafka offsets (next to read) recorded by the newest commit that has any — the newest
+    of writer ``identifier`` when one is given (each streaming job records its own)."""
     for instant_time, extra in _newest_first(timeline):
+        if identifier is not None and _batch_of(instant_time, extra, identifier) is None:
+            continue
         for key in _OFFSET_KEYS:
             raw = extra.get(key)
             if raw:
@@ -156,7 +170,8 @@ def checkpoint_metadata(identifier: str, batch_id: int, query_id: str | None,
     return extra
 
 
-def starting_offsets_from_table(table_path: str) -> Offsets | None:
+def starting_offsets_from_table(table_path: str,
+                                identifier: str | None = None) -> Offsets | None:
     """Offsets to resume from: those the table's newest streaming commit recorded.
 
     For a job whose Spark checkpoint is lost while the table exists: pass
@@ -169,4 +184,4 @@ def starting_offsets_from_table(table_path: str) -> Offsets | None:
         table = Table.open(table_path)
     except TableNotFoundError:
         return None
-    return last_offsets(Timeline.load(table.storage, table.config))
+    return last_offsets(Timeline.load(table.storage, table.config), identifier)

@@ -40,14 +40,19 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from engine.commit_metadata import WriteStat
-from engine.errors import InvalidRecordError, TableNotFoundError
+from engine.errors import (
+    InvalidRecordError,
+    TableExistsError,
+    TableNotFoundError,
+    WriteConflictError,
+)
 from engine.schema import data_schema_of, normalize_input_schema
 from engine.table import Table
 from engine.timeline import Timeline
@@ -132,10 +137,17 @@ class SinkTotals:
     skipped: int = 0
     records: int = 0
     errors: int = 0
+    retries: int = 0
+    """Batches written again after a concurrent writer's commit conflicted with them."""
 
     def add(self, result: BatchResult) -> SinkTotals:
-        return SinkTotals(self.batches + 1, self.skipped + int(result.skipped),
-                          self.records + result.records, self.errors + result.errors)
+        return replace(self, batches=self.batches + 1,
+                       skipped=self.skipped + int(result.skipped),
+                       records=self.records + result.records,
+                       errors=self.errors + result.errors)
+
+    def retried(self) -> SinkTotals:
+        return replace(self, retries=self.retries + 1)
 
 
 def _fields(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -165,6 +177,9 @@ class HudiStreamingSink:
     ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_api`` (GLOBAL_STATE)
     picks the state operator: ``"pandas"`` (``transformWithStateInPandas``) or ``"rows"``
     (``transformWithState``, several times cheaper per key); it is fixed for a checkpoint.
+    ``conflict_retries``: how often a batch refused because a concurrent writer's commit
+    touched the same file groups is replanned and written again before the query fails.
+    Every job writing the same table needs its own ``checkpoint_identifier``.
 
     Only the driver uses this object; what tasks need is copied into picklable specs.
     """
@@ -178,7 +193,8 @@ class HudiStreamingSink:
                  delete_column: str | None = "_hoodie_is_deleted",
                  update_partition_path: bool = True,
                  checkpoint_identifier: str = DEFAULT_IDENTIFIER,
-                 write_parallelism: int | None = None, state_api: str = "pandas") -> None:
+                 write_parallelism: int | None = None, state_api: str = "pandas",
+                 conflict_retries: int = 10) -> None:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
@@ -193,6 +209,9 @@ class HudiStreamingSink:
         self.state_api = state_api
         if not checkpoint_identifier:
             raise ValueError("checkpoint_identifier: must not be empty")
+        if conflict_retries < 0:
+            raise ValueError(f"conflict_retries: must not be negative, got {conflict_retries}")
+        self.conflict_retries = conflict_retries
         if write_parallelism is not None and write_parallelism <= 0:
             raise ValueError(f"write_parallelism: must be positive, got {write_parallelism}")
         self.identifier = checkpoint_identifier
@@ -244,9 +263,13 @@ class HudiStreamingSink:
                 raise ValueError(f"record_key: required to create the table at {path}")
             opts = {"hoodie.index.type": "BUCKET",
                     "hoodie.bucket.index.num.buckets": str(num_buckets), **(options or {})}
-            return Table.create(path, name=name or _default_name(path), table_type=table_type,
-                                record_key=record_key, precombine=precombine,
-                                partition_by=partition_by, options=opts, schema=schema)
+            try:
+                return Table.create(path, name=name or _default_name(path),
+                                    table_type=table_type, record_key=record_key,
+                                    precombine=precombine, partition_by=partition_by,
+                                    options=opts, schema=schema)
+            except TableExistsError:  # another writer created it meanwhile
+                table = Table.open(path)
         config = table.config
         for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
                                     ("partition_by", _fields(partition_by),
@@ -346,13 +369,14 @@ class HudiStreamingSink:
         spark = df.sparkSession
         query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
         timeline = Timeline.load(self.table.storage, self.table.config)
-        if is_committed(last_committed_batch(timeline, self.identifier), batch_id, query_id):
+        if is_committed(last_committed_batch(timeline, self.identifier, query_id), batch_id,
+                        query_id):
             log.info("batch %d is already in %s: skipped", batch_id, self.table.path)
             if self._tagged:
                 df.write.format("noop").mode("overwrite").save()
             self._done(BatchResult(batch_id, skipped=True))
             return
-        self._done(self._write_batch(self._prepared(df), batch_id, query_id, timeline))
+        self._done(self._write_with_retries(self._prepared(df), batch_id, query_id, timeline))
 
     def _done(self, result: BatchResult) -> None:
         self.totals = self.totals.add(result)
@@ -370,6 +394,25 @@ class HudiStreamingSink:
         if self.write_parallelism:
             return self.write_parallelism
         return max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+
+    def _write_with_retries(self, rows: DataFrame, batch_id: int, query_id: str | None,
+                            timeline: Timeline) -> BatchResult:
+        """:meth:`_write_batch`, replanned and retried when a concurrent writer's commit
+        conflicts with it (the refused instant was already rolled back); at most
+        ``conflict_retries`` times, then the conflict is raised."""
+        attempt = 0
+        while True:
+            try:
+                return self._write_batch(rows, batch_id, query_id, timeline)
+            except WriteConflictError as exc:
+                if attempt >= self.conflict_retries:
+                    raise WriteConflictError(
+                        f"batch {batch_id}: still conflicting after {attempt} retries "
+                        f"(conflict_retries): {exc}") from exc
+                attempt += 1
+                self.totals = self.totals.retried()
+                log.warning("batch %d: %s; replanning and writing it again (retry %d of %d)",
+                            batch_id, exc, attempt, self.conflict_retries)
 
     def _write_batch(self, rows: DataFrame, batch_id: int, query_id: str | None,
                      timeline: Timeline) -> BatchResult:
@@ -390,7 +433,8 @@ class HudiStreamingSink:
             if written.errors:
                 error_instant = self._write_errors(written, batch_id, query_id,
                                                    rows.sparkSession)
-            offsets = merge_offsets(last_offsets(timeline), written.max_offsets)
+            offsets = merge_offsets(last_offsets(timeline, self.identifier),
+                                    written.max_offsets)
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
             outcome = plan.finish(written.stats, written.tasks, extra)
         except BaseException:
@@ -412,7 +456,8 @@ class HudiStreamingSink:
         if table is None:
             return None
         timeline = Timeline.load(table.storage, table.config)
-        if is_committed(last_committed_batch(timeline, self.identifier), batch_id, query_id):
+        if is_committed(last_committed_batch(timeline, self.identifier, query_id), batch_id,
+                        query_id):
             return None
         return ErrorStaging(folder=os.path.join(plan.scratch_folder, "errors"),
                             batch_id=batch_id, target_table=self.table.config.name,

@@ -36,7 +36,6 @@ from engine.commit_metadata import WriteStat
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.instant import Instant
-from engine.rollback import rollback_failed_writes
 from engine.schema import PARTITION_PATH, RECORD_KEY, avro_data_schema, avro_full_schema
 from engine.timeline import Timeline, temp_folder
 from engine.write_client import UPSERT as UPSERT_OPERATION
@@ -170,12 +169,13 @@ class InstantPlan:
 
     def abort(self) -> None:
         """Roll the instant back now (driver only), rather than at the next write."""
-        rollback_failed_writes(self.table.storage,
-                               Timeline.load(self.table.storage, self.table.config))
+        self.client.abort(self.instant)
 
 
 def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
-    """Roll back failed writes, start an inflight instant, snapshot the layout. Driver only."""
+    """Roll back failed writes, start an inflight instant (its heartbeat beats until
+    :meth:`InstantPlan.finish` or :meth:`InstantPlan.abort`), snapshot the layout. Driver
+    only."""
     client = WriteClient(table.storage, table.config, table.write_config)
     timeline, instant = client.begin()
     slices = build_file_slices(list_table_files(table.storage), timeline,
@@ -252,6 +252,8 @@ class WriteSpec:
     """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
     """Set when the batch's error rows must be staged for the error table."""
+    log_only_inserts: bool = False
+    """New file groups get a log file, not a base file (non-blocking concurrency)."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +369,10 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
     ctx = spec.context
     resolved = resolve(arrival_order(rows), event_time=spec.event_time)
     existing = layout.groups.get((partition, file_id))
-    kind = CREATE if existing is None else (APPEND if spec.is_mor else MERGE)
+    if existing is None:
+        kind = APPEND if spec.log_only_inserts else CREATE
+    else:
+        kind = APPEND if spec.is_mor else MERGE
     data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
     records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
     deletes = (_deletes(resolved.deletes, spec)
@@ -492,7 +497,8 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     broadcast = spark.sparkContext.broadcast(plan.layout)
     config = plan.table.config
     spec = WriteSpec(plan.context, config.is_mor, event_time, config.name,
-                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
+                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors,
+                     log_only_inserts=plan.client.log_only_inserts)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns))
         results = shuffled.mapInArrow(_write_partition(spec, lambda: broadcast.value),

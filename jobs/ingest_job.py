@@ -87,7 +87,9 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         options=dict(config.table_options), error_table_path=errors,
         delete_column=config["table.delete_field"],
         update_partition_path=config["index.update_partition_path"],
-        state_api=config["index.state_api"])
+        state_api=config["index.state_api"],
+        checkpoint_identifier=config["checkpoint.identifier"],
+        conflict_retries=config["table.conflict_retries"])
 
 
 def _checkpoint_has_offsets(location: str) -> bool:
@@ -102,7 +104,8 @@ def kafka_options(config: JobConfig) -> dict[str, str]:
 
     starting = config["source.starting_offsets"]
     if not _checkpoint_has_offsets(config["checkpoint.location"]):
-        recorded = starting_offsets_from_table(config["table.path"])
+        recorded = starting_offsets_from_table(config["table.path"],
+                                               config["checkpoint.identifier"])
         if recorded:
             log.info("no offsets in the checkpoint: resuming from the table's last commit")
             starting = starting_offsets_json(recorded)

@@ -120,6 +120,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trigger", "available_now", _bool, False,
             "Process what is in the topics now, then stop."),
     Setting("checkpoint", "location", _str, None, "Spark checkpoint folder (required)."),
+    Setting("checkpoint", "identifier", _str, "default_single_writer",
+            "This job's writer identifier in the table's commits (Hudi's "
+            "hoodie.datasource.write.streaming.checkpoint.identifier): give every job that "
+            "writes the same table its own."),
+    Setting("table", "conflict_retries", _int, 10,
+            "How often a micro-batch refused because a concurrent writer touched the same "
+            "file groups is replanned and written again before the job fails."),
     Setting("spark", "master", _str, "local[2]", "Spark master URL."),
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
     Setting("errors", "table_path", _str, None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from pathlib import Path
 
@@ -15,8 +16,15 @@ from engine.config import (
     WriteConfig,
     table_checksum,
 )
-from engine.errors import InvalidOptionError, InvalidRecordError
-from engine.instant import Action, Instant, State, new_instant_time, parse_instant_time
+from engine.errors import ClockSkewError, InvalidOptionError, InvalidRecordError
+from engine.instant import (
+    Action,
+    Instant,
+    State,
+    format_instant_time,
+    new_instant_time,
+    parse_instant_time,
+)
 from engine.naming import parse_base_file, parse_log_file
 from engine.partition import (
     DEFAULT_PARTITION,
@@ -95,8 +103,23 @@ def test_instant_file_names_parse_both_layouts() -> None:
 def test_new_instant_times_strictly_increase() -> None:
     times = [new_instant_time() for _ in range(20)]
     assert times == sorted(set(times))
-    assert new_instant_time("29990101000000000") == "29990101000000001"
     parse_instant_time(times[0])
+
+
+def test_new_instant_time_far_future_timeline_refused_and_not_pinned() -> None:
+    with pytest.raises(ClockSkewError, match="29990101000000000"):
+        new_instant_time("29990101000000000")
+    # The refused floor is not remembered: later instants are wall-clock times again.
+    later = new_instant_time()
+    assert later < "29990101000000000"
+    assert abs((parse_instant_time(later) - _dt.datetime.now(_dt.timezone.utc))
+               .total_seconds()) < 60
+
+
+def test_new_instant_time_small_skew_waited_out() -> None:
+    ahead = format_instant_time(_dt.datetime.now(_dt.timezone.utc)
+                                + _dt.timedelta(milliseconds=300))
+    assert new_instant_time(ahead) > ahead
 
 
 def test_file_names_parse_and_reject() -> None:

@@ -1,0 +1,114 @@
+"""Conflict checks at commit: Hudi's file-group rule for concurrent writers.
+
+A writer that started from a snapshot of the timeline may complete its instant only if no
+other instant that completed since that snapshot wrote to, or replaced, one of the file
+groups it wrote, and no compaction or clustering scheduled since then covers one of them
+(Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``;
+``hudi-table-services.md`` §10). Under non-blocking concurrency control, writers of log
+files never conflict with each other; only a replaced file group (clustering, insert
+overwrite) or one planned for clustering does.
+
+Called under the table lock, right before the commit point (:mod:`engine.write_client`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from engine.commit_metadata import WriteStat, read_avro_ocf
+from engine.errors import CorruptTableError, WriteConflictError
+from engine.instant import Action, Instant
+from engine.timeline import Timeline
+
+FileGroupId = tuple[str, str]
+"""(partition path, file id)."""
+
+
+def touched_groups(stats: Iterable[WriteStat]) -> set[FileGroupId]:
+    """The file groups a set of write stats wrote to."""
+    return {(s.partition_path, s.file_id) for s in stats}
+
+
+def _written_by(timeline: Timeline, instant: Instant) -> tuple[set[FileGroupId],
+                                                               set[FileGroupId]]:
+    """(groups written, groups replaced) by a completed data instant."""
+    meta = timeline.commit_metadata(instant)
+    written = {(p, s.file_id) for p, stats in meta.partition_to_write_stats().items()
+               for s in stats}
+    replaced = {(p, fid) for p, ids in meta.partition_to_replace_file_ids.items()
+                for fid in ids}
+    return written, replaced
+
+
+def planned_groups(timeline: Timeline, instant: Instant) -> set[FileGroupId]:
+    """File groups a pending compaction or clustering plan covers."""
+    rel = f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}"
+    requested = f"{timeline.folder}/{instant.requested_time}.{instant.action.value}.requested"
+    for path in (requested, rel):
+        try:
+            data = timeline.storage.read(path)
+        except FileNotFoundError:
+            continue
+        if not data:
+            continue
+        try:
+            plan = read_avro_ocf(data)
+        except (ValueError, OSError, EOFError) as exc:
+            raise CorruptTableError(f"plan {path} cannot be read: {exc}") from exc
+        return set(_plan_groups(plan))
+    return set()
+
+
+def _plan_groups(plan: Mapping[str, Any]) -> Iterator[FileGroupId]:
+    # HoodieCompactionPlan: operations[].{partitionPath, fileId}
+    for op in plan.get("operations") or []:
+        yield str(op.get("partitionPath") or ""), str(op.get("fileId") or "")
+    # HoodieRequestedReplaceMetadata: clusteringPlan.inputGroups[].slices[]
+    clustering = plan.get("clusteringPlan") or {}
+    for group in clustering.get("inputGroups") or []:
+        for slc in group.get("slices") or []:
+            yield str(slc.get("partitionPath") or ""), str(slc.get("fileId") or "")
+
+
+SERVICE_ACTIONS = (Action.COMPACTION, Action.CLUSTERING, Action.REPLACE_COMMIT,
+                   Action.LOG_COMPACTION)
+
+
+def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
+                    stats: Iterable[WriteStat], *, non_blocking: bool) -> None:
+    """Raise :class:`WriteConflictError` if ``instant``'s writes overlap what others did
+    since ``start`` (the timeline the writer planned from); ``now`` is reloaded under the
+    lock."""
+    ours = touched_groups(stats)
+    if not ours:
+        return
+    seen = {i.requested_time for i in start.instants if i.is_completed}
+    for other in now.completed_data_instants:
+        if other.requested_time in seen or other.requested_time == instant.requested_time:
+            continue
+        written, replaced = _written_by(now, other)
+        overlap = ours & replaced if non_blocking else ours & (written | replaced)
+        if overlap:
+            partition, file_id = sorted(overlap)[0]
+            raise WriteConflictError(
+                f"instant {instant.requested_time} conflicts with "
+                f"{other.action.completed_action.value} {other.requested_time}, which "
+                f"completed at {other.completion_time} while it was being written: both "
+                f"wrote file group {file_id} of partition {partition!r}"
+                f"{f' (and {len(overlap) - 1} more)' if len(overlap) > 1 else ''}; "
+                "nothing was committed")
+    pending_before = {i.requested_time for i in start.instants if not i.is_completed}
+    for other in now.pending(SERVICE_ACTIONS):
+        if other.requested_time in pending_before:
+            continue
+        if non_blocking and other.action is Action.COMPACTION:
+            continue  # logs written during a compaction land in the next slice
+        overlap = ours & planned_groups(now, other)
+        if overlap:
+            partition, file_id = sorted(overlap)[0]
+            raise WriteConflictError(
+                f"instant {instant.requested_time} conflicts with the "
+                f"{other.action.value} plan {other.requested_time}, scheduled while it was "
+                f"being written on file group {file_id} of partition {partition!r}; "
+                "nothing was committed")
