@@ -95,7 +95,14 @@ class Storage:
             entries = list(os.scandir(self.full(rel)))
         except FileNotFoundError:
             return []
-        return [FileStatus(e.name, e.stat().st_size) for e in entries if e.is_file()]
+        found = []
+        for entry in entries:
+            try:
+                if entry.is_file():
+                    found.append(FileStatus(entry.name, entry.stat().st_size))
+            except FileNotFoundError:  # deleted while listing (another writer's temp file)
+                continue
+        return found
 
     def list_subdirs(self, rel: str) -> list[str]:
         """Names of folders directly in ``rel``."""

@@ -1,0 +1,402 @@
+"""Several writers on one table: the lock, heartbeats, optimistic and non-blocking commits.
+
+The in-process tests interleave two real writers step by step (begin, write, commit) to hit
+each rule exactly; the multi-process tests run writers as separate Python processes with
+random overlaps and check every outcome against an oracle built from what each writer was
+told (committed or refused), never from the table itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engine import Table, WriteConflictError
+from engine.config import WriteConfig
+from engine.errors import InvalidOptionError, LockTimeoutError
+from engine.file_group import list_table_files
+from engine.heartbeat import heartbeat_path
+from engine.lock import LOCK_FILE, FileSystemLock
+from engine.storage import Storage
+from engine.write_client import UPSERT, WriteClient
+from tests.conftest import hudi_rs_read
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(table: pa.Table) -> dict[str, tuple[int, int]]:
+    cols = table.select(["key", "ts", "v"]).to_pylist()
+    return {r["key"]: (r["ts"], r["v"]) for r in cols}
+
+
+def _batch(keys: list[str], ts: int, v: int, part: str | None = None) -> pa.Table:
+    return pa.table({"key": keys, "ts": [ts] * len(keys),
+                     "part": [part or f"p{int(k[1:]) % 2}" for k in keys],
+                     "v": [v] * len(keys)})
+
+
+def _client(table: Table, **options: str) -> WriteClient:
+    opened = Table.open(table.path, options)
+    return WriteClient(opened.storage, opened.config, opened.write_config)
+
+
+def _stage(client: WriteClient, data: pa.Table):  # type: ignore[no-untyped-def]
+    """Begin an instant and write its files, without committing: (timeline, plan, stats)."""
+    timeline, inflight = client.begin()
+    records = client.prepare(data, timeline, dedupe=True)
+    plan = client.plan(timeline, inflight, UPSERT, records, None)
+    return timeline, plan, client.execute_local(plan)
+
+
+def _new_table(tmp_path: Path, table_type: str, index: str = "SIMPLE") -> Table:
+    return Table.create(str(tmp_path / "t"), name="conc", table_type=table_type,
+                        record_key="key", precombine="ts", partition_by=["part"],
+                        options={"hoodie.index.type": index})
+
+
+def _pending(table: Table) -> list[str]:
+    return [e.instant_time for e in table.timeline() if e.state != "completed"]
+
+
+def _files_of_uncommitted(table: Table) -> list[str]:
+    done = {e.instant_time for e in table.timeline() if e.state == "completed"}
+    files = list_table_files(table.storage)
+    found = [(f.instant_time, f.path) for f in files.base_files]
+    found += [(f.instant_time, f.path) for f in files.log_files]
+    return [path for instant_time, path in found if instant_time not in done]
+
+
+# -- the lock -------------------------------------------------------------------------------
+
+
+def test_filesystem_lock_second_holder_waits_then_times_out(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    first = FileSystemLock(storage, wait_seconds=1, expire_seconds=60)
+    second = FileSystemLock(storage, wait_seconds=0.3, expire_seconds=60)
+    with first:
+        owner = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert owner["pid"] == os.getpid() and owner["owner"]
+        started = time.monotonic()
+        with pytest.raises(LockTimeoutError, match=r"hoodie\.write\.lock\.wait_time_ms"):
+            second.acquire()
+        assert time.monotonic() - started >= 0.3
+    with second:  # free again once released
+        assert (tmp_path / LOCK_FILE).exists()
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_filesystem_lock_stale_lock_broken_live_lock_renewed(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    dead = FileSystemLock(storage, wait_seconds=1, expire_seconds=0)  # never renews
+    dead.acquire()
+    old = time.time() - 120
+    os.utime(tmp_path / LOCK_FILE, (old, old))
+    taker = FileSystemLock(storage, wait_seconds=2, expire_seconds=1.0)
+    with taker:  # the dead holder's lock is older than 1 s: broken, taken
+        with pytest.raises(WriteConflictError, match="broken by another writer"):
+            dead.verify()
+        taker.verify()
+        first = (tmp_path / LOCK_FILE).stat().st_mtime
+        time.sleep(0.6)  # renewed every quarter of the expiry while held
+        assert (tmp_path / LOCK_FILE).stat().st_mtime > first
+        waiter = FileSystemLock(storage, wait_seconds=0.2, expire_seconds=1.0)
+        with pytest.raises(LockTimeoutError):
+            waiter.acquire()  # a renewed lock is never stale
+    assert [p.name for p in tmp_path.joinpath(".hoodie").iterdir()] == []
+
+
+def test_filesystem_lock_threads_exclusive(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    def work(i: int) -> None:
+        for _ in range(10):
+            with FileSystemLock(storage, wait_seconds=20, expire_seconds=60):
+                inside.append(i)
+                if len(inside) > 1:
+                    overlaps.append(i)
+                time.sleep(0.002)
+                inside.remove(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == []
+
+
+def test_concurrency_mode_option_validated(tmp_path: Path) -> None:
+    table = _new_table(tmp_path, "COPY_ON_WRITE")
+    mode = "hoodie.write.concurrency.mode"
+    with pytest.raises(InvalidOptionError, match=r"concurrency\.mode.*MERGE_ON_READ"):
+        Table.open(table.path, {mode: "NON_BLOCKING_CONCURRENCY_CONTROL"})
+    with pytest.raises(InvalidOptionError, match=r"concurrency\.mode"):
+        Table.open(table.path, {mode: "pessimistic"})
+    with pytest.raises(InvalidOptionError, match=r"lock\.provider"):
+        WriteConfig.from_options({"hoodie.write.lock.provider": "ZookeeperBasedLockProvider"})
+    opened = Table.open(table.path,
+                        {"hoodie.write.concurrency.mode": "optimistic_concurrency_control"})
+    assert opened.write_config.concurrency_mode is not None
+
+
+# -- optimistic concurrency ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_occ_overlapping_file_group_second_commit_refused_and_removed(
+        tmp_path: Path, table_type: str) -> None:
+    table = _new_table(tmp_path, table_type)
+    table.upsert(_batch([f"k{i}" for i in range(10)], 1, 0))
+    a, b = _client(table), _client(table)
+    a_start, a_plan, a_stats = _stage(a, _batch(["k0", "k2"], 5, 1))
+    b_start, b_plan, b_stats = _stage(b, _batch(["k4"], 5, 2))
+    assert set(_pending(table)) == {a_plan.instant.requested_time,
+                                    b_plan.instant.requested_time}
+    b.commit(b_start, b_plan, b_stats)
+    with pytest.raises(WriteConflictError, match=r"both wrote file group .* partition 'p0'"):
+        a.commit(a_start, a_plan, a_stats)
+    assert _pending(table) == []
+    assert _files_of_uncommitted(table) == []
+    expected = {f"k{i}": (1, 0) for i in range(10)} | {"k4": (5, 2)}
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_occ_disjoint_file_groups_both_commit(tmp_path: Path, table_type: str) -> None:
+    table = _new_table(tmp_path, table_type)
+    table.upsert(_batch([f"k{i}" for i in range(10)], 1, 0))
+    a, b = _client(table), _client(table)
+    a_start, a_plan, a_stats = _stage(a, _batch(["k0", "k2"], 5, 1))   # partition p0
+    b_start, b_plan, b_stats = _stage(b, _batch(["k1", "k3"], 5, 2))   # partition p1
+    b.commit(b_start, b_plan, b_stats)
+    a.commit(a_start, a_plan, a_stats)
+    expected = {f"k{i}": (1, 0) for i in range(10)} | {"k0": (5, 1), "k2": (5, 1),
+                                                        "k1": (5, 2), "k3": (5, 2)}
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+
+
+def test_occ_instant_rolled_back_by_other_writer_refused_at_commit(tmp_path: Path) -> None:
+    table = _new_table(tmp_path, "COPY_ON_WRITE")
+    table.upsert(_batch(["k0", "k1"], 1, 0))
+    slow = _client(table, **{"hoodie.client.heartbeat.interval_in_ms": "600000"})
+    s_start, s_plan, s_stats = _stage(slow, _batch(["k0"], 5, 1))
+    # The slow writer's heartbeat is judged by the other writer's expiry (0.2 s here).
+    hb = Path(table.path, heartbeat_path(s_plan.instant.requested_time))
+    old = time.time() - 5
+    os.utime(hb, (old, old))
+    impatient = Table.open(table.path, {"hoodie.client.heartbeat.interval_in_ms": "100",
+                                        "hoodie.client.heartbeat.tolerable.misses": "2"})
+    impatient.upsert(_batch(["k1"], 5, 2))
+    assert s_plan.instant.requested_time not in _pending(table)
+    with pytest.raises(WriteConflictError, match="no longer inflight"):
+        slow.commit(s_start, s_plan, s_stats)
+    expected = {"k0": (1, 0), "k1": (5, 2)}
+    assert _rows(table.read()) == expected
+    assert _files_of_uncommitted(table) == []
+
+
+def test_live_writer_instant_never_rolled_back(tmp_path: Path) -> None:
+    table = _new_table(tmp_path, "MERGE_ON_READ")
+    table.upsert(_batch(["k0", "k1"], 1, 0))
+    live = _client(table)
+    l_start, l_plan, l_stats = _stage(live, _batch(["k0"], 5, 1))
+    for i in range(3):  # other writers come and go while it writes
+        Table.open(table.path).upsert(_batch(["k1"], 10 + i, i))
+    assert l_plan.instant.requested_time in _pending(table)
+    live.commit(l_start, l_plan, l_stats)
+    assert _rows(table.read()) == {"k0": (5, 1), "k1": (12, 2)}
+    assert not list(Path(table.path, ".hoodie", ".heartbeat").iterdir())
+
+
+def test_failed_write_rolled_back_at_once_no_pending_instant(tmp_path: Path) -> None:
+    table = _new_table(tmp_path, "COPY_ON_WRITE")
+    table.upsert(_batch(["k0"], 1, 0))
+    client = _client(table)
+
+    def boom(plan: object) -> list[object]:
+        raise RuntimeError("task failed")
+
+    with pytest.raises(RuntimeError, match="task failed"):
+        client.write(UPSERT, client.prepare(_batch(["k0"], 2, 1), client_timeline(table),
+                                            dedupe=True), None, run=boom)  # type: ignore[arg-type]
+    assert _pending(table) == []
+    assert any(e.action == "rollback" for e in table.timeline())
+
+
+def client_timeline(table: Table):  # type: ignore[no-untyped-def]
+    from engine.timeline import Timeline
+    return Timeline.load(table.storage, table.config)
+
+
+# -- non-blocking concurrency (MOR + BUCKET) -------------------------------------------------
+
+
+def test_nbcc_interleaved_writers_same_buckets_all_commit(tmp_path: Path) -> None:
+    table = _new_table(tmp_path, "MERGE_ON_READ", index="BUCKET")
+    assert WriteClient(table.storage, table.config, table.write_config).log_only_inserts
+    a, b = _client(table), _client(table)
+    # Both create the same new buckets at once: log-only file groups, no base file.
+    a_start, a_plan, a_stats = _stage(a, _batch(["k0", "k1", "k2"], 5, 1))
+    b_start, b_plan, b_stats = _stage(b, _batch(["k0", "k1", "k3"], 3, 2))
+    b.commit(b_start, b_plan, b_stats)
+    a.commit(a_start, a_plan, a_stats)
+    a_start, a_plan, a_stats = _stage(a, _batch(["k2", "k3"], 9, 3))
+    b_start, b_plan, b_stats = _stage(b, _batch(["k2", "k0"], 7, 4))
+    a.commit(a_start, a_plan, a_stats)
+    b.commit(b_start, b_plan, b_stats)
+    files = list_table_files(table.storage)
+    assert files.base_files == ()
+    expected = {"k0": (7, 4), "k1": (5, 1), "k2": (9, 3), "k3": (9, 3)}
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+
+
+# -- several processes ----------------------------------------------------------------------
+
+WRITER = textwrap.dedent("""
+    import json, random, sys, time
+    import pyarrow as pa
+    from engine import Table, WriteConflictError
+    path, writer, seed, n, options = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \\
+        int(sys.argv[4]), json.loads(sys.argv[5])
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(40)]
+    for seq in range(n):
+        chosen = sorted(rng.sample(keys, rng.randint(1, 8)))
+        if rng.random() < 0.3:  # sometimes stay in one partition: different file groups
+            chosen = [k for k in chosen if int(k[1:]) % 4 == writer % 4] or chosen[:1]
+        ts = time.time_ns()
+        data = pa.table({"key": chosen, "ts": [ts] * len(chosen),
+                         "part": [f"p{int(k[1:]) % 4}" for k in chosen],
+                         "v": [writer * 1000 + seq] * len(chosen)})
+        try:
+            instant = Table.open(path, options).upsert(data)
+            out = {"ok": instant}
+        except WriteConflictError as exc:
+            out = {"refused": str(exc)}
+        print(json.dumps({"keys": chosen, "ts": ts, "v": writer * 1000 + seq, **out}),
+              flush=True)
+""")
+
+
+def _run_writers(path: str, count: int, writes: int, seed: int,
+                 options: dict[str, str]) -> list[dict[str, object]]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, path, str(w), str(seed * 10 + w),
+                               str(writes), json.dumps(options)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in range(1, count + 1)]
+    results: list[dict[str, object]] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        results += [json.loads(line) for line in out.splitlines()]
+    return results
+
+
+def _oracle(initial: dict[str, tuple[int, int]],
+            results: list[dict[str, object]]) -> dict[str, tuple[int, int]]:
+    expected = dict(initial)
+    for r in results:
+        if "ok" not in r:
+            continue
+        for key in r["keys"]:  # type: ignore[attr-defined]
+            candidate = (int(r["ts"]), int(r["v"]))  # type: ignore[call-overload]
+            if key not in expected or candidate[0] >= expected[key][0]:
+                expected[key] = candidate
+    return expected
+
+
+SHAPES = {
+    "cow-simple-occ": ("COPY_ON_WRITE", "SIMPLE"),
+    "mor-simple-occ": ("MERGE_ON_READ", "SIMPLE"),
+    "cow-bucket-occ": ("COPY_ON_WRITE", "BUCKET"),
+    "mor-bucket-nbcc": ("MERGE_ON_READ", "BUCKET"),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("writers", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
+        tmp_path: Path, shape: str, writers: int) -> None:
+    table_type, index = SHAPES[shape]
+    table = _new_table(tmp_path, table_type, index)
+    initial = {f"k{i}": (1, -1) for i in range(40)}
+    table.upsert(pa.table({"key": list(initial), "ts": [1] * 40,
+                           "part": [f"p{i % 4}" for i in range(40)], "v": [-1] * 40}))
+    results = _run_writers(table.path, writers, 20, seed=writers, options={})
+    committed = [r for r in results if "ok" in r]
+    refused = [r for r in results if "refused" in r]
+    assert committed, "no write committed at all"
+    print(f"{shape} x{writers}: {len(committed)} committed, {len(refused)} refused")
+    if shape.endswith("nbcc"):
+        assert refused == []  # non-blocking: nobody is ever refused
+    # A live writer's instant is never rolled back under it.
+    assert not [r for r in refused if "no longer inflight" in str(r["refused"])]
+    expected = _oracle(initial, results)
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+    assert _pending(table) == []
+    assert _files_of_uncommitted(table) == []
+    done = {e.instant_time for e in table.timeline() if e.state == "completed"}
+    assert {str(r["ok"]) for r in committed} <= done
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    import pyarrow as pa
+    import engine.write_client as wc
+    from engine import Table
+    original = wc.WriteClient.commit
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    wc.WriteClient.commit = die
+    keys = [f"k{i}" for i in range(0, 40, 3)]
+    Table.open(sys.argv[1]).upsert(pa.table({"key": keys, "ts": [9 * 10**18] * len(keys),
+        "part": [f"p{int(k[1:]) % 4}" for k in keys], "v": [99] * len(keys)}))
+""")
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_after_expiry(
+        tmp_path: Path, table_type: str) -> None:
+    table = _new_table(tmp_path, table_type)
+    initial = {f"k{i}": (1, -1) for i in range(40)}
+    table.upsert(pa.table({"key": list(initial), "ts": [1] * 40,
+                           "part": [f"p{i % 4}" for i in range(40)], "v": [-1] * 40}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    victim = subprocess.run([sys.executable, "-c", KILLED_WRITER, table.path], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert victim.returncode == -signal.SIGKILL, victim.stderr
+    dead = _pending(table)
+    assert len(dead) == 1
+    # The survivor writes many times while the dead instant's heartbeat is fresh.
+    results = _run_writers(table.path, 1, 10, seed=7, options={})
+    assert all("ok" in r for r in results)
+    assert _pending(table) == dead  # not touched: it could have been a slow live writer
+    expected = _oracle(initial, results)
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
+    # Expired (interval x misses): the next writer rolls it back.
+    time.sleep(0.3)
+    Table.open(table.path, {"hoodie.client.heartbeat.interval_in_ms": "100"}).upsert(
+        _batch(["k1"], 9 * 10**18 + 1, 5))
+    assert _pending(table) == []
+    assert _files_of_uncommitted(table) == []
+    expected["k1"] = (9 * 10**18 + 1, 5)
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected
