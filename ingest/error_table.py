@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.config import TableConfig
-from engine.errors import TableNotFoundError
+from engine.errors import TableExistsError, TableNotFoundError
 from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
@@ -85,17 +85,26 @@ def write_schema() -> pa.Schema:
     return pa.schema(list(ERROR_SCHEMA) + _BOOKKEEPING)
 
 
+WRITER_KEY_PREFIXES = ("hoodie.write.lock.", "hoodie.client.heartbeat.")
+"""Options of the data table's writer that its error table's writer takes too."""
+
+
 def open_error_table(path: str, name: str, *, partitioned: bool = True,
-                     num_buckets: int = 2) -> Table:
-    """Open the error table at ``path``, creating it if missing (driver side)."""
+                     num_buckets: int = 2, options: Mapping[str, Any] | None = None) -> Table:
+    """Open the error table at ``path``, creating it if missing (driver side). Of
+    ``options`` (the data table's writer options) the lock and heartbeat ones apply."""
+    writer = {k: v for k, v in (options or {}).items() if k.startswith(WRITER_KEY_PREFIXES)}
     try:
-        table = Table.open(path)
+        table = Table.open(path, writer)
     except TableNotFoundError:
-        return Table.create(
-            path, name=name, table_type="COPY_ON_WRITE", record_key="error_id",
-            partition_by=["error_date"] if partitioned else None, schema=ERROR_SCHEMA,
-            options={"hoodie.index.type": "BUCKET",
-                     "hoodie.bucket.index.num.buckets": str(num_buckets)})
+        try:
+            return Table.create(
+                path, name=name, table_type="COPY_ON_WRITE", record_key="error_id",
+                partition_by=["error_date"] if partitioned else None, schema=ERROR_SCHEMA,
+                options={"hoodie.index.type": "BUCKET",
+                         "hoodie.bucket.index.num.buckets": str(num_buckets), **writer})
+        except TableExistsError:  # another job created it meanwhile
+            table = Table.open(path, writer)
     if table.config.record_key_fields != ("error_id",) or table.config.num_buckets is None:
         raise ValueError(f"error_table_path: the table at {path} is not an error table "
                          "(record key error_id, BUCKET index)")

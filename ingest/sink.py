@@ -241,7 +241,8 @@ class HudiStreamingSink:
                                 num_buckets=config.num_buckets if self.index == BUCKET else None,
                                 pack=self.index == BUCKET)
         self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
-                                             partitioned=error_table_partitioned)
+                                             partitioned=error_table_partitioned,
+                                             options=options)
                             if error_table_path else None)
         self.last_result: BatchResult | None = None
         self.totals = SinkTotals()

@@ -112,14 +112,15 @@ class Report:
         self.data: dict[str, Any] = {"driver_pid": os.getpid(), "batches": [],
                                      "finished": False}
 
-    def add_batch(self, result: Any, seconds: float) -> None:
+    def add_batch(self, result: Any, seconds: float, retries: int = 0) -> None:
         tasks = [{"pid": t.pid, "host": t.host, "file_group": t.file_group,
                   "task_attempt_id": t.task_attempt_id, "ancestry": ancestry(t.pid)}
                  for t in result.tasks]
         self.data["batches"].append({
             "batch_id": result.batch_id, "skipped": result.skipped,
             "records": result.records, "errors": result.errors,
-            "instant_time": result.instant_time, "seconds": seconds, "tasks": tasks})
+            "instant_time": result.instant_time, "seconds": seconds, "tasks": tasks,
+            "retries": retries})
         self.write()
 
     def write(self) -> None:
@@ -138,8 +139,10 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
 
     def process_batch(self: Any, df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        retries = self.totals.retries
         original_process(self, df, batch_id)
-        report.add_batch(self.last_result, time.monotonic() - started)
+        report.add_batch(self.last_result, time.monotonic() - started,
+                         self.totals.retries - retries)
 
     sink_module.HudiStreamingSink.process_batch = process_batch  # type: ignore[method-assign]
 

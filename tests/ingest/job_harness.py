@@ -149,9 +149,11 @@ def hudi_rs_rows(path: str | Path) -> tuple[dict[str, Row], int]:
     return {r["trip_id"]: tuple(r[c] for c in COLUMNS) for r in rows}, len(rows)
 
 
-def committed_offsets(path: str | Path, topic: str) -> dict[int, int]:
-    """Next offset per partition recorded by the table's newest streaming commit."""
-    return dict((starting_offsets_from_table(str(path)) or {}).get(topic, {}))
+def committed_offsets(path: str | Path, topic: str,
+                      identifier: str | None = None) -> dict[int, int]:
+    """Next offset per partition recorded by the table's newest streaming commit (of the
+    job with writer ``identifier``, if given)."""
+    return dict((starting_offsets_from_table(str(path), identifier) or {}).get(topic, {}))
 
 
 def streaming_commits(path: str | Path) -> list[tuple[str | None, int]]:
