@@ -9,7 +9,8 @@ Commit protocol (``hudi-format.md`` §2.6), as the writer drives it:
    :meth:`~engine.storage.Storage.write_new` (atomic and exclusive), last.
 
 Readers only ever consider completed instants. An instant left requested or inflight by
-a crashed writer is rolled back by the next writer (:mod:`engine.rollback`).
+a crashed writer is rolled back by the first writer after its heartbeat expired
+(:mod:`engine.rollback`, :mod:`engine.heartbeat`).
 """
 
 from __future__ import annotations

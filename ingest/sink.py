@@ -30,8 +30,9 @@ Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``), read from Kafka on
 Exactly once: Spark replays a batch whose end it did not record; the sink recognizes a batch
 the table already committed (same writer identifier and query, batch id not newer) and writes
 nothing. A batch that failed before its commit left an inflight instant, which is rolled back
-at once or, after a crash, by the next instant; a replay after the error table's commit stages
-no error rows, and one before it upserts them under the same keys with the same content.
+at once or, after a crash, by the first write after its heartbeat expired; a replay after
+the error table's commit stages no error rows, and one before it upserts them under the same
+keys with the same content.
 """
 
 from __future__ import annotations
@@ -490,11 +491,12 @@ class HudiStreamingSink:
 
 
 def _abort_quietly(plan: InstantPlan) -> None:
-    """Roll back a failed batch's instant now; if that fails too, the next write will."""
+    """Roll back a failed batch's instant now; if that fails too, a later write will (once
+    its heartbeat expired)."""
     try:
         plan.abort()
     except Exception:  # the original error matters more
-        log.warning("could not roll back instant %s of %s now; the next write will",
+        log.warning("could not roll back instant %s of %s now; a later write will",
                     plan.instant.requested_time, plan.table.path, exc_info=True)
 
 
