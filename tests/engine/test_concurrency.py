@@ -400,3 +400,90 @@ def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_after_expir
     expected["k1"] = (9 * 10**18 + 1, 5)
     assert _rows(table.read()) == expected
     assert _rows(hudi_rs_read(table.path)) == expected
+
+
+# -- pending service plans ----------------------------------------------------------------
+
+_OPERATION = {"type": "record", "name": "HoodieCompactionOperation", "fields": [
+    {"name": "baseInstantTime", "type": ["null", "string"]},
+    {"name": "deltaFilePaths", "type": ["null", {"type": "array", "items": "string"}]},
+    {"name": "dataFilePath", "type": ["null", "string"]},
+    {"name": "fileId", "type": ["null", "string"]},
+    {"name": "partitionPath", "type": ["null", "string"]},
+    {"name": "metrics", "type": ["null", {"type": "map", "values": "double"}]},
+    {"name": "bootstrapFilePath", "type": ["null", "string"]}]}
+_COMPACTION_PLAN = {"type": "record", "name": "HoodieCompactionPlan",
+                    "namespace": "org.apache.hudi.avro.model", "fields": [
+                        {"name": "operations", "type": ["null", {"type": "array",
+                                                                 "items": _OPERATION}]},
+                        {"name": "extraMetadata",
+                         "type": ["null", {"type": "map", "values": "string"}]},
+                        {"name": "version", "type": ["int", "null"]}]}
+_SLICE = {"type": "record", "name": "HoodieSliceInfo", "fields": [
+    {"name": "dataFilePath", "type": ["null", "string"]},
+    {"name": "deltaFilePaths", "type": ["null", {"type": "array", "items": "string"}]},
+    {"name": "fileId", "type": ["null", "string"]},
+    {"name": "partitionPath", "type": ["null", "string"]}]}
+_CLUSTERING_REQUEST = {"type": "record", "name": "HoodieRequestedReplaceMetadata",
+                       "namespace": "org.apache.hudi.avro.model", "fields": [
+                           {"name": "operationType", "type": ["null", "string"]},
+                           {"name": "clusteringPlan", "type": ["null", {
+                               "type": "record", "name": "HoodieClusteringPlan", "fields": [
+                                   {"name": "inputGroups", "type": ["null", {
+                                       "type": "array", "items": {
+                                           "type": "record", "name": "HoodieClusteringGroup",
+                                           "fields": [{"name": "slices", "type": {
+                                               "type": "array", "items": _SLICE}}]}}]}]}]}]}
+
+
+def _schedule(table: Table, action: str, groups: list[tuple[str, str]]) -> str:
+    """Write a pending compaction or clustering plan on ``groups``, as another (Java) writer
+    scheduling a table service would: ``T.<action>.requested`` with the Avro plan."""
+    import io
+
+    import fastavro
+
+    from engine.instant import new_instant_time
+    if action == "compaction":
+        schema, record = _COMPACTION_PLAN, {"operations": [
+            {"baseInstantTime": None, "deltaFilePaths": [], "dataFilePath": None,
+             "fileId": fid, "partitionPath": part, "metrics": {}, "bootstrapFilePath": None}
+            for part, fid in groups], "extraMetadata": {}, "version": 2}
+    else:
+        schema, record = _CLUSTERING_REQUEST, {"operationType": "CLUSTER", "clusteringPlan": {
+            "inputGroups": [{"slices": [{"dataFilePath": None, "deltaFilePaths": [],
+                                         "fileId": fid, "partitionPath": part}
+                                        for part, fid in groups]}]}}
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), [record])
+    t = new_instant_time(max(e.instant_time for e in table.timeline()))
+    Path(table.path, ".hoodie", "timeline", f"{t}.{action}.requested").write_bytes(
+        buf.getvalue())
+    return t
+
+
+@pytest.mark.parametrize(("index", "action", "refused"), [
+    ("SIMPLE", "compaction", True),      # optimistic: a plan on a touched group conflicts
+    ("SIMPLE", "clustering", True),
+    ("BUCKET", "compaction", False),     # non-blocking: logs go to the next slice
+    ("BUCKET", "clustering", True),      # ... but a group being replaced is a conflict
+])
+def test_service_plan_scheduled_meanwhile_on_touched_group(
+        tmp_path: Path, index: str, action: str, refused: bool) -> None:
+    table = _new_table(tmp_path, "MERGE_ON_READ", index)
+    table.upsert(_batch(["k0", "k1"], 1, 0))
+    group = next((s.partition_path, s.file_id) for s in table.file_slices()
+                 if s.partition_path == "p0")
+    writer = _client(table)
+    start, plan, stats = _stage(writer, _batch(["k0"], 5, 1))
+    assert (group[0], group[1]) in {(s.partition_path, s.file_id) for s in stats}
+    _schedule(table, action, [group])
+    if refused:
+        with pytest.raises(WriteConflictError, match=f"the {action} plan"):
+            writer.commit(start, plan, stats)
+        assert _rows(table.read())["k0"] == (1, 0)
+    else:
+        writer.commit(start, plan, stats)
+        assert _rows(table.read())["k0"] == (5, 1)
+    assert plan.instant.requested_time not in _pending(table)
+    assert _files_of_uncommitted(table) == []
