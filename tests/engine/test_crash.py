@@ -102,3 +102,18 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     leftovers = [p.name for p in Path(path).rglob("*") if p.name.startswith(".tmp.")]
     assert leftovers == []
     assert not list(Path(path, ".hoodie", ".heartbeat").iterdir())
+
+
+def test_unreadable_rollback_plan_fails_loudly_naming_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    table = Table.create(path, name="crash", table_type="MERGE_ON_READ", record_key="key",
+                         precombine="ts", partition_by=["part"])
+    table.upsert(pa.table({"key": ["a"], "ts": [1], "part": ["x"], "v": [1]}))
+    # A rollback left pending whose plan is damaged: its target cannot be known, so it must
+    # not be guessed ("no target") and finished as if it were harmless.
+    plan = Path(path, ".hoodie", "timeline", "20990101000000000.rollback.requested")
+    plan.write_bytes(b"Obj\x01 damaged")
+    from engine.errors import CorruptTableError
+    with pytest.raises(CorruptTableError, match="20990101000000000.rollback.requested"):
+        Table.open(path).upsert(pa.table({"key": ["b"], "ts": [1], "part": ["x"], "v": [2]}))
+    assert _rows(Table.open(path).read()) == [("a", 1)]
