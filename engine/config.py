@@ -191,7 +191,8 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
               "SINGLE_WRITER, OPTIMISTIC_CONCURRENCY_CONTROL or NON_BLOCKING_CONCURRENCY_CONTROL "
               "(MERGE_ON_READ with the BUCKET index only). Unset: non-blocking for "
-              "MERGE_ON_READ + BUCKET tables, optimistic for every other table "
+              "MERGE_ON_READ + BUCKET tables with a precombine field, optimistic for every "
+              "other table "
               "(docs/engine.md, 'Several writers').", attr="concurrency_mode"),
     ConfigKey("hoodie.write.lock.provider", _parse_lock_provider, FS_LOCK_PROVIDER,
               "Lock for the short critical sections of a commit: the file-system lock "

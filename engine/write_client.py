@@ -74,11 +74,20 @@ _AVRO_PRIMITIVE = {
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
     """The writer's concurrency mode: ``hoodie.write.concurrency.mode``, or by default
-    non-blocking for MERGE_ON_READ tables with the BUCKET index and optimistic otherwise."""
+    non-blocking for MERGE_ON_READ tables with the BUCKET index and event-time ordering, and
+    optimistic otherwise.
+
+    Non-blocking writers' commits may complete in another order than they started; Hudi
+    orders their log files by completion time (as tidelake's reader does) while hudi-rs 0.5.0
+    orders them by instant time, so the two read a different winner when the order decides:
+    under commit-time ordering always, under event-time ordering only on equal ordering
+    values. Hence the default only where the ordering field decides.
+    """
     bucket_mor = config.is_mor and write_config.index_type is IndexType.BUCKET
     mode = write_config.concurrency_mode
     if mode is None:
-        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL if bucket_mor
+        event_time = config.merge_mode is MergeMode.EVENT_TIME_ORDERING
+        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL if bucket_mor and event_time
                 else ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL)
     if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL and not bucket_mor:
         raise InvalidOptionError(

@@ -487,3 +487,21 @@ def test_service_plan_scheduled_meanwhile_on_touched_group(
         assert _rows(table.read())["k0"] == (5, 1)
     assert plan.instant.requested_time not in _pending(table)
     assert _files_of_uncommitted(table) == []
+
+
+def test_default_mode_non_blocking_only_for_mor_bucket_event_time(tmp_path: Path) -> None:
+    from engine.config import ConcurrencyMode
+    from engine.write_client import concurrency_mode
+
+    def mode(table_type: str, index: str, precombine: str | None) -> ConcurrencyMode:
+        t = Table.create(str(tmp_path / f"{table_type}{index}{precombine}"), name="m",
+                         table_type=table_type, record_key="key", precombine=precombine,
+                         options={"hoodie.index.type": index})
+        return concurrency_mode(t.config, t.write_config)
+
+    nbcc = ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
+    occ = ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL
+    assert mode("MERGE_ON_READ", "BUCKET", "ts") is nbcc
+    assert mode("MERGE_ON_READ", "BUCKET", None) is occ  # completion order would decide
+    assert mode("MERGE_ON_READ", "SIMPLE", "ts") is occ
+    assert mode("COPY_ON_WRITE", "BUCKET", "ts") is occ
