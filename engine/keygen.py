@@ -77,9 +77,11 @@ def partition_paths(table: pa.Table, config: TableConfig) -> pa.Array:
     if len(columns) == 1:
         encoded = columns[0].dictionary_encode()
         dictionary = encoded.dictionary.to_pylist()
-        paths = [partition_path(fields, [v], hive_style=config.hive_style)
+        paths = [partition_path(fields, [v], hive_style=config.hive_style,
+                                url_encode=config.url_encode)
                  for v in dictionary]
-        null_path = partition_path(fields, [None], hive_style=config.hive_style)
+        null_path = partition_path(fields, [None], hive_style=config.hive_style,
+                                url_encode=config.url_encode)
         indices = encoded.indices
         out = pc.take(pa.array(paths, pa.string()), indices)
         if out.null_count:
@@ -93,7 +95,8 @@ def partition_paths(table: pa.Table, config: TableConfig) -> pa.Array:
         key = tuple(row[f] for f in fields)
         path = cache.get(key)
         if path is None:
-            path = partition_path(fields, list(key), hive_style=config.hive_style)
+            path = partition_path(fields, list(key), hive_style=config.hive_style,
+                                url_encode=config.url_encode)
             cache[key] = path
         result.append(path)
     return pa.array(result, pa.string())

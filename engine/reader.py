@@ -70,7 +70,11 @@ def to_expression(filters: Filters) -> pc.Expression | None:
 
 
 def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
-    """Partition field values encoded in a partition path (strings, None for default)."""
+    """Partition field values encoded in a partition path (strings, None for default).
+
+    Values are ``%XX``-decoded only for tables that record
+    ``hoodie.datasource.write.partitionpath.urlencode=true`` (the others store them as is).
+    """
     fields = config.partition_fields
     if not fields or not path:
         return {}
@@ -79,12 +83,16 @@ def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
     if config.hive_style:
         for seg in segments:
             name, _, value = seg.partition("=")
-            values[decode_partition_value(name)] = value
+            values[name] = value
     elif len(segments) == len(fields):
         values = dict(zip(fields, segments, strict=True))
     else:
         return {}
-    return {k: None if v == DEFAULT_PARTITION else decode_partition_value(v or "")
+
+    def decode(value: str) -> str:
+        return decode_partition_value(value) if config.url_encode else value
+
+    return {k: None if v == DEFAULT_PARTITION else decode(v or "")
             for k, v in values.items()}
 
 

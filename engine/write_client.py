@@ -86,8 +86,13 @@ class WriteClient:
         return data_schema_of(arrow_from_avro_json(schema_json))
 
     def _conform_input(self, data: pa.Table, schema: pa.Schema | None) -> pa.Table:
-        """Cast input to the table's data schema; new tables take the input's schema."""
-        meta_cols = [c for c in data.column_names if c.startswith("_hoodie_")]
+        """Cast input to the table's data schema; new tables take the input's schema.
+
+        ``_hoodie_*`` columns are dropped unless the table's schema has them (a table
+        written by Java may store ``_hoodie_is_deleted``).
+        """
+        meta_cols = [c for c in data.column_names if c.startswith("_hoodie_")
+                     and (schema is None or c not in schema.names)]
         if meta_cols:
             data = data.drop_columns(meta_cols)
         target = schema or normalize_input_schema(data.schema)
@@ -114,19 +119,45 @@ class WriteClient:
 
     # -- planning --------------------------------------------------------------------------
 
-    def prepare(self, data: pa.Table, timeline: Timeline, *, dedupe: bool) -> pa.Table:
-        """Validate, compute keys/partition paths, and combine duplicates in the batch."""
+    def prepare(self, data: pa.Table, timeline: Timeline, *,
+                dedupe: bool) -> tuple[pa.Table, pa.Table | None]:
+        """Validate, compute keys/partition paths, and combine duplicates in the batch.
+
+        Returns ``(records, deletes)``. Rows whose ``_hoodie_is_deleted`` is true are
+        deletes, as Hudi treats them: they take part in the in-batch combine like any row
+        (so a marker delete carries its row's ordering value and wins or loses by the merge
+        mode), and the winners come back in ``deletes`` (key, partition path and ordering
+        value, the shape :meth:`prepare_deletes` returns); ``deletes`` is None without any.
+        In-batch duplicates combine on (key, partition path) with a non-global index and on
+        the key alone with a global one, as Hudi's ``HoodieWriteHelper.deduplicateRecords``.
+        """
         if not isinstance(data, pa.Table):
             raise TypeError(f"data: expected a pyarrow.Table, got {type(data).__name__}")
         schema = self._table_data_schema(timeline)
+        marker = _delete_marker(data)
         data = self._conform_input(data, schema)
         keyed = key_batch(data, self.config)
         records = data.append_column(RECORD_KEY, keyed.record_keys).append_column(
             PARTITION_PATH, keyed.partition_paths)
+        if marker is not None:
+            records = records.append_column(_MARKED, marker)
         if dedupe and self.write_config.combine_before_upsert:
+            global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
             records = dedupe_batch(records, mode=self.config.merge_mode,
-                                   ordering_field=self.config.precombine_field)
-        return records
+                                   ordering_field=self.config.precombine_field,
+                                   partition_column=None if global_index else PARTITION_PATH)
+        if marker is None:
+            return records, None
+        marked = records.column(_MARKED)
+        doomed = records.filter(marked)
+        records = records.filter(pc.invert(marked)).drop_columns([_MARKED])
+        if not doomed.num_rows:
+            return records, None
+        columns = [RECORD_KEY, PARTITION_PATH]
+        ordering = self.config.precombine_field
+        if ordering and ordering in doomed.column_names:
+            columns.append(ordering)
+        return records, doomed.select(columns)
 
     def prepare_deletes(self, data: pa.Table, timeline: Timeline) -> pa.Table:
         """Keys (and partition paths / ordering values when given) of records to delete."""
@@ -249,7 +280,8 @@ class WriteClient:
                  else pa.nulls(deletes.num_rows, pa.string()))
         tagged = tag(deletes.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_lookup)
-        located = deletes
+        # A key found in several file groups is deleted from every one of them.
+        located = deletes.take(tagged.column("row"))
         if PARTITION_PATH in located.column_names:
             located = located.drop_columns([PARTITION_PATH])
         located = located.append_column(PARTITION_PATH, tagged.column("loc_partition"))
@@ -287,40 +319,8 @@ class WriteClient:
         global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
         inserts = records
         if operation == UPSERT and slices:
-            parts = records.column(PARTITION_PATH).combine_chunks()
-            wanted = None if global_index else set(parts.unique().to_pylist())
-            locations = key_locations(reader, slices, wanted)
-            tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
-                         global_index=global_index)
-            loc_p = tagged.column("loc_partition").combine_chunks()
-            loc_f = tagged.column("loc_file_id").combine_chunks()
-            found = pc.is_valid(loc_f)
-            losing = self._loses_to_stored(records, tagged, found)
-            if losing is not None:
-                # An update whose ordering value is below the stored one would lose on
-                # every read: it is not written (so no reader's incremental view shows it).
-                keep = pc.invert(losing)
-                records, parts = records.filter(keep), parts.filter(keep)
-                loc_p, loc_f, found = loc_p.filter(keep), loc_f.filter(keep), found.filter(keep)
-            same_partition = pc.and_(found, pc.equal(loc_p, parts))
-            moved = pc.and_(found, pc.invert(pc.fill_null(pc.equal(loc_p, parts), False)))
-            updates = records.append_column("_p", loc_p).append_column("_f", loc_f) \
-                .filter(same_partition)
-            for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
-                group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
-                group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
-            if pc.any(moved).as_py():
-                # Update-partition-path: delete the old copy, insert into the new partition.
-                old = pa.table({RECORD_KEY: records.column(RECORD_KEY),
-                                PARTITION_PATH: loc_p, "_p": loc_p, "_f": loc_f}).filter(moved)
-                if self.config.precombine_field:
-                    col = records.column(self.config.precombine_field).filter(moved)
-                    old = old.append_column(self.config.precombine_field, col)
-                for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
-                    group_deletes.setdefault((part, fid), []).append(
-                        _natural_delete(piece.drop_columns(["_p", "_f"]),
-                                        self.config.precombine_field))
-            inserts = records.filter(pc.or_(pc.invert(found), moved))
+            inserts = self._tag_updates(records, reader, slices, global_index,
+                                        group_records, group_deletes, group_updates)
         if not inserts.num_rows:
             return
         record_size = average_record_size(timeline, self.write_config)
@@ -339,6 +339,67 @@ class WriteClient:
                 group_records.setdefault((part, bucket.file_id), []).append(
                     part_rows.slice(offset, bucket.count))
                 offset += bucket.count
+
+    def _tag_updates(self, records: pa.Table, reader: SliceReader, slices: list[FileSlice],
+                     global_index: bool,
+                     group_records: dict[tuple[str, str], list[pa.Table]],
+                     group_deletes: dict[tuple[str, str], list[pa.Table]],
+                     group_updates: dict[tuple[str, str], int]) -> pa.Table:
+        """Route records whose key exists to its file groups; returns the records to insert.
+
+        As Hudi's simple indexes do, a record is tagged once per location of its key: a key
+        stored in several file groups (two inserts of one key, or a key SIMPLE put in two
+        partitions, looked up by GLOBAL_SIMPLE) is updated in every one of them. With a
+        global index, copies in another partition are deleted and the record is inserted
+        into its own partition unless a copy already lives there.
+        """
+        parts = records.column(PARTITION_PATH).combine_chunks()
+        wanted = None if global_index else set(parts.unique().to_pylist())
+        locations = key_locations(reader, slices, wanted)
+        tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
+                     global_index=global_index)
+        rows = tagged.column("row").to_numpy(zero_copy_only=False)
+        expanded = records.take(tagged.column("row"))
+        loc_p = tagged.column("loc_partition").combine_chunks()
+        loc_f = tagged.column("loc_file_id").combine_chunks()
+        found = pc.is_valid(loc_f)
+        same = pc.and_(found, pc.fill_null(pc.equal(loc_p, parts.take(tagged.column("row"))),
+                                           False))
+        moved = pc.and_(found, pc.invert(same))
+        losing = self._loses_to_stored(expanded, tagged, found)
+        if losing is not None:
+            # An update whose ordering value is below the stored one would lose on every
+            # read: it is not written (so no reader's incremental view shows it).
+            same = pc.and_(same, pc.invert(losing))
+            moved_kept = pc.and_(moved, pc.invert(losing))
+        else:
+            moved_kept = moved
+        n = records.num_rows
+
+        def per_row(mask: pa.Array) -> np.ndarray:
+            out = np.zeros(n, dtype=bool)
+            out[rows[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]] = True
+            return out
+
+        found_any = per_row(found)
+        stays = per_row(pc.and_(found, pc.invert(moved)))  # a copy in its own partition
+        lost = per_row(losing) if losing is not None else np.zeros(n, dtype=bool)
+        has_moved = per_row(moved_kept)
+        insert_mask = ~found_any | (has_moved & ~stays & ~lost)
+
+        updates = expanded.append_column("_p", loc_p).append_column("_f", loc_f).filter(same)
+        for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
+            group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
+            group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
+        if pc.any(moved_kept).as_py():
+            # Update-partition-path: delete the old copies, insert into the new partition.
+            old = pa.table({RECORD_KEY: expanded.column(RECORD_KEY), PARTITION_PATH: loc_p,
+                            "_p": loc_p, "_f": loc_f}).filter(moved_kept)
+            for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
+                group_deletes.setdefault((part, fid), []).append(
+                    _natural_delete(piece.drop_columns(["_p", "_f"]),
+                                    self.config.precombine_field))
+        return records.filter(pa.array(insert_mask))
 
     def _loses_to_stored(self, records: pa.Table, tagged: pa.Table,
                          found: pa.Array) -> pa.Array | None:
@@ -410,6 +471,24 @@ class WriteClient:
         stats = (run or self.execute_local)(plan)
         done = self.commit(timeline, plan, stats)
         return done.requested_time
+
+
+DELETE_MARKER = "_hoodie_is_deleted"
+"""Hudi's delete marker column: a row whose value is true deletes its key."""
+_MARKED = "__tidelake_marked_deleted"
+
+
+def _delete_marker(data: pa.Table) -> pa.Array | None:
+    """The rows whose ``_hoodie_is_deleted`` is true (None without such a column)."""
+    if DELETE_MARKER not in data.column_names:
+        return None
+    column = data.column(DELETE_MARKER).combine_chunks()
+    try:
+        flags = column.cast(pa.bool_())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise InvalidRecordError(
+            f"column {DELETE_MARKER!r} of type {column.type} is not a boolean") from None
+    return pc.fill_null(flags, False)
 
 
 def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
