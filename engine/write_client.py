@@ -253,7 +253,8 @@ class WriteClient:
                 kind=kind, partition_path=partition, file_id=file_id, records=recs,
                 deletes=dels if kind != CREATE else None, base_file=base_rel,
                 base_instant=existing.base_instant if existing else None,
-                task_partition=len(tasks), num_updates=group_updates.get(group, 0)))
+                task_partition=len(tasks), num_updates=group_updates.get(group, 0),
+                log_files=tuple(log.name for log in existing.log_files) if existing else ()))
         extra = {"schema": json.dumps(avro_data_schema(data_schema, self.config.name),
                                       separators=(",", ":"))}
         extra.update(extra_metadata or {})
