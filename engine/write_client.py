@@ -163,6 +163,8 @@ class WriteClient:
         """Keys (and partition paths / ordering values when given) of records to delete."""
         if not isinstance(data, pa.Table):
             raise TypeError(f"data: expected a pyarrow.Table, got {type(data).__name__}")
+        schema = self._table_data_schema(timeline)
+        data = _key_columns_as_stored(data, schema, self.config)
         keys = record_keys(data, self.config)
         columns = {RECORD_KEY: keys}
         have_partitions = all(f in data.column_names for f in self.config.partition_fields)
@@ -173,12 +175,11 @@ class WriteClient:
         ordering = self.config.precombine_field
         if ordering and ordering in data.column_names:
             col = data.column(ordering).combine_chunks()
-            schema = self._table_data_schema(timeline)
             if schema is not None and ordering in schema.names:
                 col = col.cast(schema.field(ordering).type)
             columns[ordering] = col
         table = pa.table(columns)
-        # One delete per key: the last one given.
+        # One delete per key (per key and partition when partitions are given): the last.
         return _last_per_key(table)
 
     def plan(self, timeline: Timeline, instant: Instant, operation: str,
@@ -265,7 +266,8 @@ class WriteClient:
         """Deletes with the partition and file group their key lives in (found ones only)."""
         known_partition = PARTITION_PATH in deletes.column_names
         if (self.write_config.index_type is IndexType.BUCKET and known_partition):
-            buckets = bucket_ids(deletes.column(RECORD_KEY), self.write_config.num_buckets)
+            buckets = _record_buckets(deletes.column(RECORD_KEY),
+                                      self.write_config.num_buckets)
             file_ids = []
             for part, b in zip(deletes.column(PARTITION_PATH).to_pylist(), buckets.tolist(),
                                strict=True):
@@ -292,8 +294,8 @@ class WriteClient:
     def _place_bucket(self, records: pa.Table, by_partition: Mapping[str, list[FileSlice]],
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_updates: dict[tuple[str, str], int]) -> None:
-        buckets = np.asarray(bucket_ids(records.column(RECORD_KEY),
-                                        self.write_config.num_buckets), dtype=np.int64)
+        buckets = np.asarray(_record_buckets(records.column(RECORD_KEY),
+                                             self.write_config.num_buckets), dtype=np.int64)
         encoded = records.column(PARTITION_PATH).combine_chunks().dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         group_code = codes * self.write_config.num_buckets + buckets
@@ -502,6 +504,14 @@ def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
     return bucket_file_id(bucket, str(seed))
 
 
+def _record_buckets(keys: pa.Array | pa.ChunkedArray, num_buckets: int) -> np.ndarray:
+    """Bucket ids of record keys; a key Java's bucket index cannot parse is a bad record."""
+    try:
+        return bucket_ids(keys, num_buckets)
+    except ValueError as exc:
+        raise InvalidRecordError(f"bucket index: {exc}") from None
+
+
 def _bucket_group(slices: Sequence[FileSlice], bucket: int) -> str | None:
     for slc in slices:
         try:
@@ -524,8 +534,30 @@ def _last_per_key(table: pa.Table) -> pa.Table:
         return table
     idx = pa.array(np.arange(n))
     t = table.append_column("_i", idx)
-    last = t.group_by(RECORD_KEY).aggregate([("_i", "max")]).column("_i_max")
+    group = [RECORD_KEY] + ([PARTITION_PATH] if PARTITION_PATH in table.column_names else [])
+    last = t.group_by(group, use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     return table.take(pa.array(np.sort(last.to_numpy())))
+
+
+def _key_columns_as_stored(data: pa.Table, schema: pa.Schema | None,
+                           config: TableConfig) -> pa.Table:
+    """Key and partition columns cast to the table's types, so they format as stored ones
+    (a delete given ``2`` for a double key means the stored ``2.0``)."""
+    if schema is None:
+        return data
+    for name in (*config.record_key_fields, *config.partition_fields):
+        if name not in data.column_names or name not in schema.names:
+            continue
+        column, wanted = data.column(name), schema.field(name).type
+        if column.type.equals(wanted):
+            continue
+        try:
+            cast = column.cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise InvalidRecordError(
+                f"column {name!r} of type {column.type} cannot be stored as {wanted}") from None
+        data = data.set_column(data.column_names.index(name), pa.field(name, wanted), cast)
+    return data
 
 
 def _natural_delete(table: pa.Table, ordering: str | None) -> pa.Table:
