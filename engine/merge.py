@@ -229,12 +229,14 @@ def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None
     if table.num_rows < 2:
         return table
     keys = _combine(table.column(KEY))
+    if pc.count_distinct(keys).as_py() == table.num_rows:
+        return table  # no key twice: nothing to combine
     if partition_column is not None:
         # Partition paths never hold NUL (escaped or refused), so the join is unambiguous.
         keys = pc.binary_join_element_wise(_combine(table.column(partition_column)).cast(
             pa.string()), keys, "\x00")
-    if pc.count_distinct(keys).as_py() == table.num_rows:
-        return table  # nothing to combine
+        if pc.count_distinct(keys).as_py() == table.num_rows:
+            return table  # each key twice only in different partitions
     if partition_column is None:
         return merge_layers(None, [DataLayer(table)], mode=mode,
                             ordering_field=ordering_field, schema=table.schema)

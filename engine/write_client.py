@@ -284,7 +284,8 @@ class WriteClient:
         tagged = tag(deletes.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_lookup)
         # A key found in several file groups is deleted from every one of them.
-        located = deletes.take(tagged.column("row"))
+        located = (deletes if tagged.num_rows == deletes.num_rows
+                   else deletes.take(tagged.column("row")))
         if PARTITION_PATH in located.column_names:
             located = located.drop_columns([PARTITION_PATH])
         located = located.append_column(PARTITION_PATH, tagged.column("loc_partition"))
@@ -362,12 +363,14 @@ class WriteClient:
         tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_index)
         rows = tagged.column("row").to_numpy(zero_copy_only=False)
-        expanded = records.take(tagged.column("row"))
+        # Every row appears at least once (left join): as many rows means one location each.
+        expanded = (records if tagged.num_rows == records.num_rows
+                    else records.take(tagged.column("row")))
         loc_p = tagged.column("loc_partition").combine_chunks()
         loc_f = tagged.column("loc_file_id").combine_chunks()
         found = pc.is_valid(loc_f)
-        same = pc.and_(found, pc.fill_null(pc.equal(loc_p, parts.take(tagged.column("row"))),
-                                           False))
+        exp_parts = expanded.column(PARTITION_PATH).combine_chunks()
+        same = pc.and_(found, pc.fill_null(pc.equal(loc_p, exp_parts), False))
         moved = pc.and_(found, pc.invert(same))
         losing = self._loses_to_stored(expanded, tagged, found)
         if losing is not None:
