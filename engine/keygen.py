@@ -98,6 +98,22 @@ def field_strings(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
         "(use a string, integer, boolean, decimal, floating point, date or timestamp column)")
 
 
+def parse_field_string(text: str | None, arrow_type: pa.DataType) -> pa.Array:
+    """One value of ``arrow_type`` from its :func:`field_strings` text (a partition folder's
+    value read back); raises ``ValueError``/``ArrowInvalid`` for text it cannot be."""
+    if text is None:
+        return pa.nulls(1, arrow_type)
+    if pa.types.is_timestamp(arrow_type):
+        unit = "ms" if arrow_type.unit in ("s", "ms") else "us"
+        stored = pa.array([int(text)], pa.int64()).cast(pa.timestamp(unit, tz=arrow_type.tz))
+        return stored.cast(arrow_type)
+    if pa.types.is_time32(arrow_type):
+        return pa.array([int(text)], pa.int32()).cast(pa.time32("ms")).cast(arrow_type)
+    if pa.types.is_time64(arrow_type):
+        return pa.array([int(text)], pa.int64()).cast(pa.time64("us")).cast(arrow_type)
+    return pa.array([text], pa.string()).cast(arrow_type)
+
+
 def java_float_string(value: float | np.floating[Any], *, single: bool = False) -> str:
     """Java's ``Double.toString`` (``Float.toString`` with ``single``) of ``value``.
 

@@ -23,7 +23,7 @@ from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
-from engine.keygen import record_keys
+from engine.keygen import parse_field_string, record_keys
 from engine.log_format import (
     BlockType,
     HeaderKey,
@@ -125,8 +125,8 @@ def _partition_may_match(path: str, config: TableConfig, schema: pa.Schema,
         if name not in schema.names:
             return True
         try:
-            arrays[name] = pa.array([raw], pa.string()).cast(schema.field(name).type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            arrays[name] = parse_field_string(raw, schema.field(name).type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
             return True
     row = pa.table(arrays)
     try:

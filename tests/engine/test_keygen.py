@@ -19,6 +19,8 @@ import pytest
 from engine import InvalidRecordError, Table
 from engine.index.bucket import bucket_from_file_id
 from engine.keygen import field_strings
+from engine.reader import TableReader, _partition_may_match
+from engine.timeline import Timeline
 from tests.conftest import hudi_rs_read
 from tests.engine.test_bucket import ref_bucket
 
@@ -111,3 +113,20 @@ def test_timestamp_key_stored_as_epoch_micros_and_found_by_filter(tmp_path: Path
     assert stored == ["1704412800000000", "1704499200000000"]
     got = table.read(filters=[("at", "=", at[1])])
     assert got.column("ts").to_pylist() == [2]
+
+
+def test_timestamp_partition_folder_is_epoch_micros_and_prunes_reads(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         partition_by="day")
+    days = [dt.datetime(2024, 1, 5, tzinfo=UTC), dt.datetime(2024, 1, 6, tzinfo=UTC)]
+    table.upsert(pa.table({"id": ["a", "b"], "ts": [1, 1],
+                           "day": pa.array(days, pa.timestamp("us", tz="UTC"))}))
+    assert sorted(p.name for p in Path(table.path).iterdir() if p.name != ".hoodie") == [
+        "1704412800000000", "1704499200000000"]
+    got = table.read(filters=[("day", "=", days[1])])
+    assert got.column("id").to_pylist() == ["b"]
+    schema = TableReader(table.storage, Timeline.load(table.storage, table.config)).table_schema()
+    assert schema is not None
+    wanted = [[("day", "=", days[1])]]
+    assert not _partition_may_match("1704412800000000", table.config, schema, wanted)
+    assert _partition_may_match("1704499200000000", table.config, schema, wanted)
