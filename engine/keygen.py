@@ -36,6 +36,7 @@ and ``GenericRecord`` ``toString``) and are refused with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -112,6 +113,14 @@ def parse_field_string(text: str | None, arrow_type: pa.DataType) -> pa.Array:
     if pa.types.is_time64(arrow_type):
         return pa.array([int(text)], pa.int64()).cast(pa.time64("us")).cast(arrow_type)
     return pa.array([text], pa.string()).cast(arrow_type)
+
+
+def check_field_types(schema: pa.Schema, fields: Sequence[str]) -> None:
+    """Refuse, before anything is written, key or partition fields of ``schema`` whose type
+    has no Java text (:class:`InvalidRecordError` naming the field); absent fields pass."""
+    for name in fields:
+        if name in schema.names:
+            field_strings(pa.nulls(0, schema.field(name).type), name)
 
 
 def java_float_string(value: float | np.floating[Any], *, single: bool = False) -> str:

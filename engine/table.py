@@ -35,6 +35,7 @@ from engine.config import (
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
 from engine.file_group import FileSlice
 from engine.instant import parse_instant_time
+from engine.keygen import check_field_types
 from engine.properties import dumps, loads
 from engine.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
@@ -153,6 +154,7 @@ class Table:
             raise TableExistsError(f"a table already exists at {path}")
         create_schema = None
         if schema is not None:
+            check_field_types(normalize_input_schema(schema), (*keys, *parts))
             create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
                                        separators=(",", ":"))
         config = TableConfig(

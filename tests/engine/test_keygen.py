@@ -130,3 +130,14 @@ def test_timestamp_partition_folder_is_epoch_micros_and_prunes_reads(tmp_path: P
     wanted = [[("day", "=", days[1])]]
     assert not _partition_may_match("1704412800000000", table.config, schema, wanted)
     assert _partition_may_match("1704499200000000", table.config, schema, wanted)
+
+
+def test_create_with_binary_key_or_partition_field_refused_naming_it(tmp_path: Path) -> None:
+    schema = pa.schema([("k", pa.binary()), ("p", pa.string()), ("ts", pa.int64())])
+    with pytest.raises(InvalidRecordError, match="'k'"):
+        Table.create(str(tmp_path / "t"), name="t", record_key="k", schema=schema)
+    schema = pa.schema([("k", pa.string()), ("p", pa.struct([("x", pa.int64())]))])
+    with pytest.raises(InvalidRecordError, match="'p'"):
+        Table.create(str(tmp_path / "t"), name="t", record_key="k", partition_by="p",
+                     schema=schema)
+    assert not (tmp_path / "t" / ".hoodie" / "hoodie.properties").exists()
