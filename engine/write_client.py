@@ -176,7 +176,12 @@ class WriteClient:
         if ordering and ordering in data.column_names:
             col = data.column(ordering).combine_chunks()
             if schema is not None and ordering in schema.names:
-                col = col.cast(schema.field(ordering).type)
+                try:
+                    col = col.cast(schema.field(ordering).type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    raise InvalidRecordError(
+                        f"ordering column {ordering!r} of type {col.type} cannot be stored as "
+                        f"{schema.field(ordering).type}") from None
             columns[ordering] = col
         table = pa.table(columns)
         # One delete per key (per key and partition when partitions are given): the last.

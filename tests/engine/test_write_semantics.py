@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engine import InvalidOptionError, Table
+from engine import InvalidOptionError, InvalidRecordError, Table
 from tests.conftest import hudi_rs_read
 
 INDEX = "hoodie.index.type"
@@ -134,3 +134,14 @@ def test_insert_delete_marker_true_writes_no_record(tmp_path: Path) -> None:
     table.insert(pa.table({"id": ["a", "b"], "ts": [1, 1], "city": ["x", "x"],
                            "_hoodie_is_deleted": [False, True]}))
     assert _both(table) == [[("a", 1, "x")], [("a", 1, "x")]]
+
+
+def test_delete_with_uncastable_values_refused_before_any_instant(tmp_path: Path) -> None:
+    table = _create(tmp_path)
+    table.upsert(pa.table({"id": ["k"], "ts": [1], "city": ["x"]}))
+    with pytest.raises(InvalidRecordError, match="'ts'"):
+        table.delete(pa.table({"id": ["k"], "ts": ["not a number"]}))
+    with pytest.raises(InvalidRecordError, match="'city'"):
+        table.delete(pa.table({"id": ["k"], "city": [b"\xff"]}))
+    assert _no_pending(table) and len(table.timeline()) == 1
+    assert _both(table) == [[("k", 1, "x")], [("k", 1, "x")]]
