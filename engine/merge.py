@@ -218,11 +218,35 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None) -> pa.Table:
-    """In-batch combine: one row per record key, by the merge mode (later row wins ties)."""
+def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None,
+                 partition_column: str | None = None) -> pa.Table:
+    """In-batch combine: one row per record key, by the merge mode (later row wins ties).
+
+    With ``partition_column`` (a non-global index, where a key is unique per partition, as
+    Hudi keys the combine on ``HoodieKey``) rows combine only when both key and partition
+    path match; without it (a global index) on the key alone.
+    """
     if table.num_rows < 2:
         return table
-    if pc.count_distinct(table.column(KEY)).as_py() == table.num_rows:
+    keys = _combine(table.column(KEY))
+    if pc.count_distinct(keys).as_py() == table.num_rows:
         return table  # no key twice: nothing to combine
-    return merge_layers(None, [DataLayer(table)], mode=mode, ordering_field=ordering_field,
-                        schema=table.schema)
+    if partition_column is not None:
+        # Partition paths never hold NUL (escaped or refused), so the join is unambiguous.
+        keys = pc.binary_join_element_wise(_combine(table.column(partition_column)).cast(
+            pa.string()), keys, "\x00")
+        if pc.count_distinct(keys).as_py() == table.num_rows:
+            return table  # each key twice only in different partitions
+    if partition_column is None:
+        return merge_layers(None, [DataLayer(table)], mode=mode,
+                            ordering_field=ordering_field, schema=table.schema)
+    original = table.column(KEY)
+    index = table.schema.get_field_index(KEY)
+    combined = table.set_column(index, KEY, keys).append_column(_ORIGINAL_KEY, original)
+    merged = merge_layers(None, [DataLayer(combined)], mode=mode,
+                          ordering_field=ordering_field, schema=combined.schema)
+    merged = merged.set_column(index, table.schema.field(KEY), merged.column(_ORIGINAL_KEY))
+    return merged.drop_columns([_ORIGINAL_KEY])
+
+
+_ORIGINAL_KEY = "__tidelake_original_key"

@@ -1,11 +1,26 @@
-"""Partition paths: encoding values so no value can leave the table folder.
+"""Partition paths: Hudi's encoding of partition values, and folders that stay in the table.
 
-A partition value becomes one path segment. Characters that a file system or Hudi's own
-path parsing would interpret are escaped as ``%XX`` (Hudi's ``PartitionPathEncodeUtils``
-set, plus every control character); a value made only of dots (``.``, ``..``) has its dots
-escaped; null and the empty string become Hive's ``__HIVE_DEFAULT_PARTITION__``. A segment
-longer than a file name may be is refused with :class:`~engine.errors.InvalidRecordError`,
-so the caller can route the record to its error table instead of writing it.
+A partition value becomes one path segment, as Hudi's key generators build it
+(``KeyGenUtils.getRecordPartitionPath``): null and the empty string become Hive's
+``__HIVE_DEFAULT_PARTITION__``; hive-style tables prefix ``<field>=`` (the field name as is);
+segments are joined with ``/``. What happens to the value itself depends on the table's
+``hoodie.datasource.write.partitionpath.urlencode`` (recorded in ``hoodie.properties``):
+
+* ``true`` (what tidelake records for new tables): the value is escaped exactly as Java's
+  ``PartitionPathEncodeUtils.escapePathName`` does (``%XX``, upper-case hex, for the control
+  characters and ``"#%'*/:=?\\{[]^`` and DEL), **plus** a leading ``.`` becomes ``%2E`` — a
+  documented deviation: Java leaves it, which lets a value such as ``.hoodie`` write into the
+  metadata folder. Java's ``unescapePathName`` decodes ``%2E`` back to ``.``, so the value
+  read back is the same.
+* ``false`` (tables that recorded it, e.g. written by Java): the value is written as is, as
+  Java does. A value that would make an unsafe folder is refused with
+  :class:`~engine.errors.InvalidRecordError` naming it: a segment that starts with ``.``
+  (``.``, ``..``, ``.hoodie``), a ``/`` (Java would nest folders that no partition parser maps
+  back to the value; a leading/trailing/double ``/`` would even leave empty segments), a
+  backslash, or a NUL character.
+
+Either way a segment longer than a file name may be is refused, so a streaming caller can
+route the record to its error table instead of writing it.
 """
 
 from __future__ import annotations
@@ -21,21 +36,51 @@ DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 PARTITION_METAFILE = ".hoodie_partition_metadata"
 MAX_SEGMENT_BYTES = 255
 
+# Java's PartitionPathEncodeUtils.charToEscape: 0x00-0x1F, DEL and these.
 _ESCAPE = set('"#%\'*/:=?\\{[]^') | {chr(c) for c in range(0x20)} | {"\x7f"}
+# Characters a raw (urlencode=false) value may not hold: folder splits and what no file
+# system stores.
+_RAW_REFUSED = {"/": "a '/'", "\\": "a backslash", "\x00": "a NUL character"}
 
 
-def encode_partition_value(value: str | None) -> str:
-    """One path segment for a partition value (escaped; never ``.``, ``..`` or empty)."""
-    if value is None or value == "":
-        return DEFAULT_PARTITION
-    if set(value) == {"."}:
-        return "%2E" * len(value)
+def escape_path_name(value: str) -> str:
+    """Java's ``PartitionPathEncodeUtils.escapePathName`` (non-empty values), plus ``.``.
+
+    Every character of Java's escape set becomes ``%XX``; a leading ``.`` becomes ``%2E``
+    (our addition, so no segment starts with a dot).
+    """
     encoded = "".join(f"%{ord(ch):02X}" if ch in _ESCAPE else ch for ch in value)
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
     return encoded
 
 
+def encode_partition_value(value: str | None, *, url_encode: bool = True) -> str:
+    """One path segment for a partition value under the table's ``urlencode`` setting.
+
+    Raises :class:`InvalidRecordError` naming the value when ``url_encode`` is false and the
+    raw value would make an unsafe folder (see the module docstring).
+    """
+    if value is None or value == "":
+        return DEFAULT_PARTITION
+    if url_encode:
+        return escape_path_name(value)
+    for ch, what in _RAW_REFUSED.items():
+        if ch in value:
+            raise InvalidRecordError(
+                f"partition value {value!r} holds {what}; the table records "
+                "hoodie.datasource.write.partitionpath.urlencode=false, so it would be "
+                "written as is and cannot make one safe folder")
+    if value.startswith("."):
+        raise InvalidRecordError(
+            f"partition value {value!r} starts with '.'; the table records "
+            "hoodie.datasource.write.partitionpath.urlencode=false, so it would be written "
+            "as is into a hidden or parent folder")
+    return value
+
+
 def decode_partition_value(segment: str) -> str:
-    """Inverse of :func:`encode_partition_value` (``%XX`` unescaping)."""
+    """Inverse of :func:`escape_path_name`: Java's ``unescapePathName`` (``%XX`` → char)."""
     out: list[str] = []
     i = 0
     while i < len(segment):
@@ -54,13 +99,20 @@ def _is_hex(text: str) -> bool:
 
 
 def partition_path(fields: Sequence[str], values: Sequence[str | None],
-                   *, hive_style: bool) -> str:
-    """The partition path of one record, e.g. ``city=chennai`` or ``2024/01``."""
+                   *, hive_style: bool, url_encode: bool = True) -> str:
+    """The partition path of one record, e.g. ``city=chennai`` or ``2024/01``.
+
+    Raises :class:`InvalidRecordError` for a value that cannot be stored (see the module
+    docstring) — the message names the field and the value.
+    """
     segments = []
     for name, value in zip(fields, values, strict=True):
-        seg = encode_partition_value(value)
+        seg = encode_partition_value(value, url_encode=url_encode)
         if hive_style:
-            seg = f"{encode_partition_value(name)}={seg}"
+            seg = f"{name}={seg}"
+        if seg.startswith(".") or "/" in seg or "\x00" in seg:
+            raise InvalidRecordError(
+                f"partition field {name!r} makes the unsafe folder name {seg!r}")
         if len(seg.encode("utf-8")) > MAX_SEGMENT_BYTES:
             raise InvalidRecordError(
                 f"partition value for '{name}' is too long for a folder name "

@@ -8,6 +8,7 @@ slice — base file, plus for merge-on-read its log blocks merged by key
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ import pyarrow.parquet as pq
 
 from engine.base_file import read_base_file, read_footer_keys
 from engine.config import IndexType, TableConfig
+from engine.errors import InvalidRecordError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
+from engine.keygen import parse_field_string, record_keys
 from engine.log_format import (
     BlockType,
     HeaderKey,
@@ -70,7 +73,11 @@ def to_expression(filters: Filters) -> pc.Expression | None:
 
 
 def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
-    """Partition field values encoded in a partition path (strings, None for default)."""
+    """Partition field values encoded in a partition path (strings, None for default).
+
+    Values are ``%XX``-decoded only for tables that record
+    ``hoodie.datasource.write.partitionpath.urlencode=true`` (the others store them as is).
+    """
     fields = config.partition_fields
     if not fields or not path:
         return {}
@@ -79,12 +86,16 @@ def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
     if config.hive_style:
         for seg in segments:
             name, _, value = seg.partition("=")
-            values[decode_partition_value(name)] = value
+            values[name] = value
     elif len(segments) == len(fields):
         values = dict(zip(fields, segments, strict=True))
     else:
         return {}
-    return {k: None if v == DEFAULT_PARTITION else decode_partition_value(v or "")
+
+    def decode(value: str) -> str:
+        return decode_partition_value(value) if config.url_encode else value
+
+    return {k: None if v == DEFAULT_PARTITION else decode(v or "")
             for k, v in values.items()}
 
 
@@ -114,8 +125,8 @@ def _partition_may_match(path: str, config: TableConfig, schema: pa.Schema,
         if name not in schema.names:
             return True
         try:
-            arrays[name] = pa.array([raw], pa.string()).cast(schema.field(name).type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            arrays[name] = parse_field_string(raw, schema.field(name).type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
             return True
     row = pa.table(arrays)
     try:
@@ -212,39 +223,64 @@ def _only_keys(layer: Layer, keys: pa.Array) -> Layer:
     return DeleteLayer(layer.keys.filter(mask), ordering)
 
 
-def lookup_keys(filters: Filters, config: TableConfig) -> pa.Array | None:
-    """Record keys a DNF filter pins down (``key = v`` / ``key in [...]``), else None.
+MAX_LOOKUP_KEYS = 10_000
+"""Key lookups pinning more keys than this read every slice instead (then filter)."""
 
-    Only for tables keyed by one field, whose record key is that field's value as text.
-    Every disjunct must pin the key, or any key may match.
+
+def lookup_keys(filters: Filters, config: TableConfig,
+                schema: pa.Schema | None) -> pa.Array | None:
+    """Record keys a DNF filter pins down (``field = v`` / ``field in [...]`` on every record
+    key field), else None.
+
+    The keys are made by the writer's own key generator (:func:`engine.keygen.record_keys`)
+    from the filter values cast to the columns' types, so ``id = 2.0`` on a double key finds
+    the stored ``2.0`` and ``id = "x"`` on a complex-key table finds ``id:x``. Every
+    disjunct must pin the key, or any key may match; a value the key generator refuses (or
+    that cannot be cast) disables the pruning rather than guess.
     """
-    if (filters is None or isinstance(filters, pc.Expression) or not filters
-            or len(config.record_key_fields) != 1 or not config.populate_meta_fields):
+    fields = config.record_key_fields
+    if (filters is None or isinstance(filters, pc.Expression) or not filters or not fields
+            or not config.populate_meta_fields or schema is None
+            or any(f not in schema.names for f in fields)):
         return None
-    field = config.record_key_fields[0]
     dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
-    found: set[str] = set()
+    combos: list[tuple[Any, ...]] = []
     for conj in dnf:
-        terms = [t for t in conj if isinstance(t, tuple) and len(t) == 3 and t[0] == field]
-        values: set[str] | None = None
-        for _, op, value in terms:
-            if op in ("=", "=="):
-                these = {_key_text(value)}
-            elif op == "in" and isinstance(value, list | tuple | set):
-                these = {_key_text(v) for v in value}
-            else:
-                continue
-            values = these if values is None else values & these
-        if values is None:
+        per_field: list[list[Any]] = []
+        for name in fields:
+            values: list[Any] | None = None
+            for term in conj:
+                if not (isinstance(term, tuple) and len(term) == 3 and term[0] == name):
+                    continue
+                _, op, value = term
+                if op in ("=", "=="):
+                    these = [value]
+                elif op == "in" and isinstance(value, list | tuple | set):
+                    these = list(value)
+                else:
+                    continue
+                values = these if values is None else [v for v in values if v in these]
+            if values is None:
+                return None
+            per_field.append(values)
+        size = 1
+        for values in per_field:
+            size *= len(values)
+        if len(combos) + size > MAX_LOOKUP_KEYS:
             return None
-        found |= values
-    return pa.array(sorted(found), pa.string())
-
-
-def _key_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        combos.extend(itertools.product(*per_field))
+    if not combos:
+        return pa.array([], pa.string())
+    try:
+        columns = [pa.array([c[i] for c in combos]).cast(schema.field(name).type)
+                   for i, name in enumerate(fields)]
+        if any(column.null_count for column in columns):
+            return None
+        keys = record_keys(pa.Table.from_arrays(columns, names=list(fields)), config)
+    except (InvalidRecordError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
+            pa.ArrowTypeError, TypeError, ValueError):
+        return None
+    return pc.unique(keys).sort()
 
 
 def _slice_may_hold(storage: Storage, slc: FileSlice, keys: pa.Array) -> bool:
@@ -330,7 +366,7 @@ class TableReader:
         read_columns = self._read_columns(spec, schema)
         reader = SliceReader(self.storage, self.timeline, visible, schema)
         wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
-        keys = lookup_keys(spec.filters, self.config)
+        keys = lookup_keys(spec.filters, self.config, schema)
         if keys is not None:
             wanted = self._prune_for_keys(wanted, keys)
 
@@ -366,7 +402,10 @@ class TableReader:
     def _prune_for_keys(self, slices: list[FileSlice], keys: pa.Array) -> list[FileSlice]:
         """Slices that may hold one of ``keys``: by bucket id, then by base file footers."""
         if self.config.index_type is IndexType.BUCKET and self.config.num_buckets:
-            buckets = set(bucket_ids(keys, self.config.num_buckets).tolist())
+            try:
+                buckets = set(bucket_ids(keys, self.config.num_buckets).tolist())
+            except ValueError:  # a key no writer can have stored: prune by footers only
+                return [s for s in slices if _slice_may_hold(self.storage, s, keys)]
             kept = []
             for slc in slices:
                 try:

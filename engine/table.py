@@ -22,7 +22,9 @@ import pyarrow as pa
 
 from engine.config import (
     P_HIVE_STYLE,
+    P_INDEX_TYPE,
     P_MERGE_MODE,
+    P_URL_ENCODE,
     IndexType,
     KeyGeneratorType,
     MergeMode,
@@ -33,6 +35,7 @@ from engine.config import (
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
 from engine.file_group import FileSlice
 from engine.instant import parse_instant_time
+from engine.keygen import check_field_types
 from engine.properties import dumps, loads
 from engine.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
@@ -48,7 +51,7 @@ from engine.write_client import (
 )
 
 PROPERTIES = f"{HOODIE}/hoodie.properties"
-_CREATE_KEYS = (P_HIVE_STYLE, P_MERGE_MODE, "hoodie.database.name")
+_CREATE_KEYS = (P_HIVE_STYLE, P_MERGE_MODE, P_URL_ENCODE, "hoodie.database.name")
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -132,6 +135,11 @@ class Table:
             hive_style = extra[P_HIVE_STYLE].strip().lower() == "true"
             if extra[P_HIVE_STYLE].strip().lower() not in ("true", "false"):
                 raise InvalidOptionError(P_HIVE_STYLE, "expected true or false")
+        url_encode = True  # Java escaping (plus a leading '.'); see engine/partition.py
+        if P_URL_ENCODE in extra:
+            if extra[P_URL_ENCODE].strip().lower() not in ("true", "false"):
+                raise InvalidOptionError(P_URL_ENCODE, "expected true or false")
+            url_encode = extra[P_URL_ENCODE].strip().lower() == "true"
         mode = MergeMode.EVENT_TIME_ORDERING if precombine else MergeMode.COMMIT_TIME_ORDERING
         if P_MERGE_MODE in extra:
             try:
@@ -154,12 +162,13 @@ class Table:
             raise TableExistsError(f"a table already exists at {path}")
         create_schema = None
         if schema is not None:
+            check_field_types(normalize_input_schema(schema), (*keys, *parts))
             create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
                                        separators=(",", ":"))
         config = TableConfig(
             name=name, table_type=ttype, version=8, record_key_fields=keys,
             partition_fields=parts, precombine_field=precombine, merge_mode=mode,
-            hive_style=hive_style, url_encode=False, populate_meta_fields=True,
+            hive_style=hive_style, url_encode=url_encode, populate_meta_fields=True,
             create_schema=create_schema, database=extra.get("hoodie.database.name", "default"),
             keygen_type=keygen,
             index_type=write_config.index_type,
@@ -198,7 +207,15 @@ class Table:
                     key, f"the table was created with {config.num_buckets} buckets; "
                     "the bucket count cannot change")
             merged[key] = value
-        return cls(path, config, WriteConfig.from_options(merged))
+        write_config = WriteConfig.from_options(merged)
+        if config.index_type is not None and write_config.index_type is not config.index_type:
+            # The index decides where a key lives; another one would not find the keys the
+            # recorded one placed (e.g. BUCKET on a SIMPLE table writes a second copy).
+            raise InvalidOptionError(
+                P_INDEX_TYPE, f"the table records {P_INDEX_TYPE}={config.index_type.value}; "
+                f"writing it with {write_config.index_type.value} would break its key "
+                "placement (the index type of a table cannot change)")
+        return cls(path, config, write_config)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -217,8 +234,8 @@ class Table:
         if operation == DELETE:
             deletes = client.prepare_deletes(data, timeline)
             return client.write(DELETE, None, deletes, extra_metadata=extra_metadata)
-        records = client.prepare(data, timeline, dedupe=True)
-        return client.write(operation, records, None, extra_metadata=extra_metadata)
+        records, deletes = client.prepare(data, timeline, dedupe=True)
+        return client.write(operation, records, deletes, extra_metadata=extra_metadata)
 
     def upsert(self, data: pa.Table, *, extra_metadata: Mapping[str, str] | None = None) -> str:
         """Insert new records and update existing ones; returns the instant time."""

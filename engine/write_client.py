@@ -132,8 +132,13 @@ class WriteClient:
         return data_schema_of(arrow_from_avro_json(schema_json))
 
     def _conform_input(self, data: pa.Table, schema: pa.Schema | None) -> pa.Table:
-        """Cast input to the table's data schema; new tables take the input's schema."""
-        meta_cols = [c for c in data.column_names if c.startswith("_hoodie_")]
+        """Cast input to the table's data schema; new tables take the input's schema.
+
+        ``_hoodie_*`` columns are dropped unless the table's schema has them (a table
+        written by Java may store ``_hoodie_is_deleted``).
+        """
+        meta_cols = [c for c in data.column_names if c.startswith("_hoodie_")
+                     and (schema is None or c not in schema.names)]
         if meta_cols:
             data = data.drop_columns(meta_cols)
         target = schema or normalize_input_schema(data.schema)
@@ -160,24 +165,52 @@ class WriteClient:
 
     # -- planning --------------------------------------------------------------------------
 
-    def prepare(self, data: pa.Table, timeline: Timeline, *, dedupe: bool) -> pa.Table:
-        """Validate, compute keys/partition paths, and combine duplicates in the batch."""
+    def prepare(self, data: pa.Table, timeline: Timeline, *,
+                dedupe: bool) -> tuple[pa.Table, pa.Table | None]:
+        """Validate, compute keys/partition paths, and combine duplicates in the batch.
+
+        Returns ``(records, deletes)``. Rows whose ``_hoodie_is_deleted`` is true are
+        deletes, as Hudi treats them: they take part in the in-batch combine like any row
+        (so a marker delete carries its row's ordering value and wins or loses by the merge
+        mode), and the winners come back in ``deletes`` (key, partition path and ordering
+        value, the shape :meth:`prepare_deletes` returns); ``deletes`` is None without any.
+        In-batch duplicates combine on (key, partition path) with a non-global index and on
+        the key alone with a global one, as Hudi's ``HoodieWriteHelper.deduplicateRecords``.
+        """
         if not isinstance(data, pa.Table):
             raise TypeError(f"data: expected a pyarrow.Table, got {type(data).__name__}")
         schema = self._table_data_schema(timeline)
+        marker = _delete_marker(data)
         data = self._conform_input(data, schema)
         keyed = key_batch(data, self.config)
         records = data.append_column(RECORD_KEY, keyed.record_keys).append_column(
             PARTITION_PATH, keyed.partition_paths)
+        if marker is not None:
+            records = records.append_column(_MARKED, marker)
         if dedupe and self.write_config.combine_before_upsert:
+            global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
             records = dedupe_batch(records, mode=self.config.merge_mode,
-                                   ordering_field=self.config.precombine_field)
-        return records
+                                   ordering_field=self.config.precombine_field,
+                                   partition_column=None if global_index else PARTITION_PATH)
+        if marker is None:
+            return records, None
+        marked = records.column(_MARKED)
+        doomed = records.filter(marked)
+        records = records.filter(pc.invert(marked)).drop_columns([_MARKED])
+        if not doomed.num_rows:
+            return records, None
+        columns = [RECORD_KEY, PARTITION_PATH]
+        ordering = self.config.precombine_field
+        if ordering and ordering in doomed.column_names:
+            columns.append(ordering)
+        return records, doomed.select(columns)
 
     def prepare_deletes(self, data: pa.Table, timeline: Timeline) -> pa.Table:
         """Keys (and partition paths / ordering values when given) of records to delete."""
         if not isinstance(data, pa.Table):
             raise TypeError(f"data: expected a pyarrow.Table, got {type(data).__name__}")
+        schema = self._table_data_schema(timeline)
+        data = _key_columns_as_stored(data, schema, self.config)
         keys = record_keys(data, self.config)
         columns = {RECORD_KEY: keys}
         have_partitions = all(f in data.column_names for f in self.config.partition_fields)
@@ -188,12 +221,16 @@ class WriteClient:
         ordering = self.config.precombine_field
         if ordering and ordering in data.column_names:
             col = data.column(ordering).combine_chunks()
-            schema = self._table_data_schema(timeline)
             if schema is not None and ordering in schema.names:
-                col = col.cast(schema.field(ordering).type)
+                try:
+                    col = col.cast(schema.field(ordering).type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    raise InvalidRecordError(
+                        f"ordering column {ordering!r} of type {col.type} cannot be stored as "
+                        f"{schema.field(ordering).type}") from None
             columns[ordering] = col
         table = pa.table(columns)
-        # One delete per key: the last one given.
+        # One delete per key (per key and partition when partitions are given): the last.
         return _last_per_key(table)
 
     def plan(self, timeline: Timeline, instant: Instant, operation: str,
@@ -268,7 +305,8 @@ class WriteClient:
                 kind=kind, partition_path=partition, file_id=file_id, records=recs,
                 deletes=dels if kind != CREATE else None, base_file=base_rel,
                 base_instant=existing.base_instant if existing else None,
-                task_partition=len(tasks), num_updates=group_updates.get(group, 0)))
+                task_partition=len(tasks), num_updates=group_updates.get(group, 0),
+                log_files=tuple(log.name for log in existing.log_files) if existing else ()))
         extra = {"schema": json.dumps(avro_data_schema(data_schema, self.config.name),
                                       separators=(",", ":"))}
         extra.update(extra_metadata or {})
@@ -279,7 +317,8 @@ class WriteClient:
         """Deletes with the partition and file group their key lives in (found ones only)."""
         known_partition = PARTITION_PATH in deletes.column_names
         if (self.write_config.index_type is IndexType.BUCKET and known_partition):
-            buckets = bucket_ids(deletes.column(RECORD_KEY), self.write_config.num_buckets)
+            buckets = _record_buckets(deletes.column(RECORD_KEY),
+                                      self.write_config.num_buckets)
             file_ids = []
             for part, b in zip(deletes.column(PARTITION_PATH).to_pylist(), buckets.tolist(),
                                strict=True):
@@ -295,7 +334,9 @@ class WriteClient:
                  else pa.nulls(deletes.num_rows, pa.string()))
         tagged = tag(deletes.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_lookup)
-        located = deletes
+        # A key found in several file groups is deleted from every one of them.
+        located = (deletes if tagged.num_rows == deletes.num_rows
+                   else deletes.take(tagged.column("row")))
         if PARTITION_PATH in located.column_names:
             located = located.drop_columns([PARTITION_PATH])
         located = located.append_column(PARTITION_PATH, tagged.column("loc_partition"))
@@ -305,8 +346,8 @@ class WriteClient:
     def _place_bucket(self, records: pa.Table, by_partition: Mapping[str, list[FileSlice]],
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_updates: dict[tuple[str, str], int]) -> None:
-        buckets = np.asarray(bucket_ids(records.column(RECORD_KEY),
-                                        self.write_config.num_buckets), dtype=np.int64)
+        buckets = np.asarray(_record_buckets(records.column(RECORD_KEY),
+                                             self.write_config.num_buckets), dtype=np.int64)
         encoded = records.column(PARTITION_PATH).combine_chunks().dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         group_code = codes * self.write_config.num_buckets + buckets
@@ -333,40 +374,8 @@ class WriteClient:
         global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
         inserts = records
         if operation == UPSERT and slices:
-            parts = records.column(PARTITION_PATH).combine_chunks()
-            wanted = None if global_index else set(parts.unique().to_pylist())
-            locations = key_locations(reader, slices, wanted)
-            tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
-                         global_index=global_index)
-            loc_p = tagged.column("loc_partition").combine_chunks()
-            loc_f = tagged.column("loc_file_id").combine_chunks()
-            found = pc.is_valid(loc_f)
-            losing = self._loses_to_stored(records, tagged, found)
-            if losing is not None:
-                # An update whose ordering value is below the stored one would lose on
-                # every read: it is not written (so no reader's incremental view shows it).
-                keep = pc.invert(losing)
-                records, parts = records.filter(keep), parts.filter(keep)
-                loc_p, loc_f, found = loc_p.filter(keep), loc_f.filter(keep), found.filter(keep)
-            same_partition = pc.and_(found, pc.equal(loc_p, parts))
-            moved = pc.and_(found, pc.invert(pc.fill_null(pc.equal(loc_p, parts), False)))
-            updates = records.append_column("_p", loc_p).append_column("_f", loc_f) \
-                .filter(same_partition)
-            for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
-                group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
-                group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
-            if pc.any(moved).as_py():
-                # Update-partition-path: delete the old copy, insert into the new partition.
-                old = pa.table({RECORD_KEY: records.column(RECORD_KEY),
-                                PARTITION_PATH: loc_p, "_p": loc_p, "_f": loc_f}).filter(moved)
-                if self.config.precombine_field:
-                    col = records.column(self.config.precombine_field).filter(moved)
-                    old = old.append_column(self.config.precombine_field, col)
-                for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
-                    group_deletes.setdefault((part, fid), []).append(
-                        _natural_delete(piece.drop_columns(["_p", "_f"]),
-                                        self.config.precombine_field))
-            inserts = records.filter(pc.or_(pc.invert(found), moved))
+            inserts = self._tag_updates(records, reader, slices, global_index,
+                                        group_records, group_deletes, group_updates)
         if not inserts.num_rows:
             return
         record_size = average_record_size(timeline, self.write_config)
@@ -385,6 +394,69 @@ class WriteClient:
                 group_records.setdefault((part, bucket.file_id), []).append(
                     part_rows.slice(offset, bucket.count))
                 offset += bucket.count
+
+    def _tag_updates(self, records: pa.Table, reader: SliceReader, slices: list[FileSlice],
+                     global_index: bool,
+                     group_records: dict[tuple[str, str], list[pa.Table]],
+                     group_deletes: dict[tuple[str, str], list[pa.Table]],
+                     group_updates: dict[tuple[str, str], int]) -> pa.Table:
+        """Route records whose key exists to its file groups; returns the records to insert.
+
+        As Hudi's simple indexes do, a record is tagged once per location of its key: a key
+        stored in several file groups (two inserts of one key, or a key SIMPLE put in two
+        partitions, looked up by GLOBAL_SIMPLE) is updated in every one of them. With a
+        global index, copies in another partition are deleted and the record is inserted
+        into its own partition unless a copy already lives there.
+        """
+        parts = records.column(PARTITION_PATH).combine_chunks()
+        wanted = None if global_index else set(parts.unique().to_pylist())
+        locations = key_locations(reader, slices, wanted)
+        tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
+                     global_index=global_index)
+        rows = tagged.column("row").to_numpy(zero_copy_only=False)
+        # Every row appears at least once (left join): as many rows means one location each.
+        expanded = (records if tagged.num_rows == records.num_rows
+                    else records.take(tagged.column("row")))
+        loc_p = tagged.column("loc_partition").combine_chunks()
+        loc_f = tagged.column("loc_file_id").combine_chunks()
+        found = pc.is_valid(loc_f)
+        exp_parts = expanded.column(PARTITION_PATH).combine_chunks()
+        same = pc.and_(found, pc.fill_null(pc.equal(loc_p, exp_parts), False))
+        moved = pc.and_(found, pc.invert(same))
+        losing = self._loses_to_stored(expanded, tagged, found)
+        if losing is not None:
+            # An update whose ordering value is below the stored one would lose on every
+            # read: it is not written (so no reader's incremental view shows it).
+            same = pc.and_(same, pc.invert(losing))
+            moved_kept = pc.and_(moved, pc.invert(losing))
+        else:
+            moved_kept = moved
+        n = records.num_rows
+
+        def per_row(mask: pa.Array) -> np.ndarray:
+            out = np.zeros(n, dtype=bool)
+            out[rows[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]] = True
+            return out
+
+        found_any = per_row(found)
+        stays = per_row(pc.and_(found, pc.invert(moved)))  # a copy in its own partition
+        lost = per_row(losing) if losing is not None else np.zeros(n, dtype=bool)
+        has_moved = per_row(moved_kept)
+        insert_mask = ~found_any | (has_moved & ~stays & ~lost)
+
+        updates = expanded.append_column("_p", loc_p).append_column("_f", loc_f).filter(same)
+        for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
+            group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
+            group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
+        if pc.any(moved_kept).as_py():
+            # Update-partition-path: delete the old copies, insert into the new partition.
+            old = pa.table({RECORD_KEY: expanded.column(RECORD_KEY), PARTITION_PATH: loc_p,
+                            "_p": loc_p, "_f": loc_f}).filter(moved_kept)
+            for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
+                group_deletes.setdefault((part, fid), []).append(
+                    _natural_delete(piece.drop_columns(["_p", "_f"]),
+                                    self.config.precombine_field))
+        return records.filter(pa.array(insert_mask))
 
     def _loses_to_stored(self, records: pa.Table, tagged: pa.Table,
                          found: pa.Array) -> pa.Array | None:
@@ -530,6 +602,24 @@ def _check_still_inflight(timeline: Timeline, instant: Instant) -> None:
             "alive); nothing was committed")
 
 
+DELETE_MARKER = "_hoodie_is_deleted"
+"""Hudi's delete marker column: a row whose value is true deletes its key."""
+_MARKED = "__tidelake_marked_deleted"
+
+
+def _delete_marker(data: pa.Table) -> pa.Array | None:
+    """The rows whose ``_hoodie_is_deleted`` is true (None without such a column)."""
+    if DELETE_MARKER not in data.column_names:
+        return None
+    column = data.column(DELETE_MARKER).combine_chunks()
+    try:
+        flags = column.cast(pa.bool_())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise InvalidRecordError(
+            f"column {DELETE_MARKER!r} of type {column.type} is not a boolean") from None
+    return pc.fill_null(flags, False)
+
+
 def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
     """File id of a new bucket's file group, the same for every writer of that bucket.
 
@@ -538,6 +628,14 @@ def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
     """
     seed = uuid.uuid5(uuid.NAMESPACE_URL, f"tidelake:{table_name}:{partition}:{bucket}")
     return bucket_file_id(bucket, str(seed))
+
+
+def _record_buckets(keys: pa.Array | pa.ChunkedArray, num_buckets: int) -> np.ndarray:
+    """Bucket ids of record keys; a key Java's bucket index cannot parse is a bad record."""
+    try:
+        return bucket_ids(keys, num_buckets)
+    except ValueError as exc:
+        raise InvalidRecordError(f"bucket index: {exc}") from None
 
 
 def _bucket_group(slices: Sequence[FileSlice], bucket: int) -> str | None:
@@ -562,8 +660,30 @@ def _last_per_key(table: pa.Table) -> pa.Table:
         return table
     idx = pa.array(np.arange(n))
     t = table.append_column("_i", idx)
-    last = t.group_by(RECORD_KEY).aggregate([("_i", "max")]).column("_i_max")
+    group = [RECORD_KEY] + ([PARTITION_PATH] if PARTITION_PATH in table.column_names else [])
+    last = t.group_by(group, use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     return table.take(pa.array(np.sort(last.to_numpy())))
+
+
+def _key_columns_as_stored(data: pa.Table, schema: pa.Schema | None,
+                           config: TableConfig) -> pa.Table:
+    """Key and partition columns cast to the table's types, so they format as stored ones
+    (a delete given ``2`` for a double key means the stored ``2.0``)."""
+    if schema is None:
+        return data
+    for name in (*config.record_key_fields, *config.partition_fields):
+        if name not in data.column_names or name not in schema.names:
+            continue
+        column, wanted = data.column(name), schema.field(name).type
+        if column.type.equals(wanted):
+            continue
+        try:
+            cast = column.cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise InvalidRecordError(
+                f"column {name!r} of type {column.type} cannot be stored as {wanted}") from None
+        data = data.set_column(data.column_names.index(name), pa.field(name, wanted), cast)
+    return data
 
 
 def _natural_delete(table: pa.Table, ordering: str | None) -> pa.Table:

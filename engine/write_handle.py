@@ -70,7 +70,9 @@ class WriteTask:
 
     ``records`` holds data columns plus ``_hoodie_record_key`` and
     ``_hoodie_partition_path``; ``deletes`` holds those two plus the ordering field when
-    known. ``base_file``/``base_instant`` describe the slice written on (merge/append).
+    known. ``base_file``/``base_instant``/``log_files`` describe the slice written on
+    (merge/append): its base file's relative path, its base instant, and the names of its
+    log files (Hudi records them in an append's write stat).
     """
 
     kind: str
@@ -84,6 +86,7 @@ class WriteTask:
     stage: int = 0
     attempt: int = 0
     num_updates: int = 0
+    log_files: tuple[str, ...] = ()
 
     @property
     def write_token(self) -> str:
@@ -250,11 +253,15 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
     data = b"".join(blocks)
     storage.write_new(rel, data, fsync=False)
     updates = min(task.num_updates, n_records)
+    # As HoodieAppendHandle: prevCommit is the base instant of the slice written on (the new
+    # instant for a group without a slice), baseFile its base file name ("" for a log-only
+    # slice), logFiles the slice's log files followed by the one written now.
+    base_name = task.base_file.rsplit("/", 1)[-1] if task.base_file else ""
     return WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
-        prev_commit=ctx.instant_time, num_writes=n_records, num_deletes=n_deletes,
-        num_update_writes=updates, num_inserts=n_records - updates,
+        prev_commit=task.base_instant or ctx.instant_time, num_writes=n_records,
+        num_deletes=n_deletes, num_update_writes=updates, num_inserts=n_records - updates,
         total_write_bytes=len(data), file_size_in_bytes=len(data), log_version=1,
-        log_offset=0, base_file="", log_files=(name,), total_log_blocks=len(blocks),
-        total_log_records=n_records + n_deletes,
+        log_offset=0, base_file=base_name, log_files=(*task.log_files, name),
+        total_log_blocks=len(blocks), total_log_records=n_records + n_deletes,
     )

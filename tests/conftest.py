@@ -10,15 +10,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "hudi-samples"
+SAMPLES = Path(__file__).resolve().parent / "fixtures" / "hudi-samples"
+"""Java-written sample tables shipped with the tests (see its README.md)."""
 
 
 @pytest.fixture(scope="session")
 def samples_dir() -> Path:
-    """``../shared/hudi-samples``; tests using it skip when it is absent."""
-    if not (SAMPLES / "expected").is_dir():
-        pytest.skip(f"sample tables not found at {SAMPLES} (../shared is not beside the repo)")
+    """``tests/fixtures/hudi-samples``: the zips and the ``expected`` snapshots."""
+    assert (SAMPLES / "expected").is_dir(), f"sample tables missing at {SAMPLES}"
     return SAMPLES
 
 
@@ -57,8 +58,6 @@ def hudi_rs_read(path: str | Path, **read_options: Any) -> pa.Table:
     ``as_of``, ``start``/``end`` (incremental) and ``read_optimized`` map to hudi-rs
     read options.
     """
-    from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
-
     table = HudiTableBuilder.from_base_uri(str(path)).build()
     options = HudiReadOptions()
     if read_options.get("as_of"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -60,17 +61,24 @@ def key_locations(reader: SliceReader, slices: Iterable[FileSlice],
 
 def tag(keys: pa.Array, partitions: pa.Array, locations: pa.Table,
         *, global_index: bool) -> pa.Table:
-    """For each incoming row: the file id and partition where its key lives (null if new).
+    """Every location of every incoming row's key: one output row per (input row, location).
 
-    Returns a table aligned with the input rows: ``loc_partition``, ``loc_file_id`` and,
-    when the locations carry it, ``loc_ordering``.
+    Returns ``row`` (the input row's index, ascending), ``loc_partition``, ``loc_file_id``
+    and, when the locations carry it, ``loc_ordering``. A row whose key is not found appears
+    once with null locations. A key stored in several file groups (two inserts of one
+    key, or a SIMPLE table whose key lives in two partitions looked up globally) yields one
+    row per file group, as Hudi's simple indexes tag a record once per location found, so
+    the caller updates or deletes every copy. Locations repeated within one file group
+    count once (the greatest stored ordering value is kept).
     """
     n = len(keys)
-    incoming = pa.table({"key": keys, "part": partitions, "row": pa.array(range(n), pa.int64())})
+    rows = pa.array(np.arange(n, dtype=np.int64))
     if not locations.num_rows or not n:
-        return pa.table({"loc_partition": pa.nulls(n, pa.string()),
+        return pa.table({"row": rows, "loc_partition": pa.nulls(n, pa.string()),
                          "loc_file_id": pa.nulls(n, pa.string())})
-    wanted = ["loc_partition", "loc_file_id"]
+    locations = _unique_locations(locations)
+    incoming = pa.table({"key": keys, "part": partitions, "row": rows})
+    wanted = ["row", "loc_partition", "loc_file_id"]
     if ORDERING in locations.column_names:
         wanted.append(ORDERING)
     if global_index:
@@ -82,5 +90,16 @@ def tag(keys: pa.Array, partitions: pa.Array, locations: pa.Table,
                                       pc.if_else(pc.is_null(joined.column("loc_file_id")),
                                                  pa.scalar(None, pa.string()),
                                                  joined.column("part")))
-    joined = joined.sort_by("row")
-    return joined.select(wanted)
+    joined = joined.sort_by([("row", "ascending"), ("loc_file_id", "ascending")])
+    return joined.select(wanted).combine_chunks()
+
+
+def _unique_locations(locations: pa.Table) -> pa.Table:
+    """One row per (key, partition, file id); the greatest stored ordering value wins."""
+    if pc.count_distinct(locations.column("key")).as_py() == locations.num_rows:
+        return locations
+    group = ["key", "loc_partition", "loc_file_id"]
+    if ORDERING not in locations.column_names:
+        return locations.group_by(group, use_threads=False).aggregate([])
+    unique = locations.group_by(group, use_threads=False).aggregate([(ORDERING, "max")])
+    return unique.select([*group, f"{ORDERING}_max"]).rename_columns([*group, ORDERING])

@@ -22,8 +22,8 @@ from engine.base_file import (
     write_base_file,
 )
 from engine.bloom import BloomFilter, BloomFilterTypeCode
+from tests.conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "hudi-samples"
 NAME = "00000001-1b2c-4d5e-8f90-123456789abc-0_0-1-1_20250101000000000.parquet"
 
 
@@ -192,8 +192,6 @@ def test_read_footer_keys_corrupt_filter_raises_value_error(tmp_path: Path) -> N
 
 @pytest.fixture(scope="module")
 def sample_base_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    if not SAMPLES.is_dir():
-        pytest.skip(f"sample tables not found at {SAMPLES} (../shared is not beside the repo)")
     dest = tmp_path_factory.mktemp("base-samples")
     files = []
     for zip_path in sorted(SAMPLES.glob("*.zip")):
@@ -201,8 +199,7 @@ def sample_base_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             for member in zf.namelist():
                 if member.endswith(".parquet") and not member.startswith("__MACOSX/"):
                     files.append(Path(zf.extract(member, dest / zip_path.stem)))
-    if not files:
-        pytest.skip("no sample base files")
+    assert files, f"no sample base files under {SAMPLES}"
     return files
 
 

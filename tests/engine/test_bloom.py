@@ -21,9 +21,7 @@ from engine.bloom import (
     hadoop_murmur2,
     num_hashes,
 )
-
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "hudi-samples"
-
+from tests.conftest import SAMPLES
 
 # --- plain-Python reference, written from the Java sources' definitions -------------------
 
@@ -297,8 +295,6 @@ def test_deserialize_then_add_follows_java_without_max_entries() -> None:
 @pytest.fixture(scope="module")
 def sample_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Every Parquet base file of the sample tables that carries a bloom filter footer."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"sample tables not found at {SAMPLES} (../shared is not beside the repo)")
     dest = tmp_path_factory.mktemp("bloom-samples")
     files = []
     for zip_path in sorted(SAMPLES.glob("*.zip")):

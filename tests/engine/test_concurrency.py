@@ -53,8 +53,8 @@ def _client(table: Table, **options: str) -> WriteClient:
 def _stage(client: WriteClient, data: pa.Table):  # type: ignore[no-untyped-def]
     """Begin an instant and write its files, without committing: (timeline, plan, stats)."""
     timeline, inflight = client.begin()
-    records = client.prepare(data, timeline, dedupe=True)
-    plan = client.plan(timeline, inflight, UPSERT, records, None)
+    records, deletes = client.prepare(data, timeline, dedupe=True)
+    plan = client.plan(timeline, inflight, UPSERT, records, deletes)
     return timeline, plan, client.execute_local(plan)
 
 
@@ -231,8 +231,8 @@ def test_failed_write_rolled_back_at_once_no_pending_instant(tmp_path: Path) -> 
         raise RuntimeError("task failed")
 
     with pytest.raises(RuntimeError, match="task failed"):
-        client.write(UPSERT, client.prepare(_batch(["k0"], 2, 1), client_timeline(table),
-                                            dedupe=True), None, run=boom)  # type: ignore[arg-type]
+        records, _ = client.prepare(_batch(["k0"], 2, 1), client_timeline(table), dedupe=True)
+        client.write(UPSERT, records, None, run=boom)  # type: ignore[arg-type]
     assert _pending(table) == []
     assert any(e.action == "rollback" for e in table.timeline())
 

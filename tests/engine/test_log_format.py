@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import hudi
 import pyarrow as pa
 import pytest
 
@@ -37,8 +38,8 @@ from engine.log_format import (
     iter_blocks,
     read_log_file,
 )
+from tests.conftest import SAMPLES
 
-SAMPLES = Path(__file__).parents[2].parent / "shared" / "hudi-samples"
 V8_TRIPS = "quickstart_trips_table__mor__avro__v8_trips_8i3u1d"
 ROLLBACK = "sample_table__mor__parquet__v6_nonpartitioned_rollback"
 SAO_PAULO_DELETE = (
@@ -81,8 +82,6 @@ def _extract(name: str, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def sample_logs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Every log file of every sample table (data and metadata tables)."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"sample tables not found at {SAMPLES} (../shared is not beside the repo)")
     root = tmp_path_factory.mktemp("samples")
     for archive in sorted(SAMPLES.glob("*.zip")):
         _extract(archive.stem, root / archive.stem)
@@ -555,7 +554,6 @@ def test_decode_delete_block_truncated_avro_raises_log_format_error() -> None:
 def test_encode_delete_block_hudi_rs_applies_event_time_ordering(
     sample_logs: list[Path], tmp_path: Path
 ) -> None:
-    hudi = pytest.importorskip("hudi")
     table_dir = tmp_path / "v8"
     shutil.copytree(_v8_table(sample_logs), table_dir)
     (original,) = read_log_file(table_dir / SAO_PAULO_DELETE)

@@ -1,0 +1,62 @@
+"""Write stats of merge-on-read appends, as Hudi's HoodieAppendHandle records them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from engine import Table
+from engine.commit_metadata import CommitMetadata
+from engine.config import LogBlockFormat, MergeMode
+from engine.schema import PARTITION_PATH, RECORD_KEY, avro_full_schema
+from engine.timeline import Timeline
+from engine.write_handle import APPEND, WriteContext, WriteTask, execute
+from tests.conftest import hudi_rs_read
+
+
+def _stats(table: Table) -> list[CommitMetadata]:
+    timeline = Timeline.load(table.storage, table.config)
+    return [timeline.commit_metadata(i) for i in timeline.completed_data_instants]
+
+
+def test_append_stat_records_slice_base_instant_base_file_and_log_files(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="id", precombine="ts", partition_by=["city"])
+    first = table.upsert(pa.table({"id": ["a"], "ts": [1], "city": ["x"]}))
+    second = table.upsert(pa.table({"id": ["a"], "ts": [2], "city": ["x"]}))
+    third = table.upsert(pa.table({"id": ["a"], "ts": [3], "city": ["x"]}))
+    create, append1, append2 = (m.write_stats[0] for m in _stats(table))
+    base_name = Path(create.path).name
+    assert base_name.endswith(f"_{first}.parquet")
+    assert (append1.prev_commit, append1.base_file) == (first, base_name)
+    assert (append2.prev_commit, append2.base_file) == (first, base_name)
+    log1, log2 = Path(append1.path).name, Path(append2.path).name
+    assert f"_{second}.log." in log1 and f"_{third}.log." in log2
+    assert append1.log_files == (log1,)
+    assert append2.log_files == (log1, log2)
+    # Our readers and hudi-rs still read the commits (snapshot and incremental).
+    assert table.read().column("ts").to_pylist() == [3]
+    assert hudi_rs_read(table.path).column("ts").to_pylist() == [3]
+    assert hudi_rs_read(table.path, start=first).column("ts").to_pylist() == [3]
+    assert table.read_incremental(first).column("ts").to_pylist() == [3]
+
+
+def test_append_stat_log_only_slice_has_empty_base_file(tmp_path: Path) -> None:
+    data_schema = pa.schema([pa.field("id", pa.string()), pa.field("ts", pa.int64())])
+    ctx = WriteContext(base_path=str(tmp_path), instant_time="20250101000000000",
+                       table_name="t", data_schema=data_schema,
+                       avro_schema_with_meta=avro_full_schema(data_schema, "t"),
+                       merge_mode=MergeMode.EVENT_TIME_ORDERING, ordering_field="ts",
+                       ordering_avro_type="long", log_block_format=LogBlockFormat.AVRO)
+    records = pa.table({"id": ["a"], "ts": [1], RECORD_KEY: ["a"], PARTITION_PATH: ["p"]})
+    older = ".f1-0_20240101000000000.log.1_0-0-0"
+    on_slice = execute(ctx, WriteTask(kind=APPEND, partition_path="p", file_id="f1-0",
+                                      records=records, deletes=None,
+                                      base_instant="20240101000000000", log_files=(older,)))
+    assert (on_slice.prev_commit, on_slice.base_file) == ("20240101000000000", "")
+    assert on_slice.log_files == (older, Path(on_slice.path).name)
+    new_group = execute(ctx, WriteTask(kind=APPEND, partition_path="p", file_id="f2-0",
+                                       records=records, deletes=None))
+    assert (new_group.prev_commit, new_group.base_file) == ("20250101000000000", "")
+    assert new_group.log_files == (Path(new_group.path).name,)
