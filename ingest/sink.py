@@ -54,6 +54,7 @@ from engine.errors import (
     TableNotFoundError,
     WriteConflictError,
 )
+from engine.keygen import check_field_types
 from engine.schema import data_schema_of, normalize_input_schema
 from engine.table import Table
 from engine.timeline import Timeline
@@ -316,6 +317,8 @@ class HudiStreamingSink:
             if name not in schema.names:
                 raise ValueError(f"decoder: the schema has no field {name!r} (a key or "
                                  "partition field of the table)")
+        # A key or partition type with no Java text would fail every batch: refuse it now.
+        check_field_types(schema, (*config.record_key_fields, *config.partition_fields))
         if config.precombine_field:
             if config.precombine_field not in schema.names:
                 raise ValueError(f"decoder: the schema has no ordering field "

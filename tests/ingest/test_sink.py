@@ -710,3 +710,11 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
         topic: {str(p): o for p, o in ends.items()}}
     assert Table.open(str(tmp_path / "errors")).read().num_rows == 1
 
+
+
+def test_sink_refuses_key_field_without_java_text_at_setup(tmp_path: Path) -> None:
+    from engine.errors import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError, match="'id'"):
+        HudiStreamingSink(str(tmp_path / "t"), decoder=JsonDecoder("id BINARY, ts BIGINT"),
+                          record_key="id", precombine="ts")
