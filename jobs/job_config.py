@@ -164,6 +164,18 @@ class JobConfig:
 _BY_NAME = {s.name: s for s in SETTINGS}
 
 
+def _dotted(options: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Pass-through options as dotted names: TOML reads ``hoodie.a.b = 1`` unquoted as nested
+    tables, which name the same option as the quoted ``"hoodie.a.b" = 1``."""
+    out: list[tuple[str, Any]] = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
 def _flatten(data: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for section, body in data.items():
@@ -174,7 +186,7 @@ def _flatten(data: Mapping[str, Any], *, where: str) -> dict[str, Any]:
             if name in PASS_THROUGH:
                 if not isinstance(value, dict):
                     raise InvalidOptionError(name, f"{where}: expected a table of options")
-                for sub, sub_value in value.items():
+                for sub, sub_value in _dotted(value):
                     flat[f"{name}.{sub}"] = sub_value
                 continue
             flat[name] = value

@@ -97,3 +97,14 @@ def test_invalid_toml_is_a_clear_error(tmp_path: Path) -> None:
 def test_docs_list_every_setting() -> None:
     doc = (ROOT / "docs" / "ingest.md").read_text()
     assert describe() in doc
+
+
+def test_unquoted_dotted_passthrough_keys_name_the_same_option(tmp_path: Path) -> None:
+    text = GOOD + '[spark.conf]\nspark.sql.shuffle.partitions = "2"\n'
+    text = text.replace('"hoodie.logfile.data.block.format" = "parquet"',
+                        'hoodie.client.heartbeat.interval_in_ms = "500"\n'
+                        '"hoodie.logfile.data.block.format" = "parquet"')
+    config = load(_write(tmp_path, text))
+    assert config.table_options == {"hoodie.client.heartbeat.interval_in_ms": "500",
+                                    "hoodie.logfile.data.block.format": "parquet"}
+    assert config.spark_conf == {"spark.sql.shuffle.partitions": "2"}
