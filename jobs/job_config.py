@@ -56,6 +56,18 @@ def _list(key: str, value: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _fraction(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}") from None
+    if not 0 <= number <= 1:
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}")
+    return number
+
+
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def parse(key: str, value: Any) -> str:
         text = _str(key, value)
@@ -124,6 +136,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
     Setting("errors", "table_path", _str, None,
             "Error (dead-letter) table folder; default: <table.path>_errors."),
+    Setting("errors", "max_fraction", _fraction, 0.5,
+            "A micro-batch (of 10 records or more) with a larger share of bad records fails "
+            "and commits nothing, naming the most common reason; 1 turns the check off."),
 )
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
