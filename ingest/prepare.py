@@ -14,7 +14,9 @@ Each Kafka row becomes exactly one *prepared* row carrying its operation:
   decode, the record key or ordering value is missing, the partition value cannot be stored,
   or a tombstone's partition cannot be known.
 
-Bad records are data here, never exceptions: one bad record never fails a batch.
+Bad records are data here, never exceptions: one bad record never fails a batch. A decoder
+that fails for another reason (:class:`~ingest.decode.DecoderError`: a bug, not bad data)
+fails the batch, naming the Kafka record (topic, partition, offset) it failed on.
 
 Two shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
 them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value
@@ -41,7 +43,7 @@ from engine.errors import InvalidRecordError
 from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from ingest.decode import Decoder
+from ingest.decode import Decoder, DecoderError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -244,12 +246,35 @@ def _partitions(data: pa.Table, config: TableConfig) -> tuple[pa.Array, dict[int
     return pa.array(paths, pa.string()), bad
 
 
+def _where(coordinates: pa.Table, rows: np.ndarray) -> str:
+    """Kafka coordinates of ``rows`` of a batch: ``record topic-partition offset o``, or the
+    first and last of several. ``coordinates`` has topic, partition and offset columns."""
+    if not len(rows) or coordinates.num_columns != 3:
+        return "records without Kafka coordinates"
+    picked = [tuple(r.values()) for r in
+              coordinates.take(pa.array([rows[0], rows[-1]], pa.int64())).to_pylist()]
+    (topic, part, offset), last = picked[0], picked[-1]
+    if len(rows) == 1:
+        return f"record {topic}-{part} offset {offset}"
+    return (f"records {topic}-{part} offset {offset} to {last[0]}-{last[1]} offset {last[2]}")
+
+
 def _data_rows(spec: PrepareSpec, values: pa.Array, op: np.ndarray,
-               reasons: list[str | None]) -> pa.Table:
-    """Decode the non-null values into full-length data columns (nulls where not decoded)."""
+               reasons: list[str | None], coordinates: pa.Table) -> pa.Table:
+    """Decode the non-null values into full-length data columns (nulls where not decoded).
+
+    ``coordinates``: topic, partition and offset of each value, to name the record a
+    :class:`~ingest.decode.DecoderError` concerns."""
     n = len(values)
     present = np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False))
-    result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+    try:
+        result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+    except Exception as exc:
+        known = [i for i in exc.rows if 0 <= i < len(present)] \
+            if isinstance(exc, DecoderError) else []
+        rows = present[known] if known else present
+        raise DecoderError(f"decoding {_where(coordinates, rows)} failed (not a bad record, "
+                           f"so it is not sent to the error table): {exc}") from exc
     for index, reason in result.errors:
         row = int(present[index])
         op[row] = ERROR
@@ -275,7 +300,9 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     kafka_keys = _column(table, "key", pa.binary())
     op = np.full(n, UPSERT, dtype=np.int8)
     reasons: list[str | None] = [None] * n
-    data = _data_rows(spec, values, op, reasons)
+    data = _data_rows(spec, values, op, reasons,
+                      table.select([c for c in ("topic", "partition", "offset")
+                                    if c in table.column_names]))
     config = spec.config
     tombstone = values.is_null().to_numpy(zero_copy_only=False)
 
@@ -409,7 +436,7 @@ def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
     values = _column(table, VALUE, pa.binary())
     upsert = op == UPSERT
     wanted = pc.if_else(pa.array(upsert), values, pa.nulls(n, pa.binary()))
-    data = _data_rows(spec, wanted, op, reasons)
+    data = _data_rows(spec, wanted, op, reasons, table.select([TOPIC, KAFKA_PARTITION, OFFSET]))
     columns = {f.name: data.column(f.name).combine_chunks() for f in spec.data_schema}
     for f in meta_fields(spec):
         columns[f.name] = table.column(f.name).combine_chunks()

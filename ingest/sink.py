@@ -58,7 +58,7 @@ import pyarrow as pa
 from engine.commit_metadata import WriteStat
 from engine.errors import InvalidRecordError, TableNotFoundError, TerminalError
 from engine.partition import PARTITION_METAFILE
-from engine.schema import data_schema_of, normalize_input_schema
+from engine.schema import data_schema_of, normalize_input_schema, table_schema
 from engine.table import PROPERTIES, Table
 from engine.timeline import Timeline
 from ingest.checkpoint import (
@@ -323,12 +323,9 @@ class HudiStreamingSink:
         fields the engine stores; ``full``: all of them, for tables that stored a
         ``_hoodie_is_deleted`` column)."""
         config = self.table.config
-        timeline = Timeline.load(self.table.storage, config)
-        stored_json = timeline.latest_schema()
-        if stored_json:
-            from engine.schema import arrow_from_avro_json
-
-            stored = data_schema_of(arrow_from_avro_json(stored_json))
+        recorded = table_schema(Timeline.load(self.table.storage, config))
+        if recorded is not None:
+            stored = data_schema_of(recorded)
             if not (_same_fields(stored, decoded) or _same_fields(stored, full)):
                 raise ValueError(f"decoder: its schema ({decoded}) differs from the table's "
                                  f"({stored}); schema evolution is not supported here")

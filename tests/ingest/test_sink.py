@@ -27,7 +27,7 @@ import pytest
 
 from engine import Table
 from engine.config import MergeMode
-from engine.errors import TableNotFoundError
+from engine.errors import CorruptTableError, TableNotFoundError
 from engine.index.bucket import bucket_id
 from engine.merge import dedupe_batch
 from engine.schema import PARTITION_PATH
@@ -46,7 +46,7 @@ from ingest.checkpoint import (
     merge_offsets,
     starting_offsets_from_table,
 )
-from ingest.decode import JsonDecoder
+from ingest.decode import DecoderError, JsonDecoder
 from ingest.prepare import (
     BUCKET,
     DELETE,
@@ -300,6 +300,36 @@ def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) 
     assert (out[0]["_hoodie_record_key"], out[0]["_hoodie_partition_path"]) == ("a", "oslo")
     assert (out[7][ORDERING], out[7][ORDERING_NULL]) == (6, False)
     assert out[1]["_tl_value"] == b"{not json" and out[0]["_tl_value"] is None
+
+
+class _BuggyDecoder(JsonDecoder):
+    """A decoder with a bug (not bad data): it fails on any value it parses."""
+
+    def _parse(self, values: pa.BinaryArray, multiline: bool, index: Any) -> pa.Table:
+        raise KeyError("_tl_rows")
+
+
+def test_prepare_batch_decoder_bug_fails_naming_the_kafka_records(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         options={"hoodie.index.type": "BUCKET"})
+    spec = PrepareSpec(_BuggyDecoder(DDL), table.config, JsonDecoder(DDL).schema)
+    rows = kafka_rows([Event("a", tombstone=True), Event("b", 1, "oslo"),
+                       Event("x", raw=b"nope"), Event("c", 2, "rome")], "ev", {0: 40})
+    with pytest.raises(DecoderError, match=r"decoding records ev-0 offset 41 to ev-0 offset 43 "
+                       r"failed \(not a bad record.*KeyError: '_tl_rows'"):
+        prepare_batch(rows, spec)
+
+
+def test_sink_on_table_with_corrupt_recorded_schema_raises_naming_the_file(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    table = Table.create(path, name="t", record_key="id", precombine="ts",
+                         options={"hoodie.index.type": "BUCKET"})
+    table.upsert(pa.table({"id": ["a"], "ts": [1], "city": ["oslo"], "fare": [1.0]}),
+                 extra_metadata={"schema": '{"type": "record", "fields": 7}'})
+    with pytest.raises(CorruptTableError, match=r"\.hoodie/timeline/\d+_\d+\.deltacommit: "
+                       "the table schema it records cannot be parsed"):
+        HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts")
 
 
 def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
@@ -629,7 +659,7 @@ _SPECULATION_CHILD = """
 import sys
 from pyspark.sql import SparkSession
 from engine.errors import InvalidOptionError
-from ingest.decode import JsonDecoder
+from ingest.decode import DecoderError, JsonDecoder
 from ingest.sink import HudiStreamingSink
 
 spark = (SparkSession.builder.master("local[1]").config("spark.speculation", "true")
