@@ -54,6 +54,9 @@ __all__ = [
     "Decoder",
     "DecoderError",
     "JsonDecoder",
+    "arrow_schema_from_text",
+    "arrow_schema_to_text",
+    "decoder_from_spec",
     # Defined in ingest.ddl; re-exported so ``from ingest.decode import parse_ddl`` still works.
     "parse_ddl",
     "sql_type_name",
@@ -105,6 +108,52 @@ class Decoder(Protocol):
     def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
         """Decode binary ``values``; never raises on bad records."""
         ...
+
+
+# --- decoders as plain data ---------------------------------------------------------------------
+
+
+def arrow_schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text: its IPC serialization, base64 (plain data, no code)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def arrow_schema_from_text(text: str) -> pa.Schema:
+    """The inverse of :func:`arrow_schema_to_text`; ``ValueError`` for anything else."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (binascii.Error, TypeError, pa.ArrowException) as exc:
+        raise ValueError(f"not a serialized Arrow schema ({type(exc).__name__})") from None
+
+
+def decoder_from_spec(spec: Mapping[str, Any]) -> JsonDecoder | AvroDecoder:
+    """A decoder from its plain-data form (``decoder.to_spec()``); ``ValueError`` naming
+    what is wrong."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"decoder: expected an object, got {type(spec).__name__}")
+    kind = spec.get("kind")
+    if kind == "json":
+        text = spec.get("arrow_schema")
+        if not isinstance(text, str):
+            raise ValueError("decoder.arrow_schema: expected a serialized Arrow schema")
+        return JsonDecoder(arrow_schema_from_text(text))
+    if kind == "avro":
+        reader, confluent = spec.get("avro_schema"), spec.get("confluent", False)
+        schema_map = spec.get("schema_map")
+        if not isinstance(reader, dict):
+            raise ValueError("decoder.avro_schema: expected an Avro record schema object")
+        if not isinstance(confluent, bool):
+            raise ValueError("decoder.confluent: expected true or false")
+        if schema_map is not None and not isinstance(schema_map, dict):
+            raise ValueError("decoder.schema_map: expected an object {schema id: schema}")
+        try:
+            ids = {int(k): v for k, v in (schema_map or {}).items()}
+        except ValueError:
+            raise ValueError("decoder.schema_map: schema ids must be integers") from None
+        if any(not isinstance(v, dict) for v in ids.values()):
+            raise ValueError("decoder.schema_map: expected Avro record schema objects")
+        return AvroDecoder(reader, confluent=confluent, schema_map=ids or None)
+    raise ValueError(f"decoder.kind: expected 'json' or 'avro', got {kind!r}")
 
 
 # --- Avro schemas --------------------------------------------------------------------------------
@@ -455,6 +504,10 @@ class JsonDecoder:
     def __repr__(self) -> str:
         return f"JsonDecoder({sql_type_name(self._row_type)})"
 
+    def to_spec(self) -> dict[str, Any]:
+        """This decoder as plain data (JSON-able), for :func:`decoder_from_spec`."""
+        return {"kind": "json", "arrow_schema": arrow_schema_to_text(self.schema)}
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_checker": None}  # closures: rebuilt where unpickled
 
@@ -604,12 +657,15 @@ class AvroDecoder:
 
         reader = _load_avro(schema)
         self.schema = _arrow_of_avro(reader)
+        self._reader = reader
+        self._schema_map = ({int(k): _load_avro(v) for k, v in schema_map.items()}
+                            if schema_map else None)
         self.confluent = confluent
         if confluent and not schema_map:
             raise ValueError("confluent=True needs schema_map: {schema id: writer schema}")
         if schema_map and not confluent:
             raise ValueError("schema_map is only used with confluent=True")
-        writers = {int(k): _load_avro(v) for k, v in (schema_map or {}).items()} or {-1: reader}
+        writers = dict(self._schema_map or {}) or {-1: reader}
         self._writers: dict[int, Any] = {}  # fastavro's parsed schemas
         self._defaults: dict[int, dict[str, Any]] = {}
         for schema_id, writer in writers.items():
@@ -623,6 +679,14 @@ class AvroDecoder:
     def __repr__(self) -> str:
         ids = sorted(self._writers) if self.confluent else []
         return f"AvroDecoder({sql_type_name(pa.struct(list(self.schema)))}, schema ids {ids})"
+
+    def to_spec(self) -> dict[str, Any]:
+        """This decoder as plain data (JSON-able), for :func:`decoder_from_spec`."""
+        spec: dict[str, Any] = {"kind": "avro", "avro_schema": self._reader,
+                                "confluent": self.confluent}
+        if self._schema_map is not None:
+            spec["schema_map"] = {str(k): v for k, v in self._schema_map.items()}
+        return spec
 
     def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
         """Decode binary Avro values; see :class:`DecodeResult`."""

@@ -30,20 +30,28 @@ replayed batch prepares to exactly the same rows.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import MergeMode, TableConfig
-from engine.errors import InvalidRecordError
+from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from ingest.decode import Decoder, DecoderError
+from ingest.decode import (
+    Decoder,
+    DecoderError,
+    arrow_schema_from_text,
+    arrow_schema_to_text,
+    decoder_from_spec,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -65,6 +73,8 @@ __all__ = [
     "prepare_stream",
     "prepared_schema",
     "spark_schema",
+    "spec_from_json",
+    "spec_to_json",
     "unpack_rows",
 ]
 
@@ -105,7 +115,9 @@ _ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or ti
 
 @dataclass(frozen=True)
 class PrepareSpec:
-    """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks.
+    """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks (or
+    sent as plain data through the source option ``tidelake.prepare``: :func:`spec_to_json`;
+    fields other than the decoder, config and schema must be JSON scalars).
 
     ``data_schema`` is the table's data schema (storage types): the decoder's fields, less
     ``_hoodie_*`` ones (the engine never stores those; ``_hoodie_is_deleted`` is read as the
@@ -139,6 +151,88 @@ class PrepareSpec:
         """True when versions are ordered by the ordering field (else by arrival)."""
         return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
                 and self.config.precombine_field is not None)
+
+
+_SPEC_VERSION = 1
+_SPEC_SPECIAL = ("decoder", "config", "data_schema")
+
+
+def spec_to_json(spec: PrepareSpec) -> str:
+    """``spec`` as plain data (JSON): the decoder's kind, schema and options
+    (``decoder.to_spec()``), the table config's ``hoodie.properties`` map, the data schema as
+    a serialized Arrow schema, and the flags. Raises ``ValueError`` for a decoder that has
+    no plain-data form (only :class:`~ingest.decode.JsonDecoder` and
+    :class:`~ingest.decode.AvroDecoder` have one)."""
+    to_spec = getattr(spec.decoder, "to_spec", None)
+    if to_spec is None:
+        raise ValueError(f"decoder: {type(spec.decoder).__name__} cannot be described as "
+                         "plain data (only JsonDecoder and AvroDecoder can)")
+    config = spec.config
+    body: dict[str, Any] = {
+        "version": _SPEC_VERSION,
+        "decoder": to_spec(),
+        "config": {"properties": dict(config.raw) if config.raw else config.to_properties(),
+                   "from_file": bool(config.raw)},
+        "data_schema": arrow_schema_to_text(spec.data_schema),
+    }
+    for f in dataclasses.fields(spec):
+        if f.name not in _SPEC_SPECIAL:
+            body[f.name] = getattr(spec, f.name)
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def spec_from_json(text: str, option: str = "tidelake.prepare") -> PrepareSpec:
+    """The :class:`PrepareSpec` of :func:`spec_to_json`'s text; anything else raises
+    :class:`~engine.errors.InvalidOptionError` naming ``option`` and what is wrong. Parses
+    JSON only: no value is ever unpickled or evaluated."""
+    def bad(what: str) -> InvalidOptionError:
+        return InvalidOptionError(option, f"is not a prepare spec of spec_to_json(): {what}")
+
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise bad(f"not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise bad("expected a JSON object")
+    if body.get("version") != _SPEC_VERSION:
+        raise bad(f"version {body.get('version')!r}, expected {_SPEC_VERSION}")
+    known = {f.name: f for f in dataclasses.fields(PrepareSpec)}
+    unknown = sorted(set(body) - set(known) - {"version"})
+    if unknown:
+        raise bad(f"unknown field(s) {unknown}")
+    missing = sorted(name for name in _SPEC_SPECIAL if name not in body)
+    if missing:
+        raise bad(f"missing field(s) {missing}")
+    try:
+        decoder = decoder_from_spec(body["decoder"])
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    raw = body["config"]
+    if not (isinstance(raw, dict) and isinstance(raw.get("properties"), dict)
+            and all(isinstance(k, str) and isinstance(v, str)
+                    for k, v in raw["properties"].items())):
+        raise bad("config.properties: expected an object of strings")
+    try:
+        config = TableConfig.from_properties(raw["properties"])
+    except (TidelakeError, ValueError) as exc:
+        raise bad(f"config.properties: {exc}") from None
+    if not raw.get("from_file"):
+        config = dataclasses.replace(config, raw={})
+    try:
+        data_schema = arrow_schema_from_text(body["data_schema"])
+    except (ValueError, TypeError) as exc:
+        raise bad(f"data_schema: {exc}") from None
+    flags: dict[str, Any] = {}
+    for name, value in body.items():
+        if name in _SPEC_SPECIAL or name == "version":
+            continue
+        annotation = str(known[name].type)
+        allowed = {"str": str, "int": int, "bool": bool, "None": type(None)}
+        if not any(token in annotation and type(value) is kind
+                   for token, kind in allowed.items()):
+            raise bad(f"{name}: {value!r} is not of type {annotation}")
+        flags[name] = value
+    return PrepareSpec(decoder=decoder, config=config, data_schema=data_schema, **flags)
 
 
 def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:

@@ -19,14 +19,14 @@ from typing import Any
 import tomllib
 
 from engine.errors import InvalidOptionError
-
-SECRET_MARKERS = ("password", "secret", "token", "jaas")
+from engine.redact import REDACTED, is_secret_key, redact
 
 
 def _str(key: str, value: Any) -> str:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
-    raise InvalidOptionError(key, f"expected a string, got {value!r}")
+    shown = REDACTED if is_secret_key(key) else repr(value)
+    raise InvalidOptionError(key, f"expected a string, got {shown}")
 
 
 def _int(key: str, value: Any) -> int:
@@ -159,13 +159,13 @@ class JobConfig:
         return self.values[name]
 
     def redacted(self) -> dict[str, Any]:
-        """Everything, with secret-looking values replaced (safe to print or log)."""
+        """Everything, with secret-looking values replaced (safe to print or log; see
+        :mod:`engine.redact`)."""
         out: dict[str, Any] = dict(self.values)
         for prefix, mapping in (("source.kafka", self.kafka), ("table.options",
                                  self.table_options), ("spark.conf", self.spark_conf)):
-            for key, value in mapping.items():
-                secret = any(m in key.lower() for m in SECRET_MARKERS)
-                out[f"{prefix}.{key}"] = "***" if secret else value
+            for key, value in redact(mapping).items():
+                out[f"{prefix}.{key}"] = value
         return out
 
 
