@@ -269,7 +269,7 @@ class HudiStreamingSink:
         self.totals = SinkTotals()
         """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
-        self._checked_sessions: set[int] = set()
+        self._checked_context: Any = None  # the SparkContext whose conf was checked
 
     @property
     def table_created(self) -> bool:
@@ -403,10 +403,10 @@ class HudiStreamingSink:
 
     def _check_session(self, spark: SparkSession) -> None:
         """Refuse unsafe Spark settings (:func:`~ingest.spark_write.check_spark_conf`), once
-        per session."""
-        if id(spark) not in self._checked_sessions:
+        per SparkContext (``spark.speculation`` is fixed when the context starts)."""
+        if spark.sparkContext is not self._checked_context:
             check_spark_conf(spark)
-            self._checked_sessions.add(id(spark))
+            self._checked_context = spark.sparkContext
 
     def _done(self, result: BatchResult) -> None:
         self.totals = self.totals.add(result)
