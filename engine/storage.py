@@ -13,7 +13,7 @@ Contract (what the write protocol and readers depend on):
   never leaves a partial file under a data file name; a leftover temporary file starts
   with ``.tmp.`` and matches no Hudi file pattern, so no reader ever picks it up.
 * Durability: a file published with ``fsync=True`` (:meth:`write_new`, the default: timeline
-  files, heartbeats, partition metadata; :meth:`write_replace`: ``hoodie.properties``) is
+  files, partition metadata; :meth:`write_replace`: ``hoodie.properties``) is
   fsynced before its link or rename, and its folder is fsynced after it, so the new name
   survives a power loss too; a folder created for a file is made durable in its parent.
   Data files written on the committing machine are not flushed one by one: the writer
