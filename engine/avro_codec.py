@@ -25,6 +25,7 @@ schema conversion (:func:`avro_schema_to_arrow`, :func:`arrow_schema_to_avro`) i
 from __future__ import annotations
 
 import io
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,7 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
-from engine.avro_decode import decode_flat
+from engine.avro_decode import MalformedAvroError, decode_flat
 from engine.avro_encode import encode_flat
 from engine.avro_schema import (
     FlatField,
@@ -45,6 +46,7 @@ from engine.avro_schema import (
 __all__ = [
     "FlatField",
     "Kind",
+    "MalformedAvroError",
     "arrow_schema_to_avro",
     "arrow_to_avro_payloads",
     "avro_payloads_to_arrow",
@@ -123,7 +125,8 @@ def decode_records(
 ) -> pa.Table:
     """Decode the Avro records ``buf[starts[i]:ends[i]]`` written with ``writer_schema``.
 
-    Each record must be consumed exactly (else ValueError). With ``arrow_schema`` the result
+    Each record must be consumed exactly: a record that is not one of ``writer_schema``
+    raises :class:`MalformedAvroError` (a ``ValueError``). With ``arrow_schema`` the result
     has exactly its fields, in its order: fields the writer lacked are null, types are cast
     (schema evolution by name). Without it the Arrow form of ``writer_schema`` is used.
     """
@@ -234,6 +237,10 @@ def _encode_fallback(
     return pa.py_buffer(out.getvalue()), offsets
 
 
+_FASTAVRO_DATA_ERRORS = (ValueError, IndexError, KeyError, OverflowError, struct.error,
+                         UnicodeDecodeError)
+
+
 def _decode_fallback(
     buf: pa.Buffer, starts: np.ndarray, ends: np.ndarray, writer_schema: Mapping[str, Any]
 ) -> pa.Table:
@@ -242,7 +249,13 @@ def _decode_fallback(
     rows = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         stream = io.BytesIO(view[start:end])
-        rows.append(fastavro.schemaless_reader(stream, parsed, None))
+        try:
+            rows.append(fastavro.schemaless_reader(stream, parsed, None))
+        except (EOFError, StopIteration):
+            raise MalformedAvroError("the Avro record ends early") from None
+        except _FASTAVRO_DATA_ERRORS as exc:  # what fastavro raises on bytes of another shape
+            raise MalformedAvroError(f"malformed Avro record: {exc}") from exc
         if stream.tell() != end - start:
-            raise ValueError("Avro records do not match their lengths (wrong writer schema?)")
+            raise MalformedAvroError(
+                "Avro records do not match their lengths (wrong writer schema?)")
     return pa.Table.from_pylist(rows, schema=avro_schema_to_arrow(writer_schema))

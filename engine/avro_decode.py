@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from engine.avro_schema import FlatField, Kind
 
-__all__ = ["decode_flat"]
+__all__ = ["MalformedAvroError", "decode_flat"]
 
 _INT32_MAX = 2**31 - 1
 _CHUNK_BYTES = 2 << 20
@@ -26,6 +26,10 @@ _U64 = np.uint64
 _LOW7 = _U64(0x7F7F7F7F7F7F7F7F)
 _HIGH1 = _U64(0x8080808080808080)
 _ALL = _U64(0xFFFFFFFFFFFFFFFF)
+
+
+class MalformedAvroError(ValueError):
+    """Bytes that are not a record of the writer schema (a data error, not a bug)."""
 
 
 class _Source:
@@ -121,7 +125,7 @@ def _varint(
         b9 = (hi[rows] >> _U64(8)) & _U64(0xFF)
         ten = b8 >= 0x80
         if (ten & (b9 > 1)).any():
-            raise ValueError("malformed Avro varint (longer than 64 bits)")
+            raise MalformedAvroError("malformed Avro varint (longer than 64 bits)")
         x[rows] |= ((b8 & _U64(0x7F)) << _U64(56)) | (
             np.where(ten, b9, 0).astype(np.uint64) << _U64(63)
         )
@@ -190,7 +194,7 @@ def _union(lo: np.ndarray, field: FlatField) -> np.ndarray | None:
     ok = is_value if null_code is None else is_value | (byte == null_code)
     if not ok.all():
         expected = [b for b in (field.null_branch, field.value_branch) if b is not None]
-        raise ValueError(f"field {field.name!r}: union index outside {expected}")
+        raise MalformedAvroError(f"field {field.name!r}: union index outside {expected}")
     return is_value
 
 
@@ -227,7 +231,7 @@ def _decode_field(cur: _Cursor, field: FlatField, n: int) -> pa.Array:
         lengths, used = _lengths(lo, hi, valid)
         data_pos = cur.pos + (head + used)
         if (lengths < 0).any() or (data_pos + lengths > cur.ends).any():
-            raise ValueError(f"field {field.name!r}: string length runs past the record")
+            raise MalformedAvroError(f"field {field.name!r}: string length runs past the record")
         if cur.size > _INT32_MAX:
             raise ValueError("Avro payloads larger than 2 GiB are not supported")
         lo, hi = _shift_bytes(lo, hi, np.maximum(used, 1))
@@ -241,7 +245,7 @@ def _decode_field(cur: _Cursor, field: FlatField, n: int) -> pa.Array:
         try:
             text.validate(full=True)  # UTF-8; ~2x faster than a checked cast
         except pa.ArrowInvalid as exc:
-            raise ValueError(f"field {field.name!r}: invalid UTF-8: {exc}") from exc
+            raise MalformedAvroError(f"field {field.name!r}: invalid UTF-8: {exc}") from exc
         return text
     if kind in (Kind.INT, Kind.LONG):
         values, used = _varint(lo, hi, valid)
@@ -249,7 +253,7 @@ def _decode_field(cur: _Cursor, field: FlatField, n: int) -> pa.Array:
         storage = pa.int64()
         if kind is Kind.INT:
             if values.size and (values.min() < -(2**31) or values.max() > _INT32_MAX):
-                raise ValueError(f"field {field.name!r}: int out of range")
+                raise MalformedAvroError(f"field {field.name!r}: int out of range")
             values = values.astype(np.int32)
             storage = pa.int32()
     else:
@@ -281,7 +285,7 @@ def decode_flat(
 ) -> pa.Table:
     """Decode the records ``buffer[starts[i]:ends[i]]`` of the flat ``fields`` into ``schema``.
 
-    Raises ValueError when a record is malformed or not consumed exactly.
+    Raises :class:`MalformedAvroError` when a record is malformed or not consumed exactly.
     """
     source = _Source(buffer)
     n = len(starts)
@@ -294,6 +298,7 @@ def decode_flat(
         cur = _Cursor(source, starts[first : first + step], ends[first : first + step])
         arrays = [_decode_field(cur, field, len(cur.pos)) for field in fields]
         if not np.array_equal(cur.pos, cur.ends):
-            raise ValueError("Avro records do not match their lengths (wrong writer schema?)")
+            raise MalformedAvroError(
+                "Avro records do not match their lengths (wrong writer schema?)")
         batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     return pa.Table.from_batches(batches, schema=schema)

@@ -40,7 +40,7 @@ from engine.schema import (
     LOW_CARDINALITY_META,
     META_FIELDS,
     RECORD_KEY,
-    arrow_from_avro_json,
+    table_schema,
 )
 from engine.storage import Storage
 from engine.timeline import Timeline
@@ -340,14 +340,10 @@ class TableReader:
         self.config = timeline.config
 
     def table_schema(self) -> pa.Schema | None:
-        """Arrow schema (meta fields first) from the latest commit's Avro schema."""
-        schema_json = self.timeline.latest_schema()
-        if not schema_json:
-            return None
-        try:
-            return arrow_from_avro_json(schema_json)
-        except Exception:
-            return None
+        """Arrow schema (meta fields first) from the latest commit's Avro schema; None if no
+        commit recorded one; :class:`~engine.errors.CorruptTableError` naming the file if
+        the recorded schema cannot be parsed."""
+        return table_schema(self.timeline)
 
     def file_slices(self, visible: Mapping[str, str]) -> list[FileSlice]:
         """Latest live file slices under ``visible``."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from engine.avro_schema import arrow_schema_to_avro, avro_schema_to_arrow
+from engine.errors import CorruptTableError
+
+if TYPE_CHECKING:
+    from engine.timeline import Timeline
 
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"
@@ -50,6 +54,20 @@ def avro_full_schema(data: pa.Schema, table_name: str) -> dict[str, Any]:
 def arrow_from_avro_json(schema_json: str) -> pa.Schema:
     """Arrow schema (meta fields first) of an Avro schema JSON string."""
     return with_meta_fields(avro_schema_to_arrow(json.loads(schema_json)))
+
+
+def table_schema(timeline: Timeline) -> pa.Schema | None:
+    """The table's Arrow schema (meta fields first) from the latest commit that recorded one
+    (else ``hoodie.table.create.schema``); None if none did. A recorded schema that cannot be
+    parsed raises :class:`~engine.errors.CorruptTableError` naming its file."""
+    schema_json, source = timeline.latest_schema_and_source()
+    if not schema_json:
+        return None
+    try:
+        return arrow_from_avro_json(schema_json)
+    except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as exc:
+        raise CorruptTableError(f"{source}: the table schema it records cannot be parsed: "
+                                f"{type(exc).__name__}: {exc}") from exc
 
 
 def normalize_input_schema(schema: pa.Schema) -> pa.Schema:

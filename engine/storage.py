@@ -12,16 +12,24 @@ Contract (what the write protocol and readers depend on):
 * Data files are written through :meth:`temp_path_for` + :meth:`publish` so that a crash
   never leaves a partial file under a data file name; a leftover temporary file starts
   with ``.tmp.`` and matches no Hudi file pattern, so no reader ever picks it up.
-* Durability: data files are not flushed one by one. The writer calls :meth:`sync` once
-  (Linux ``syncfs`` of the table's file system) after all data files of an instant are
-  written and before the completed instant is published, and the instant file itself is
-  fsynced. A power loss can then lose an uncommitted write, never a committed one.
+* Durability: a file published with ``fsync=True`` (:meth:`write_new`, the default: timeline
+  files, partition metadata; :meth:`write_replace`: ``hoodie.properties``) is
+  fsynced before its link or rename, and its folder is fsynced after it, so the new name
+  survives a power loss too; a folder created for a file is made durable in its parent.
+  Data files written on the committing machine are not flushed one by one: the writer
+  calls :meth:`sync` once (Linux ``syncfs`` of the table's file system) after all data
+  files of an instant are written and before the completed instant is published. Data
+  files written on other machines (Spark executors) are flushed by the task that wrote
+  them, each file and its folder entry (``engine.write_handle.execute(..., sync=True)``),
+  before the task reports them: :meth:`sync` on the driver only reaches the driver's own
+  host. A power loss can then lose an uncommitted write, never a committed one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import shutil
 import uuid
@@ -42,6 +50,35 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _load_syncfs()
+
+# Errors of fsync on a folder from file systems that cannot flush one (nothing to do then).
+_NO_DIR_FSYNC = (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR)
+
+
+def fsync_folder(folder: str) -> None:
+    """Make the entries of ``folder`` durable (a file just linked or renamed into it)."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIR_FSYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_folders(folder: str) -> None:
+    """Create ``folder`` and its missing parents, each made durable in its parent."""
+    if os.path.isdir(folder):
+        return
+    parent = os.path.dirname(folder)
+    if parent and parent != folder:
+        make_folders(parent)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    fsync_folder(parent)
 
 
 @dataclass(frozen=True)
@@ -70,8 +107,8 @@ class Storage:
         return os.path.exists(self.full(rel))
 
     def makedirs(self, rel: str) -> None:
-        """Create a folder and its parents if missing."""
-        os.makedirs(self.full(rel), exist_ok=True)
+        """Create a folder and its parents if missing (durably, see :func:`make_folders`)."""
+        make_folders(self.full(rel))
 
     def read(self, rel: str) -> bytes:
         """Whole file content."""
@@ -130,11 +167,16 @@ class Storage:
         """Absolute path of a hidden temporary file beside ``rel``, for :meth:`publish`."""
         final = self.full(rel)
         folder, name = os.path.split(final)
-        os.makedirs(folder, exist_ok=True)
+        make_folders(folder)
         return os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
 
-    def publish(self, temp_abs: str, rel: str, *, exclusive: bool = True) -> None:
-        """Move a finished temporary file to its final name (exclusive link or rename)."""
+    def publish(self, temp_abs: str, rel: str, *, exclusive: bool = True,
+                durable: bool = True) -> None:
+        """Move a finished temporary file to its final name (exclusive link or rename).
+
+        ``durable``: fsync the folder afterwards, so that the new name survives a power loss
+        (the caller has fsynced the file's content already).
+        """
         final = self.full(rel)
         if exclusive:
             try:
@@ -143,10 +185,13 @@ class Storage:
                 os.unlink(temp_abs)
         else:
             os.replace(temp_abs, final)
+        if durable:
+            fsync_folder(os.path.dirname(final))
 
     def write_new(self, rel: str, data: bytes, *, fsync: bool = True) -> None:
         """Publish ``data`` under ``rel`` atomically; :class:`FileExistsError` if present.
 
+        ``fsync=True``: the content and the folder entry are durable when this returns.
         ``fsync=False`` for data files, which :meth:`sync` flushes together before commit.
         """
         temp = self.temp_path_for(rel)
@@ -155,7 +200,7 @@ class Storage:
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
-        self.publish(temp, rel, exclusive=True)
+        self.publish(temp, rel, exclusive=True, durable=fsync)
 
     def sync(self) -> None:
         """Flush every written file of the table's file system to disk (one ``syncfs``)."""
@@ -167,7 +212,8 @@ class Storage:
             os.close(fd)
 
     def write_replace(self, rel: str, data: bytes) -> None:
-        """Publish ``data`` under ``rel`` atomically, replacing any previous content."""
+        """Publish ``data`` under ``rel`` atomically, replacing any previous content; content
+        and folder entry are durable when this returns."""
         temp = self.temp_path_for(rel)
         with open(temp, "wb") as fh:
             fh.write(data)

@@ -112,6 +112,25 @@ class Table:
                options: Mapping[str, Any] | None = None,
                schema: pa.Schema | None = None) -> Table:
         """Create a new table at ``path``; raises if one exists there already."""
+        table = cls.define(path, name=name, record_key=record_key, table_type=table_type,
+                           precombine=precombine, partition_by=partition_by, options=options,
+                           schema=schema)
+        table.materialize()
+        return table
+
+    @classmethod
+    def define(cls, path: str, *, name: str, record_key: str | Sequence[str],
+               table_type: str = "MERGE_ON_READ", precombine: str | None = None,
+               partition_by: str | Sequence[str] | None = None,
+               options: Mapping[str, Any] | None = None,
+               schema: pa.Schema | None = None) -> Table:
+        """A new table at ``path`` that exists only in memory until :meth:`materialize`.
+
+        Arguments are checked as :meth:`create` checks them; raises
+        :class:`~engine.errors.TableExistsError` if a table exists at ``path`` already. A
+        writer that must not leave a table behind unless its first commit succeeds (the
+        streaming sink) defines it first and materializes it just before that commit.
+        """
         if not isinstance(path, str) or not path:
             raise ValueError(f"path: expected a folder path, got {path!r}")
         if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
@@ -175,16 +194,26 @@ class Table:
             num_buckets=(write_config.num_buckets
                          if write_config.index_type is IndexType.BUCKET else None),
         )
+        return cls(path, config, write_config)
+
+    def materialize(self) -> None:
+        """Write the table's folders and ``hoodie.properties`` (the table exists from then
+        on); :class:`~engine.errors.TableExistsError` if another writer created it first."""
+        storage = self.storage
         for folder in (HOODIE, f"{HOODIE}/timeline", f"{HOODIE}/timeline/history",
                        f"{HOODIE}/.temp", f"{HOODIE}/.aux", f"{HOODIE}/.aux/.bootstrap",
                        f"{HOODIE}/.schema", f"{HOODIE}/archived"):
             storage.makedirs(folder)
-        text = dumps(config.to_properties(), last_key="hoodie.table.checksum")
+        text = dumps(self.config.to_properties(), last_key="hoodie.table.checksum")
         try:
             storage.write_new(PROPERTIES, text.encode("latin-1"))
         except FileExistsError:
-            raise TableExistsError(f"a table already exists at {path}") from None
-        return cls(path, config, write_config)
+            raise TableExistsError(f"a table already exists at {self.path}") from None
+
+    @property
+    def exists(self) -> bool:
+        """True once the table is on storage (``hoodie.properties`` written)."""
+        return self.storage.exists(PROPERTIES)
 
     @classmethod
     def open(cls, path: str, options: Mapping[str, Any] | None = None) -> Table:

@@ -114,16 +114,24 @@ class Timeline:
                 data = self.storage.read(rel)
             except FileNotFoundError as exc:
                 raise CorruptTableError(f"timeline file {rel} vanished") from exc
-            self._metadata_cache[key] = CommitMetadata.from_bytes(data)
+            try:
+                self._metadata_cache[key] = CommitMetadata.from_bytes(data)
+            except CorruptTableError as exc:
+                raise CorruptTableError(f"timeline file {rel}: {exc}") from exc
         return self._metadata_cache[key]
 
     def latest_schema(self) -> str | None:
         """Avro schema JSON of the latest completed commit that recorded one."""
+        return self.latest_schema_and_source()[0]
+
+    def latest_schema_and_source(self) -> tuple[str | None, str]:
+        """:meth:`latest_schema` and the file it comes from (for error messages): a
+        timeline file, or ``hoodie.properties`` (``hoodie.table.create.schema``)."""
         for instant in reversed(self.completed_data_instants):
             schema = self.commit_metadata(instant).schema
             if schema:
-                return schema
-        return self.config.create_schema
+                return schema, f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
+        return self.config.create_schema, f"{HOODIE}/hoodie.properties"
 
     # -- writer transitions --------------------------------------------------------------
 

@@ -146,20 +146,21 @@ def _deletes_layer(ctx: WriteContext, deletes: pa.Table) -> DeleteLayer:
 def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteStat:
     """Run one write task; returns its write stat. Never touches the timeline.
 
-    Files are published whole but not flushed; the committing driver flushes the file
-    system once before it completes the instant. ``sync=True`` flushes here instead, for
-    tasks on other machines (a Spark executor writing to a shared file system).
+    Files are published whole. ``sync=False``: not flushed; the committing writer flushes
+    the file system once (:meth:`~engine.storage.Storage.sync`) before it completes the
+    instant, which covers files written on its own machine only. ``sync=True``: every file
+    this task publishes is fsynced, and its folder entry too, before this returns — for
+    tasks that may run on other machines (Spark executors), whose files the committing
+    driver cannot flush.
     """
     storage = Storage(ctx.base_path)
     write_partition_metadata(storage, task.partition_path, ctx.instant_time)
     if task.kind == APPEND:
-        stat = _append(ctx, task, storage)
+        stat = _append(ctx, task, storage, sync)
     elif task.kind in (CREATE, MERGE):
-        stat = _write_base(ctx, task, storage)
+        stat = _write_base(ctx, task, storage, sync)
     else:
         raise ValueError(f"kind: unknown write task kind {task.kind!r}")
-    if sync:
-        storage.sync()
     return stat
 
 
@@ -167,7 +168,8 @@ def _rel(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
-def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
+def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
+                sync: bool) -> WriteStat:
     name = BaseFileName(task.file_id, task.write_token, ctx.instant_time).name
     rel = _rel(task.partition_path, name)
     schema = _full_schema(ctx)
@@ -215,7 +217,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteSt
         and (pa.types.is_dictionary(f.type) or pa.types.is_string(f.type))]
     result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
                              compression=ctx.compression, bloom_filter=bloom,
-                             dictionary_columns=dictionary_columns, fsync=False)
+                             dictionary_columns=dictionary_columns, fsync=sync)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     return WriteStat(
@@ -227,7 +229,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteSt
     )
 
 
-def _append(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
+def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) -> WriteStat:
     name = LogFileName(task.file_id, ctx.instant_time, 1, task.write_token).name
     rel = _rel(task.partition_path, name)
     blocks: list[bytes] = []
@@ -251,7 +253,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage) -> WriteStat:
                                           ctx.avro_schema_with_meta))
         n_deletes = deletes.num_rows
     data = b"".join(blocks)
-    storage.write_new(rel, data, fsync=False)
+    storage.write_new(rel, data, fsync=sync)
     updates = min(task.num_updates, n_records)
     # As HoodieAppendHandle: prevCommit is the base instant of the slice written on (the new
     # instant for a group without a slice), baseFile its base file name ("" for a log-only

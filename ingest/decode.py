@@ -2,8 +2,12 @@
 
 ``decoder.decode(values)`` never raises on bad records: it returns a :class:`DecodeResult` with
 the good rows (decoded, in input order), the input index of each good row, and one short,
-specific reason per bad row - for the dead-letter table. A bad *schema* raises ``ValueError``
-when the decoder is built. Decoders are picklable (built on the driver, used in tasks).
+specific reason per bad row - for the dead-letter table. Only *data* errors make a bad record
+(malformed JSON or Avro, invalid UTF-8, a value of the wrong type, a missing required field);
+any other failure - a bug, a value the decoder cannot handle - raises :class:`DecoderError`
+(with the input row it concerns when known), so that it fails the batch instead of sending
+every record to the error table. A bad *schema* raises ``ValueError`` when the decoder is
+built. Decoders are picklable (built on the driver, used in tasks).
 
 * :class:`JsonDecoder` - one JSON object per value, schema as a Spark DDL string (see
   :func:`ingest.ddl.parse_ddl`), an Avro ``.avsc`` path or dict, or an Arrow schema. Fast path:
@@ -29,7 +33,8 @@ import functools
 import io
 import json
 import os
-from collections.abc import Callable, Mapping
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,14 +44,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from engine.avro_codec import avro_schema_to_arrow, decode_records
+from engine.avro_codec import MalformedAvroError, avro_schema_to_arrow, decode_records
+from engine.errors import TerminalError
 from ingest.ddl import parse_ddl, sql_type_name
 
 __all__ = [
     "AvroDecoder",
     "DecodeResult",
     "Decoder",
+    "DecoderError",
     "JsonDecoder",
+    "arrow_schema_from_text",
+    "arrow_schema_to_text",
+    "decoder_from_spec",
     # Defined in ingest.ddl; re-exported so ``from ingest.decode import parse_ddl`` still works.
     "parse_ddl",
     "sql_type_name",
@@ -55,6 +65,27 @@ __all__ = [
 _SMALL = 8  # below this many values a failing piece is diagnosed value by value
 _CHUNK = 1024  # values per vectorized decode once a whole batch failed
 _SCREEN = 64  # failing pieces this small are screened value by value
+
+
+class DecoderError(TerminalError):
+    """The decoder failed for a reason other than bad data (a bug, an unsupported value).
+
+    ``rows`` are the input rows (of the ``decode`` call) it was decoding when it failed,
+    when known; the caller names their Kafka coordinates (:mod:`ingest.prepare`)."""
+
+    def __init__(self, message: str, rows: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.rows = tuple(rows)
+
+
+def _failed(part: np.ndarray, exc: Exception) -> DecoderError:
+    where = f"value {int(part[0])}" if len(part) == 1 else \
+        f"values {int(part[0])}..{int(part[-1])}"
+    return DecoderError(f"the decoder failed on {where} (not a data error): "
+                        f"{type(exc).__name__}: {exc}", [int(i) for i in part])
+
+
+DataErrors = tuple[type[Exception], ...]
 
 
 @dataclass(frozen=True)
@@ -77,6 +108,52 @@ class Decoder(Protocol):
     def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
         """Decode binary ``values``; never raises on bad records."""
         ...
+
+
+# --- decoders as plain data ---------------------------------------------------------------------
+
+
+def arrow_schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text: its IPC serialization, base64 (plain data, no code)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def arrow_schema_from_text(text: str) -> pa.Schema:
+    """The inverse of :func:`arrow_schema_to_text`; ``ValueError`` for anything else."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (binascii.Error, TypeError, pa.ArrowException) as exc:
+        raise ValueError(f"not a serialized Arrow schema ({type(exc).__name__})") from None
+
+
+def decoder_from_spec(spec: Mapping[str, Any]) -> JsonDecoder | AvroDecoder:
+    """A decoder from its plain-data form (``decoder.to_spec()``); ``ValueError`` naming
+    what is wrong."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"decoder: expected an object, got {type(spec).__name__}")
+    kind = spec.get("kind")
+    if kind == "json":
+        text = spec.get("arrow_schema")
+        if not isinstance(text, str):
+            raise ValueError("decoder.arrow_schema: expected a serialized Arrow schema")
+        return JsonDecoder(arrow_schema_from_text(text))
+    if kind == "avro":
+        reader, confluent = spec.get("avro_schema"), spec.get("confluent", False)
+        schema_map = spec.get("schema_map")
+        if not isinstance(reader, dict):
+            raise ValueError("decoder.avro_schema: expected an Avro record schema object")
+        if not isinstance(confluent, bool):
+            raise ValueError("decoder.confluent: expected true or false")
+        if schema_map is not None and not isinstance(schema_map, dict):
+            raise ValueError("decoder.schema_map: expected an object {schema id: schema}")
+        try:
+            ids = {int(k): v for k, v in (schema_map or {}).items()}
+        except ValueError:
+            raise ValueError("decoder.schema_map: schema ids must be integers") from None
+        if any(not isinstance(v, dict) for v in ids.values()):
+            raise ValueError("decoder.schema_map: expected Avro record schema objects")
+        return AvroDecoder(reader, confluent=confluent, schema_map=ids or None)
+    raise ValueError(f"decoder.kind: expected 'json' or 'avro', got {kind!r}")
 
 
 # --- Avro schemas --------------------------------------------------------------------------------
@@ -136,18 +213,22 @@ def _bisect(
     diagnose: Callable[[int, Exception], str],
     pieces: list[tuple[np.ndarray, pa.Table]],
     errors: dict[int, str],
+    data_errors: DataErrors,
 ) -> None:
-    """Decode ``index`` at once; on failure split it, down to single values, to find the bad."""
+    """Decode ``index`` at once; on a data error split it, down to single values, to find the
+    bad ones. Any other exception raises :class:`DecoderError`."""
     stack = [index]
     while stack:
         part = stack.pop()
         try:
             pieces.append((part, decode(part)))
             continue
-        except Exception as exc:  # any failure of a piece is a data problem: narrow it down
+        except data_errors as exc:  # a bad value in this piece: narrow it down
             if len(part) == 1:
                 errors[int(part[0])] = diagnose(int(part[0]), exc)
                 continue
+        except Exception as exc:
+            raise _failed(part, exc) from exc
         if len(part) <= _SMALL:
             stack.extend(part[i : i + 1] for i in range(len(part) - 1, -1, -1))
         else:
@@ -162,8 +243,10 @@ def _locate(
     diagnose: Callable[[int, Exception], str],
     pieces: list[tuple[np.ndarray, pa.Table]],
     errors: dict[int, str],
+    data_errors: DataErrors,
 ) -> None:
-    """Decode ``index`` vectorized, locating the bad values when that fails.
+    """Decode ``index`` vectorized, locating the bad values when that fails with a data error
+    (one of ``data_errors``; any other exception raises :class:`DecoderError`).
 
     All at once first; on failure in chunks of 1024, failing chunks halved down to 64 values;
     each value of a failing small piece is screened alone (``screen`` gives the reason it is bad,
@@ -177,15 +260,19 @@ def _locate(
         try:
             pieces.append((index, decode(index)))
             return
-        except Exception:  # narrowed down below
+        except data_errors:  # narrowed down below
             pass
+        except Exception as exc:
+            raise _failed(index, exc) from exc
     while stack:
         part = stack.pop()
         try:
             pieces.append((part, decode(part)))
             continue
-        except Exception:  # narrowed down below
+        except data_errors:  # narrowed down below
             pass
+        except Exception as exc:
+            raise _failed(part, exc) from exc
         if len(part) > _SCREEN:
             half = len(part) // 2
             stack.extend((part[half:], part[:half]))
@@ -194,7 +281,7 @@ def _locate(
         errors.update((int(i), r) for i, r in zip(part, reasons, strict=True) if r is not None)
         rest = part[np.array([r is None for r in reasons], dtype=bool)]
         if len(rest):
-            _bisect(rest, decode, diagnose, pieces, errors)
+            _bisect(rest, decode, diagnose, pieces, errors, data_errors)
 
 
 def _assemble(
@@ -214,6 +301,10 @@ def _assemble(
 def _show(value: Any) -> str:
     text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Malformed(ValueError):
+    """A JSON piece that decoded to something other than its records (a data error)."""
 
 
 class _BadField(Exception):
@@ -364,6 +455,12 @@ def _fails(check: Check, value: Any) -> bool:
     return False
 
 
+_JSON_DATA_ERRORS: DataErrors = (pa.ArrowInvalid, _Malformed, _BadField, binascii.Error,
+                                 json.JSONDecodeError, UnicodeDecodeError)
+"""What a JSON piece with a bad value raises: pyarrow.json's parse and conversion errors
+(malformed JSON, invalid UTF-8, a value of the wrong type), base64 and null checks."""
+
+
 def _check_json_type(arrow_type: pa.DataType, top: bool) -> bool:
     """Raise ValueError for types JSON cannot carry; True if the type needs the Python path."""
     if pa.types.is_map(arrow_type):
@@ -406,6 +503,10 @@ class JsonDecoder:
 
     def __repr__(self) -> str:
         return f"JsonDecoder({sql_type_name(self._row_type)})"
+
+    def to_spec(self) -> dict[str, Any]:
+        """This decoder as plain data (JSON-able), for :func:`decoder_from_spec`."""
+        return {"kind": "json", "arrow_schema": arrow_schema_to_text(self.schema)}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_checker": None}  # closures: rebuilt where unpickled
@@ -451,7 +552,8 @@ class JsonDecoder:
                 if len(part):
                     _locate(part, functools.partial(self._parse, values, flag),
                             functools.partial(self._screen, values),
-                            functools.partial(self._diagnose, values), pieces, errors)
+                            functools.partial(self._diagnose, values), pieces, errors,
+                            _JSON_DATA_ERRORS)
         return _assemble(self.schema, pieces, errors)
 
     def _parse(self, values: pa.BinaryArray, multiline: bool, index: np.ndarray) -> pa.Table:
@@ -469,7 +571,7 @@ class JsonDecoder:
                                                newlines_in_values=multiline,
                                                unexpected_field_behavior="ignore"))
         if table.num_rows != len(index):
-            raise ValueError(f"{table.num_rows} JSON values in {len(index)} records")
+            raise _Malformed(f"{table.num_rows} JSON values in {len(index)} records")
         table.validate(full=True)  # pyarrow.json passes invalid UTF-8 in strings through
         for position, fld in enumerate(self.schema):
             column = table.column(position)
@@ -479,7 +581,7 @@ class JsonDecoder:
                 column = pa.array([None if v is None else base64.b64decode(v, validate=True)
                                    for v in column.to_pylist()], pa.binary())
             if not fld.nullable and column.null_count:
-                raise ValueError(f"field '{fld.name}' is null")
+                raise _Malformed(f"field '{fld.name}' is null")
             table = table.set_column(position, fld.name, column)
         return table
 
@@ -490,8 +592,10 @@ class JsonDecoder:
             try:
                 rows.append(self._check(json.loads(values[i].as_py())))
                 good.append(i)
-            except (ValueError, _BadField) as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, _BadField) as exc:
                 errors[i] = self._diagnose(values, i, exc)
+            except Exception as exc:
+                raise _failed(np.array([i]), exc) from exc
         loose = pa.schema([f.with_nullable(True) for f in self.schema])
         pieces.append((np.array(good, np.int64), pa.Table.from_pylist(rows, schema=loose)))
 
@@ -526,6 +630,15 @@ def _short(exc: Exception | None) -> str:
 # --- Avro ---------------------------------------------------------------------------------------
 
 
+_AVRO_DATA_ERRORS: DataErrors = (MalformedAvroError, pa.ArrowInvalid)
+"""What an Avro piece with a bad record raises: bytes that are not a record of the writer
+schema, or a value the reader schema's type cannot hold."""
+_FASTAVRO_DATA_ERRORS: DataErrors = (ValueError, IndexError, KeyError, OverflowError,
+                                     struct.error, UnicodeDecodeError)
+"""What fastavro raises reading bytes that are not a record of its schema (a union index or
+enum symbol out of range, a bad length, invalid UTF-8)."""
+
+
 class AvroDecoder:
     """Avro binary values into the Arrow form of ``schema`` (the reader schema).
 
@@ -544,12 +657,15 @@ class AvroDecoder:
 
         reader = _load_avro(schema)
         self.schema = _arrow_of_avro(reader)
+        self._reader = reader
+        self._schema_map = ({int(k): _load_avro(v) for k, v in schema_map.items()}
+                            if schema_map else None)
         self.confluent = confluent
         if confluent and not schema_map:
             raise ValueError("confluent=True needs schema_map: {schema id: writer schema}")
         if schema_map and not confluent:
             raise ValueError("schema_map is only used with confluent=True")
-        writers = {int(k): _load_avro(v) for k, v in (schema_map or {}).items()} or {-1: reader}
+        writers = dict(self._schema_map or {}) or {-1: reader}
         self._writers: dict[int, Any] = {}  # fastavro's parsed schemas
         self._defaults: dict[int, dict[str, Any]] = {}
         for schema_id, writer in writers.items():
@@ -563,6 +679,14 @@ class AvroDecoder:
     def __repr__(self) -> str:
         ids = sorted(self._writers) if self.confluent else []
         return f"AvroDecoder({sql_type_name(pa.struct(list(self.schema)))}, schema ids {ids})"
+
+    def to_spec(self) -> dict[str, Any]:
+        """This decoder as plain data (JSON-able), for :func:`decoder_from_spec`."""
+        spec: dict[str, Any] = {"kind": "avro", "avro_schema": self._reader,
+                                "confluent": self.confluent}
+        if self._schema_map is not None:
+            spec["schema_map"] = {str(k): v for k, v in self._schema_map.items()}
+        return spec
 
     def decode(self, values: pa.Array | pa.ChunkedArray) -> DecodeResult:
         """Decode binary Avro values; see :class:`DecodeResult`."""
@@ -598,7 +722,7 @@ class AvroDecoder:
                 _locate(index, functools.partial(self._decode, schema_id, data, starts, ends),
                         functools.partial(self._screen, schema_id, data, starts, ends),
                         functools.partial(self._diagnose, schema_id, data, starts, ends),
-                        pieces, errors)
+                        pieces, errors, _AVRO_DATA_ERRORS)
         return _assemble(self.schema, pieces, errors)
 
     def _decode(self, schema_id: int, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
@@ -624,7 +748,7 @@ class AvroDecoder:
             fastavro.schemaless_reader(stream, self._writers[schema_id], None)
         except (EOFError, StopIteration):
             return "invalid Avro: the record ends early"
-        except Exception as err:  # fastavro raises many types on garbage
+        except _FASTAVRO_DATA_ERRORS as err:  # fastavro's errors on bytes of another shape
             return f"invalid Avro: {_short(err)}"
         left = int(ends[i] - starts[i]) - stream.tell()
         return f"invalid Avro: {left} bytes left after the record (wrong schema?)" if left else None

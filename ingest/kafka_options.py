@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import InvalidOptionError
+from engine.redact import REDACTED as _REDACTED
+from engine.redact import is_secret_key, redact
 from ingest.kafka_offsets import Offsets, is_topic_name, offsets_from_json_dict
 
 __all__ = [
@@ -25,22 +27,13 @@ __all__ = [
 ]
 
 SOURCE_NAME = "tidelake-kafka"
-_SECRET_MARKERS = ("password", "secret", "token", "sasl.jaas")
-_REDACTED = "*********(redacted)"
-
-
-def is_secret_key(key: str) -> bool:
-    """True for option keys whose values must never be shown."""
-    lowered = key.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``options`` with secret values replaced (and the encoded prepare step
-    shortened), for printing."""
-    return {k: (_REDACTED if is_secret_key(k) else
-                "(a prepare step)" if k.lower() == "tidelake.prepare" else v)
-            for k, v in options.items()}
+    """A copy of ``options`` with secret values replaced (:func:`engine.redact.redact`) and
+    the long prepare step shortened, for printing."""
+    return {k: "(a prepare step)" if k.lower() == "tidelake.prepare" else v
+            for k, v in redact(options).items()}
 
 
 def _text(key: str, value: str) -> str:

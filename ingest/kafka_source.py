@@ -48,19 +48,18 @@ batch; a replayed batch re-reads exactly the same ``[start, end)`` ranges (plann
 nothing but the two offset dicts), so replays yield the same records unless retention deleted
 them meanwhile, which ``failOnDataLoss`` governs.
 
-Secrets: option values whose key contains ``password``, ``secret``, ``token`` or ``sasl.jaas``
+Secrets: option values whose key looks secret (:func:`engine.redact.is_secret_key`: it
+contains ``password``, ``secret``, ``token``, ``credential``, ``private``, ``jaas`` or ``key``)
 never appear in logs, exception messages or ``repr``; :func:`register` extends Spark's
-``spark.sql.redaction.options.regex`` so plan strings hide them too.
+``spark.sql.redaction.options.regex`` with the same markers so plan strings hide them too.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
 import functools
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -87,6 +86,7 @@ from pyspark.sql.types import (
 )
 
 from engine.errors import InvalidOptionError, TerminalError, TransientError
+from engine.redact import spark_redaction_regex
 
 # Options and offset helpers live in their own modules; the names this module had before the
 # split are re-exported so ``from ingest.kafka_source import ...`` keeps working.
@@ -114,7 +114,14 @@ from ingest.kafka_options import (
     redact_options,
 )
 from ingest.kafka_records import RecordChunk, use_record_chunks
-from ingest.prepare import PrepareSpec, output_schema, prepare_stream, spark_schema
+from ingest.prepare import (
+    PrepareSpec,
+    output_schema,
+    prepare_stream,
+    spark_schema,
+    spec_from_json,
+    spec_to_json,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -595,15 +602,15 @@ class KafkaDataSource(DataSource):
 
 
 _REDACTION_CONF = "spark.sql.redaction.options.regex"
-_REDACTION_PATTERN = "password|secret|token|sasl\\.jaas|tidelake\\.prepare"
+_REDACTION_PATTERN = spark_redaction_regex(extra=("tidelake.prepare",)).removeprefix("(?i)")
 
 
 def register(spark: SparkSession) -> None:
     """Register :class:`KafkaDataSource` as ``tidelake-kafka`` and hide secrets in plans.
 
-    Spark's default redaction hides keys matching ``secret|password|token``; this appends our
-    markers (``sasl.jaas`` too, and ``tidelake.prepare``, a long encoded value that says
-    nothing to a reader of plans) to ``spark.sql.redaction.options.regex`` of this session.
+    Spark's default redaction hides keys matching ``secret|password|token``; this appends the
+    markers of :mod:`engine.redact` (and ``tidelake.prepare``, a long value that says nothing
+    to a reader of plans) to ``spark.sql.redaction.options.regex`` of this session.
     """
     spark.dataSource.register(KafkaDataSource)
     _extend_redaction(spark)
@@ -617,10 +624,10 @@ def _extend_redaction(spark: SparkSession) -> None:
 
 
 def prepare_option(spec: PrepareSpec) -> str:
-    """The ``tidelake.prepare`` option value for ``spec`` (pickled, base64)."""
-    from pyspark import cloudpickle
-
-    return base64.b64encode(cloudpickle.dumps(spec)).decode("ascii")
+    """The ``tidelake.prepare`` option value for ``spec``: plain data (JSON, see
+    :func:`ingest.prepare.spec_to_json`), never a pickle — option values travel through
+    plans, logs and checkpoints, and are parsed again in every read task."""
+    return spec_to_json(spec)
 
 
 def prepare_spec(options: KafkaSourceOptions) -> PrepareSpec | None:
@@ -632,14 +639,7 @@ def prepare_spec(options: KafkaSourceOptions) -> PrepareSpec | None:
 
 @functools.lru_cache(maxsize=8)
 def _decode_spec(text: str) -> PrepareSpec:
-    try:
-        spec = pickle.loads(base64.b64decode(text.encode("ascii"), validate=True))
-    except Exception as exc:
-        raise InvalidOptionError("tidelake.prepare", "is not a value of prepare_option() "
-                                 f"({type(exc).__name__})") from None
-    if not isinstance(spec, PrepareSpec):
-        raise InvalidOptionError("tidelake.prepare", "is not a value of prepare_option()")
-    return spec
+    return spec_from_json(text, "tidelake.prepare")
 
 
 def read_kafka_stream(

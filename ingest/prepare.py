@@ -14,7 +14,9 @@ Each Kafka row becomes exactly one *prepared* row carrying its operation:
   decode, the record key or ordering value is missing, the partition value cannot be stored,
   or a tombstone's partition cannot be known.
 
-Bad records are data here, never exceptions: one bad record never fails a batch.
+Bad records are data here, never exceptions: one bad record never fails a batch. A decoder
+that fails for another reason (:class:`~ingest.decode.DecoderError`: a bug, not bad data)
+fails the batch, naming the Kafka record (topic, partition, offset) it failed on.
 
 Two shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
 them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value
@@ -28,20 +30,28 @@ replayed batch prepares to exactly the same rows.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import MergeMode, TableConfig
-from engine.errors import InvalidRecordError
+from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
 from engine.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from ingest.decode import Decoder
+from ingest.decode import (
+    Decoder,
+    DecoderError,
+    arrow_schema_from_text,
+    arrow_schema_to_text,
+    decoder_from_spec,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -63,6 +73,8 @@ __all__ = [
     "prepare_stream",
     "prepared_schema",
     "spark_schema",
+    "spec_from_json",
+    "spec_to_json",
     "unpack_rows",
 ]
 
@@ -103,7 +115,9 @@ _ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or ti
 
 @dataclass(frozen=True)
 class PrepareSpec:
-    """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks.
+    """How to turn Kafka rows into prepared rows; built on the driver, pickled to tasks (or
+    sent as plain data through the source option ``tidelake.prepare``: :func:`spec_to_json`;
+    fields other than the decoder, config and schema must be JSON scalars).
 
     ``data_schema`` is the table's data schema (storage types): the decoder's fields, less
     ``_hoodie_*`` ones (the engine never stores those; ``_hoodie_is_deleted`` is read as the
@@ -137,6 +151,88 @@ class PrepareSpec:
         """True when versions are ordered by the ordering field (else by arrival)."""
         return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
                 and self.config.precombine_field is not None)
+
+
+_SPEC_VERSION = 1
+_SPEC_SPECIAL = ("decoder", "config", "data_schema")
+
+
+def spec_to_json(spec: PrepareSpec) -> str:
+    """``spec`` as plain data (JSON): the decoder's kind, schema and options
+    (``decoder.to_spec()``), the table config's ``hoodie.properties`` map, the data schema as
+    a serialized Arrow schema, and the flags. Raises ``ValueError`` for a decoder that has
+    no plain-data form (only :class:`~ingest.decode.JsonDecoder` and
+    :class:`~ingest.decode.AvroDecoder` have one)."""
+    to_spec = getattr(spec.decoder, "to_spec", None)
+    if to_spec is None:
+        raise ValueError(f"decoder: {type(spec.decoder).__name__} cannot be described as "
+                         "plain data (only JsonDecoder and AvroDecoder can)")
+    config = spec.config
+    body: dict[str, Any] = {
+        "version": _SPEC_VERSION,
+        "decoder": to_spec(),
+        "config": {"properties": dict(config.raw) if config.raw else config.to_properties(),
+                   "from_file": bool(config.raw)},
+        "data_schema": arrow_schema_to_text(spec.data_schema),
+    }
+    for f in dataclasses.fields(spec):
+        if f.name not in _SPEC_SPECIAL:
+            body[f.name] = getattr(spec, f.name)
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def spec_from_json(text: str, option: str = "tidelake.prepare") -> PrepareSpec:
+    """The :class:`PrepareSpec` of :func:`spec_to_json`'s text; anything else raises
+    :class:`~engine.errors.InvalidOptionError` naming ``option`` and what is wrong. Parses
+    JSON only: no value is ever unpickled or evaluated."""
+    def bad(what: str) -> InvalidOptionError:
+        return InvalidOptionError(option, f"is not a prepare spec of spec_to_json(): {what}")
+
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise bad(f"not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise bad("expected a JSON object")
+    if body.get("version") != _SPEC_VERSION:
+        raise bad(f"version {body.get('version')!r}, expected {_SPEC_VERSION}")
+    known = {f.name: f for f in dataclasses.fields(PrepareSpec)}
+    unknown = sorted(set(body) - set(known) - {"version"})
+    if unknown:
+        raise bad(f"unknown field(s) {unknown}")
+    missing = sorted(name for name in _SPEC_SPECIAL if name not in body)
+    if missing:
+        raise bad(f"missing field(s) {missing}")
+    try:
+        decoder = decoder_from_spec(body["decoder"])
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    raw = body["config"]
+    if not (isinstance(raw, dict) and isinstance(raw.get("properties"), dict)
+            and all(isinstance(k, str) and isinstance(v, str)
+                    for k, v in raw["properties"].items())):
+        raise bad("config.properties: expected an object of strings")
+    try:
+        config = TableConfig.from_properties(raw["properties"])
+    except (TidelakeError, ValueError) as exc:
+        raise bad(f"config.properties: {exc}") from None
+    if not raw.get("from_file"):
+        config = dataclasses.replace(config, raw={})
+    try:
+        data_schema = arrow_schema_from_text(body["data_schema"])
+    except (ValueError, TypeError) as exc:
+        raise bad(f"data_schema: {exc}") from None
+    flags: dict[str, Any] = {}
+    for name, value in body.items():
+        if name in _SPEC_SPECIAL or name == "version":
+            continue
+        annotation = str(known[name].type)
+        allowed = {"str": str, "int": int, "bool": bool, "None": type(None)}
+        if not any(token in annotation and type(value) is kind
+                   for token, kind in allowed.items()):
+            raise bad(f"{name}: {value!r} is not of type {annotation}")
+        flags[name] = value
+    return PrepareSpec(decoder=decoder, config=config, data_schema=data_schema, **flags)
 
 
 def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:
@@ -244,12 +340,35 @@ def _partitions(data: pa.Table, config: TableConfig) -> tuple[pa.Array, dict[int
     return pa.array(paths, pa.string()), bad
 
 
+def _where(coordinates: pa.Table, rows: np.ndarray) -> str:
+    """Kafka coordinates of ``rows`` of a batch: ``record topic-partition offset o``, or the
+    first and last of several. ``coordinates`` has topic, partition and offset columns."""
+    if not len(rows) or coordinates.num_columns != 3:
+        return "records without Kafka coordinates"
+    picked = [tuple(r.values()) for r in
+              coordinates.take(pa.array([rows[0], rows[-1]], pa.int64())).to_pylist()]
+    (topic, part, offset), last = picked[0], picked[-1]
+    if len(rows) == 1:
+        return f"record {topic}-{part} offset {offset}"
+    return (f"records {topic}-{part} offset {offset} to {last[0]}-{last[1]} offset {last[2]}")
+
+
 def _data_rows(spec: PrepareSpec, values: pa.Array, op: np.ndarray,
-               reasons: list[str | None]) -> pa.Table:
-    """Decode the non-null values into full-length data columns (nulls where not decoded)."""
+               reasons: list[str | None], coordinates: pa.Table) -> pa.Table:
+    """Decode the non-null values into full-length data columns (nulls where not decoded).
+
+    ``coordinates``: topic, partition and offset of each value, to name the record a
+    :class:`~ingest.decode.DecoderError` concerns."""
     n = len(values)
     present = np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False))
-    result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+    try:
+        result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+    except Exception as exc:
+        known = [i for i in exc.rows if 0 <= i < len(present)] \
+            if isinstance(exc, DecoderError) else []
+        rows = present[known] if known else present
+        raise DecoderError(f"decoding {_where(coordinates, rows)} failed (not a bad record, "
+                           f"so it is not sent to the error table): {exc}") from exc
     for index, reason in result.errors:
         row = int(present[index])
         op[row] = ERROR
@@ -275,7 +394,9 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     kafka_keys = _column(table, "key", pa.binary())
     op = np.full(n, UPSERT, dtype=np.int8)
     reasons: list[str | None] = [None] * n
-    data = _data_rows(spec, values, op, reasons)
+    data = _data_rows(spec, values, op, reasons,
+                      table.select([c for c in ("topic", "partition", "offset")
+                                    if c in table.column_names]))
     config = spec.config
     tombstone = values.is_null().to_numpy(zero_copy_only=False)
 
@@ -409,7 +530,7 @@ def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
     values = _column(table, VALUE, pa.binary())
     upsert = op == UPSERT
     wanted = pc.if_else(pa.array(upsert), values, pa.nulls(n, pa.binary()))
-    data = _data_rows(spec, wanted, op, reasons)
+    data = _data_rows(spec, wanted, op, reasons, table.select([TOPIC, KAFKA_PARTITION, OFFSET]))
     columns = {f.name: data.column(f.name).combine_chunks() for f in spec.data_schema}
     for f in meta_fields(spec):
         columns[f.name] = table.column(f.name).combine_chunks()

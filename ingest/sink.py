@@ -27,6 +27,14 @@ Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``), read from Kafka on
    commit it, then complete the data instant with the stats, the batch id and the Kafka
    offsets in the commit metadata (:mod:`ingest.checkpoint`).
 
+Bad batches: when more than ``max_error_fraction`` of a batch's records are bad (default
+0.5; batches of fewer than :data:`ERROR_GUARD_MIN_RECORDS` records are not judged), the
+batch fails with :class:`TooManyBadRecordsError` naming the most common reason, and nothing
+is committed — neither the error table nor the data instant: a decoder whose schema does not
+fit the data stops the job instead of filling the error table. A table the sink creates is
+created with the first batch that has a valid record (just before its commit), never from a
+batch of bad records only.
+
 Exactly once: Spark replays a batch whose end it did not record; the sink recognizes a batch
 the table already committed (same writer identifier and query, batch id not newer) and writes
 nothing. A batch that failed before its commit left an inflight instant, which is rolled back
@@ -37,6 +45,7 @@ keys with the same content.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -52,11 +61,14 @@ from engine.errors import (
     InvalidRecordError,
     TableExistsError,
     TableNotFoundError,
+    TerminalError,
     WriteConflictError,
 )
+from engine.heartbeat import HEARTBEAT_FOLDER
 from engine.keygen import check_field_types
-from engine.schema import data_schema_of, normalize_input_schema
-from engine.table import Table
+from engine.partition import PARTITION_METAFILE
+from engine.schema import data_schema_of, normalize_input_schema, table_schema
+from engine.table import PROPERTIES, Table
 from engine.timeline import Timeline
 from ingest.checkpoint import (
     DEFAULT_IDENTIFIER,
@@ -87,7 +99,14 @@ from ingest.prepare import (
     prepared_schema,
     spark_schema,
 )
-from ingest.spark_write import InstantPlan, TaskReport, WriteResult, start_instant, write_rows
+from ingest.spark_write import (
+    InstantPlan,
+    TaskReport,
+    WriteResult,
+    check_spark_conf,
+    start_instant,
+    write_rows,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,6 +118,7 @@ __all__ = [
     "BatchResult",
     "HudiStreamingSink",
     "SinkTotals",
+    "TooManyBadRecordsError",
     "start_ingest",
     "starting_offsets_from_table",
 ]
@@ -108,6 +128,16 @@ log = logging.getLogger(__name__)
 BUCKET = "BUCKET"
 GLOBAL_STATE = "GLOBAL_STATE"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
+DEFAULT_MAX_ERROR_FRACTION = 0.5
+"""Default ``max_error_fraction``: a batch with more bad records than good ones fails."""
+ERROR_GUARD_MIN_RECORDS = 10
+"""Batches with fewer records are not judged by ``max_error_fraction`` (their bad records go to
+the error table): one bad record in a quiet topic must not stop the job."""
+
+
+class TooManyBadRecordsError(TerminalError):
+    """A micro-batch has more bad records than ``max_error_fraction`` allows; nothing of it
+    was committed."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +212,12 @@ class HudiStreamingSink:
     ``conflict_retries``: how often a batch refused because a concurrent writer's commit
     touched the same file groups is replanned and written again before the query fails.
     Every job writing the same table needs its own ``checkpoint_identifier``.
+    ``max_error_fraction`` (0 to 1, default 0.5): a batch of at least
+    :data:`ERROR_GUARD_MIN_RECORDS` records with a larger share of bad records fails
+    (:class:`TooManyBadRecordsError`) and commits nothing; 1 turns the check off.
+
+    A missing table is defined here but created on storage only by the first batch with a
+    valid record, just before its commit (:attr:`table_created`).
 
     Only the driver uses this object; what tasks need is copied into picklable specs.
     """
@@ -196,7 +232,8 @@ class HudiStreamingSink:
                  update_partition_path: bool = True,
                  checkpoint_identifier: str = DEFAULT_IDENTIFIER,
                  write_parallelism: int | None = None, state_api: str = "pandas",
-                 conflict_retries: int = 10) -> None:
+                 conflict_retries: int = 10,
+                 max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> None:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
@@ -216,6 +253,11 @@ class HudiStreamingSink:
         self.conflict_retries = conflict_retries
         if write_parallelism is not None and write_parallelism <= 0:
             raise ValueError(f"write_parallelism: must be positive, got {write_parallelism}")
+        if isinstance(max_error_fraction, bool) or not (
+                isinstance(max_error_fraction, int | float) and 0 <= max_error_fraction <= 1):
+            raise ValueError(f"max_error_fraction: expected a number from 0 to 1, got "
+                             f"{max_error_fraction!r}")
+        self.max_error_fraction = float(max_error_fraction)
         self.identifier = checkpoint_identifier
         self.write_parallelism = write_parallelism
         self.update_partition_path = update_partition_path
@@ -223,6 +265,7 @@ class HudiStreamingSink:
         self._check_reserved(decoded)
         # The engine stores no _hoodie_* data column (it drops them from its input).
         stored = pa.schema([f for f in decoded if not f.name.startswith("_hoodie_")])
+        self._folder_existed = os.path.exists(table_path)
         self.table = self._open_or_create(table_path, table_name, table_type, record_key,
                                           precombine, partition_by, num_buckets, options,
                                           stored)
@@ -250,6 +293,12 @@ class HudiStreamingSink:
         self.totals = SinkTotals()
         """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
+        self._checked_context: Any = None  # the SparkContext whose conf was checked
+
+    @property
+    def table_created(self) -> bool:
+        """True once the table exists on storage (opened, or created by a batch)."""
+        return self.table.exists
 
     # -- setup (driver) --------------------------------------------------------------------
 
@@ -266,13 +315,10 @@ class HudiStreamingSink:
                 raise ValueError(f"record_key: required to create the table at {path}")
             opts = {"hoodie.index.type": "BUCKET",
                     "hoodie.bucket.index.num.buckets": str(num_buckets), **(options or {})}
-            try:
-                return Table.create(path, name=name or _default_name(path),
-                                    table_type=table_type, record_key=record_key,
-                                    precombine=precombine, partition_by=partition_by,
-                                    options=opts, schema=schema)
-            except TableExistsError:  # another writer created it meanwhile
-                table = Table.open(path)
+            # Created on storage by the first batch with a valid record (_write_batch).
+            return Table.define(path, name=name or _default_name(path), table_type=table_type,
+                                record_key=record_key, precombine=precombine,
+                                partition_by=partition_by, options=opts, schema=schema)
         config = table.config
         for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
                                     ("partition_by", _fields(partition_by),
@@ -301,12 +347,9 @@ class HudiStreamingSink:
         fields the engine stores; ``full``: all of them, for tables that stored a
         ``_hoodie_is_deleted`` column)."""
         config = self.table.config
-        timeline = Timeline.load(self.table.storage, config)
-        stored_json = timeline.latest_schema()
-        if stored_json:
-            from engine.schema import arrow_from_avro_json
-
-            stored = data_schema_of(arrow_from_avro_json(stored_json))
+        recorded = table_schema(Timeline.load(self.table.storage, config))
+        if recorded is not None:
+            stored = data_schema_of(recorded)
             if not (_same_fields(stored, decoded) or _same_fields(stored, full)):
                 raise ValueError(f"decoder: its schema ({decoded}) differs from the table's "
                                  f"({stored}); schema evolution is not supported here")
@@ -337,6 +380,7 @@ class HudiStreamingSink:
         ``source`` may already be prepared rows (``read_kafka_stream(..., prepare=sink.spec)``,
         which prepares in the read tasks); they must come from this sink's ``spec``.
         """
+        self._check_session(source.sparkSession)
         if is_prepared(source.columns):
             if source.schema != spark_schema(output_schema(self.spec)):
                 raise ValueError("source: its rows were prepared for another sink (read them "
@@ -372,6 +416,7 @@ class HudiStreamingSink:
         cannot be committed; Spark then stops the query and replays the batch on restart.
         """
         spark = df.sparkSession
+        self._check_session(spark)
         query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
         timeline = Timeline.load(self.table.storage, self.table.config)
         if is_committed(last_committed_batch(timeline, self.identifier, query_id), batch_id,
@@ -382,6 +427,13 @@ class HudiStreamingSink:
             self._done(BatchResult(batch_id, skipped=True))
             return
         self._done(self._write_with_retries(self._prepared(df), batch_id, query_id, timeline))
+
+    def _check_session(self, spark: SparkSession) -> None:
+        """Refuse unsafe Spark settings (:func:`~ingest.spark_write.check_spark_conf`), once
+        per SparkContext (``spark.speculation`` is fixed when the context starts)."""
+        if spark.sparkContext is not self._checked_context:
+            check_spark_conf(spark)
+            self._checked_context = spark.sparkContext
 
     def _done(self, result: BatchResult) -> None:
         self.totals = self.totals.add(result)
@@ -422,8 +474,11 @@ class HudiStreamingSink:
     def _write_batch(self, rows: DataFrame, batch_id: int, query_id: str | None,
                      timeline: Timeline) -> BatchResult:
         """One Spark job reads the batch once and writes the data table's file groups, staging
-        the error rows; then the driver writes those to the error table and commits it, and
-        commits the data instant last (its commit records the batch as done)."""
+        the error rows; the driver checks the share of bad records, writes the error rows to
+        the error table and commits it, and commits the data instant last (its commit
+        records the batch as done). A table not created yet is created just before that
+        commit, and only when the batch has a valid record."""
+        uncreated = not self.table.exists
         plan = start_instant(self.table, self.data_schema)
         try:
             staging = self._staging(plan, batch_id, query_id)
@@ -433,17 +488,33 @@ class HudiStreamingSink:
                                  errors=staging)
             if not written.records:
                 plan.abort()
+                if uncreated:
+                    self._discard_uncreated()
                 return BatchResult(batch_id, skipped=False)
+            self._check_error_fraction(written, batch_id)
             error_instant = None
             if written.errors:
                 error_instant = self._write_errors(written, batch_id, query_id,
                                                    rows.sparkSession)
+            if uncreated and not written.writes:
+                # Only bad records: nothing says the decoder's schema fits the data, so no
+                # table is created from this batch (its errors are committed above).
+                plan.abort()
+                self._discard_uncreated()
+                log.info("batch %d: %d records, all bad; %s not created yet", batch_id,
+                         written.records, self.table.path)
+                return BatchResult(batch_id, skipped=False, error_instant_time=error_instant,
+                                   records=written.records, errors=written.errors)
             offsets = merge_offsets(last_offsets(timeline, self.identifier),
                                     written.max_offsets)
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
+            if uncreated:
+                self._materialize()
             outcome = plan.finish(written.stats, written.tasks, extra)
         except BaseException:
             _abort_quietly(plan)
+            if uncreated:
+                self._discard_uncreated(quietly=True)
             raise
         log.info("batch %d: %d records, %d errors, %d file groups written in instant %s",
                  batch_id, written.records, written.errors, len(outcome.stats),
@@ -452,6 +523,67 @@ class HudiStreamingSink:
                            error_instant_time=error_instant, records=written.records,
                            errors=written.errors, writes=written.writes,
                            stats=outcome.stats, tasks=outcome.tasks)
+
+    def _check_error_fraction(self, written: WriteResult, batch_id: int) -> None:
+        """Raise :class:`TooManyBadRecordsError` when the batch has too many bad records."""
+        records, errors = written.records, written.errors
+        if records < ERROR_GUARD_MIN_RECORDS or errors <= self.max_error_fraction * records:
+            return
+        common = written.most_common_reason
+        why = f"; most common reason ({common[1]} records): {common[0]}" if common else ""
+        first = written.first_error
+        example = (f"; first: record {first.topic}-{first.partition} offset {first.offset}: "
+                   f"{first.reason}" if first else "")
+        raise TooManyBadRecordsError(
+            f"batch {batch_id}: {errors} of {records} records are bad ({errors / records:.0%},"
+            f" more than max_error_fraction {self.max_error_fraction:g}){why}{example}. "
+            f"Nothing was committed to {self.table.path} or its error table. Check that the "
+            "decoder's schema fits the data; to route such batches to the error table "
+            "anyway, raise max_error_fraction (errors.max_fraction; 1 turns the check off)")
+
+    def _materialize(self) -> None:
+        """Create the defined table on storage; if another writer (a second job) created it
+        first, go on with it when it is laid out as this sink's table would be."""
+        try:
+            self.table.materialize()
+        except TableExistsError:
+            existing = Table.open(self.table.path).config
+            ours = self.table.config
+            layout = ("table_type", "record_key_fields", "partition_fields",
+                      "precombine_field", "index_type", "num_buckets", "keygen_type")
+            differs = [f for f in layout if getattr(existing, f) != getattr(ours, f)]
+            if differs:
+                raise ValueError(
+                    f"table_path: another writer created {self.table.path} meanwhile with "
+                    f"another {differs[0]} ({getattr(existing, differs[0])!r}, not "
+                    f"{getattr(ours, differs[0])!r})") from None
+
+    def _discard_uncreated(self, *, quietly: bool = False) -> None:
+        """Remove what a batch left in the folder of a table that does not exist yet (no
+        ``hoodie.properties``): the timeline and scratch files, partition folders that hold
+        nothing but their metadata file, and the table folder if this sink made it and it is
+        empty. Nothing is removed once the table exists."""
+        storage = self.table.storage
+        try:
+            if storage.exists(PROPERTIES) or storage.list_dir(HEARTBEAT_FOLDER):
+                return  # created meanwhile, or another writer's first batch is in flight
+            storage.delete_tree(".hoodie")
+            for folder, files in reversed(list(storage.walk_files())):
+                if not folder or any(f.name != PARTITION_METAFILE for f in files):
+                    continue
+                storage.delete(f"{folder}/{PARTITION_METAFILE}")
+                try:
+                    os.rmdir(storage.full(folder))
+                except OSError:  # not empty (a subfolder with data): keep it
+                    continue
+            if not self._folder_existed:
+                with contextlib.suppress(OSError):  # not empty: keep it
+                    os.rmdir(storage.base_path)
+        except Exception:
+            if not quietly:
+                raise
+            log.warning("could not clean up %s (no table was created there)", self.table.path,
+                        exc_info=True)
 
     def _staging(self, plan: InstantPlan, batch_id: int,
                  query_id: str | None) -> ErrorStaging | None:

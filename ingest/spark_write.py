@@ -14,8 +14,13 @@ What crosses to executors — the :class:`~engine.write_handle.WriteContext`, th
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
 stat and are deleted before the instant completes. Speculative execution must stay off
-(Spark's default): a speculative duplicate still writing when the instant completes would
-leave a file no commit references (harmless to readers, but never cleaned up).
+(Spark's default; :func:`check_spark_conf` refuses ``spark.speculation=true``): a speculative
+duplicate still writing when the instant completes would leave a file no commit references.
+
+Durability: each write task fsyncs the files it publishes before it reports them
+(``execute(..., sync=True)``), so a committed instant never references a file that only sits
+in the page cache of an executor's host (the driver's ``Storage.sync`` reaches its own host
+only).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.commit_metadata import WriteStat
+from engine.errors import InvalidOptionError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.instant import Instant
@@ -65,7 +71,7 @@ from ingest.prepare import (
 from ingest.resolve import arrival_order, resolve
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from engine.table import Table
 
@@ -77,6 +83,7 @@ __all__ = [
     "TaskReport",
     "WriteOutcome",
     "WriteResult",
+    "check_spark_conf",
     "place_rows",
     "start_instant",
     "write_rows",
@@ -170,6 +177,19 @@ class InstantPlan:
     def abort(self) -> None:
         """Roll the instant back now (driver only), rather than at the next write."""
         self.client.abort(self.instant)
+
+
+def check_spark_conf(spark: SparkSession) -> None:
+    """Refuse Spark settings under which the write tasks are unsafe (driver side).
+
+    ``spark.speculation=true``: a speculative copy of a write task may still be writing a file
+    when the instant completes, a file no commit references and no rollback finds.
+    """
+    value = spark.sparkContext.getConf().get("spark.speculation", "false") or "false"
+    if value.strip().lower() != "false":
+        raise InvalidOptionError(
+            "spark.speculation", f"is {value!r}; tidelake's write tasks need it off (false, "
+            "Spark's default): a speculative duplicate could leave files no commit references")
 
 
 def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
@@ -292,6 +312,8 @@ class TaskResult:
     sources: Mapping[tuple[str, int], SourceCount]
     staged: str | None
     first_error: FirstError | None
+    reasons: tuple[tuple[str, int], ...] = ()
+    """Error rows by kind of reason (:func:`reason_histogram`), most common first."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +327,15 @@ class WriteResult:
     staged: tuple[str, ...] = ()
     """Files of staged error rows (see :class:`~ingest.error_table.ErrorStaging`)."""
     first_error: FirstError | None = None
+    reasons: Mapping[str, int] = field(default_factory=dict)
+    """Error rows by kind of reason (:func:`reason_histogram`), over all tasks."""
+
+    @property
+    def most_common_reason(self) -> tuple[str, int] | None:
+        """The kind of reason most error rows share, and how many share it."""
+        if not self.reasons:
+            return None
+        return max(self.reasons.items(), key=lambda item: (item[1], item[0]))
 
     @property
     def records(self) -> int:
@@ -328,7 +359,10 @@ class WriteResult:
         tasks: list[TaskReport] = []
         sources: dict[tuple[str, int], SourceCount] = {}
         errors: list[FirstError] = []
+        reasons: dict[str, int] = {}
         for r in results:
+            for kind, n in r.reasons:
+                reasons[kind] = reasons.get(kind, 0) + n
             stats += r.stats
             tasks += [TaskReport(group, *r.task) for group in r.groups]
             for tp, count in r.sources.items():
@@ -337,7 +371,7 @@ class WriteResult:
                 errors.append(r.first_error)
         first = min(errors, key=lambda e: (e.topic, e.partition, e.offset), default=None)
         return cls(tuple(stats), tuple(tasks), sources,
-                   tuple(r.staged for r in results if r.staged), first)
+                   tuple(r.staged for r in results if r.staged), first, reasons)
 
 
 def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -384,7 +418,8 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
     task = WriteTask(kind=kind, partition_path=partition, file_id=file_id, records=records,
                      deletes=deletes, base_file=base_file, base_instant=base_instant,
                      task_partition=task_partition, stage=stage, attempt=attempt)
-    return execute(ctx, task)
+    # sync: the task flushes its own files; the driver's sync reaches only its own host.
+    return execute(ctx, task, sync=True)
 
 
 def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
@@ -414,6 +449,28 @@ def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
         first = FirstError(str(bad[TOPIC]), int(bad[KAFKA_PARTITION]), int(bad[OFFSET]),
                            str(bad[REASON]))
     return counts, first
+
+
+REASON_KINDS = 20
+"""Kinds of reason a write task reports at most (the most common ones)."""
+
+
+def reason_histogram(rows: pa.Table) -> tuple[tuple[str, int], ...]:
+    """Error rows counted by kind of reason, most common first (at most
+    :data:`REASON_KINDS`). The kind is the reason without the offending value and with
+    numbers blanked (``field 'ts': expected BIGINT, got 'x'`` → ``field 'ts': expected
+    BIGINT``), so that one cause counts once however many values show it."""
+    if OP not in rows.column_names or REASON not in rows.column_names:
+        return ()
+    bad = rows.column(REASON).filter(pc.equal(rows.column(OP), ERROR))
+    if not len(bad):
+        return ()
+    kinds = pc.replace_substring_regex(bad, pattern=r", got .*$", replacement="")
+    kinds = pc.replace_substring_regex(kinds, pattern=r"([ (])[0-9]+", replacement=r"\1N")
+    counts = pc.value_counts(pc.fill_null(kinds, "(no reason)"))
+    pairs = sorted(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(),
+                       strict=True), key=lambda item: (-item[1], item[0]))
+    return tuple((str(kind), int(n)) for kind, n in pairs[:REASON_KINDS])
 
 
 def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
@@ -448,7 +505,8 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
                 groups.append(f"{partition}/{file_id}")
         result = TaskResult(tuple(stats), tuple(groups),
                             (*token, ctx.taskAttemptId(), os.getpid(), socket.gethostname()),
-                            sources, staged, first_error)
+                            sources, staged, first_error,
+                            reason_histogram(rows) if first_error is not None else ())
         yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
                                          schema=RESULT_SCHEMA)
     return run

@@ -113,9 +113,11 @@ def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float
     result = table.read(columns=["trip_id", "ts", "fare"])
     ours = {r["trip_id"]: (r["ts"], r["fare"]) for r in result.to_pylist()}
     expected = {k: (v["ts"], v["fare"]) for k, v in events.expected.items()}
+    from engine.errors import TableNotFoundError
+
     try:
         errors = table_cls.open(str(out / "trips_errors")).read().num_rows
-    except Exception:
+    except TableNotFoundError:
         errors = 0
     print(f"\n{progress.records:,} records ingested in {elapsed:.1f}s "
           f"({progress.records / max(elapsed, 1e-9):,.0f}/s), {progress.batches} batches")

@@ -49,9 +49,13 @@ def build_spark(config: JobConfig) -> SparkSession:
     if not SparkConf().contains("spark.master"):
         # Under spark-submit the master comes from its --master flag; otherwise from here.
         builder = builder.master(config["spark.master"])
+    from engine.redact import spark_redaction_regex
+
     defaults = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR",
-                "spark.sql.execution.arrow.pyspark.enabled": "true"}
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+                # Spark's UI, event log and conf dumps hide what our printouts hide.
+                "spark.redaction.regex": spark_redaction_regex()}
     for key, value in {**defaults, **config.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -89,7 +93,8 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         update_partition_path=config["index.update_partition_path"],
         state_api=config["index.state_api"],
         checkpoint_identifier=config["checkpoint.identifier"],
-        conflict_retries=config["table.conflict_retries"])
+        conflict_retries=config["table.conflict_retries"],
+        max_error_fraction=config["errors.max_fraction"])
 
 
 def _checkpoint_has_offsets(location: str) -> bool:

@@ -19,14 +19,14 @@ from typing import Any
 import tomllib
 
 from engine.errors import InvalidOptionError
-
-SECRET_MARKERS = ("password", "secret", "token", "jaas")
+from engine.redact import REDACTED, is_secret_key, redact
 
 
 def _str(key: str, value: Any) -> str:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
-    raise InvalidOptionError(key, f"expected a string, got {value!r}")
+    shown = REDACTED if is_secret_key(key) else repr(value)
+    raise InvalidOptionError(key, f"expected a string, got {shown}")
 
 
 def _int(key: str, value: Any) -> int:
@@ -54,6 +54,18 @@ def _list(key: str, value: Any) -> tuple[str, ...]:
     else:
         raise InvalidOptionError(key, f"expected a list of strings, got {value!r}")
     return tuple(items)
+
+
+def _fraction(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}") from None
+    if not 0 <= number <= 1:
+        raise InvalidOptionError(key, f"expected a number from 0 to 1, got {value!r}")
+    return number
 
 
 def _choice(*choices: str) -> Callable[[str, Any], str]:
@@ -131,6 +143,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
     Setting("errors", "table_path", _str, None,
             "Error (dead-letter) table folder; default: <table.path>_errors."),
+    Setting("errors", "max_fraction", _fraction, 0.5,
+            "A micro-batch (of 10 records or more) with a larger share of bad records fails "
+            "and commits nothing, naming the most common reason; 1 turns the check off."),
 )
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
@@ -151,13 +166,13 @@ class JobConfig:
         return self.values[name]
 
     def redacted(self) -> dict[str, Any]:
-        """Everything, with secret-looking values replaced (safe to print or log)."""
+        """Everything, with secret-looking values replaced (safe to print or log; see
+        :mod:`engine.redact`)."""
         out: dict[str, Any] = dict(self.values)
         for prefix, mapping in (("source.kafka", self.kafka), ("table.options",
                                  self.table_options), ("spark.conf", self.spark_conf)):
-            for key, value in mapping.items():
-                secret = any(m in key.lower() for m in SECRET_MARKERS)
-                out[f"{prefix}.{key}"] = "***" if secret else value
+            for key, value in redact(mapping).items():
+                out[f"{prefix}.{key}"] = value
         return out
 
 

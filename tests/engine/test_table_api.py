@@ -15,6 +15,7 @@ from engine import (
     TableExistsError,
     TableNotFoundError,
 )
+from engine.errors import CorruptTableError
 from tests.conftest import hudi_rs_read
 
 
@@ -212,3 +213,13 @@ def test_point_lookup_by_key_prunes_and_matches_full_read(tmp_path: Path, table_
     assert one.column("fare").to_pylist() == [-7.0]
     either = table.read(filters=[[("id", "=", "k0001")], [("id", "=", "k0002")]])
     assert sorted(either.column("id").to_pylist()) == ["k0001", "k0002"]
+
+
+def test_read_with_corrupt_recorded_schema_raises_naming_the_commit_file(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id")
+    table.upsert(pa.table({"id": ["a"], "v": [1]}), extra_metadata={"schema": "{broken"})
+    commit = [e for e in table.timeline() if e.state == "completed"][-1]
+    with pytest.raises(CorruptTableError, match=rf"timeline/{commit.instant_time}_\d+"
+                       r"\.deltacommit: the table schema it records cannot be parsed"):
+        table.read()

@@ -372,3 +372,35 @@ def test_avro_decoder_pickled_decodes_the_same() -> None:
     clone = pickle.loads(pickle.dumps(decoder))
     assert clone.decode(values).table == decoder.decode(values).table
     assert clone.decode(values).errors == decoder.decode(values).errors
+
+
+# --- decoder failures that are not bad data ---------------------------------------------------
+
+
+class _BuggyJsonDecoder(JsonDecoder):
+    """A JSON decoder with a bug: its vectorized parse fails on any value (not a data error)."""
+
+    def _parse(self, values: pa.BinaryArray, multiline: bool, index: np.ndarray) -> pa.Table:
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
+
+
+class _BuggyAvroDecoder(AvroDecoder):
+    """An Avro decoder with a bug in its column decoding."""
+
+    def _decode(self, schema_id: int, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
+                index: np.ndarray) -> pa.Table:
+        raise AttributeError("'NoneType' object has no attribute 'column'")
+
+
+def test_json_decoder_bug_raises_decoder_error_instead_of_error_rows() -> None:
+    values = _binary([b'{"id": "a", "ts": 1}', b"{bad", b'{"id": "c", "ts": 3}'])
+    with pytest.raises(decode.DecoderError, match=r"failed on values 0\.\.2 \(not a data "
+                       r"error\): TypeError: unsupported operand") as caught:
+        _BuggyJsonDecoder("id STRING, ts BIGINT").decode(values)
+    assert caught.value.rows == (0, 2), "the values it was decoding (the bad one was screened)"
+
+
+def test_avro_decoder_bug_raises_decoder_error_instead_of_error_rows() -> None:
+    good = _avro(_AVSC, {"id": "a", "ts": 1, "amount": 1.0, "note": "x"})
+    with pytest.raises(decode.DecoderError, match=r"AttributeError: 'NoneType'"):
+        _BuggyAvroDecoder(_AVSC).decode(_binary([good, good]))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
+import pickle
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,12 +252,62 @@ def test_prepare_option_round_trips_and_bad_values_name_the_option(tmp_path: Pat
     assert dataclasses.replace(got, decoder=decoder) == spec
     assert "(a prepare step)" in repr(KafkaDataSource(dict(_options(**{
         "tidelake.prepare": prepare_option(spec)}))))
+    assert json.loads(prepare_option(spec))["decoder"]["kind"] == "json", "plain JSON"
     bad = KafkaSourceOptions.from_options(_options(**{"tidelake.prepare": "bm90IGEgc3BlYw=="}))
-    with pytest.raises(InvalidOptionError, match=r"tidelake\.prepare"):
+    with pytest.raises(InvalidOptionError, match=r"tidelake\.prepare.*not JSON"):
         prepare_spec(bad)
+    wrong = json.loads(prepare_option(spec))
+    wrong["num_buckets"] = "four"
+    with pytest.raises(InvalidOptionError, match=r"tidelake\.prepare.*num_buckets: 'four'"):
+        prepare_spec(KafkaSourceOptions.from_options(_options(**{
+            "tidelake.prepare": json.dumps(wrong)})))
     with pytest.raises(ValueError, match="prepare"):
         read_kafka_stream(None, _options(), use_builtin=True,  # type: ignore[arg-type]
                           prepare=spec)
+
+
+class _Touch:
+    """Unpickling this creates a file: what a pickled option value could make a task do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Path.touch, (self.path,))
+
+
+def test_prepare_option_is_never_unpickled(tmp_path: Path) -> None:
+    from ingest.kafka_source import prepare_spec
+
+    marker = tmp_path / "unpickled"
+    payload = base64.b64encode(pickle.dumps(_Touch(marker))).decode("ascii")
+    options = KafkaSourceOptions.from_options(_options(**{"tidelake.prepare": payload}))
+    with pytest.raises(InvalidOptionError, match=r"tidelake\.prepare"):
+        prepare_spec(options)
+    assert not marker.exists(), "the option value was unpickled"
+
+
+def test_prepare_option_round_trips_avro_decoder_with_schema_map(tmp_path: Path) -> None:
+    from engine import Table
+    from ingest.decode import AvroDecoder
+    from ingest.kafka_source import prepare_option, prepare_spec
+    from ingest.prepare import PrepareSpec
+
+    reader = {"type": "record", "name": "r", "fields": [
+        {"name": "id", "type": "string"}, {"name": "n", "type": ["null", "long"],
+                                           "default": None}]}
+    writer = {"type": "record", "name": "r", "fields": [{"name": "id", "type": "string"}]}
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", partition_by="id")
+    decoder = AvroDecoder(reader, confluent=True, schema_map={7: writer})
+    spec = PrepareSpec(decoder, Table.open(table.path).config, decoder.schema,
+                       delete_column=None, tombstone_partition="none", with_data=False)
+    got = prepare_spec(KafkaSourceOptions.from_options(
+        _options(**{"tidelake.prepare": prepare_option(spec)})))
+    assert got is not None and isinstance(got.decoder, AvroDecoder)
+    assert dataclasses.replace(got, decoder=decoder) == spec
+    value = b"\x00\x00\x00\x00\x07" + b"\x02a"  # Confluent framing, schema 7, id "a"
+    result = got.decoder.decode(pa.array([value], pa.binary()))
+    assert result.table.to_pylist() == [{"id": "a", "n": None}]
 
 
 # --- reading a range, with a stand-in consumer --------------------------------------------------
@@ -579,7 +631,7 @@ def test_stream_bad_options_fail_before_the_query_starts(spark: Any) -> None:  #
         read_kafka_stream(spark, {"kafka.bootstrap.servers": "h:1", "subscribe": "t",
                                   "kafka.bogus": "1"})
     kafka_source.register(spark)
-    assert "sasl\\.jaas" in spark.conf.get("spark.sql.redaction.options.regex")
+    assert "|jaas|key|" in spark.conf.get("spark.sql.redaction.options.regex")
     assert "tidelake\\.prepare" in spark.conf.get("spark.sql.redaction.options.regex")
     with pytest.raises(Exception, match="nosuchoption"):
         (spark.readStream.format("tidelake-kafka").option("kafka.bootstrap.servers", "h:1")

@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import random
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import pytest
 
 from engine import Table
 from engine.config import MergeMode
+from engine.errors import CorruptTableError, TableNotFoundError
 from engine.index.bucket import bucket_id
 from engine.merge import dedupe_batch
 from engine.schema import PARTITION_PATH
@@ -43,7 +46,7 @@ from ingest.checkpoint import (
     merge_offsets,
     starting_offsets_from_table,
 )
-from ingest.decode import JsonDecoder
+from ingest.decode import DecoderError, JsonDecoder
 from ingest.prepare import (
     BUCKET,
     DELETE,
@@ -62,7 +65,7 @@ from ingest.prepare import (
     unpack_rows,
 )
 from ingest.resolve import resolve, winner_index
-from ingest.sink import GLOBAL_STATE, HudiStreamingSink, start_ingest
+from ingest.sink import GLOBAL_STATE, HudiStreamingSink, TooManyBadRecordsError, start_ingest
 from tests.conftest import hudi_rs_read
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
@@ -299,6 +302,36 @@ def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) 
     assert out[1]["_tl_value"] == b"{not json" and out[0]["_tl_value"] is None
 
 
+class _BuggyDecoder(JsonDecoder):
+    """A decoder with a bug (not bad data): it fails on any value it parses."""
+
+    def _parse(self, values: pa.BinaryArray, multiline: bool, index: Any) -> pa.Table:
+        raise KeyError("_tl_rows")
+
+
+def test_prepare_batch_decoder_bug_fails_naming_the_kafka_records(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         options={"hoodie.index.type": "BUCKET"})
+    spec = PrepareSpec(_BuggyDecoder(DDL), table.config, JsonDecoder(DDL).schema)
+    rows = kafka_rows([Event("a", tombstone=True), Event("b", 1, "oslo"),
+                       Event("x", raw=b"nope"), Event("c", 2, "rome")], "ev", {0: 40})
+    with pytest.raises(DecoderError, match=r"decoding records ev-0 offset 41 to ev-0 offset 43 "
+                       r"failed \(not a bad record.*KeyError: '_tl_rows'"):
+        prepare_batch(rows, spec)
+
+
+def test_sink_on_table_with_corrupt_recorded_schema_raises_naming_the_file(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    table = Table.create(path, name="t", record_key="id", precombine="ts",
+                         options={"hoodie.index.type": "BUCKET"})
+    table.upsert(pa.table({"id": ["a"], "ts": [1], "city": ["oslo"], "fare": [1.0]}),
+                 extra_metadata={"schema": '{"type": "record", "fields": 7}'})
+    with pytest.raises(CorruptTableError, match=r"\.hoodie/timeline/\d+_\d+\.deltacommit: "
+                       "the table schema it records cannot be parsed"):
+        HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts")
+
+
 def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
         tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
@@ -503,18 +536,25 @@ def test_bucket_sink_without_error_table_fails_naming_the_record(
     rows = kafka_rows([Event("a", 1, "oslo"), Event("x", raw=b"nope")], "ev", {})
     with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
         sink.process_batch(_frame(spark, rows), 0)
-    assert not commits(tmp_path / "t")
+    # The table was to be created by this batch: the failed batch leaves nothing behind.
+    assert not sink.table_created and not list((tmp_path / "t").glob("**/*"))
+    sink.process_batch(_frame(spark, kafka_rows([Event("a", 1, "oslo")], "ev", {})), 0)
+    with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
+        sink.process_batch(_frame(spark, kafka_rows([Event("x", raw=b"nope")], "ev", {0: 1})),
+                           1)
+    assert len(commits(tmp_path / "t")) == 1
     # The instant whose files the batch's tasks wrote is rolled back at once.
     assert [e.state for e in Table.open(str(tmp_path / "t")).timeline()
-            if e.action != "rollback"] == []
-    left = [f.name for f in (tmp_path / "t").glob("oslo/*")]
-    assert left == [".hoodie_partition_metadata"], "the failed batch's files are deleted"
+            if e.action != "rollback"] == ["completed"]
 
 
 def test_sink_rejects_mismatched_table_and_bad_arguments(tmp_path: Path) -> None:
     path = str(tmp_path / "t")
-    HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                      partition_by=["city"])
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"])
+    assert not sink.table_created and not (tmp_path / "t").exists(), "created by a batch"
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by=["city"],
+                 options={"hoodie.index.type": "BUCKET"})
     with pytest.raises(ValueError, match="partition_by"):
         HudiStreamingSink(path, decoder=decoder(), partition_by=["id"])
     with pytest.raises(ValueError, match="index"):
@@ -529,6 +569,127 @@ def test_sink_rejects_mismatched_table_and_bad_arguments(tmp_path: Path) -> None
     Table.create(simple, name="simple", record_key="id")
     with pytest.raises(ValueError, match="BUCKET index"):
         HudiStreamingSink(simple, decoder=decoder())
+    for bad in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="max_error_fraction"):
+            HudiStreamingSink(str(tmp_path / "w"), decoder=decoder(), record_key="id",
+                              max_error_fraction=bad)  # type: ignore[arg-type]
+
+
+WRONG_DDL = "id STRING, ts BIGINT, city STRING, fare STRING"
+"""The sink's schema with ``fare`` as a string: every record of :class:`Event` is bad."""
+
+
+def _good(n: int, start: int = 0) -> list[Event]:
+    return [Event(f"k{i}", 10 + i, CITIES[i % 3], float(i)) for i in range(start, start + n)]
+
+
+@pytest.mark.spark
+def test_bucket_sink_schema_not_matching_data_fails_and_creates_nothing(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
+    sink = HudiStreamingSink(path, decoder=JsonDecoder(WRONG_DDL), record_key="id",
+                             precombine="ts", partition_by=["city"], error_table_path=errors)
+    rows = kafka_rows(_good(12), "ev", {})
+    with pytest.raises(TooManyBadRecordsError,
+                       match=r"12 of 12 records are bad.*most common reason \(12 records\): "
+                             r"cannot decode the value: field 'fare': expected STRING"
+                             r".*first: record ev-0 offset 0"):
+        sink.process_batch(_frame(spark, rows), 0)
+    assert not sink.table_created and not (tmp_path / "t").exists()
+    with pytest.raises(TableNotFoundError):
+        Table.open(path)
+    assert not commits(errors), "the error table commits nothing either"
+
+
+@pytest.mark.spark
+def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
+    args: dict[str, Any] = dict(decoder=decoder(), record_key="id", precombine="ts",
+                                partition_by=["city"], error_table_path=errors)
+    sink = HudiStreamingSink(path, **args)
+    offsets: dict[int, int] = {}
+    sink.process_batch(_frame(spark, kafka_rows(_good(3), "ev", offsets)), 0)
+    bad = [Event(f"x{i}", raw=b"{not json" if i % 3 else b"[]") for i in range(7)]
+    rows = kafka_rows(_good(5, start=3) + bad, "ev", offsets)  # 7 of 12 bad: 58%
+    before = Table.open(path).timeline(), Table.open(errors).timeline()
+    with pytest.raises(TooManyBadRecordsError, match=r"batch 1: 7 of 12 records are bad "
+                       r"\(58%, more than max_error_fraction 0.5\); most common reason "
+                       r"\(4 records\): cannot decode the value: invalid JSON at char N"):
+        sink.process_batch(_frame(spark, rows), 1)
+    after = Table.open(path).timeline(), Table.open(errors).timeline()
+    assert [(e.instant_time, e.state) for e in after[0] if e.action != "rollback"] == [
+        (e.instant_time, e.state) for e in before[0]]
+    assert after[1] == before[1], "nothing reaches the error table"
+    assert set(table_rows(path)) == {"k0", "k1", "k2"}
+
+    # The operator decides these records are bad indeed: the replay goes through.
+    lenient = HudiStreamingSink(path, **args, max_error_fraction=1.0)
+    lenient.process_batch(_frame(spark, rows), 1)
+    result = lenient.last_result
+    assert result is not None and result.errors == 7 and result.instant_time
+    assert set(table_rows(path)) == {f"k{i}" for i in range(8)}
+    assert len(Table.open(errors).read()) == 7
+
+
+@pytest.mark.spark
+def test_bucket_sink_creates_the_table_with_the_first_valid_record_only(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], error_table_path=errors,
+                             max_error_fraction=1.0)
+    offsets: dict[int, int] = {}
+    sink.process_batch(_frame(spark, kafka_rows([Event("x", raw=b"nope")] * 12, "ev",
+                                                offsets)), 0)
+    result = sink.last_result
+    assert result is not None and result.errors == 12 and result.error_instant_time
+    assert result.instant_time is None
+    assert not sink.table_created and not (tmp_path / "t").exists()
+    assert len(Table.open(errors).read()) == 12
+
+    sink.process_batch(_frame(spark, kafka_rows(_good(4), "ev", offsets)), 1)
+    assert sink.table_created
+    assert table_rows(path) == hudi_rs_rows(path) == {
+        e.id: (e.city, e.ts, e.fare) for e in _good(4)}
+    assert commits(path)[-1][STREAMER_CHECKPOINT_KEY] == "ev,0:16"
+
+
+_SPECULATION_CHILD = """
+import sys
+from pyspark.sql import SparkSession
+from engine.errors import InvalidOptionError
+from ingest.decode import DecoderError, JsonDecoder
+from ingest.sink import HudiStreamingSink
+
+spark = (SparkSession.builder.master("local[1]").config("spark.speculation", "true")
+         .config("spark.ui.enabled", "false").getOrCreate())
+sink = HudiStreamingSink(sys.argv[1], decoder=JsonDecoder("id STRING, ts BIGINT"),
+                         record_key="id")
+rows = spark.createDataFrame(
+    [(b"a", b'{"id": "a", "ts": 1}', "t", 0, 0, None)],
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP")
+try:
+    sink.process_batch(rows, 0)
+    print("ACCEPTED")
+except InvalidOptionError as exc:
+    print("REFUSED", exc.key, "|", exc)
+finally:
+    spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_sink_refuses_spark_speculation_naming_the_setting(tmp_path: Path) -> None:
+    """A Spark session of its own (the conf is fixed when a SparkContext starts)."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _SPECULATION_CHILD, str(tmp_path / "t")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert "REFUSED spark.speculation | option 'spark.speculation': is 'true'" in done.stdout, \
+        done.stdout + done.stderr[-3000:]
+    assert not (tmp_path / "t").exists()
 
 
 # --- Spark streaming: the global-state index -----------------------------------------------------

@@ -54,6 +54,18 @@ def test_secrets_are_redacted_when_printed(tmp_path: Path) -> None:
     assert "source.kafka.sasl.plain.password" in shown
 
 
+def test_redacted_cloud_storage_key_in_spark_conf_is_hidden(tmp_path: Path) -> None:
+    key = "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net"
+    config = load(_write(tmp_path, GOOD), {f"spark.conf.{key}": "c2VjcmV0LWtleQ==",
+                                           "spark.conf.spark.master.hint": "x"})
+    shown = config.redacted()
+    assert shown[f"spark.conf.{key}"] == "*********(redacted)"
+    assert "c2VjcmV0LWtleQ==" not in str(shown)
+    with pytest.raises(InvalidOptionError) as caught:
+        load(_write(tmp_path, GOOD), {"source.kafka.sasl.plain.password": ["hunter3"]})
+    assert "hunter3" not in str(caught.value)
+
+
 @pytest.mark.parametrize(("override", "named"), [
     ({"source.bogus": 1}, "source.bogus"),
     ({"index.num_buckets": "many"}, "index.num_buckets"),
