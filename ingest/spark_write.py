@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.commit_metadata import WriteStat
+from engine.delete_block import ordering_kind
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.instant import Instant
@@ -85,13 +86,6 @@ __all__ = [
 
 RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 """One row per write task: its pickled :class:`TaskResult`."""
-
-# Avro types of ordering fields the engine writes into delete blocks (as WriteClient.plan).
-_AVRO_ORDERING = {
-    pa.int64(): "long", pa.int32(): "int", pa.float64(): "double", pa.float32(): "float",
-    pa.string(): "string", pa.bool_(): "boolean",
-}
-
 
 @dataclass(frozen=True)
 class TableLayout:
@@ -192,7 +186,7 @@ def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> Wri
     ordering = config.precombine_field
     ordering_type = None
     if ordering and ordering in data_schema.names:
-        ordering_type = _AVRO_ORDERING.get(data_schema.field(ordering).type)
+        ordering_type = ordering_kind(data_schema.field(ordering).type)
     return WriteContext(
         base_path=table.storage.base_path, instant_time=instant.requested_time,
         table_name=config.name, data_schema=data_schema,
@@ -340,19 +334,13 @@ class WriteResult:
 
 def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
     """Delete entries for the engine: key, partition and, under event time, the ordering value
-    (null for natural-order deletes).
-
-    Merge-on-read delete blocks carry ordering values only for the Avro primitive types the
-    engine encodes (``_AVRO_ORDERING``); for other ordering types (timestamp, date, decimal)
-    deletes are written natural-order, as ``Table.delete`` would.
-    """
+    (null for natural-order deletes)."""
     ordering_field = spec.context.ordering_field
     columns: dict[str, pa.Array] = {
         RECORD_KEY: rows.column(RECORD_KEY).combine_chunks(),
         PARTITION_PATH: rows.column(PARTITION_PATH).combine_chunks(),
     }
-    encodable = not spec.is_mor or spec.context.ordering_avro_type is not None
-    if ordering_field and spec.event_time and encodable and ORDERING in rows.column_names:
+    if ordering_field and spec.event_time and ORDERING in rows.column_names:
         ordering = rows.column(ORDERING).combine_chunks()
         wanted = spec.context.data_schema.field(ordering_field).type
         ordering = ordering if ordering.type.equals(wanted) else ordering.cast(wanted)
