@@ -5,14 +5,14 @@ Each Kafka row becomes exactly one *prepared* row carrying its operation:
 
 * ``UPSERT`` — the value decoded, and it has a record key, an ordering value (when the table
   has a precombine field) and a partition value that can be stored;
-* ``DELETE`` — a Kafka tombstone (null value, non-null key: the record key is the Kafka key
-  as UTF-8), or a decoded row whose delete-marker column (default ``_hoodie_is_deleted``) is
-  true. A tombstone carries no ordering value, so it is a *natural-order* delete (it removes
-  every earlier version, see :mod:`engine.merge`); a marker delete carries its row's ordering
-  value;
+* ``DELETE`` — a Kafka tombstone (null value, non-null key: the record key comes from the
+  Kafka key as :attr:`PrepareSpec.kafka_key` says), or a decoded row whose delete-marker column
+  (default ``_hoodie_is_deleted``) is true. A tombstone carries no ordering value: it deletes
+  the key's live version at that version's ordering value (:mod:`ingest.resolve`); a marker
+  delete carries its row's ordering value;
 * ``ERROR`` — anything else, with a short reason for the error table: the value did not
   decode, the record key or ordering value is missing, the partition value cannot be stored,
-  or a tombstone's partition cannot be known.
+  or a tombstone's Kafka key cannot be mapped to a record key.
 
 Bad records are data here, never exceptions: one bad record never fails a batch.
 
@@ -109,8 +109,9 @@ class PrepareSpec:
     ``_hoodie_*`` ones (the engine never stores those; ``_hoodie_is_deleted`` is read as the
     delete marker only). ``tombstone_partition`` says where a tombstone's partition comes from:
     ``"none"`` (non-partitioned table: ``""``), ``"state"`` (the global-state index fills it
-    in: left null here) or ``"unknown"`` (bucket index on a partitioned table: the tombstone
-    is an error, since nothing says which partition holds the key).
+    in: left null here), ``"bucket"`` (bucket index on a partitioned table: left null; the
+    write tasks deliver the tombstone to the key's bucket in every partition, see
+    :func:`ingest.spark_write.place_rows`) or ``"unknown"`` (the tombstone is an error).
     """
 
     decoder: Decoder
@@ -133,10 +134,47 @@ class PrepareSpec:
         return self.data_schema.field(field).type if field else None
 
     @property
+    def ordering_column_type(self) -> pa.DataType | None:
+        """Arrow type of :data:`ORDERING`: the ordering field's, except timestamps (UTC
+        microseconds) and dates (days) as int64, so that no conversion on the way (pandas in
+        the state operator, Spark's session time zone) can shift them."""
+        t = self.ordering_type
+        return None if t is None else ordering_column_type(t)
+
+    @property
     def event_time(self) -> bool:
         """True when versions are ordered by the ordering field (else by arrival)."""
         return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
                 and self.config.precombine_field is not None)
+
+
+def ordering_column_type(arrow_type: pa.DataType) -> pa.DataType:
+    """Type of :data:`ORDERING` for an ordering field of ``arrow_type`` (see
+    :attr:`PrepareSpec.ordering_column_type`)."""
+    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
+        return pa.int64()
+    return arrow_type
+
+
+def ordering_column(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """Ordering field values (of ``arrow_type``) as :data:`ORDERING` holds them."""
+    if pa.types.is_timestamp(arrow_type):
+        return values.cast(arrow_type).cast(pa.timestamp("us", tz=arrow_type.tz)) \
+            .cast(pa.int64())
+    if pa.types.is_date(arrow_type):
+        return values.cast(arrow_type).cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+    return values.cast(arrow_type)
+
+
+def field_ordering(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """:data:`ORDERING` values back as the ordering field's type (inverse of
+    :func:`ordering_column`)."""
+    if pa.types.is_timestamp(arrow_type):
+        return values.cast(pa.int64()).cast(pa.timestamp("us", tz=arrow_type.tz)) \
+            .cast(arrow_type)
+    if pa.types.is_date(arrow_type):
+        return values.cast(pa.int32()).cast(pa.date32()).cast(arrow_type)
+    return values if values.type.equals(arrow_type) else values.cast(arrow_type)
 
 
 def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:
@@ -164,7 +202,7 @@ def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
         pa.field(VALUE, pa.binary()),
         pa.field(FILE_ID, pa.string()),
     ]
-    ordering = spec.ordering_type
+    ordering = spec.ordering_column_type
     if ordering is not None:
         fields += [pa.field(ORDERING, ordering), pa.field(ORDERING_NULL, pa.bool_())]
     if spec.num_buckets is not None:
@@ -330,6 +368,8 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
                 op[row], reasons[row] = ERROR, "tombstone with an empty key"
             elif spec.tombstone_partition == "none":
                 path_list[row] = ""
+            elif spec.tombstone_partition == "bucket":
+                pass  # left null: the write tasks look in the key's bucket of every partition
             elif spec.tombstone_partition == "unknown":
                 op[row], reasons[row] = ERROR, (
                     "tombstone on a partitioned table: its partition is unknown to the BUCKET "
@@ -362,9 +402,9 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     })
     ordering_type = spec.ordering_type
     if ordering_field and ordering_type is not None:
-        ordering = data.column(ordering_field).combine_chunks().cast(ordering_type)
+        ordering = ordering_column(data.column(ordering_field).combine_chunks(), ordering_type)
         is_null = pc.or_(pc.is_null(ordering), error_mask)
-        columns[ORDERING] = pc.if_else(is_null, _zero(ordering_type), ordering)
+        columns[ORDERING] = pc.if_else(is_null, _zero(ordering.type), ordering)
         columns[ORDERING_NULL] = is_null
     if buckets is not None:
         columns[BUCKET] = buckets

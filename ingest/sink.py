@@ -215,7 +215,7 @@ class HudiStreamingSink:
         if not config.partition_fields:
             tombstones = "none"
         else:
-            tombstones = "state" if self.index == GLOBAL_STATE else "unknown"
+            tombstones = "state" if self.index == GLOBAL_STATE else "bucket"
         self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 with_data=self.index == BUCKET,
@@ -381,6 +381,7 @@ class HudiStreamingSink:
             staging = self._staging(plan, batch_id, query_id)
             written = write_rows(rows, plan, event_time=self.spec.event_time,
                                  parallelism=self._parallelism(rows.sparkSession),
+                                 by_bucket=self.spec.tombstone_partition == "bucket",
                                  attach=None if self.spec.with_data else self.spec,
                                  errors=staging)
             if not written.records:
