@@ -123,6 +123,11 @@ class PrepareSpec:
     num_buckets: int | None = None
     """Buckets per partition when the BUCKET index places rows: prepare then fills
     :data:`BUCKET`, the key's bucket, so that rows can be shuffled by file group at once."""
+    key_decoder: Decoder | None = None
+    """How a tombstone's Kafka key becomes its record key: None — the key as UTF-8 is the
+    record key string; a decoder (JSON or Avro) — the key holds the record key fields (and
+    maybe the partition fields), formatted by the engine's key generator. Keys that cannot be
+    mapped make the tombstone an error row with the reason."""
     pack: bool = False
     """Emit packed rows (:func:`pack_rows`): one row per file group and task, for the shuffle.
     Needs ``num_buckets``."""
@@ -349,31 +354,28 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     key_col = _scatter(keys, decoded[keyed], n)
     path_col = _scatter(paths.filter(pa.array(keyed)), decoded[keyed], n)
 
-    # Tombstones: the Kafka key is the record key; the partition is known only sometimes.
+    # Tombstones: the record key comes from the Kafka key; the partition is known sometimes.
     if tombstone.any():
         key_list = key_col.to_pylist()
         path_list = path_col.to_pylist()
         raw_keys = kafka_keys.to_pylist()
-        for row in np.flatnonzero(tombstone).tolist():
-            raw = raw_keys[row]
-            if raw is None:
-                op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"
+        rows_t = [row for row in np.flatnonzero(tombstone).tolist()
+                  if not _no_key(raw_keys[row], row, op, reasons)]
+        for row, key, path, reason in _tombstone_keys(spec, [raw_keys[r] for r in rows_t],
+                                                      rows_t):
+            if reason is not None:
+                op[row], reasons[row] = ERROR, reason
                 continue
-            try:
-                key_list[row] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                op[row], reasons[row] = ERROR, "tombstone key is not UTF-8"
-                continue
-            if not key_list[row]:
-                op[row], reasons[row] = ERROR, "tombstone with an empty key"
+            key_list[row] = key
+            if path is not None:
+                path_list[row] = path
             elif spec.tombstone_partition == "none":
                 path_list[row] = ""
-            elif spec.tombstone_partition == "bucket":
-                pass  # left null: the write tasks look in the key's bucket of every partition
             elif spec.tombstone_partition == "unknown":
                 op[row], reasons[row] = ERROR, (
                     "tombstone on a partitioned table: its partition is unknown to the BUCKET "
                     "index (use the GLOBAL_STATE index)")
+            # "bucket" / "state": left null, for the write tasks / the state index.
         key_col = pa.array(key_list, pa.string())
         path_col = pa.array(path_list, pa.string())
 
@@ -409,6 +411,94 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     if buckets is not None:
         columns[BUCKET] = buckets
     return pa.table(columns, schema=prepared_schema(spec))
+
+
+def _no_key(raw: bytes | None, row: int, op: np.ndarray, reasons: list[str | None]) -> bool:
+    """Mark a null value without a Kafka key as an error (it is not a tombstone)."""
+    if raw is None:
+        op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"
+        return True
+    if not raw:
+        op[row], reasons[row] = ERROR, "tombstone with an empty key"
+        return True
+    return False
+
+
+def _tombstone_keys(spec: PrepareSpec, raw: list[bytes], rows: list[int]
+                    ) -> list[tuple[int, str | None, str | None, str | None]]:
+    """(row, record key, partition path or None, error reason or None) of each tombstone.
+
+    Without a key decoder the Kafka key, as UTF-8, is the record key string; on a table with
+    several key fields it must then be the engine's formatting of them (checked by formatting
+    the ``field:value`` pairs it holds again). With a key decoder (JSON or Avro) the Kafka key
+    holds the record key fields — and, when it holds every partition field, the partition —
+    and the engine's key generator formats them.
+    """
+    config = spec.config
+    fields = config.record_key_fields
+    out: list[tuple[int, str | None, str | None, str | None]] = []
+    if spec.key_decoder is None:
+        for row, value in zip(rows, raw, strict=True):
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                out.append((row, None, None, "tombstone key is not UTF-8"))
+                continue
+            if len(fields) > 1 and not _is_formatted_key(text, config):
+                out.append((row, None, None, (
+                    f"tombstone key {text[:80]!r} is not a record key of this table (fields "
+                    f"{', '.join(fields)}); send the formatted key, or set the Kafka key "
+                    "format to json or avro")))
+                continue
+            out.append((row, text, None, None))
+        return out
+    result = spec.key_decoder.decode(pa.array(raw, pa.binary()))
+    for index, reason in result.errors:
+        out.append((rows[index], None, None, f"tombstone key does not decode: {reason}"))
+    table = result.table
+    good = [rows[int(i)] for i in result.good_index]
+    missing = [f for f in fields if f not in table.column_names]
+    if missing:
+        out += [(row, None, None, f"tombstone key has no record key field '{missing[0]}'")
+                for row in good]
+        return sorted(out)
+    bad = _bad_keys(table, config)
+    ok = np.array([reason is None for reason in bad], dtype=bool)
+    out += [(row, None, None, f"tombstone key: {reason}")
+            for row, reason in zip(good, bad, strict=True) if reason is not None]
+    keyed = table.filter(pa.array(ok))
+    keys = record_keys(keyed, config).to_pylist() if keyed.num_rows else []
+    paths: list[str | None] = [None] * len(keys)
+    parts = list(config.partition_fields)
+    if parts and keyed.num_rows and all(p in keyed.column_names for p in parts):
+        complete = np.ones(keyed.num_rows, dtype=bool)
+        for name in parts:
+            complete &= ~keyed.column(name).is_null().to_numpy(zero_copy_only=False)
+        if complete.any():
+            found, _ = _partitions(keyed.filter(pa.array(complete)), config)
+            for i, path in zip(np.flatnonzero(complete).tolist(), found.to_pylist(),
+                               strict=True):
+                paths[i] = path
+    rows_ok = [row for row, fine in zip(good, ok.tolist(), strict=True) if fine]
+    out += [(row, key, path, None) for row, key, path in zip(rows_ok, keys, paths, strict=True)]
+    return sorted(out, key=lambda item: item[0])
+
+
+def _is_formatted_key(text: str, config: TableConfig) -> bool:
+    """True if ``text`` is what the key generator makes of the ``field:value`` pairs in it."""
+    pairs: dict[str, str] = {}
+    for piece in text.split(","):
+        name, sep, value = piece.partition(":")
+        if not sep or name in pairs:
+            return False
+        pairs[name] = value
+    if set(pairs) != set(config.record_key_fields):
+        return False
+    try:
+        again = record_keys(pa.table({k: [v] for k, v in pairs.items()}), config)
+    except InvalidRecordError:
+        return False
+    return bool(again[0].as_py() == text)
 
 
 def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:

@@ -87,7 +87,8 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         options=dict(config.table_options), error_table_path=errors,
         delete_column=config["table.delete_field"],
         update_partition_path=config["index.update_partition_path"],
-        state_api=config["index.state_api"])
+        state_api=config["index.state_api"], key_format=config["decode.key_format"],
+        key_schema=config["decode.key_schema"])
 
 
 def _checkpoint_has_offsets(location: str) -> bool:
