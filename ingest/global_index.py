@@ -11,9 +11,11 @@ tombstone — which carries only the key — finds the partition to delete from.
     source → prepare (keys; slim rows) → groupBy(key).transformWithStateInPandas → foreachBatch
 
 :class:`GlobalIndexProcessor` sees all versions of a key in the batch (executor side, one call
-per key), picks the winner (:func:`ingest.resolve.winner_index`), compares it with the stored
-location and ordering value, emits the rows to write — each naming its partition and file
-group — and updates the state (cleared on delete). Error rows bypass the state: they are
+per key), applies them to the stored state (:func:`ingest.resolve.resolve_key`: a tombstone
+deletes the live version at its ordering value), emits the rows to write — each naming its
+partition and file group — and updates the state. Under event time a deleted key keeps its
+ordering value in state, without a location, so that an older version arriving in a later
+batch loses as it would in the same batch. Error rows bypass the state: they are
 grouped by ``(True, topic-partition)`` while records are grouped by ``(False, key)``.
 
 **Exactly once.** Spark commits a state store version with the micro-batch: batch *N* always
@@ -221,8 +223,8 @@ class GlobalIndexProcessor(StatefulProcessor):
     Output rows (the slim schema): for each input row either the row to write — op
     ``UPSERT``/``DELETE`` with ``_hoodie_partition_path`` and the file group set — or op
     ``SKIP`` (a version that lost; kept for its Kafka offset); a key that moved partitions
-    adds a natural-order ``DELETE`` of its old copy. Error rows pass through unchanged.
-    Deterministic for a given input and state, so replays tag identically.
+    adds a ``DELETE`` of its old copy at the stored ordering value. Error rows pass through
+    unchanged. Deterministic for a given input and state, so replays tag identically.
     """
 
     def __init__(self, spec: GlobalIndexSpec) -> None:

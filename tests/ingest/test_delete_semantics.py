@@ -34,6 +34,7 @@ from ingest.sink import BUCKET, GLOBAL_STATE, HudiStreamingSink
 from tests.conftest import hudi_rs_read
 from tests.ingest.test_sink import (
     CITIES,
+    KAFKA,
     Event,
     ParquetStream,
     _frame,
@@ -217,3 +218,58 @@ def test_global_state_timestamp_ordering_in_non_utc_session_updates_bootstrapped
     theirs = hudi_rs_read(path)
     assert sorted(zip(theirs.column("id").to_pylist(), theirs.column("fare").to_pylist(),
                       strict=True)) == [("a", 9.0), ("c", 3.0)]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_bucket_tombstone_on_partitioned_table_deletes_the_key_in_every_partition(
+        spark: Any, tmp_path: Path, table_type: str) -> None:  # noqa: F811
+    """Tombstones on partitioned BUCKET tables went to the error table before."""
+    path = str(tmp_path / "t")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], table_type=table_type, num_buckets=2)
+    offsets: dict[int, int] = {}
+    first = [Event("a", 10, "oslo", 1.0), Event("a", 11, "rome", 2.0),
+             Event("c", 10, "oslo", 3.0), Event("b", 10, "lima", 4.0)]
+    sink.process_batch(_frame(spark, kafka_rows(first, "ev", offsets)), 0)
+    # "a" lives in oslo and rome (the BUCKET index is per partition); "d" is new in a new
+    # partition and deleted in the same batch; "zz" does not exist.
+    second = [Event("a", tombstone=True), Event("d", 20, "kyiv", 5.0), Event("d", tombstone=True),
+              Event("zz", tombstone=True), Event("a", 5, "oslo", 6.0)]
+    sink.process_batch(_frame(spark, kafka_rows(second, "ev", offsets)), 1)
+    result = sink.last_result
+    assert result is not None and result.errors == 0
+    expected = {"b": ("lima", 10, 4.0), "c": ("oslo", 10, 3.0)}
+    assert table_rows(path) == expected
+    assert hudi_rs_rows(path) == expected
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_bucket_tombstone_with_json_kafka_key_deletes_complex_key_record(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path = str(tmp_path / "t")
+    ddl = "id STRING, kind STRING, ts BIGINT, city STRING, fare DOUBLE"
+    sink = HudiStreamingSink(path, decoder=JsonDecoder(ddl), record_key=["id", "kind"],
+                             precombine="ts", partition_by=["city"], num_buckets=2,
+                             key_format="json", error_table_path=str(tmp_path / "errors"))
+    value = b'{"id": "a", "kind": "x", "ts": 1, "city": "oslo", "fare": 1.0}'
+    other = b'{"id": "a", "kind": "y", "ts": 1, "city": "oslo", "fare": 2.0}'
+    rows = [(b"k", value), (b"k", other)]
+    keys = [b'{"id": "a", "kind": "x"}', b'{"id": "a"}']
+    offsets = list(range(4))
+    batch = pa.table({"key": [k for k, _ in rows] + keys,
+                      "value": [v for _, v in rows] + [None, None],
+                      "topic": ["ev"] * 4, "partition": [0] * 4, "offset": offsets,
+                      "timestamp": [0] * 4}, schema=KAFKA)
+    sink.process_batch(_frame(spark, batch.slice(0, 2)), 0)
+    sink.process_batch(_frame(spark, batch.slice(2)), 1)
+    result = sink.last_result
+    assert result is not None and result.errors == 1  # {"id": "a"} names no full record key
+    ours = Table.open(path).read(columns=["id", "kind"]).to_pylist()
+    assert ours == [{"id": "a", "kind": "y"}]
+    theirs = hudi_rs_read(path)
+    assert theirs.select(["id", "kind"]).to_pylist() == ours
+    errors = Table.open(str(tmp_path / "errors")).read().to_pylist()
+    assert len(errors) == 1 and "record key field 'kind'" in str(errors[0])
