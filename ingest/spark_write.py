@@ -431,6 +431,27 @@ def _tombstone_keys(rows: pa.Table, spec: WriteSpec) -> pa.Array:
     return pc.unique(rows.column(RECORD_KEY).filter(deletes).combine_chunks())
 
 
+_VIEWS: dict[tuple[str, str], tuple[SliceReader, dict[tuple[str, str], FileSlice]]] = {}
+
+
+def _committed_view(base_path: str, instant_time: str, config: TableConfig
+                    ) -> tuple[SliceReader, dict[tuple[str, str], FileSlice]]:
+    """A reader and the latest committed slice of every file group, listed once per instant
+    and worker process (what an instant's write tasks read does not change under them)."""
+    key = (base_path, instant_time)
+    if key not in _VIEWS:
+        _VIEWS.clear()
+        storage = Storage(base_path)
+        timeline = Timeline.load(storage, config)
+        visible = visible_instants(timeline)
+        slices = build_file_slices(list_table_files(storage), timeline, visible)
+        schema_json = timeline.latest_schema()
+        reader = SliceReader(storage, timeline, visible,
+                             arrow_from_avro_json(schema_json) if schema_json else None)
+        _VIEWS[key] = (reader, {(s.partition_path, s.file_id): s for s in slices})
+    return _VIEWS[key]
+
+
 def _stored_orderings(spec: WriteSpec, partition: str, file_id: str,
                       keys: pa.Array) -> dict[str, Any]:
     """The keys among ``keys`` that file group stores live → their ordering values (as
@@ -438,19 +459,14 @@ def _stored_orderings(spec: WriteSpec, partition: str, file_id: str,
     latest committed slice, key and ordering columns of those keys only."""
     if not len(keys) or spec.config is None:
         return {}
-    storage = Storage(spec.context.base_path)
-    timeline = Timeline.load(storage, spec.config)
-    files = list_table_files(storage)
-    slices = [s for s in build_file_slices(files, timeline, visible_instants(timeline))
-              if s.partition_path == partition and s.file_id == file_id]
-    if not slices:
+    reader, slices = _committed_view(spec.context.base_path, spec.context.instant_time,
+                                     spec.config)
+    slc = slices.get((partition, file_id))
+    if slc is None:
         return {}
-    schema_json = timeline.latest_schema()
-    reader = SliceReader(storage, timeline, visible_instants(timeline),
-                         arrow_from_avro_json(schema_json) if schema_json else None)
     ordering = spec.context.ordering_field if spec.event_time else None
     columns = [RECORD_KEY] + ([ordering] if ordering else [])
-    found = reader.read_slice(slices[0], columns=columns, keys=keys.cast(pa.string()))
+    found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
     stored_keys = found.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist()
     if not ordering:
         return dict.fromkeys(stored_keys)
