@@ -457,7 +457,7 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
                              error_table_path=errors)
     events = [Event("a", 10, "oslo", 1.0), Event("b", 11, "rome", 2.0),
               Event("x", raw=b"\xff\xfe not utf-8"), Event("c", raw=b'{"id": "c"}'),
-              Event("d", 12, "r" * 260, 3.0), Event("a", tombstone=True)]
+              Event("d", 12, "r" * 260, 3.0), Event("", tombstone=True)]  # no key
     rows = kafka_rows(events, "ev", {})
     sink.process_batch(_frame(spark, rows), 0)
     first = sink.last_result
@@ -466,9 +466,9 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
     bad = Table.open(errors).read().sort_by("offset").to_pylist()
     assert [r["error_id"] for r in bad] == ["ev-0-2", "ev-0-3", "ev-0-4", "ev-0-5"]
     assert [r["value"] for r in bad][:2] == [b"\xff\xfe not utf-8", b'{"id": "c"}']
-    assert bad[3]["kafka_key"] == b"a" and bad[3]["value"] is None
+    assert bad[3]["kafka_key"] is None and bad[3]["value"] is None
     assert "invalid UTF-8" in bad[0]["reason"] and "ordering field 'ts'" in bad[1]["reason"]
-    assert "too long" in bad[2]["reason"] and "tombstone" in bad[3]["reason"]
+    assert "too long" in bad[2]["reason"] and "not a tombstone" in bad[3]["reason"]
     assert {r["batch_id"] for r in bad} == {0}
     assert {r["_hoodie_partition_path"] for r in bad} == {"2023-11-14"}
     assert {r["target_table"] for r in bad} == {"t"}
