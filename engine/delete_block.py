@@ -46,11 +46,13 @@ from engine.log_block import (
 
 __all__ = [
     "DELETE_BLOCK_VERSION",
+    "ORDERING_KINDS",
     "DeleteRecord",
     "decode_delete_block",
     "delete_record_list_schema",
     "encode_delete_block",
     "encode_delete_content",
+    "ordering_kind",
 ]
 
 DELETE_BLOCK_VERSION = 3
@@ -71,7 +73,8 @@ class DeleteRecord:
 
 
 # Union branches of HoodieDeleteRecord.orderingVal: null, then the wrapper records of
-# HoodieMetadata.avsc (a one-field record encodes exactly like its field).
+# HoodieMetadata.avsc (a one-field record encodes exactly like its field). The keys are the
+# *ordering kinds* a table's ordering field can have (see ordering_kind).
 _ORDERING_BRANCH = {
     "boolean": 1,
     "int": 2,
@@ -80,9 +83,22 @@ _ORDERING_BRANCH = {
     "double": 5,
     "bytes": 6,
     "string": 7,
+    "date": 8,  # DateWrapper: days since the epoch (int)
+    "decimal": 9,  # DecimalWrapper: decimal(30, 15), unscaled two's complement bytes
+    "time-micros": 10,  # TimeMicrosWrapper: microseconds since midnight (long)
+    "timestamp-micros": 11,  # TimestampMicrosWrapper: UTC microseconds since the epoch (long)
+}
+ORDERING_KINDS = frozenset(_ORDERING_BRANCH)
+"""The ordering kinds delete blocks encode (:func:`ordering_kind`)."""
+# The Avro type each kind's value is encoded as (the wrapper's one field).
+_VALUE_TYPE = {
+    "boolean": "boolean", "int": "int", "long": "long", "float": "float", "double": "double",
+    "bytes": "bytes", "string": "string", "date": "int", "decimal": "bytes",
+    "time-micros": "long", "timestamp-micros": "long",
 }
 _NATURAL_BRANCH = 2  # IntWrapper(0): Java's default ordering value, "natural order"
 _INTEGRAL_BRANCHES = frozenset({2, 3, 8, 10, 11})
+_DECIMAL_SCALE = 15
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
 _ORDERING_ARROW = {name: arrow for name, arrow in PRIMITIVE_TO_ARROW.items() if name != "null"}
@@ -95,6 +111,67 @@ _ORDERING_ZERO: dict[str, Any] = {
     "bytes": b"",
     "string": "",
 }
+
+
+def ordering_kind(arrow_type: pa.DataType) -> str | None:
+    """The delete-block ordering kind of an ordering field of ``arrow_type`` (None: not one).
+
+    The one map from Arrow types to ``orderingVal`` wrappers. Values are wrapped as Java's
+    Spark writer holds them: 8/16/32-bit integers and dates (days) ``int``; 64-bit integers and
+    timestamps (in the field's own unit, as stored) ``long``; times ``int``/``long`` as stored;
+    ``float``/``double``; ``string``; ``bytes``; ``boolean``; decimals ``decimal``
+    (``DecimalWrapper``, rescaled to decimal(30, 15)). hudi-rs 0.5.0 reads all of them against
+    the field (checked: a ``LongWrapper`` of milliseconds against a ``timestamp-millis``
+    field); its ``TimestampMicrosWrapper`` reading would misjudge a millisecond field.
+    """
+    t = arrow_type
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_integer(t):
+        return "long" if t.bit_width == 64 else "int"
+    if pa.types.is_float32(t) or pa.types.is_float16(t):
+        return "float"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "bytes"
+    if pa.types.is_date(t):
+        return "int"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_time32(t):
+        return "int"
+    if pa.types.is_time64(t) or pa.types.is_timestamp(t):
+        return "long"
+    return None
+
+
+def _unscaled_bytes(value: Decimal) -> bytes:
+    """``value`` at scale 15 as Avro decimal bytes: big-endian two's complement, minimal."""
+    unscaled = int(value.scaleb(_DECIMAL_SCALE).to_integral_value())
+    length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+def _encodable(values: pa.Array, kind: str) -> pa.Array:
+    """Ordering values of ``kind`` as the Arrow type of the wrapper's Avro field (dates as
+    days, times and timestamps as integers in their own unit)."""
+    t = values.type
+    if kind == "decimal":
+        raw = [None if v is None else _unscaled_bytes(Decimal(v)) for v in values.to_pylist()]
+        return pa.array(raw, pa.binary())
+    if pa.types.is_date64(t):
+        values, t = values.cast(pa.date32()), pa.date32()
+    if kind == "timestamp-micros" and pa.types.is_timestamp(t):
+        values = values.cast(pa.timestamp("us", tz=t.tz))
+    if kind == "time-micros" and pa.types.is_time(t):
+        values = values.cast(pa.time64("us"))
+    value_type = _VALUE_TYPE[kind]
+    if pa.types.is_temporal(values.type):
+        values = values.cast(pa.int32() if value_type == "int" else pa.int64())
+    return values.cast(_ORDERING_ARROW[value_type])
 
 
 @functools.cache
@@ -126,7 +203,7 @@ def _delete_table(
                 raise ValueError(
                     "ordering_type is required when delete records carry ordering values"
                 )
-            ordering = pa.array(values, _ORDERING_ARROW[ordering_type])
+            ordering = pa.array(values)
     if keys.null_count or parts.null_count:
         raise ValueError("delete records need a record key and a partition path (may be '')")
     if ordering is not None and ordering.null_count == len(ordering):
@@ -135,8 +212,8 @@ def _delete_table(
         if ordering_type is None:
             raise ValueError("ordering_type is required when delete records carry ordering values")
         try:
-            ordering = ordering.cast(_ORDERING_ARROW[ordering_type])
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            ordering = _encodable(ordering, ordering_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ArithmeticError) as exc:
             raise ValueError(f"ordering values do not fit Avro {ordering_type}: {exc}") from exc
     return keys.cast(pa.string()), parts.cast(pa.string()), ordering
 
@@ -171,7 +248,7 @@ def encode_delete_content(
             pa.nulls(n, pa.int32()),
         )
     else:
-        value_type = ordering_type
+        value_type = _VALUE_TYPE[ordering_type]
         natural = ordering.is_null().to_numpy(zero_copy_only=False)
         branch = np.where(natural, _NATURAL_BRANCH, _ORDERING_BRANCH[ordering_type]).astype(
             np.int32
@@ -230,16 +307,20 @@ def encode_delete_block(
 ) -> bytes:
     """A framed delete block (content version 3) for ``records``.
 
-    ``ordering_type`` is the Avro primitive type of the table's ordering field (``"int"``,
-    ``"long"``, ``"float"``, ``"double"``, ``"string"``, ``"bytes"``, ``"boolean"``; ``date``
-    counts as ``int`` and ``timestamp-*`` as ``long``, as Java wraps them; decimal ordering
-    fields are not supported) or None for a table without one. Each ordering value is
-    written in the ``orderingVal`` wrapper branch of that type (``long`` -> ``LongWrapper``,
-    branch 3). A None ordering value is written as ``IntWrapper(0)`` (bytes ``04 00``), exactly
-    what Java's Spark ``DELETE`` writes: both Java and hudi-rs read it as *natural order*, the
-    delete winning over all earlier writes. (``LongWrapper(0)`` would not do that: hudi-rs
+    ``ordering_type`` is the ordering kind of the table's ordering field
+    (:func:`ordering_kind`: ``"int"``, ``"long"``, ``"float"``, ``"double"``, ``"string"``,
+    ``"bytes"``, ``"boolean"``, ``"decimal"``; also ``"date"``, ``"time-micros"`` and
+    ``"timestamp-micros"`` for the semantic wrappers) or None for a table without one. Each
+    ordering value is written in the ``orderingVal`` wrapper branch of that kind (``long`` ->
+    ``LongWrapper``, branch 3). A None ordering value is written as ``IntWrapper(0)`` (bytes
+    ``04 00``), exactly what Java's Spark ``DELETE`` writes: both Java and hudi-rs read it as
+    *natural order* (see :mod:`engine.merge`). (``LongWrapper(0)`` would not do that: hudi-rs
     compares it with the record's ordering value and keeps any record with ts > 0.) With
     ``ordering_type`` None every record is natural order and ordering values are refused.
+
+    hudi-rs 0.5.0 refuses a block whose records use different branches ("Delete block mixes
+    ordering types"), so natural-order and ordered deletes belong in separate blocks (the
+    write handle writes them so).
 
     ``records`` may also be a table with ``_hoodie_record_key``, ``_hoodie_partition_path`` and
     optionally ``ordering``. ``avro_schema``, if given, goes to the ``SCHEMA`` header as Spark

@@ -7,8 +7,19 @@ The same rules serve the writer (in-batch dedupe, copy-on-write rewrites) and th
 * **EVENT_TIME_ORDERING** — the version with the greatest ordering value wins; on a tie
   the later write wins. A delete carries an ordering value too and wins under the same
   rule (a delete with ordering value 0 is an ordinary value, as hudi-rs reads it). A delete
-  whose ordering value is null is a *natural-order* delete: it removes every earlier
-  version, whatever its ordering value, and any later version wins over it.
+  whose ordering value is null is a *natural-order* delete (Java's default ordering value,
+  ``IntWrapper(0)``).
+
+Natural-order deletes follow Hudi 1.x's Java merger (``BufferedRecordMergerFactory``
+``EventTimeRecordMerger``, the file-group reader's two steps), which hudi-rs 0.5.0 matches:
+
+1. *delta merge* of the layers in write order: a natural-order delete supersedes every
+   earlier layer version of its key, and any later version wins over it
+   (``shouldKeepNewerRecord`` is true when either side is a natural-order delete);
+2. *final merge* with the base row: if the delta result is a natural-order delete the key is
+   deleted; otherwise the delta result competes with the base row by ordering value (a tie
+   goes to the delta result). So base ``a@100``, then a natural delete, then ``a@50`` reads
+   ``a@100``, while the same writes all in log blocks read ``a@50``.
 
 "Earlier" and "later" are positions in a sequence of *layers*: an optional base table
 (unique keys, earliest), then data or delete layers in write order; within a layer, row
@@ -116,7 +127,7 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
         else:
             if event_time and layer.ordering is not None:
                 ords = _combine(layer.ordering)
-                ords = ords.cast(ordering_type) if ordering_type is not None else ords
+                ords = ordering_as(ords, ordering_type) if ordering_type is not None else ords
                 nat = pc.is_null(ords).to_numpy(zero_copy_only=False).astype(bool)
                 orders.append(ords)
             else:
@@ -153,17 +164,25 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
 
 
 def _pick_winners(versions: pa.Table) -> pa.Table:
-    """One version per key: the greatest (not-natural, ordering, seq) after the last reset."""
-    # Versions before a key's last natural-order entry are superseded by it.
+    """One version per key: the greatest (not-natural, ordering, seq) after the last reset.
+
+    Layer versions before a key's last natural-order entry are superseded by it (delta
+    merge); the base row (seq -1) survives unless that entry is the key's last version (final
+    merge: a natural-order delete result deletes, any other result competes with the base).
+    """
     nat = versions.filter(versions.column("n"))
     if nat.num_rows:
         last_reset = nat.group_by("k").aggregate([("s", "max")]).rename_columns(["k", "reset"])
-        joined = versions.join(last_reset, "k", join_type="left outer")
+        last = versions.group_by("k").aggregate([("s", "max")]).rename_columns(["k", "last"])
+        joined = versions.join(last_reset, "k", join_type="left outer").join(
+            last, "k", join_type="left outer")
         reset = pc.fill_null(joined.column("reset"), -2)
-        joined = joined.filter(pc.greater_equal(joined.column("s"), reset))
+        s = joined.column("s")
+        base_survives = pc.and_(pc.equal(s, -1), pc.greater(joined.column("last"), reset))
+        joined = joined.filter(pc.or_(pc.greater_equal(s, reset), base_survives))
         # A natural entry ranks below every ordering value among the survivors.
         rank_n = pc.invert(joined.column("n"))
-        versions = joined.drop_columns(["reset"]).append_column("rank_n", rank_n)
+        versions = joined.drop_columns(["reset", "last"]).append_column("rank_n", rank_n)
     else:
         versions = versions.append_column("rank_n", pa.array(np.ones(versions.num_rows, bool)))
     sort_keys = [("k", "ascending"), ("rank_n", "ascending"), ("o", "ascending"),
@@ -179,6 +198,21 @@ def _pick_winners(versions: pa.Table) -> pa.Table:
         diff = pc.not_equal(k_arr.slice(0, n - 1), k_arr.slice(1))
         last[:-1] = diff.to_numpy(zero_copy_only=False)
     return ordered.filter(pa.array(last))
+
+
+def ordering_as(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """Ordering values as ``target``; integers stand for dates (days) and for times and
+    timestamps in ``target``'s own unit, as delete blocks carry them."""
+    if values.type.equals(target):
+        return values
+    if pa.types.is_integer(values.type):
+        if pa.types.is_date(target):
+            return values.cast(pa.int32()).cast(pa.date32()).cast(target)
+        if pa.types.is_time32(target):
+            return values.cast(pa.int32()).cast(target)
+        if pa.types.is_timestamp(target) or pa.types.is_time64(target):
+            return values.cast(pa.int64()).cast(target)
+    return values.cast(target)
 
 
 def _ordering_type(base: pa.Table | None, layers: Sequence[Layer],

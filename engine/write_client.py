@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from engine.commit_metadata import CommitMetadata, WriteStat
 from engine.config import ConcurrencyMode, IndexType, MergeMode, TableConfig, WriteConfig
 from engine.conflict import check_conflicts
+from engine.delete_block import ordering_kind
 from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.heartbeat import Heartbeat, is_expired
@@ -64,12 +65,6 @@ class WritePlan:
     tasks: list[WriteTask]
     operation: str
     extra_metadata: dict[str, str] = field(default_factory=dict)
-
-
-_AVRO_PRIMITIVE = {
-    pa.int64(): "long", pa.int32(): "int", pa.float64(): "double", pa.float32(): "float",
-    pa.string(): "string", pa.bool_(): "boolean",
-}
 
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
@@ -274,8 +269,7 @@ class WriteClient:
 
         ordering_type = None
         if self.config.precombine_field and self.config.precombine_field in data_schema.names:
-            ordering_type = _AVRO_PRIMITIVE.get(data_schema.field(
-                self.config.precombine_field).type)
+            ordering_type = ordering_kind(data_schema.field(self.config.precombine_field).type)
         context = WriteContext(
             base_path=self.storage.base_path, instant_time=instant.requested_time,
             table_name=self.config.name, data_schema=data_schema,

@@ -59,6 +59,7 @@ class WriteContext:
     merge_mode: MergeMode
     ordering_field: str | None
     ordering_avro_type: str | None
+    """Ordering kind of the ordering field in delete blocks (``delete_block.ordering_kind``)."""
     log_block_format: LogBlockFormat = LogBlockFormat.AVRO
     compression: str = "snappy"
     write_bloom_filter: bool = True
@@ -245,13 +246,8 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
                                                  ctx.instant_time))
         n_records = records.num_rows
     if task.deletes is not None and task.deletes.num_rows:
-        deletes = task.deletes
-        if ctx.ordering_field and ctx.ordering_field in deletes.column_names:
-            deletes = deletes.rename_columns(
-                ["ordering" if c == ctx.ordering_field else c for c in deletes.column_names])
-        blocks.append(encode_delete_block(deletes, ctx.instant_time, ctx.ordering_avro_type,
-                                          ctx.avro_schema_with_meta))
-        n_deletes = deletes.num_rows
+        blocks += _delete_blocks(ctx, task.deletes)
+        n_deletes = task.deletes.num_rows
     data = b"".join(blocks)
     storage.write_new(rel, data, fsync=sync)
     updates = min(task.num_updates, n_records)
@@ -267,3 +263,29 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
         log_offset=0, base_file=base_name, log_files=(*task.log_files, name),
         total_log_blocks=len(blocks), total_log_records=n_records + n_deletes,
     )
+
+
+def _delete_blocks(ctx: WriteContext, deletes: pa.Table) -> list[bytes]:
+    """Delete blocks for ``deletes``: one per ``orderingVal`` branch used.
+
+    Natural-order deletes (null ordering value, ``IntWrapper(0)``) and deletes carrying an
+    ordering value (the field's wrapper, e.g. ``LongWrapper``) go to separate blocks: hudi-rs
+    reads a delete block's ordering values as one column and refuses a block that mixes
+    wrapper types ("Delete block mixes ordering types").
+    """
+    keys = deletes.select([RECORD_KEY, PARTITION_PATH])
+    ordering = None
+    if ctx.ordering_field and ctx.ordering_field in deletes.column_names:
+        ordering = deletes.column(ctx.ordering_field).combine_chunks()
+    if ordering is None or ctx.ordering_avro_type is None or ordering.null_count == len(ordering):
+        return [encode_delete_block(keys, ctx.instant_time, None, ctx.avro_schema_with_meta)]
+    blocks = []
+    natural = ordering.is_null()
+    if ordering.null_count:
+        blocks.append(encode_delete_block(keys.filter(natural), ctx.instant_time, None,
+                                          ctx.avro_schema_with_meta))
+    ordered = pc.invert(natural)
+    blocks.append(encode_delete_block(
+        keys.filter(ordered).append_column("ordering", ordering.filter(ordered)),
+        ctx.instant_time, ctx.ordering_avro_type, ctx.avro_schema_with_meta))
+    return blocks

@@ -11,9 +11,11 @@ tombstone — which carries only the key — finds the partition to delete from.
     source → prepare (keys; slim rows) → groupBy(key).transformWithStateInPandas → foreachBatch
 
 :class:`GlobalIndexProcessor` sees all versions of a key in the batch (executor side, one call
-per key), picks the winner (:func:`ingest.resolve.winner_index`), compares it with the stored
-location and ordering value, emits the rows to write — each naming its partition and file
-group — and updates the state (cleared on delete). Error rows bypass the state: they are
+per key), applies them to the stored state (:func:`ingest.resolve.resolve_key`: a tombstone
+deletes the live version at its ordering value), emits the rows to write — each naming its
+partition and file group — and updates the state. Under event time a deleted key keeps its
+ordering value in state, without a location, so that an older version arriving in a later
+batch loses as it would in the same batch. Error rows bypass the state: they are
 grouped by ``(True, topic-partition)`` while records are grouped by ``(False, key)``.
 
 **Exactly once.** Spark commits a state store version with the micro-batch: batch *N* always
@@ -93,9 +95,10 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VALUE,
+    ordering_column,
     spark_schema,
 )
-from ingest.resolve import winner_index
+from ingest.resolve import DELETED, LIVE, KeyState, resolve_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -191,8 +194,13 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def comparable(value: Any) -> Any:
-    """An ordering value in the form kept in state and compared: plain Python, timestamps
-    as microseconds since the epoch, dates as days."""
+    """An ordering value in the form kept in state and compared: plain Python.
+
+    Prepared rows carry timestamps and dates as integers already (UTC microseconds, days:
+    :func:`ingest.prepare.ordering_column`), as the bootstrap stores them; pyspark's pandas
+    conversion would otherwise hand over naive timestamps in the *session* time zone, which
+    compared with the bootstrapped UTC values judged updates of bootstrapped keys older.
+    Temporal objects are still accepted: aware datetimes by their UTC instant."""
     if value is None:
         return None
     if isinstance(value, np.generic):
@@ -215,8 +223,8 @@ class GlobalIndexProcessor(StatefulProcessor):
     Output rows (the slim schema): for each input row either the row to write — op
     ``UPSERT``/``DELETE`` with ``_hoodie_partition_path`` and the file group set — or op
     ``SKIP`` (a version that lost; kept for its Kafka offset); a key that moved partitions
-    adds a natural-order ``DELETE`` of its old copy. Error rows pass through unchanged.
-    Deterministic for a given input and state, so replays tag identically.
+    adds a ``DELETE`` of its old copy at the stored ordering value. Error rows pass through
+    unchanged. Deterministic for a given input and state, so replays tag identically.
     """
 
     def __init__(self, spec: GlobalIndexSpec) -> None:
@@ -285,38 +293,49 @@ class GlobalIndexProcessor(StatefulProcessor):
             nulls = [bool(r[col[ORDERING_NULL]]) for r in records]
         else:
             orderings, nulls = [None] * len(ops), [True] * len(ops)
-        w = winner_index(ops, orderings, nulls, event_time=spec.event_time)
-        winner = records[w]
-        raw_value = winner[col[VALUE]]
         stored = self._location.get()
+        if stored is None:
+            before = KeyState()
+        else:  # a deleted key keeps its ordering value, with no location
+            kind = LIVE if stored[0] is not None else DELETED
+            before = KeyState(kind, stored[2] if spec.event_time else None)
+        outcome = resolve_key(ops, orderings, nulls, event_time=spec.event_time, stored=before)
+        raw_values = [r[col[VALUE]] for r in records]
         for r in records:  # every version but the winner writes nothing
             r[col[OP]], r[col[VALUE]] = SKIP, None
-        win_ordering = None if nulls[w] else orderings[w]
-        loses = (stored is not None and spec.event_time and win_ordering is not None
-                 and stored[2] is not None and win_ordering < stored[2])
-        if ops[w] == DELETE:
-            if stored is not None and not loses:
-                winner[col[OP]] = DELETE
-                winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = stored[0], stored[1]
+        after = outcome.state
+        if after.kind != LIVE:
+            # Event time: a deleted key keeps the ordering value it was deleted at, so that an
+            # older version arriving later loses, as it does in the table's readers.
+            if after.kind == DELETED and spec.event_time:
+                self._location.update((None, None, after.ordering))
+            else:
                 self._location.clear()
+        if outcome.winner < 0:  # nothing to write (a live key is unchanged)
             return records
-        if loses:
+        winner = records[outcome.winner]
+        if spec.event_time:  # a tombstone deletes at the deleted version's ordering value
+            winner[col[ORDERING]], winner[col[ORDERING_NULL]] = outcome.ordering, False
+        if after.kind == DELETED:  # the stored live copy is deleted where it is
+            assert stored is not None and stored[0] is not None
+            winner[col[OP]] = DELETE
+            winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = stored[0], stored[1]
             return records
         target = winner[col[PARTITION_PATH]]
-        if stored is None:
+        if stored is None or stored[0] is None:
             fid = spec.file_group(key, target)
         elif target == stored[0] or not spec.update_partition_path:
             target, fid = stored[0], stored[1]
-        else:  # moved: delete the old copy (natural order), insert into the new partition
+        else:  # moved: delete the old copy at its ordering value, insert the new one
             old = list(winner)
             old[col[OP]], old[col[PARTITION_PATH]], old[col[FILE_ID]] = DELETE, stored[0], stored[1]
             if spec.event_time:
-                old[col[ORDERING_NULL]] = True
+                old[col[ORDERING]], old[col[ORDERING_NULL]] = stored[2], stored[2] is None
             records.append(old)
             fid = spec.file_group(key, target)
         winner[col[OP]], winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = UPSERT, target, fid
-        winner[col[VALUE]] = raw_value  # decoded again after tagging
-        self._location.update((target, fid, win_ordering))
+        winner[col[VALUE]] = raw_values[outcome.winner]  # decoded again after tagging
+        self._location.update((target, fid, after.ordering))
         return records
 
     @functools.cached_property
@@ -385,11 +404,8 @@ def _state_rows(locations: pa.Table, spec_ordering: pa.DataType) -> pa.Table:
     n = locations.num_rows
     if LOC_ORDERING in locations.column_names:
         ordering = locations.column(LOC_ORDERING).combine_chunks()
-        if pa.types.is_timestamp(ordering.type):
-            ordering = ordering.cast(pa.timestamp("us")).cast(pa.int64())
-        elif pa.types.is_date(ordering.type):
-            ordering = ordering.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
-        ordering = ordering.cast(spec_ordering)
+        # The same values the prepared rows carry (timestamps as UTC micros, dates as days).
+        ordering = ordering_column(ordering, ordering.type).cast(spec_ordering)
     else:
         ordering = pa.nulls(n, spec_ordering)
     return pa.table({RECORD_KEY: locations.column("key").combine_chunks(),

@@ -5,14 +5,14 @@ Each Kafka row becomes exactly one *prepared* row carrying its operation:
 
 * ``UPSERT`` — the value decoded, and it has a record key, an ordering value (when the table
   has a precombine field) and a partition value that can be stored;
-* ``DELETE`` — a Kafka tombstone (null value, non-null key: the record key is the Kafka key
-  as UTF-8), or a decoded row whose delete-marker column (default ``_hoodie_is_deleted``) is
-  true. A tombstone carries no ordering value, so it is a *natural-order* delete (it removes
-  every earlier version, see :mod:`engine.merge`); a marker delete carries its row's ordering
-  value;
+* ``DELETE`` — a Kafka tombstone (null value, non-null key: the record key comes from the
+  Kafka key as :attr:`PrepareSpec.kafka_key` says), or a decoded row whose delete-marker column
+  (default ``_hoodie_is_deleted``) is true. A tombstone carries no ordering value: it deletes
+  the key's live version at that version's ordering value (:mod:`ingest.resolve`); a marker
+  delete carries its row's ordering value;
 * ``ERROR`` — anything else, with a short reason for the error table: the value did not
   decode, the record key or ordering value is missing, the partition value cannot be stored,
-  or a tombstone's partition cannot be known.
+  or a tombstone's Kafka key cannot be mapped to a record key.
 
 Bad records are data here, never exceptions: one bad record never fails a batch. A decoder
 that fails for another reason (:class:`~ingest.decode.DecoderError`: a bug, not bad data)
@@ -123,8 +123,9 @@ class PrepareSpec:
     ``_hoodie_*`` ones (the engine never stores those; ``_hoodie_is_deleted`` is read as the
     delete marker only). ``tombstone_partition`` says where a tombstone's partition comes from:
     ``"none"`` (non-partitioned table: ``""``), ``"state"`` (the global-state index fills it
-    in: left null here) or ``"unknown"`` (bucket index on a partitioned table: the tombstone
-    is an error, since nothing says which partition holds the key).
+    in: left null here), ``"bucket"`` (bucket index on a partitioned table: left null; the
+    write tasks deliver the tombstone to the key's bucket in every partition, see
+    :func:`ingest.spark_write.place_rows`) or ``"unknown"`` (the tombstone is an error).
     """
 
     decoder: Decoder
@@ -136,6 +137,11 @@ class PrepareSpec:
     num_buckets: int | None = None
     """Buckets per partition when the BUCKET index places rows: prepare then fills
     :data:`BUCKET`, the key's bucket, so that rows can be shuffled by file group at once."""
+    key_decoder: Decoder | None = None
+    """How a tombstone's Kafka key becomes its record key: None — the key as UTF-8 is the
+    record key string; a decoder (JSON or Avro) — the key holds the record key fields (and
+    maybe the partition fields), formatted by the engine's key generator. Keys that cannot be
+    mapped make the tombstone an error row with the reason."""
     pack: bool = False
     """Emit packed rows (:func:`pack_rows`): one row per file group and task, for the shuffle.
     Needs ``num_buckets``."""
@@ -147,6 +153,14 @@ class PrepareSpec:
         return self.data_schema.field(field).type if field else None
 
     @property
+    def ordering_column_type(self) -> pa.DataType | None:
+        """Arrow type of :data:`ORDERING`: the ordering field's, except timestamps (UTC
+        microseconds) and dates (days) as int64, so that no conversion on the way (pandas in
+        the state operator, Spark's session time zone) can shift them."""
+        t = self.ordering_type
+        return None if t is None else ordering_column_type(t)
+
+    @property
     def event_time(self) -> bool:
         """True when versions are ordered by the ordering field (else by arrival)."""
         return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
@@ -154,7 +168,7 @@ class PrepareSpec:
 
 
 _SPEC_VERSION = 1
-_SPEC_SPECIAL = ("decoder", "config", "data_schema")
+_SPEC_SPECIAL = ("decoder", "config", "data_schema", "key_decoder")
 
 
 def spec_to_json(spec: PrepareSpec) -> str:
@@ -163,17 +177,14 @@ def spec_to_json(spec: PrepareSpec) -> str:
     a serialized Arrow schema, and the flags. Raises ``ValueError`` for a decoder that has
     no plain-data form (only :class:`~ingest.decode.JsonDecoder` and
     :class:`~ingest.decode.AvroDecoder` have one)."""
-    to_spec = getattr(spec.decoder, "to_spec", None)
-    if to_spec is None:
-        raise ValueError(f"decoder: {type(spec.decoder).__name__} cannot be described as "
-                         "plain data (only JsonDecoder and AvroDecoder can)")
     config = spec.config
     body: dict[str, Any] = {
         "version": _SPEC_VERSION,
-        "decoder": to_spec(),
+        "decoder": _decoder_spec(spec.decoder),
         "config": {"properties": dict(config.raw) if config.raw else config.to_properties(),
                    "from_file": bool(config.raw)},
         "data_schema": arrow_schema_to_text(spec.data_schema),
+        "key_decoder": _decoder_spec(spec.key_decoder) if spec.key_decoder else None,
     }
     for f in dataclasses.fields(spec):
         if f.name not in _SPEC_SPECIAL:
@@ -200,13 +211,19 @@ def spec_from_json(text: str, option: str = "tidelake.prepare") -> PrepareSpec:
     unknown = sorted(set(body) - set(known) - {"version"})
     if unknown:
         raise bad(f"unknown field(s) {unknown}")
-    missing = sorted(name for name in _SPEC_SPECIAL if name not in body)
+    missing = sorted(name for name in _SPEC_SPECIAL[:3] if name not in body)
     if missing:
         raise bad(f"missing field(s) {missing}")
     try:
         decoder = decoder_from_spec(body["decoder"])
     except ValueError as exc:
         raise bad(str(exc)) from None
+    key_decoder = None
+    if body.get("key_decoder") is not None:
+        try:
+            key_decoder = decoder_from_spec(body["key_decoder"])
+        except ValueError as exc:
+            raise bad(f"key_decoder: {exc}") from None
     raw = body["config"]
     if not (isinstance(raw, dict) and isinstance(raw.get("properties"), dict)
             and all(isinstance(k, str) and isinstance(v, str)
@@ -232,7 +249,45 @@ def spec_from_json(text: str, option: str = "tidelake.prepare") -> PrepareSpec:
                    for token, kind in allowed.items()):
             raise bad(f"{name}: {value!r} is not of type {annotation}")
         flags[name] = value
-    return PrepareSpec(decoder=decoder, config=config, data_schema=data_schema, **flags)
+    return PrepareSpec(decoder=decoder, config=config, data_schema=data_schema,
+                       key_decoder=key_decoder, **flags)
+
+
+def _decoder_spec(decoder: Decoder) -> Any:
+    to_spec = getattr(decoder, "to_spec", None)
+    if to_spec is None:
+        raise ValueError(f"decoder: {type(decoder).__name__} cannot be described as "
+                         "plain data (only JsonDecoder and AvroDecoder can)")
+    return to_spec()
+
+
+def ordering_column_type(arrow_type: pa.DataType) -> pa.DataType:
+    """Type of :data:`ORDERING` for an ordering field of ``arrow_type`` (see
+    :attr:`PrepareSpec.ordering_column_type`)."""
+    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
+        return pa.int64()
+    return arrow_type
+
+
+def ordering_column(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """Ordering field values (of ``arrow_type``) as :data:`ORDERING` holds them."""
+    if pa.types.is_timestamp(arrow_type):
+        return values.cast(arrow_type).cast(pa.timestamp("us", tz=arrow_type.tz)) \
+            .cast(pa.int64())
+    if pa.types.is_date(arrow_type):
+        return values.cast(arrow_type).cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+    return values.cast(arrow_type)
+
+
+def field_ordering(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """:data:`ORDERING` values back as the ordering field's type (inverse of
+    :func:`ordering_column`)."""
+    if pa.types.is_timestamp(arrow_type):
+        return values.cast(pa.int64()).cast(pa.timestamp("us", tz=arrow_type.tz)) \
+            .cast(arrow_type)
+    if pa.types.is_date(arrow_type):
+        return values.cast(pa.int32()).cast(pa.date32()).cast(arrow_type)
+    return values if values.type.equals(arrow_type) else values.cast(arrow_type)
 
 
 def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:
@@ -260,7 +315,7 @@ def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
         pa.field(VALUE, pa.binary()),
         pa.field(FILE_ID, pa.string()),
     ]
-    ordering = spec.ordering_type
+    ordering = spec.ordering_column_type
     if ordering is not None:
         fields += [pa.field(ORDERING, ordering), pa.field(ORDERING_NULL, pa.bool_())]
     if spec.num_buckets is not None:
@@ -432,29 +487,28 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     key_col = _scatter(keys, decoded[keyed], n)
     path_col = _scatter(paths.filter(pa.array(keyed)), decoded[keyed], n)
 
-    # Tombstones: the Kafka key is the record key; the partition is known only sometimes.
+    # Tombstones: the record key comes from the Kafka key; the partition is known sometimes.
     if tombstone.any():
         key_list = key_col.to_pylist()
         path_list = path_col.to_pylist()
         raw_keys = kafka_keys.to_pylist()
-        for row in np.flatnonzero(tombstone).tolist():
-            raw = raw_keys[row]
-            if raw is None:
-                op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"
+        rows_t = [row for row in np.flatnonzero(tombstone).tolist()
+                  if not _no_key(raw_keys[row], row, op, reasons)]
+        for row, key, path, reason in _tombstone_keys(spec, [raw_keys[r] for r in rows_t],
+                                                      rows_t):
+            if reason is not None:
+                op[row], reasons[row] = ERROR, reason
                 continue
-            try:
-                key_list[row] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                op[row], reasons[row] = ERROR, "tombstone key is not UTF-8"
-                continue
-            if not key_list[row]:
-                op[row], reasons[row] = ERROR, "tombstone with an empty key"
+            key_list[row] = key
+            if path is not None:
+                path_list[row] = path
             elif spec.tombstone_partition == "none":
                 path_list[row] = ""
             elif spec.tombstone_partition == "unknown":
                 op[row], reasons[row] = ERROR, (
                     "tombstone on a partitioned table: its partition is unknown to the BUCKET "
                     "index (use the GLOBAL_STATE index)")
+            # "bucket" / "state": left null, for the write tasks / the state index.
         key_col = pa.array(key_list, pa.string())
         path_col = pa.array(path_list, pa.string())
 
@@ -483,13 +537,101 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     })
     ordering_type = spec.ordering_type
     if ordering_field and ordering_type is not None:
-        ordering = data.column(ordering_field).combine_chunks().cast(ordering_type)
+        ordering = ordering_column(data.column(ordering_field).combine_chunks(), ordering_type)
         is_null = pc.or_(pc.is_null(ordering), error_mask)
-        columns[ORDERING] = pc.if_else(is_null, _zero(ordering_type), ordering)
+        columns[ORDERING] = pc.if_else(is_null, _zero(ordering.type), ordering)
         columns[ORDERING_NULL] = is_null
     if buckets is not None:
         columns[BUCKET] = buckets
     return pa.table(columns, schema=prepared_schema(spec))
+
+
+def _no_key(raw: bytes | None, row: int, op: np.ndarray, reasons: list[str | None]) -> bool:
+    """Mark a null value without a Kafka key as an error (it is not a tombstone)."""
+    if raw is None:
+        op[row], reasons[row] = ERROR, "null value without a key (not a tombstone)"
+        return True
+    if not raw:
+        op[row], reasons[row] = ERROR, "tombstone with an empty key"
+        return True
+    return False
+
+
+def _tombstone_keys(spec: PrepareSpec, raw: list[bytes], rows: list[int]
+                    ) -> list[tuple[int, str | None, str | None, str | None]]:
+    """(row, record key, partition path or None, error reason or None) of each tombstone.
+
+    Without a key decoder the Kafka key, as UTF-8, is the record key string; on a table with
+    several key fields it must then be the engine's formatting of them (checked by formatting
+    the ``field:value`` pairs it holds again). With a key decoder (JSON or Avro) the Kafka key
+    holds the record key fields — and, when it holds every partition field, the partition —
+    and the engine's key generator formats them.
+    """
+    config = spec.config
+    fields = config.record_key_fields
+    out: list[tuple[int, str | None, str | None, str | None]] = []
+    if spec.key_decoder is None:
+        for row, value in zip(rows, raw, strict=True):
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                out.append((row, None, None, "tombstone key is not UTF-8"))
+                continue
+            if len(fields) > 1 and not _is_formatted_key(text, config):
+                out.append((row, None, None, (
+                    f"tombstone key {text[:80]!r} is not a record key of this table (fields "
+                    f"{', '.join(fields)}); send the formatted key, or set the Kafka key "
+                    "format to json or avro")))
+                continue
+            out.append((row, text, None, None))
+        return out
+    result = spec.key_decoder.decode(pa.array(raw, pa.binary()))
+    for index, reason in result.errors:
+        out.append((rows[index], None, None, f"tombstone key does not decode: {reason}"))
+    table = result.table
+    good = [rows[int(i)] for i in result.good_index]
+    missing = [f for f in fields if f not in table.column_names]
+    if missing:
+        out += [(row, None, None, f"tombstone key has no record key field '{missing[0]}'")
+                for row in good]
+        return sorted(out)
+    bad = _bad_keys(table, config)
+    ok = np.array([reason is None for reason in bad], dtype=bool)
+    out += [(row, None, None, f"tombstone key: {reason}")
+            for row, reason in zip(good, bad, strict=True) if reason is not None]
+    keyed = table.filter(pa.array(ok))
+    keys = record_keys(keyed, config).to_pylist() if keyed.num_rows else []
+    paths: list[str | None] = [None] * len(keys)
+    parts = list(config.partition_fields)
+    if parts and keyed.num_rows and all(p in keyed.column_names for p in parts):
+        complete = np.ones(keyed.num_rows, dtype=bool)
+        for name in parts:
+            complete &= ~keyed.column(name).is_null().to_numpy(zero_copy_only=False)
+        if complete.any():
+            found, _ = _partitions(keyed.filter(pa.array(complete)), config)
+            for i, path in zip(np.flatnonzero(complete).tolist(), found.to_pylist(),
+                               strict=True):
+                paths[i] = path
+    rows_ok = [row for row, fine in zip(good, ok.tolist(), strict=True) if fine]
+    out += [(row, key, path, None) for row, key, path in zip(rows_ok, keys, paths, strict=True)]
+    return sorted(out, key=lambda item: item[0])
+
+
+def _is_formatted_key(text: str, config: TableConfig) -> bool:
+    """True if ``text`` is what the key generator makes of the ``field:value`` pairs in it."""
+    pairs: dict[str, str] = {}
+    for piece in text.split(","):
+        name, sep, value = piece.partition(":")
+        if not sep or name in pairs:
+            return False
+        pairs[name] = value
+    if set(pairs) != set(config.record_key_fields):
+        return False
+    try:
+        again = record_keys(pa.table({k: [v] for k, v in pairs.items()}), config)
+    except InvalidRecordError:
+        return False
+    return bool(again[0].as_py() == text)
 
 
 def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:

@@ -1,22 +1,32 @@
 """In-batch resolution: one version per record key, upserts and deletes together.
 
 A micro-batch may hold several versions of a key — updates, marker deletes, tombstones. As
-Hudi's in-batch combine does, only one version per key is written: the winner under the
-table's merge mode, with the rules :mod:`engine.merge` applies between writes:
+Hudi's in-batch combine does, only one version per key is written. The rule is *event time
+with remembered deletes* (``docs/ingest.md``, "Delete semantics"), applied to the versions in
+arrival order, starting from what the table holds for the key (live at ordering value *o*,
+deleted at *o*, or absent):
 
-* event-time ordering: the greatest ordering value wins, the later one on a tie; a delete
-  with an ordering value competes like any version; a delete without one (a tombstone) is a
-  *natural-order* delete: it supersedes every earlier version of the batch, and any later
-  version wins over it;
-* commit-time ordering: the last version wins.
+* an upsert with ordering value *r* wins unless *r* < *o* (it is then late and dropped);
+  the key is live at *r*;
+* a marker delete (``_hoodie_is_deleted``) with ordering value *d* wins unless *d* < *o*;
+  the key is deleted at *d*;
+* a tombstone (no ordering value) deletes the key if it is live, *at its ordering value o*;
+  otherwise it changes nothing.
+
+So a tombstone is written as a delete carrying the ordering value of the version it removes,
+never as a natural-order delete: a later version older than the deleted one loses to it in
+every reader (Java, hudi-rs and ours agree on ordered deletes, while they read natural-order
+deletes differently depending on which versions sit in base and log files), and the result
+does not depend on where micro-batches are cut. Without event time (commit-time ordering)
+every version is *natural*: the last one wins, and a delete of a key that is not live
+changes nothing.
 
 "Earlier" and "later" are positions in arrival order, which the caller fixes by sorting on
 (topic, Kafka partition, offset) — the real order within a Kafka partition, and the same
-order whenever a batch is replayed. The winner is then merged with the stored version by the
-write handle under the same rules.
+order whenever a batch is replayed.
 
-:func:`resolve` is vectorized (write tasks); :func:`winner_index` is the same rule for the few
-versions of one key (the state operator). Both are pure functions.
+:func:`resolve` is vectorized for keys without tombstones (write tasks); :func:`resolve_key`
+is the same rule for the versions of one key (tombstones; the state operator). Both are pure.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ import pyarrow.compute as pc
 from engine.schema import RECORD_KEY
 from ingest.prepare import DELETE, KAFKA_PARTITION, OFFSET, OP, ORDERING, ORDERING_NULL, TOPIC
 
-__all__ = ["Resolved", "arrival_order", "resolve", "winner_index"]
+__all__ = ["ABSENT", "DELETED", "LIVE", "KeyOutcome", "KeyState", "Resolved", "arrival_order",
+           "resolve", "resolve_key"]
 
 
 @dataclass(frozen=True)
@@ -51,12 +62,131 @@ def arrival_order(rows: pa.Table) -> pa.Table:
                          (OFFSET, "ascending")])
 
 
-def resolve(rows: pa.Table, *, event_time: bool) -> Resolved:
+LIVE = "live"
+DELETED = "deleted"
+ABSENT = "absent"
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """What the table holds for a key: ``LIVE`` or ``DELETED`` at ``ordering``, or ``ABSENT``.
+
+    ``ordering`` is None without event time (or when unknown)."""
+
+    kind: str = ABSENT
+    ordering: Any = None
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """The result of one key's versions (:func:`resolve_key`)."""
+
+    winner: int
+    """Index of the version to write, or -1 when nothing is to be written."""
+    ordering: Any
+    """Ordering value the winner is written with (for a tombstone: the deleted version's)."""
+    state: KeyState
+    """What the table holds for the key afterwards."""
+
+
+def resolve_key(ops: Sequence[int], orderings: Sequence[Any], ordering_null: Sequence[bool],
+                *, event_time: bool, stored: KeyState = KeyState()) -> KeyOutcome:
+    """Apply one key's versions (in arrival order) to its stored state; see the module doc.
+
+    ``orderings`` must be comparable with each other and with ``stored.ordering``. The winner
+    is -1 when the final state is the stored one, or when the key ends deleted but was not
+    live (nothing stored to delete).
+    """
+    state = stored
+    winner, win_ordering = -1, None
+    for i, op in enumerate(ops):
+        if op == DELETE:
+            if event_time and not ordering_null[i]:
+                d = orderings[i]
+                if state.ordering is None or d >= state.ordering:
+                    state, winner, win_ordering = KeyState(DELETED, d), i, d
+            elif state.kind == LIVE:  # a tombstone (or any delete without event time)
+                state, winner, win_ordering = KeyState(DELETED, state.ordering), i, state.ordering
+        else:
+            r = orderings[i] if event_time else None
+            if not event_time or state.ordering is None or r >= state.ordering:
+                state, winner, win_ordering = KeyState(LIVE, r), i, r
+    if state.kind != LIVE and stored.kind != LIVE:
+        winner = -1
+    return KeyOutcome(winner, win_ordering, state)
+
+
+def resolve(rows: pa.Table, *, event_time: bool, stored: dict[str, Any] | None = None,
+            decided: bool = False) -> Resolved:
     """Split ``rows`` (in arrival order; ops UPSERT and DELETE) into the winners per key.
 
     With ``event_time`` the rows need :data:`~ingest.prepare.ORDERING` and
-    :data:`~ingest.prepare.ORDERING_NULL`.
+    :data:`~ingest.prepare.ORDERING_NULL`. ``stored`` maps record keys to the ordering value
+    of their live stored version (event time) or to None (live, commit time); it is needed
+    for keys with tombstones only (a key with a tombstone and not in ``stored`` is taken as
+    absent). A tombstone that deletes comes out with the deleted version's ordering value and
+    ``ORDERING_NULL`` false. ``decided``: the rows were tagged by the global-state index,
+    which applied these rules already (one row per key and file group); deletes are then
+    written as given.
     """
+    if not rows.num_rows:
+        return _split(rows, np.zeros(0, bool))
+    if decided:
+        return _resolve_vectorized(rows, event_time=event_time)
+    is_delete = pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False)
+    if event_time:
+        tomb = is_delete & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)
+    else:
+        tomb = is_delete
+    if not tomb.any():
+        return _resolve_vectorized(rows, event_time=event_time)
+    keys = rows.column(RECORD_KEY).combine_chunks()
+    tomb_keys = pc.unique(keys.filter(pa.array(tomb)))
+    in_tomb = pc.is_in(keys, value_set=tomb_keys).to_numpy(zero_copy_only=False)
+    plain = _resolve_vectorized(rows.filter(pa.array(~in_tomb)), event_time=event_time)
+    special = rows.filter(pa.array(in_tomb))
+    picked, overrides = _resolve_per_key(special, event_time=event_time, stored=stored or {})
+    chosen = special.take(pa.array(picked, pa.int64()))
+    chosen_delete = pc.equal(chosen.column(OP), DELETE).to_numpy(zero_copy_only=False)
+    if event_time and len(picked):
+        ordering = chosen.column(ORDERING).combine_chunks()
+        values = [overrides.get(i) for i in range(len(picked))]
+        fixed = pa.array([v if v is not None else o for v, o in
+                          zip(values, ordering.to_pylist(), strict=True)], ordering.type)
+        chosen = chosen.set_column(chosen.schema.get_field_index(ORDERING), ORDERING, fixed)
+        nulls = chosen.column(ORDERING_NULL).combine_chunks().to_pylist()
+        chosen = chosen.set_column(
+            chosen.schema.get_field_index(ORDERING_NULL), ORDERING_NULL,
+            pa.array([n and values[i] is None for i, n in enumerate(nulls)], pa.bool_()))
+    extra = _split(chosen, chosen_delete)
+    return Resolved(pa.concat_tables([plain.upserts, extra.upserts]),
+                    pa.concat_tables([plain.deletes, extra.deletes]))
+
+
+def _resolve_per_key(rows: pa.Table, *, event_time: bool, stored: dict[str, Any]
+                     ) -> tuple[list[int], dict[int, Any]]:
+    """Winning row indices (and, by position in the result, tombstone orderings)."""
+    keys = rows.column(RECORD_KEY).to_pylist()
+    ops = rows.column(OP).to_pylist()
+    orderings = rows.column(ORDERING).to_pylist() if event_time else [None] * len(ops)
+    nulls = rows.column(ORDERING_NULL).to_pylist() if event_time else [True] * len(ops)
+    by_key: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_key.setdefault(key, []).append(i)
+    picked: list[tuple[int, Any]] = []
+    for key, idx in by_key.items():
+        state = KeyState(LIVE, stored[key]) if key in stored else KeyState()
+        out = resolve_key([ops[i] for i in idx], [orderings[i] for i in idx],
+                          [nulls[i] for i in idx], event_time=event_time, stored=state)
+        if out.winner >= 0:
+            picked.append((idx[out.winner], out.ordering))
+    picked.sort(key=lambda p: p[0])
+    return ([i for i, _ in picked],
+            {n: o for n, (_, o) in enumerate(picked) if o is not None})
+
+
+def _resolve_vectorized(rows: pa.Table, *, event_time: bool) -> Resolved:
+    """Winners of keys without tombstones: the greatest (ordering, arrival), or the last."""
     n = rows.num_rows
     is_delete = pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False)
     if n < 2:
@@ -68,19 +198,8 @@ def resolve(rows: pa.Table, *, event_time: bool) -> Resolved:
             .aggregate([("s", "max")]).column("s_max").to_numpy()
         picked = np.sort(last)
         return _split(rows.take(pa.array(picked)), is_delete[picked])
-    natural = is_delete & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)
-    versions = pa.table({"k": keys, "o": rows.column(ORDERING).combine_chunks(), "s": seq,
-                         "rank": pa.array(~natural)})
-    if natural.any():
-        # Versions before a key's last natural-order delete are superseded by it.
-        resets = versions.filter(pa.array(natural)).group_by("k", use_threads=False) \
-            .aggregate([("s", "max")]).rename_columns(["k", "reset"])
-        joined = versions.join(resets, "k", join_type="left outer", use_threads=False)
-        reset = pc.fill_null(joined.column("reset"), -1)
-        versions = joined.filter(pc.greater_equal(joined.column("s"), reset)) \
-            .drop_columns(["reset"])
-    ordered = versions.sort_by([("k", "ascending"), ("rank", "ascending"), ("o", "ascending"),
-                                ("s", "ascending")])
+    versions = pa.table({"k": keys, "o": rows.column(ORDERING).combine_chunks(), "s": seq})
+    ordered = versions.sort_by([("k", "ascending"), ("o", "ascending"), ("s", "ascending")])
     ks = ordered.column("k").combine_chunks()
     m = ordered.num_rows
     last_of_key = np.ones(m, dtype=bool)
@@ -94,24 +213,3 @@ def resolve(rows: pa.Table, *, event_time: bool) -> Resolved:
 def _split(rows: pa.Table, is_delete: np.ndarray) -> Resolved:
     mask = pa.array(np.asarray(is_delete, dtype=bool))
     return Resolved(rows.filter(pc.invert(mask)), rows.filter(mask))
-
-
-def winner_index(ops: Sequence[int], orderings: Sequence[Any], ordering_null: Sequence[bool],
-                 *, event_time: bool) -> int:
-    """Index of the winning version among one key's versions (in arrival order).
-
-    The scalar form of :func:`resolve`: a natural-order version (every version without event
-    time; a delete without ordering value with it) resets the contest; after it, any version
-    with an ordering value wins over it, and the greatest ordering value wins, the later on a
-    tie.
-    """
-    if not ops:
-        raise ValueError("winner_index: no versions given")
-    winner = -1
-    winner_natural = False
-    for i, op in enumerate(ops):
-        if not event_time or (op == DELETE and bool(ordering_null[i])):
-            winner, winner_natural = i, True
-        elif winner < 0 or winner_natural or orderings[i] >= orderings[winner]:
-            winner, winner_natural = i, False
-    return winner

@@ -206,6 +206,13 @@ class HudiStreamingSink:
     column marking deletes; Kafka tombstones delete the key they carry.
     ``update_partition_path`` (GLOBAL_STATE): an update whose partition value changed moves the
     record (True, Hudi's default) or updates it in its old partition (False).
+    ``key_format`` says how a tombstone's Kafka key gives its record key: ``"string"`` (the
+    key, as UTF-8, is the record key string — on a table with several key fields the engine's
+    ``field:value,...`` form), ``"json"`` (a JSON object holding the record key fields, and
+    optionally the partition fields; ``key_schema`` a DDL string or ``.avsc``, by default those
+    fields of the table) or ``"avro"`` (an Avro record written with ``key_schema``, an
+    ``.avsc`` path, JSON text or dict). A Kafka key that cannot be mapped sends the tombstone
+    to the error table with the reason.
     ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_api`` (GLOBAL_STATE)
     picks the state operator: ``"pandas"`` (``transformWithStateInPandas``) or ``"rows"``
     (``transformWithState``, several times cheaper per key); it is fixed for a checkpoint.
@@ -233,7 +240,8 @@ class HudiStreamingSink:
                  checkpoint_identifier: str = DEFAULT_IDENTIFIER,
                  write_parallelism: int | None = None, state_api: str = "pandas",
                  conflict_retries: int = 10,
-                 max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION) -> None:
+                 max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
+                 key_format: str = "string", key_schema: Any = None) -> None:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
@@ -279,9 +287,11 @@ class HudiStreamingSink:
         if not config.partition_fields:
             tombstones = "none"
         else:
-            tombstones = "state" if self.index == GLOBAL_STATE else "unknown"
+            tombstones = "state" if self.index == GLOBAL_STATE else "bucket"
         self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
+                                key_decoder=key_decoder(key_format, key_schema, config,
+                                                        self.data_schema),
                                 with_data=self.index == BUCKET,
                                 num_buckets=config.num_buckets if self.index == BUCKET else None,
                                 pack=self.index == BUCKET)
@@ -484,6 +494,7 @@ class HudiStreamingSink:
             staging = self._staging(plan, batch_id, query_id)
             written = write_rows(rows, plan, event_time=self.spec.event_time,
                                  parallelism=self._parallelism(rows.sparkSession),
+                                 by_bucket=self.spec.tombstone_partition == "bucket",
                                  attach=None if self.spec.with_data else self.spec,
                                  errors=staging)
             if not written.records:
@@ -633,6 +644,31 @@ def _abort_quietly(plan: InstantPlan) -> None:
     except Exception:  # the original error matters more
         log.warning("could not roll back instant %s of %s now; a later write will",
                     plan.instant.requested_time, plan.table.path, exc_info=True)
+
+
+KEY_FORMATS = ("string", "json", "avro")
+
+
+def key_decoder(key_format: str, key_schema: Any, config: Any,
+                data_schema: pa.Schema) -> Decoder | None:
+    """The decoder of tombstones' Kafka keys for ``key_format`` (None for ``"string"``)."""
+    from ingest.decode import AvroDecoder, JsonDecoder
+
+    if key_format not in KEY_FORMATS:
+        raise ValueError(f"key_format: expected one of {', '.join(KEY_FORMATS)}, "
+                         f"got {key_format!r}")
+    if key_format == "string":
+        if key_schema is not None:
+            raise ValueError("key_schema: only used with key_format 'json' or 'avro'")
+        return None
+    if key_format == "avro":
+        if key_schema is None:
+            raise ValueError("key_schema: key_format 'avro' needs the key's Avro schema")
+        return AvroDecoder(key_schema)
+    if key_schema is None:
+        names = [*config.record_key_fields, *config.partition_fields]
+        key_schema = pa.schema([data_schema.field(n) for n in dict.fromkeys(names)])
+    return JsonDecoder(key_schema)
 
 
 def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:

@@ -31,18 +31,28 @@ import pickle
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.commit_metadata import WriteStat
+from engine.config import TableConfig
+from engine.delete_block import ordering_kind
 from engine.errors import InvalidOptionError
 from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.instant import Instant
-from engine.schema import PARTITION_PATH, RECORD_KEY, avro_data_schema, avro_full_schema
+from engine.reader import SliceReader
+from engine.schema import (
+    PARTITION_PATH,
+    RECORD_KEY,
+    arrow_from_avro_json,
+    avro_data_schema,
+    avro_full_schema,
+)
+from engine.storage import Storage
 from engine.timeline import Timeline, temp_folder
 from engine.write_client import UPSERT as UPSERT_OPERATION
 from engine.write_client import WriteClient, new_bucket_file_id
@@ -65,6 +75,8 @@ from ingest.prepare import (
     UPSERT,
     PrepareSpec,
     attach_data,
+    field_ordering,
+    ordering_column,
     spark_schema,
     unpack_rows,
 )
@@ -91,13 +103,6 @@ __all__ = [
 
 RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 """One row per write task: its pickled :class:`TaskResult`."""
-
-# Avro types of ordering fields the engine writes into delete blocks (as WriteClient.plan).
-_AVRO_ORDERING = {
-    pa.int64(): "long", pa.int32(): "int", pa.float64(): "double", pa.float32(): "float",
-    pa.string(): "string", pa.bool_(): "boolean",
-}
-
 
 @dataclass(frozen=True)
 class TableLayout:
@@ -212,7 +217,7 @@ def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> Wri
     ordering = config.precombine_field
     ordering_type = None
     if ordering and ordering in data_schema.names:
-        ordering_type = _AVRO_ORDERING.get(data_schema.field(ordering).type)
+        ordering_type = ordering_kind(data_schema.field(ordering).type)
     return WriteContext(
         base_path=table.storage.base_path, instant_time=instant.requested_time,
         table_name=config.name, data_schema=data_schema,
@@ -234,10 +239,18 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
     record key's. The file group of a (partition, bucket) is the live group's, else the
     deterministic new id (:func:`~engine.write_client.new_bucket_file_id`), so a retried task
     or a replayed batch agrees. Rows that already name a file group (the global-state index
-    decided) keep it; other rows (errors, skipped versions) are dropped. Executor side.
+    decided) keep it; other rows (errors, skipped versions) are dropped.
+
+    A delete without a partition (a tombstone on a partitioned BUCKET table) goes to the key's
+    bucket in every partition that has it — live at the instant's start, or written by the rows
+    at hand — as one copy per partition; the write handle of each group then deletes the key if
+    it holds it (deleting an absent key changes nothing). The caller must hand over all rows of
+    a bucket at once (``write_rows(..., by_bucket=True)``). Executor side.
     """
     ops = rows.column(OP).combine_chunks()
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
+    if rows.column(PARTITION_PATH).null_count:
+        rows = _spread_tombstones(rows, num_buckets, live)
     fids = rows.column(FILE_ID).combine_chunks()
     if not rows.num_rows or not fids.null_count:
         return rows
@@ -254,6 +267,33 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
     placed = pa.array(ids, pa.string()).take(labels.indices)
     return rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(fids, placed))
+
+
+def _spread_tombstones(rows: pa.Table, num_buckets: int,
+                       live: Mapping[tuple[str, int], str]) -> pa.Table:
+    """Partition-less deletes copied to each partition holding their bucket (place_rows)."""
+    parts = rows.column(PARTITION_PATH).combine_chunks()
+    if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
+        buckets = rows.column(BUCKET).combine_chunks().cast(pa.int32()).to_pylist()
+    else:
+        buckets = np.asarray(bucket_ids(rows.column(RECORD_KEY), num_buckets)).tolist()
+    homeless = pc.is_null(parts).to_numpy(zero_copy_only=False)
+    where: dict[int, set[str]] = {}
+    for (part, bucket) in live:
+        where.setdefault(int(bucket), set()).add(part)
+    for part, bucket, lost in zip(parts.to_pylist(), buckets, homeless.tolist(), strict=True):
+        if not lost:
+            where.setdefault(int(bucket), set()).add(part)
+    take: list[int] = []
+    paths: list[str] = []
+    for i in np.flatnonzero(homeless).tolist():
+        for part in sorted(where.get(int(buckets[i]), ())):
+            take.append(i)
+            paths.append(part)
+    copies = rows.take(pa.array(take, pa.int64()))
+    copies = copies.set_column(copies.schema.get_field_index(PARTITION_PATH), PARTITION_PATH,
+                               pa.array(paths, pa.string()))
+    return pa.concat_tables([rows.filter(pa.array(~homeless)), copies])
 
 
 # --- writing (executor side) ----------------------------------------------------------------
@@ -274,6 +314,8 @@ class WriteSpec:
     """Set when the batch's error rows must be staged for the error table."""
     log_only_inserts: bool = False
     """New file groups get a log file, not a base file (non-blocking concurrency)."""
+    config: TableConfig | None = None
+    """The table's config: tombstones look up what the file group stores (BUCKET index)."""
 
 
 @dataclass(frozen=True)
@@ -376,22 +418,15 @@ class WriteResult:
 
 def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
     """Delete entries for the engine: key, partition and, under event time, the ordering value
-    (null for natural-order deletes).
-
-    Merge-on-read delete blocks carry ordering values only for the Avro primitive types the
-    engine encodes (``_AVRO_ORDERING``); for other ordering types (timestamp, date, decimal)
-    deletes are written natural-order, as ``Table.delete`` would.
-    """
+    (null for natural-order deletes)."""
     ordering_field = spec.context.ordering_field
     columns: dict[str, pa.Array] = {
         RECORD_KEY: rows.column(RECORD_KEY).combine_chunks(),
         PARTITION_PATH: rows.column(PARTITION_PATH).combine_chunks(),
     }
-    encodable = not spec.is_mor or spec.context.ordering_avro_type is not None
-    if ordering_field and spec.event_time and encodable and ORDERING in rows.column_names:
-        ordering = rows.column(ORDERING).combine_chunks()
-        wanted = spec.context.data_schema.field(ordering_field).type
-        ordering = ordering if ordering.type.equals(wanted) else ordering.cast(wanted)
+    if ordering_field and spec.event_time and ORDERING in rows.column_names:
+        ordering = field_ordering(rows.column(ORDERING).combine_chunks(),
+                                  spec.context.data_schema.field(ordering_field).type)
         columns[ordering_field] = pc.if_else(rows.column(ORDERING_NULL).combine_chunks(),
                                              pa.nulls(len(ordering), ordering.type), ordering)
     return pa.table(columns)
@@ -401,8 +436,14 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
     """Resolve one file group's rows and run its write handle; None if nothing to write."""
     ctx = spec.context
-    resolved = resolve(arrival_order(rows), event_time=spec.event_time)
     existing = layout.groups.get((partition, file_id))
+    rows = arrival_order(rows)
+    if spec.attach is not None:  # the global-state index decided every key already
+        resolved = resolve(rows, event_time=spec.event_time, decided=True)
+    else:
+        stored = (_stored_orderings(spec, partition, file_id, _tombstone_keys(rows, spec))
+                  if existing is not None else {})
+        resolved = resolve(rows, event_time=spec.event_time, stored=stored)
     if existing is None:
         kind = APPEND if spec.log_only_inserts else CREATE
     else:
@@ -420,6 +461,58 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
                      task_partition=task_partition, stage=stage, attempt=attempt)
     # sync: the task flushes its own files; the driver's sync reaches only its own host.
     return execute(ctx, task, sync=True)
+
+
+def _tombstone_keys(rows: pa.Table, spec: WriteSpec) -> pa.Array:
+    """Record keys of the deletes without an ordering value (tombstones) among ``rows``."""
+    deletes = pc.equal(rows.column(OP), DELETE)
+    if spec.event_time:
+        deletes = pc.and_(deletes, rows.column(ORDERING_NULL))
+    return pc.unique(rows.column(RECORD_KEY).filter(deletes).combine_chunks())
+
+
+_VIEWS: dict[tuple[str, str], tuple[SliceReader, dict[tuple[str, str], FileSlice]]] = {}
+
+
+def _committed_view(base_path: str, instant_time: str, config: TableConfig
+                    ) -> tuple[SliceReader, dict[tuple[str, str], FileSlice]]:
+    """A reader and the latest committed slice of every file group, listed once per instant
+    and worker process (what an instant's write tasks read does not change under them)."""
+    key = (base_path, instant_time)
+    if key not in _VIEWS:
+        _VIEWS.clear()
+        storage = Storage(base_path)
+        timeline = Timeline.load(storage, config)
+        visible = visible_instants(timeline)
+        slices = build_file_slices(list_table_files(storage), timeline, visible)
+        schema_json = timeline.latest_schema()
+        reader = SliceReader(storage, timeline, visible,
+                             arrow_from_avro_json(schema_json) if schema_json else None)
+        _VIEWS[key] = (reader, {(s.partition_path, s.file_id): s for s in slices})
+    return _VIEWS[key]
+
+
+def _stored_orderings(spec: WriteSpec, partition: str, file_id: str,
+                      keys: pa.Array) -> dict[str, Any]:
+    """The keys among ``keys`` that file group stores live → their ordering values (as
+    :data:`~ingest.prepare.ORDERING` holds them; None without event time). Reads the group's
+    latest committed slice, key and ordering columns of those keys only."""
+    if not len(keys) or spec.config is None:
+        return {}
+    reader, slices = _committed_view(spec.context.base_path, spec.context.instant_time,
+                                     spec.config)
+    slc = slices.get((partition, file_id))
+    if slc is None:
+        return {}
+    ordering = spec.context.ordering_field if spec.event_time else None
+    columns = [RECORD_KEY] + ([ordering] if ordering else [])
+    found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
+    stored_keys = found.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist()
+    if not ordering:
+        return dict.fromkeys(stored_keys)
+    values = found.column(ordering).combine_chunks()
+    values = ordering_column(values, values.type).to_pylist()
+    return dict(zip(stored_keys, values, strict=True))
 
 
 def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
@@ -523,15 +616,24 @@ def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
         yield (part, fid), rows.take(pa.array(sorted(idx)))
 
 
-def shuffle_keys(columns: Sequence[str]) -> list[Column]:
+def shuffle_keys(columns: Sequence[str], *, by_bucket: bool = False) -> list[Column]:
     """What rows are repartitioned by: their file group — (partition, file id) as the
     global-state index tagged it, or (partition, bucket) — and, for error rows (no file
     group), their offset, which spreads them over the tasks. Packed rows (BUCKET index) name
-    their file group the same way."""
+    their file group the same way. With ``by_bucket`` rows go by their bucket alone, so that
+    one task holds every partition's rows of a bucket (tombstones on partitioned BUCKET
+    tables, see :func:`place_rows`)."""
     from pyspark.sql import functions as F
 
     if ROWS in columns:  # packed rows: one per file group, or error rows spread
+        if by_bucket:
+            return [F.col(BUCKET), F.col(SPREAD)]
         return [F.col(PARTITION_PATH), F.col(BUCKET), F.col(SPREAD)]
+    if by_bucket and BUCKET in columns:
+        keys = [F.col(BUCKET)]
+        if OFFSET in columns:
+            keys.append(F.when(F.col(OP) == ERROR, F.col(OFFSET)))
+        return keys
     keys = [F.col(PARTITION_PATH), F.col(FILE_ID)]
     if BUCKET in columns:
         keys.append(F.col(BUCKET))
@@ -541,8 +643,8 @@ def shuffle_keys(columns: Sequence[str]) -> list[Column]:
 
 
 def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallelism: int,
-               attach: PrepareSpec | None = None, errors: ErrorStaging | None = None
-               ) -> WriteResult:
+               attach: PrepareSpec | None = None, errors: ErrorStaging | None = None,
+               by_bucket: bool = False) -> WriteResult:
     """Repartition rows by file group and write each group in a task: one Spark job.
 
     ``rows`` are prepared rows (:mod:`ingest.prepare`), or error-table rows; every row is
@@ -556,9 +658,10 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     config = plan.table.config
     spec = WriteSpec(plan.context, config.is_mor, event_time, config.name,
                      config.num_buckets or plan.table.write_config.num_buckets, attach, errors,
-                     log_only_inserts=plan.client.log_only_inserts)
+                     log_only_inserts=plan.client.log_only_inserts, config=config)
     try:
-        shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns))
+        shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
+                                                               by_bucket=by_bucket))
         results = shuffled.mapInArrow(_write_partition(spec, lambda: broadcast.value),
                                       spark_schema(RESULT_SCHEMA)).toArrow()
     finally:

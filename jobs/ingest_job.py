@@ -94,7 +94,8 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         state_api=config["index.state_api"],
         checkpoint_identifier=config["checkpoint.identifier"],
         conflict_retries=config["table.conflict_retries"],
-        max_error_fraction=config["errors.max_fraction"])
+        max_error_fraction=config["errors.max_fraction"],
+        key_format=config["decode.key_format"], key_schema=config["decode.key_schema"])
 
 
 def _checkpoint_has_offsets(location: str) -> bool:

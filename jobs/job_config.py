@@ -111,6 +111,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Value encoding of the records."),
     Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
     Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
+    Setting("decode", "key_format", _choice("string", "json", "avro"), "string",
+            "How a tombstone's Kafka key gives its record key: string (the key is the record "
+            "key string), json or avro (the key holds the record key fields)."),
+    Setting("decode", "key_schema", _str, None,
+            "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
+            "fields), .avsc for avro (required)."),
     Setting("table", "path", _str, None, "Table folder or URI (required)."),
     Setting("table", "name", _str, None, "Table name (required when creating)."),
     Setting("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "MERGE_ON_READ",
@@ -239,6 +245,11 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                                                   or values["decode.schema_file"]):
         raise InvalidOptionError("decode.schema", "JSON values need decode.schema or "
                                  "decode.schema_file")
+    if values["decode.key_format"] == "avro" and not values["decode.key_schema"]:
+        raise InvalidOptionError("decode.key_schema", "Avro Kafka keys need their .avsc file")
+    if values["decode.key_format"] == "string" and values["decode.key_schema"]:
+        raise InvalidOptionError("decode.key_schema", "only used with decode.key_format "
+                                 "json or avro")
     return JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
                      passthrough["spark.conf"])
 

@@ -135,11 +135,13 @@ def test_sink_non_blocking_mor_bucket_concurrent_commit_no_retry(
         Table.open(path).upsert(pa.table({"id": ["a", "b"], "ts": [15, 5],
                                           "city": ["oslo", "oslo"], "fare": [8.0, 8.5]}))
 
+    sink.process_batch(_frame(spark, kafka_rows([Event("z", 1, "oslo", 0.5)], "ev",
+                                                offsets)), 0)
     events = [Event("a", 10, "oslo", 1.0), Event("b", 10, "oslo", 2.0)]
     with other_writer_commits_during(1, backfill) as calls:
-        sink.process_batch(_frame(spark, kafka_rows(events, "ev", offsets)), 0)
+        sink.process_batch(_frame(spark, kafka_rows(events, "ev", offsets)), 1)
     assert calls[0] == 1 and sink.totals.retries == 0
-    expected = {"a": ("oslo", 15, 8.0), "b": ("oslo", 10, 2.0)}
+    expected = {"a": ("oslo", 15, 8.0), "b": ("oslo", 10, 2.0), "z": ("oslo", 1, 0.5)}
     assert table_rows(path) == expected
     assert sink_hudi_rs_rows(path) == expected
 

@@ -639,3 +639,19 @@ def test_stream_bad_options_fail_before_the_query_starts(spark: Any) -> None:  #
     with pytest.raises(Exception, match="kafka"):  # no spark-sql-kafka jar on this classpath
         read_kafka_stream(spark, {"kafka.bootstrap.servers": "h:1", "subscribe": "t"},
                           use_builtin=True)
+
+
+def test_prepare_option_round_trips_json_key_decoder(tmp_path: Path) -> None:
+    from engine import Table
+    from ingest.decode import JsonDecoder
+    from ingest.kafka_source import prepare_option, prepare_spec
+    from ingest.prepare import PrepareSpec
+
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id,region")
+    decoder = JsonDecoder("id STRING, region STRING, v BIGINT")
+    keys = JsonDecoder("id STRING, region STRING")
+    spec = PrepareSpec(decoder, table.config, decoder.schema, key_decoder=keys)
+    got = prepare_spec(KafkaSourceOptions.from_options(
+        _options(**{"tidelake.prepare": prepare_option(spec)})))
+    assert got is not None and got.key_decoder is not None
+    assert got.key_decoder.schema.equals(keys.schema)

@@ -64,7 +64,7 @@ from ingest.prepare import (
     prepare_batch,
     unpack_rows,
 )
-from ingest.resolve import resolve, winner_index
+from ingest.resolve import DELETED, LIVE, KeyState, resolve, resolve_key
 from ingest.sink import GLOBAL_STATE, HudiStreamingSink, TooManyBadRecordsError, start_ingest
 from tests.conftest import hudi_rs_read
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
@@ -237,16 +237,28 @@ def test_resolve_random_versions_match_scalar_rule_per_key(event_time: bool) -> 
     rng = random.Random(7)
     for _ in range(200):
         rows = _versions(rng, rng.randrange(1, 25))
-        resolved = resolve(rows, event_time=event_time)
-        got = {r["_hoodie_record_key"]: (r[OP], r["seq"])
+        keys = set(rows.column("_hoodie_record_key").to_pylist())
+        stored = {k: rng.randrange(5) if event_time else None for k in sorted(keys)
+                  if rng.random() < 0.5}
+        resolved = resolve(rows, event_time=event_time, stored=stored)
+        got = {r["_hoodie_record_key"]: (r[OP], r["seq"], r[ORDERING], r[ORDERING_NULL])
                for t in (resolved.upserts, resolved.deletes) for r in t.to_pylist()}
-        expected = {}
-        for key in set(rows.column("_hoodie_record_key").to_pylist()):
+        for key in keys:
             mine = [r for r in rows.to_pylist() if r["_hoodie_record_key"] == key]
-            w = winner_index([r[OP] for r in mine], [r[ORDERING] for r in mine],
-                             [r[ORDERING_NULL] for r in mine], event_time=event_time)
-            expected[key] = (mine[w][OP], mine[w]["seq"])
-        assert got == expected
+            has_tombstone = any(r[OP] == DELETE and (r[ORDERING_NULL] or not event_time)
+                                for r in mine)
+            before = KeyState(LIVE, stored[key]) if key in stored and has_tombstone \
+                else KeyState()
+            out = resolve_key([r[OP] for r in mine], [r[ORDERING] for r in mine],
+                              [r[ORDERING_NULL] for r in mine], event_time=event_time,
+                              stored=before)
+            if out.winner < 0:  # nothing to write; without tombstones a delete may be written
+                assert key not in got or (not has_tombstone and got[key][0] == DELETE), key
+                continue
+            w = mine[out.winner]
+            assert got[key][:2] == (w[OP], w["seq"])
+            if event_time:
+                assert got[key][2] == out.ordering and not got[key][3]
         assert all(op == UPSERT for op in resolved.upserts.column(OP).to_pylist())
 
 
@@ -264,14 +276,24 @@ def test_resolve_upserts_only_agrees_with_engine_dedupe() -> None:
         assert sorted(ours.column("seq").to_pylist()) == sorted(engine.column("seq").to_pylist())
 
 
-def test_winner_index_tombstone_resets_then_later_version_wins() -> None:
-    # upsert ts=9, tombstone, upsert ts=1: the tombstone supersedes ts=9; ts=1 wins over it.
-    assert winner_index([UPSERT, DELETE, UPSERT], [9, 0, 1], [False, True, False],
-                        event_time=True) == 2
-    assert winner_index([UPSERT, DELETE], [9, 0], [False, True], event_time=True) == 1
-    assert winner_index([UPSERT, DELETE, UPSERT], [9, 8, 9], [False, False, False],
-                        event_time=True) == 2  # tie: the later version wins
-    assert winner_index([UPSERT, UPSERT], [9, 1], [False, False], event_time=False) == 1
+def test_resolve_key_tombstone_deletes_at_the_live_ordering_then_older_version_loses() -> None:
+    live = KeyState(LIVE, 9)
+    # stored ts=9, tombstone, upsert ts=1: the tombstone deletes at 9; ts=1 is late and loses.
+    out = resolve_key([DELETE, UPSERT], [0, 1], [True, False], event_time=True, stored=live)
+    assert (out.winner, out.ordering, out.state) == (0, 9, KeyState(DELETED, 9))
+    # the same with the ts=9 version earlier in the batch (nothing stored): nothing to write.
+    out = resolve_key([UPSERT, DELETE, UPSERT], [9, 0, 1], [False, True, False],
+                      event_time=True)
+    assert (out.winner, out.state) == (-1, KeyState(DELETED, 9))
+    # a version at least as new as the deleted one comes back.
+    out = resolve_key([DELETE, UPSERT], [0, 9], [True, False], event_time=True, stored=live)
+    assert (out.winner, out.state) == (1, KeyState(LIVE, 9))
+    # a tombstone of a key that is not live changes nothing.
+    out = resolve_key([DELETE], [0], [True], event_time=True, stored=KeyState(DELETED, 9))
+    assert (out.winner, out.state) == (-1, KeyState(DELETED, 9))
+    assert resolve_key([UPSERT, DELETE, UPSERT], [9, 8, 9], [False, False, False],
+                       event_time=True).winner == 2  # tie: the later version wins
+    assert resolve_key([UPSERT, UPSERT], [9, 1], [False, False], event_time=False).winner == 1
 
 
 def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) -> None:
@@ -468,7 +490,7 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
                              error_table_path=errors)
     events = [Event("a", 10, "oslo", 1.0), Event("b", 11, "rome", 2.0),
               Event("x", raw=b"\xff\xfe not utf-8"), Event("c", raw=b'{"id": "c"}'),
-              Event("d", 12, "r" * 260, 3.0), Event("a", tombstone=True)]
+              Event("d", 12, "r" * 260, 3.0), Event("", tombstone=True)]  # no key
     rows = kafka_rows(events, "ev", {})
     sink.process_batch(_frame(spark, rows), 0)
     first = sink.last_result
@@ -477,9 +499,9 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
     bad = Table.open(errors).read().sort_by("offset").to_pylist()
     assert [r["error_id"] for r in bad] == ["ev-0-2", "ev-0-3", "ev-0-4", "ev-0-5"]
     assert [r["value"] for r in bad][:2] == [b"\xff\xfe not utf-8", b'{"id": "c"}']
-    assert bad[3]["kafka_key"] == b"a" and bad[3]["value"] is None
+    assert bad[3]["kafka_key"] is None and bad[3]["value"] is None
     assert "invalid UTF-8" in bad[0]["reason"] and "ordering field 'ts'" in bad[1]["reason"]
-    assert "too long" in bad[2]["reason"] and "tombstone" in bad[3]["reason"]
+    assert "too long" in bad[2]["reason"] and "not a tombstone" in bad[3]["reason"]
     assert {r["batch_id"] for r in bad} == {0}
     assert {r["_hoodie_partition_path"] for r in bad} == {"2023-11-14"}
     assert {r["target_table"] for r in bad} == {"t"}
