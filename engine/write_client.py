@@ -34,6 +34,7 @@ from engine.instant import Action, Instant, State, new_instant_time
 from engine.keygen import key_batch, partition_paths, record_keys
 from engine.lock import table_lock
 from engine.merge import dedupe_batch
+from engine.naming import parse_base_file
 from engine.partitioner import assign_inserts, average_record_size
 from engine.reader import SliceReader
 from engine.rollback import rollback_failed_writes, rollback_instant
@@ -289,7 +290,10 @@ class WriteClient:
             if existing is None:
                 if recs is None:
                     continue
-                kind = APPEND if self.log_only_inserts else CREATE
+                # bulk_insert writes base files even here: its commit is then checked as
+                # under optimistic concurrency (finish), which keeps two base files from
+                # starting one group twice.
+                kind = APPEND if self.log_only_inserts and operation != BULK_INSERT else CREATE
             elif self.config.is_mor:
                 kind = APPEND
             else:
@@ -542,7 +546,8 @@ class WriteClient:
                 _check_still_inflight(now, instant)
                 if self.mode is not ConcurrencyMode.SINGLE_WRITER:
                     check_conflicts(timeline, now, instant, stats, non_blocking=(
-                        self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL))
+                        self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
+                        and not any(_is_base_file(stat.path) for stat in stats)))
                 self.lock.verify()
                 done = now.complete(instant, content)
         except WriteConflictError:
@@ -580,6 +585,10 @@ class WriteClient:
             self.abort(inflight)
             raise
         return done.requested_time
+
+
+def _is_base_file(path: str) -> bool:
+    return parse_base_file(path.rsplit("/", 1)[-1]) is not None
 
 
 def _check_still_inflight(timeline: Timeline, instant: Instant) -> None:

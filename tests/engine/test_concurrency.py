@@ -513,3 +513,31 @@ def test_default_mode_non_blocking_only_for_mor_bucket_event_time(tmp_path: Path
     assert mode("MERGE_ON_READ", "BUCKET", None) is occ  # completion order would decide
     assert mode("MERGE_ON_READ", "SIMPLE", "ts") is occ
     assert mode("COPY_ON_WRITE", "BUCKET", "ts") is occ
+
+
+def _stage_op(client: WriteClient, data: pa.Table, operation: str):  # type: ignore[no-untyped-def]
+    timeline, inflight = client.begin()
+    records, deletes = client.prepare(data, timeline, dedupe=True)
+    plan = client.plan(timeline, inflight, operation, records, deletes)
+    return timeline, plan, client.execute_local(plan)
+
+
+def test_nbcc_bulk_insert_base_files_checked_optimistically(tmp_path: Path) -> None:
+    from engine.write_client import BULK_INSERT
+
+    table = _new_table(tmp_path, "MERGE_ON_READ", index="BUCKET")
+    a, b, c = _client(table), _client(table), _client(table)
+    # Two bulk loads start the same new bucket with a base file each: the second is refused
+    # (two base files would start the group twice, the later hiding the earlier).
+    a_start, a_plan, a_stats = _stage_op(a, _batch(["k0", "k2"], 5, 1), BULK_INSERT)
+    b_start, b_plan, b_stats = _stage_op(b, _batch(["k0", "k4"], 5, 2), BULK_INSERT)
+    # ... while an upsert's log file in the same group never conflicts with a base file.
+    c_start, c_plan, c_stats = _stage_op(c, _batch(["k6"], 5, 3), UPSERT)
+    assert all(s.path.endswith(".parquet") for s in a_stats + b_stats)
+    a.commit(a_start, a_plan, a_stats)
+    with pytest.raises(WriteConflictError, match="both wrote file group"):
+        b.commit(b_start, b_plan, b_stats)
+    c.commit(c_start, c_plan, c_stats)
+    expected = {"k0": (5, 1), "k2": (5, 1), "k6": (5, 3)}
+    assert _rows(table.read()) == expected
+    assert _rows(hudi_rs_read(table.path)) == expected

@@ -30,7 +30,11 @@ def _table(path: Path) -> Table:
     return Table.create(str(path), name="t", record_key="key", precombine="ts",
                         table_type="MERGE_ON_READ",
                         options={"hoodie.index.type": "BUCKET",
-                                 "hoodie.bucket.index.num.buckets": "1"})
+                                 "hoodie.bucket.index.num.buckets": "1",
+                                 # the first write makes a base file (non-blocking writers
+                                 # would start the group with a log file)
+                                 "hoodie.write.concurrency.mode":
+                                     "OPTIMISTIC_CONCURRENCY_CONTROL"})
 
 
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
