@@ -16,6 +16,7 @@ from engine.errors import (
     TerminalError,
     TidelakeError,
     TransientError,
+    UnsupportedStorageError,
 )
 
 if TYPE_CHECKING:
@@ -41,4 +42,5 @@ __all__ = [
     "TidelakeError",
     "TimelineEntry",
     "TransientError",
+    "UnsupportedStorageError",
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.job_config import JobConfig
+from jobs.job_config import JobConfig, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,15 +106,7 @@ def kafka_options(config: JobConfig) -> dict[str, str]:
         if recorded:
             log.info("no offsets in the checkpoint: resuming from the table's last commit")
             starting = starting_offsets_json(recorded)
-    options = {
-        "kafka.bootstrap.servers": config["source.bootstrap_servers"],
-        "subscribe": ",".join(config["source.topics"]),
-        "startingOffsets": starting,
-        "maxOffsetsPerTrigger": str(config["source.max_offsets_per_trigger"]),
-        "failOnDataLoss": str(config["source.fail_on_data_loss"]).lower(),
-    }
-    for key, value in config.kafka.items():
-        options[f"kafka.{key}"] = value
+    options = source_options(config, starting)
     return options
 
 

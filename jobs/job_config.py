@@ -56,6 +56,17 @@ def _list(key: str, value: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _location(key: str, value: Any) -> str:
+    """A local folder or ``file://`` URI, as a local path; other URIs are refused."""
+    from engine.errors import UnsupportedStorageError
+    from engine.storage import local_path
+
+    try:
+        return local_path(_str(key, value))
+    except UnsupportedStorageError as exc:
+        raise InvalidOptionError(key, str(exc)) from None
+
+
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def parse(key: str, value: Any) -> str:
         text = _str(key, value)
@@ -99,7 +110,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Value encoding of the records."),
     Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
     Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
-    Setting("table", "path", _str, None, "Table folder or URI (required)."),
+    Setting("table", "path", _location, None,
+            "Table folder or file:// URI (required; object storage is not supported yet)."),
     Setting("table", "name", _str, None, "Table name (required when creating)."),
     Setting("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "MERGE_ON_READ",
             "Table type when creating."),
@@ -119,11 +131,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
     Setting("trigger", "available_now", _bool, False,
             "Process what is in the topics now, then stop."),
-    Setting("checkpoint", "location", _str, None, "Spark checkpoint folder (required)."),
+    Setting("checkpoint", "location", _location, None,
+            "Spark checkpoint folder or file:// URI (required)."),
     Setting("spark", "master", _str, "local[2]", "Spark master URL."),
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
-    Setting("errors", "table_path", _str, None,
-            "Error (dead-letter) table folder; default: <table.path>_errors."),
+    Setting("errors", "table_path", _location, None,
+            "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
 )
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
@@ -205,8 +218,49 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                                                   or values["decode.schema_file"]):
         raise InvalidOptionError("decode.schema", "JSON values need decode.schema or "
                                  "decode.schema_file")
-    return JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
-                     passthrough["spark.conf"])
+    config = JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
+                       passthrough["spark.conf"])
+    if not values["source.use_builtin_kafka"]:  # Spark's own source takes Java options unchecked
+        check_kafka_options(config)
+    return config
+
+
+_SOURCE_OPTION_SETTINGS = {"subscribe": "source.topics",
+                           "startingoffsets": "source.starting_offsets",
+                           "maxoffsetspertrigger": "source.max_offsets_per_trigger",
+                           "failondataloss": "source.fail_on_data_loss",
+                           "kafka.bootstrap.servers": "source.bootstrap_servers"}
+
+
+def source_options(config: JobConfig, starting_offsets: str | None = None) -> dict[str, str]:
+    """The options of the ``tidelake-kafka`` source for this job (``starting_offsets``
+    replaces ``source.starting_offsets``, e.g. by offsets the table recorded)."""
+    options = {
+        "kafka.bootstrap.servers": config["source.bootstrap_servers"],
+        "subscribe": ",".join(config["source.topics"]),
+        "startingOffsets": starting_offsets or config["source.starting_offsets"],
+        "maxOffsetsPerTrigger": str(config["source.max_offsets_per_trigger"]),
+        "failOnDataLoss": str(config["source.fail_on_data_loss"]).lower(),
+    }
+    for key, value in config.kafka.items():
+        options[f"kafka.{key}"] = value
+    return options
+
+
+def check_kafka_options(config: JobConfig) -> None:
+    """Parse the job's Kafka options as the source will, so a typo in ``[source.kafka]`` (an
+    unknown key, ``SASL_PLAINTXT``) fails here, before Spark starts; the error names the job
+    setting (``source.kafka.security.protocol``)."""
+    from ingest.kafka_options import KafkaSourceOptions
+
+    try:
+        KafkaSourceOptions.from_options(source_options(config))
+    except InvalidOptionError as exc:
+        key = exc.key.lower()
+        name = _SOURCE_OPTION_SETTINGS.get(key) or (
+            f"source.kafka.{exc.key[len('kafka.'):]}" if key.startswith("kafka.") else exc.key)
+        message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        raise InvalidOptionError(name, message) from None
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
