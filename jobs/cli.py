@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -137,12 +138,18 @@ def how_to_read(path: Path) -> str:
 
 
 def show_table(args: argparse.Namespace) -> int:
-    """Print a table's timeline and file groups."""
+    """Print a table's settings, row count, schema, timeline and file groups."""
     table = Table.open(args.path)
     cfg = table.config
     print(f"{cfg.name}: {cfg.table_type.value}, version {cfg.version}, "
           f"key {','.join(cfg.record_key_fields)}, partitions "
           f"{','.join(cfg.partition_fields) or '(none)'}, merge {cfg.merge_mode.value}")
+    rows = table.read(columns=list(cfg.record_key_fields)).num_rows
+    print(f"rows: {rows:,} (latest snapshot)")
+    print("\nschema:")
+    fields = schema_lines(_latest_schema(table))
+    for line in fields or ["  (no schema recorded yet: nothing written)"]:
+        print(line)
     print("\ntimeline:")
     for entry in table.timeline():
         done = f" -> {entry.completion_time}" if entry.completion_time else ""
@@ -158,6 +165,50 @@ def show_table(args: argparse.Namespace) -> int:
     print(f"\n{total:,} bytes in live file slices")
     print(f"last checkpoint: {_last_checkpoint(table)}")
     return 0
+
+
+def _latest_schema(table: Table) -> str | None:
+    """The Avro schema JSON of the newest commit that recorded one, else the create schema."""
+    from engine.timeline import Timeline
+
+    timeline = Timeline.load(table.storage, table.config)
+    for instant in reversed(timeline.completed_data_instants):
+        schema = timeline.commit_metadata(instant).schema
+        if schema:
+            return schema
+    return table.config.create_schema
+
+
+def schema_lines(schema_json: str | None) -> list[str]:
+    """One line per top-level field of an Avro record schema: ``  name: type``."""
+    if not schema_json:
+        return []
+    schema = json.loads(schema_json)
+    return [f"  {f['name']}: {_avro_type(f['type'])}" for f in schema.get("fields", [])]
+
+
+def _avro_type(avro: Any) -> str:
+    if isinstance(avro, list):
+        kinds = [a for a in avro if a != "null"]
+        shown = " | ".join(_avro_type(a) for a in kinds) or "null"
+        return f"{shown} (nullable)" if len(kinds) < len(avro) else shown
+    if isinstance(avro, dict):
+        if "logicalType" in avro:
+            extra = (f"({avro['precision']},{avro.get('scale', 0)})"
+                     if avro["logicalType"] == "decimal" else "")
+            return f"{avro['logicalType']}{extra}"
+        kind = avro.get("type")
+        if kind == "array":
+            return f"array<{_avro_type(avro['items'])}>"
+        if kind == "map":
+            return f"map<string, {_avro_type(avro['values'])}>"
+        if kind == "record":
+            inner = ", ".join(f"{f['name']}: {_avro_type(f['type'])}" for f in avro["fields"])
+            return f"struct<{inner}>"
+        if kind in ("enum", "fixed"):
+            return str(kind)
+        return _avro_type(kind)
+    return str(avro)
 
 
 def _last_checkpoint(table: Table) -> str:
@@ -274,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=run_broker)
     table = sub.add_parser("table", help="inspect a table")
     table_sub = table.add_subparsers(dest="table_command", required=True)
-    show = table_sub.add_parser("show", help="timeline, file groups, sizes")
+    show = table_sub.add_parser("show", help="row count, schema, timeline, file groups, sizes")
     show.add_argument("path")
     show.set_defaults(func=show_table)
     for leaf in (demo, ingest, prod, broker, show):
@@ -296,7 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe (| head) shows here, not at exit
+        return code
     except KeyboardInterrupt:
         print("\ntidelake: interrupted", file=sys.stderr)
         return 130

@@ -107,7 +107,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("source", "use_builtin_kafka", _bool, False,
             "Use Spark's own 'kafka' format (needs the spark-sql-kafka jar)."),
     Setting("decode", "format", _choice("json", "avro", "avro-confluent"), "json",
-            "Value encoding of the records."),
+            "Value encoding: json (one JSON object per value; schema from decode.schema or "
+            "decode.schema_file), avro (Avro binary, one record per value, written with "
+            "decode.schema_file) or avro-confluent (Confluent framing: magic byte, schema id, "
+            "Avro; not usable from a job file yet, see docs/ingest.md)."),
     Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
     Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
     Setting("table", "path", _location, None,
@@ -218,6 +221,14 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                                                   or values["decode.schema_file"]):
         raise InvalidOptionError("decode.schema", "JSON values need decode.schema or "
                                  "decode.schema_file")
+    if values["decode.format"] != "json" and not values["decode.schema_file"]:
+        raise InvalidOptionError("decode.schema_file", f"format {values['decode.format']} "
+                                 "needs an Avro schema file (.avsc)")
+    if values["decode.format"] == "avro-confluent":
+        raise InvalidOptionError(
+            "decode.format", "avro-confluent needs each writer schema by its registry id, which "
+            "a job file cannot give yet; use avro (plain Avro binary values) or, from Python, "
+            "ingest.decode.AvroDecoder(schema, confluent=True, schema_map={id: schema})")
     config = JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
                        passthrough["spark.conf"])
     if not values["source.use_builtin_kafka"]:  # Spark's own source takes Java options unchecked

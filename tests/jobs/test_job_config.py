@@ -140,3 +140,11 @@ def test_invalid_toml_is_a_clear_error(tmp_path: Path) -> None:
 def test_docs_list_every_setting() -> None:
     doc = (ROOT / "docs" / "ingest.md").read_text()
     assert describe() in doc
+
+
+def test_load_avro_formats_need_a_schema_file_and_confluent_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match=r"'decode\.schema_file': format avro needs"):
+        load(_write(tmp_path, GOOD), {"decode.format": "avro"})
+    with pytest.raises(InvalidOptionError, match=r"'decode\.format': avro-confluent needs"):
+        load(_write(tmp_path, GOOD), {"decode.format": "avro-confluent",
+                                      "decode.schema_file": "x.avsc"})
