@@ -239,11 +239,13 @@ def format_progress(p: Progress) -> str:
     return line
 
 
-def format_idle(p: Progress, idle_s: float) -> str:
-    """The line printed when no batch completed for a while."""
-    lag = "unknown" if p.lag is None else f"{p.lag:,}"
-    state = ("waiting for new records" if p.lag == 0
-             else f"no batch completed (lag {lag})")
+def format_idle(p: Progress, idle_s: float, *, busy: bool = False) -> str:
+    """The line printed when no batch completed for a while (``busy``: one is running)."""
+    lag = "" if p.lag is None else f", lag {p.lag:,}"
+    if busy:
+        return (f"batch {p.batches + 1} still running after {idle_s:.0f} s{lag}; "
+                f"{p.records:,} records in {p.batches} batches so far")
+    state = "waiting for new records" if p.lag in (0, None) else f"no new batch{lag}"
     return f"idle {idle_s:.0f} s: {state}; {p.records:,} records in {p.batches} batches so far"
 
 
@@ -333,11 +335,12 @@ def start(config: JobConfig, spark: SparkSession | None = None, *, spark_log: st
 def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
           duration: float | None = None, report: Callable[[Progress], None] | None = None,
           until: Callable[[Progress], bool] | None = None,
-          idle: Callable[[Progress, float], None] | None = None) -> Progress:
+          idle: Callable[[Progress, float, bool], None] | None = None) -> Progress:
     """Follow the query until it ends, ``duration`` passes, ``until`` says so, or Ctrl-C.
 
     ``report`` is called after each batch, ``idle`` when no batch completed for
-    :data:`IDLE_AFTER_S` seconds (and every ten times that while it lasts). Ctrl-C lets the
+    :data:`IDLE_AFTER_S` seconds (and every ten times that while it lasts), with whether a
+    batch is running. Ctrl-C lets the
     batch in flight finish (a second Ctrl-C stops at once; that batch is then rolled back by
     the next run) and returns with ``interrupted`` set. A failed query raises
     :class:`JobFailedError` with a one-line message.
@@ -347,16 +350,30 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
     first = sink.totals
     next_idle = [IDLE_AFTER_S]
 
+    seen_batch: list[Any] = [None]  # batchId of the query progress last read
+
+    def read_lag(wait: float) -> None:
+        # Spark records a batch's progress just after the sink returns: wait a moment for
+        # it, so a batch's line shows the lag after that batch.
+        deadline = time.monotonic() + wait
+        while True:
+            last = query.lastProgress
+            data = (json.loads(last.json) if hasattr(last, "json") else last) if last else None
+            batch_id = data.get("batchId") if data else None
+            if batch_id != seen_batch[0] or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if data is not None:
+            seen_batch[0] = batch_id
+            progress.lag = kafka_lag(data)
+
     def update() -> None:
-        last = query.lastProgress
-        if last is not None:
-            progress.lag = kafka_lag(json.loads(last.json) if hasattr(last, "json")
-                                     else last)
         totals, result = sink.totals, sink.last_result
+        read_lag(2.0 if totals.batches - first.batches != progress.batches else 0.0)
         if totals.batches - first.batches == progress.batches:
             quiet = time.monotonic() - progress.last_batch_at
             if idle is not None and quiet >= next_idle[0]:
-                idle(progress, quiet)
+                idle(progress, quiet, bool(query.status.get("isTriggerActive")))
                 next_idle[0] = quiet + IDLE_AFTER_S * 10
             return
         progress.batches = totals.batches - first.batches
@@ -440,8 +457,8 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
     def report(p: Progress) -> None:
         print(format_progress(p), flush=True)
 
-    def idle(p: Progress, quiet: float) -> None:
-        print(format_idle(p, quiet), flush=True)
+    def idle(p: Progress, quiet: float, busy: bool) -> None:
+        print(format_idle(p, quiet, busy=busy), flush=True)
 
     try:
         progress = watch(query, sink, duration=duration, report=report, idle=idle)
