@@ -65,6 +65,7 @@ def test_ingest_unreachable_broker_prints_one_line_and_creates_nothing(
     assert not (tmp_path / "out").exists()  # no table, no error table, no checkpoint
 
 
+@pytest.mark.kafka
 def test_ingest_missing_topic_prints_one_line_naming_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], kafka_bootstrap: str) -> None:  # noqa: F811
     there = unique_topic("there")
@@ -78,6 +79,7 @@ def test_ingest_missing_topic_prints_one_line_naming_it(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.kafka
 def test_ingest_verbose_failure_adds_the_trace(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], kafka_bootstrap: str) -> None:  # noqa: F811
     assert main(["ingest", str(_job(tmp_path, kafka_bootstrap, "no-such-topic")),
@@ -202,3 +204,40 @@ def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
     assert lines[-1].startswith("stopped (Ctrl-C) after ")
     assert ": 500 records in 1 batches (" in lines[-1]
     assert lines[-1].endswith("/s avg), 0 errors, lag 0")
+
+
+@pytest.mark.kafka
+def test_broker_command_serves_topics_until_ctrl_c(tmp_path: Path) -> None:
+    from kafka import KafkaConsumer
+
+    out = tmp_path / "stdout"
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "broker", "--topic", "trips:3"],
+            stdout=stdout, stderr=subprocess.PIPE, cwd=tmp_path, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            text = _wait_for(out, "everything it holds is then lost", process, timeout=60)
+            first = text.splitlines()[0]
+            prefix = "Kafka-protocol broker (Tansu, in memory) listening on "
+            assert first.startswith(prefix)
+            servers = first.removeprefix(prefix)
+            assert text.splitlines()[1:] == [
+                "topic trips (3 partitions)",
+                f'use it in a job: [source] bootstrap_servers = "{servers}"',
+                "Ctrl-C stops it; everything it holds is then lost"]
+            consumer = KafkaConsumer(bootstrap_servers=servers, group_id=None)
+            try:
+                assert consumer.partitions_for_topic("trips") == {0, 1, 2}
+            finally:
+                consumer.close()
+            os.killpg(process.pid, signal.SIGINT)
+            assert process.wait(timeout=30) == 0
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            assert process.stderr is not None
+            with process.stderr:
+                assert process.stderr.read() == b""
+    assert out.read_text().splitlines()[-1] == "broker stopped"
