@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -246,7 +247,7 @@ def run_produce(args: argparse.Namespace) -> int:
 
 
 def run_broker(args: argparse.Namespace) -> int:
-    """``tidelake broker``: run the embedded Kafka-protocol broker until Ctrl-C."""
+    """``tidelake broker``: run the embedded Kafka-protocol broker until Ctrl-C (or SIGTERM)."""
     from ingest.broker import EmbeddedBroker
 
     topics = [_topic_arg(t) for t in args.topic]
@@ -265,6 +266,8 @@ def run_broker(args: argparse.Namespace) -> int:
         print(f"Kafka-protocol broker (Tansu, in memory) listening on {servers}{made}\n"
               f"use it in a job: [source] bootstrap_servers = \"{servers}\"\n"
               "Ctrl-C stops it; everything it holds is then lost", flush=True)
+        # SIGTERM (kill, docker stop) stops it as Ctrl-C does, so the broker process goes too
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             while True:
                 time.sleep(3600)

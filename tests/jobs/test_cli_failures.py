@@ -207,7 +207,8 @@ def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
 
 
 @pytest.mark.kafka
-def test_broker_command_serves_topics_until_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_broker_command_serves_topics_until_stopped(tmp_path: Path, stop: int) -> None:
     from kafka import KafkaConsumer
 
     out = tmp_path / "stdout"
@@ -231,8 +232,11 @@ def test_broker_command_serves_topics_until_ctrl_c(tmp_path: Path) -> None:
                 assert consumer.partitions_for_topic("trips") == {0, 1, 2}
             finally:
                 consumer.close()
-            os.killpg(process.pid, signal.SIGINT)
+            # Ctrl-C reaches the terminal's whole process group; kill(1) only the command
+            (os.killpg if stop == signal.SIGINT else os.kill)(process.pid, stop)
             assert process.wait(timeout=30) == 0
+            with pytest.raises(OSError):  # the broker process went with it
+                socket.create_connection(tuple(servers.split(":")), timeout=1).close()
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
