@@ -174,6 +174,9 @@ class Progress:
     """Records in Kafka not yet read (latest offsets minus the last batch's end offsets)."""
     last_batch_at: float = 0.0
     interrupted: bool = False
+    stopped_by: str = "the query ended"
+    """Why :func:`watch` returned: ``Ctrl-C``, ``--duration reached``, ``done`` (``until``),
+    or ``the query ended`` (e.g. ``trigger.available_now`` read everything)."""
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
     """(time, records) at each batch, for the current rate."""
 
@@ -393,12 +396,15 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
         while query.isActive:
             update()
             if duration is not None and time.monotonic() - progress.started > duration:
+                progress.stopped_by = "--duration reached"
                 break
             if until is not None and until(progress):
+                progress.stopped_by = "done"
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:
         progress.interrupted = True
+        progress.stopped_by = "Ctrl-C"
         _stop_after_batch_in_flight(query)
     finally:
         if query.isActive:
@@ -464,11 +470,9 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
         progress = watch(query, sink, duration=duration, report=report, idle=idle)
     finally:
         spark.stop()
-    reason = ("Ctrl-C" if progress.interrupted
-              else "--duration reached" if duration is not None and query.exception() is None
-              and time.monotonic() - progress.started > duration
-              else "all available records read" if config["trigger.available_now"]
-              else "the query ended")
+    reason = progress.stopped_by
+    if reason == "the query ended" and config["trigger.available_now"]:
+        reason = "all available records read"
     print(format_summary(progress, reason), flush=True)
     if spark_log is not None:
         with contextlib.suppress(OSError):

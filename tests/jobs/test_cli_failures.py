@@ -245,3 +245,29 @@ def test_broker_command_serves_topics_until_stopped(tmp_path: Path, stop: int) -
             with process.stderr:
                 assert process.stderr.read() == b""
     assert out.read_text().splitlines()[-1] == "broker stopped"
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_ingest_available_now_prints_batches_and_a_summary_line(
+        tmp_path: Path, kafka_bootstrap: str) -> None:  # noqa: F811
+    topic = unique_topic("summary")
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, [(b"k%d" % i, b'{"id": "k%d", "ts": %d}' % (i, i), i % 2)
+                                     for i in range(300)] + [(b"bad", b"{not json", 0)])
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "ingest", str(_job(tmp_path, kafka_bootstrap, topic)),
+         "--trigger.available_now", "true"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0, (lines, result.stderr[-2000:])
+    assert result.stderr == ""
+    spark_log = lines[1].removeprefix("Spark's log: ")
+    assert not Path(spark_log).exists()  # removed after a clean run
+    batch = next(line for line in lines if line.startswith("batch 1: "))
+    assert batch.startswith("batch 1: 301 records, ")
+    assert batch.endswith(", lag 0, 1 errors, 4 file groups written")
+    assert lines[-1].startswith("stopped (all available records read) after ")
+    assert ": 301 records in 1 batches (" in lines[-1]
+    assert lines[-1].endswith("/s avg), 1 errors, lag 0")
