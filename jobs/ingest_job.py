@@ -402,10 +402,10 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
                 progress.stopped_by = "done"
                 break
             time.sleep(0.5)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         progress.interrupted = True
-        progress.stopped_by = "Ctrl-C"
-        _stop_after_batch_in_flight(query)
+        progress.stopped_by = "SIGTERM" if str(interrupt) == "SIGTERM" else "Ctrl-C"
+        _stop_after_batch_in_flight(query, progress.stopped_by)
     finally:
         if query.isActive:
             query.stop()
@@ -416,9 +416,9 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
     return progress
 
 
-def _stop_after_batch_in_flight(query: StreamingQuery) -> None:
+def _stop_after_batch_in_flight(query: StreamingQuery, why: str = "Ctrl-C") -> None:
     """First Ctrl-C: wait until no trigger is active, then stop; a second one stops now."""
-    print("\nstopping (Ctrl-C): waiting for the batch in flight to commit "
+    print(f"\nstopping ({why}): waiting for the batch in flight to commit "
           "(Ctrl-C again to stop now; that batch is then rolled back by the next run)",
           flush=True)
     try:
@@ -427,6 +427,10 @@ def _stop_after_batch_in_flight(query: StreamingQuery) -> None:
     except KeyboardInterrupt:
         pass
     query.stop()
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def describe_job(config: JobConfig) -> str:
@@ -438,7 +442,8 @@ def describe_job(config: JobConfig) -> str:
 
 
 def run(config: JobConfig, *, duration: float | None = None, verbose: bool = False) -> int:
-    """``tidelake ingest``: start the job and print progress until it ends; 130 after Ctrl-C.
+    """``tidelake ingest``: start the job and print progress until it ends; 130 after Ctrl-C,
+    143 after SIGTERM (both stop after the batch in flight).
 
     Without ``verbose`` Spark's own output goes to a log file whose path is printed (a
     failure still prints one line saying what failed); with it, to the terminal, after the
@@ -452,6 +457,10 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
         spark_log = os.path.join(tempfile.gettempdir(), f"tidelake-spark-{os.getpid()}.log")
         print(f"Spark's log: {spark_log}", flush=True)
     started = time.monotonic()
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (kill, docker stop; as PID 1 in a container Python would ignore it) stops
+        # the job as Ctrl-C does, and exits 143
+        signal.signal(signal.SIGTERM, _sigterm)
     try:
         spark, sink, query = start(config, spark_log=spark_log)
     except KeyboardInterrupt:
@@ -477,4 +486,4 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
     if spark_log is not None:
         with contextlib.suppress(OSError):
             os.remove(spark_log)  # kept only when the job failed
-    return 130 if progress.interrupted else 0
+    return (143 if progress.stopped_by == "SIGTERM" else 130) if progress.interrupted else 0

@@ -162,8 +162,11 @@ def _wait_for(path: Path, text: str, process: subprocess.Popen[bytes], timeout: 
 
 @pytest.mark.spark
 @pytest.mark.kafka
+@pytest.mark.parametrize(("stop", "code", "why"), [(signal.SIGINT, 130, "Ctrl-C"),
+                                                   (signal.SIGTERM, 143, "SIGTERM")],
+                         ids=["ctrl-c", "sigterm"])
 def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
-        tmp_path: Path, kafka_bootstrap: str) -> None:  # noqa: F811
+        tmp_path: Path, kafka_bootstrap: str, stop: int, code: int, why: str) -> None:  # noqa: F811
     """Ctrl-C reaches the whole foreground process group, as a terminal sends it. The
     GLOBAL_STATE index runs pyspark's transformWithStateInPandas, whose Python workers print
     "Streaming TransformWithStateInPandas Python worker ..." lines: none reach the user."""
@@ -181,14 +184,15 @@ def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
             stdout=stdout, stderr=stderr, env=env, cwd=tmp_path, start_new_session=True)
         try:
             _wait_for(out, "batch 1: 500 records", process, timeout=240)
-            os.killpg(process.pid, signal.SIGINT)
-            code = process.wait(timeout=120)
+            # Ctrl-C reaches the terminal's whole process group; kill(1) only the command
+            (os.killpg if stop == signal.SIGINT else os.kill)(process.pid, stop)
+            exit_code = process.wait(timeout=120)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
     lines = out.read_text().splitlines()
-    assert code == 130, lines
+    assert exit_code == code, lines
     assert err.read_text() == ""
     assert lines[0] == (f"tidelake ingest: {topic} on {kafka_bootstrap} -> MERGE_ON_READ table "
                         f"{tmp_path}/out/t (GLOBAL_STATE index), checkpoint {tmp_path}/out/cp")
@@ -199,9 +203,9 @@ def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
     batch = next(line for line in lines if line.startswith("batch 1: "))
     assert batch.startswith("batch 1: 500 records, ")
     assert "/s now (" in batch and "/s avg), lag 0, 0 errors, " in batch
-    assert ("stopping (Ctrl-C): waiting for the batch in flight to commit (Ctrl-C again to "
+    assert (f"stopping ({why}): waiting for the batch in flight to commit (Ctrl-C again to "
             "stop now; that batch is then rolled back by the next run)") in lines
-    assert lines[-1].startswith("stopped (Ctrl-C) after ")
+    assert lines[-1].startswith(f"stopped ({why}) after ")
     assert ": 500 records in 1 batches (" in lines[-1]
     assert lines[-1].endswith("/s avg), 0 errors, lag 0")
 
