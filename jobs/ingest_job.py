@@ -310,17 +310,19 @@ def check_source(config: JobConfig, timeout_s: float = 10.0) -> None:
     check(KafkaSourceOptions.from_options(source_options(config)), timeout_s)
 
 
-def start(config: JobConfig, spark: SparkSession | None = None, *, spark_log: str | None = None
-          ) -> tuple[SparkSession, HudiStreamingSink, StreamingQuery]:
+def start(config: JobConfig, spark: SparkSession | None = None, *, spark_log: str | None = None,
+          check: bool = True) -> tuple[SparkSession, HudiStreamingSink, StreamingQuery]:
     """Build everything and start the query (returns at once).
 
-    The Kafka source is checked first (:func:`check_source`): an unreachable broker or a
-    missing topic fails here, before a Spark session or any table exists.
+    The Kafka source is checked first (:func:`check_source`; ``check=False`` when the caller
+    just did): an unreachable broker or a missing topic fails here, before a Spark session or
+    any table exists.
     """
     from ingest.kafka_source import read_kafka_stream
     from ingest.sink import start_ingest
 
-    check_source(config)
+    if check:
+        check_source(config)
     decoder = build_decoder(config)
     spark = spark or build_spark(config, spark_log=spark_log)
     sink = build_sink(config, decoder)
@@ -452,6 +454,7 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
     print(describe_job(config), flush=True)
     if verbose:
         print("settings:", {k: v for k, v in config.redacted().items() if v is not None})
+    check_source(config)  # before anything is created, and before naming a Spark log
     spark_log = None
     if not verbose:
         spark_log = os.path.join(tempfile.gettempdir(), f"tidelake-spark-{os.getpid()}.log")
@@ -462,7 +465,7 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
         # the job as Ctrl-C does, and exits 143
         signal.signal(signal.SIGTERM, _sigterm)
     try:
-        spark, sink, query = start(config, spark_log=spark_log)
+        spark, sink, query = start(config, spark_log=spark_log, check=False)
     except KeyboardInterrupt:
         print("\nstopped (Ctrl-C) while starting; nothing was read", flush=True)
         return 130
