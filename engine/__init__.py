@@ -17,6 +17,7 @@ from engine.errors import (
     TerminalError,
     TidelakeError,
     TransientError,
+    UnsupportedStorageError,
     WriteConflictError,
 )
 
@@ -44,5 +45,6 @@ __all__ = [
     "TidelakeError",
     "TimelineEntry",
     "TransientError",
+    "UnsupportedStorageError",
     "WriteConflictError",
 ]

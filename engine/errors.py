@@ -45,6 +45,10 @@ class UnsupportedTableError(TerminalError):
     """The table uses a feature or version this engine does not read or write."""
 
 
+class UnsupportedStorageError(TerminalError, ValueError):
+    """A table location names storage this engine cannot write yet (e.g. ``s3://``)."""
+
+
 class CorruptTableError(TerminalError):
     """A file of the table cannot be parsed (timeline metadata, properties, a data file)."""
 

@@ -31,12 +31,46 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from engine.errors import UnsupportedStorageError
 
 TEMP_PREFIX = ".tmp."
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def local_path(location: str) -> str:
+    """The local folder of a table location: a path, or a ``file://`` URI.
+
+    ``file:///data/t`` and ``file://localhost/data/t`` are ``/data/t`` (percent-escapes
+    decoded); a plain path is returned as given. Any other scheme (``s3://``, ``gs://``,
+    ``abfs://``, ...) raises :class:`~engine.errors.UnsupportedStorageError` naming the
+    location: object storage is not supported yet, and such a string must never become a
+    folder named ``s3:`` in the working directory.
+    """
+    match = _SCHEME.match(location)
+    if match is None:
+        return location
+    scheme = match.group(1).lower()
+    if scheme != "file":
+        raise UnsupportedStorageError(
+            f"{location}: {scheme}:// locations are not supported yet (object storage is "
+            "planned); use a local folder or a file:// URI")
+    parts = urlsplit(location)
+    if parts.netloc not in ("", "localhost"):
+        raise UnsupportedStorageError(
+            f"{location}: a file:// URI must name a local path (file:///folder), not the "
+            f"host '{parts.netloc}'")
+    path = unquote(parts.path)
+    if not path:
+        raise UnsupportedStorageError(f"{location}: the file:// URI names no folder")
+    return path
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -93,7 +127,7 @@ class Storage:
     """Local-disk storage rooted at a table's base path; all paths are relative to it."""
 
     def __init__(self, base_path: str) -> None:
-        self.base_path = os.path.abspath(base_path)
+        self.base_path = os.path.abspath(local_path(base_path))
 
     def full(self, rel: str) -> str:
         """Absolute path of ``rel``; refuses paths that would leave the base folder."""

@@ -39,7 +39,7 @@ from engine.keygen import check_field_types
 from engine.properties import dumps, loads
 from engine.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
-from engine.storage import Storage
+from engine.storage import Storage, local_path
 from engine.timeline import HOODIE, Timeline
 from engine.write_client import (
     BULK_INSERT,
@@ -97,7 +97,8 @@ class Table:
     """A Hudi table (version 8) on local disk: create or open it, write, read."""
 
     def __init__(self, path: str, config: TableConfig, write_config: WriteConfig) -> None:
-        self.path = path
+        self.path = local_path(path)
+        """The table's local folder (a ``file://`` location given to create/open, decoded)."""
         self.storage = Storage(path)
         self.config = config
         self.write_config = write_config
@@ -111,7 +112,8 @@ class Table:
                partition_by: str | Sequence[str] | None = None,
                options: Mapping[str, Any] | None = None,
                schema: pa.Schema | None = None) -> Table:
-        """Create a new table at ``path``; raises if one exists there already."""
+        """Create a new table at ``path`` (a folder or ``file://`` URI); raises if one exists
+        there already, and :class:`~engine.errors.UnsupportedStorageError` for other URIs."""
         table = cls.define(path, name=name, record_key=record_key, table_type=table_type,
                            precombine=precombine, partition_by=partition_by, options=options,
                            schema=schema)
@@ -133,6 +135,7 @@ class Table:
         """
         if not isinstance(path, str) or not path:
             raise ValueError(f"path: expected a folder path, got {path!r}")
+        path = local_path(path)
         if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
             raise ValueError(f"name: {name!r} must be letters, digits and underscores only")
         try:
@@ -217,7 +220,9 @@ class Table:
 
     @classmethod
     def open(cls, path: str, options: Mapping[str, Any] | None = None) -> Table:
-        """Open an existing table; ``options`` are writer options (see docs)."""
+        """Open an existing table at ``path`` (a folder or ``file://`` URI); ``options`` are
+        writer options (see docs)."""
+        path = local_path(path)
         storage = Storage(path)
         try:
             text = storage.read(PROPERTIES).decode("latin-1")

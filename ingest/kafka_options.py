@@ -60,8 +60,19 @@ def _positive_int(key: str, value: str) -> int:
     return number
 
 
-def _upper(key: str, value: str) -> str:
-    return _text(key, value).upper()
+def _one_of(*choices: str, upper: bool = True) -> Callable[[str, str], str]:
+    """A parser accepting exactly ``choices`` (case-insensitively); anything else is an error
+    naming the option and the accepted values, so a typo never falls back to a default (a
+    misspelt ``SASL_PLAINTXT`` must not connect in plaintext without authentication)."""
+
+    def parse(key: str, value: str) -> str:
+        text = _text(key, value)
+        wanted = text.upper() if upper else text.lower()
+        if wanted not in choices:
+            raise InvalidOptionError(key, f"expected one of {', '.join(choices)}, got {text!r}")
+        return wanted
+
+    return parse
 
 
 def _servers(key: str, value: str) -> list[str]:
@@ -73,13 +84,23 @@ def _servers(key: str, value: str) -> list[str]:
 
 def _hostname_check(key: str, value: str) -> bool:
     # Java's ssl.endpoint.identification.algorithm: "https" checks the host name, "" does not.
-    return value.strip().lower() == "https"
+    lowered = value.strip().lower()
+    if lowered not in ("https", ""):
+        raise InvalidOptionError(key, f"expected https or an empty string, got {value!r}")
+    return lowered == "https"
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""The SASL mechanisms that string options can configure (username and password); GSSAPI and
+OAUTHBEARER need objects or Kerberos settings the source does not take."""
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
 CLIENT_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "kafka.bootstrap.servers": ("bootstrap_servers", _servers),
-    "kafka.security.protocol": ("security_protocol", _upper),
-    "kafka.sasl.mechanism": ("sasl_mechanism", _upper),
+    "kafka.security.protocol": ("security_protocol", _one_of(*SECURITY_PROTOCOLS)),
+    "kafka.sasl.mechanism": ("sasl_mechanism", _one_of(*SASL_MECHANISMS)),
     "kafka.sasl.plain.username": ("sasl_plain_username", _text),
     "kafka.sasl.plain.password": ("sasl_plain_password", _text),
     "kafka.ssl.cafile": ("ssl_cafile", _text),
@@ -93,8 +114,19 @@ CLIENT_OPTIONS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "kafka.ssl.endpoint.identification.algorithm": ("ssl_check_hostname", _hostname_check),
     "kafka.client.id": ("client_id", _text),
     "kafka.request.timeout.ms": ("request_timeout_ms", _positive_int),
+    "kafka.isolation.level": ("isolation_level", _one_of(*ISOLATION_LEVELS, upper=False)),
 }
-"""``kafka.*`` option -> (kafka-python ``KafkaConsumer`` argument, parser). SSL takes PEM files."""
+"""``kafka.*`` option -> (kafka-python ``KafkaConsumer`` argument, parser). SSL takes PEM files.
+Enumerated settings accept only their listed values."""
+
+_SET_BY_SOURCE = {
+    "kafka.auto.offset.reset": "use startingOffsets (source.starting_offsets in a job)",
+    "kafka.group.id": "the source keeps offsets in the Spark checkpoint, not in a group",
+    "kafka.enable.auto.commit": "the source never commits offsets to Kafka",
+    "kafka.key.deserializer": "keys are read as bytes",
+    "kafka.value.deserializer": "values are read as bytes; see the decode settings",
+}
+"""Kafka consumer settings the source sets itself (as Spark's kafka source refuses them)."""
 
 _SOURCE_OPTIONS = {
     "subscribe": "subscribe",
@@ -139,6 +171,8 @@ class KafkaSourceOptions:
             if key in CLIENT_OPTIONS:
                 arg, parse = CLIENT_OPTIONS[key]
                 client[arg] = parse(key, value)
+            elif key in _SET_BY_SOURCE:
+                raise InvalidOptionError(key, f"cannot be set: {_SET_BY_SOURCE[key]}")
             elif key.startswith("kafka."):
                 hint = " (kafka-python takes PEM files: kafka.ssl.cafile, certfile, keyfile)"
                 raise InvalidOptionError(
@@ -152,6 +186,21 @@ class KafkaSourceOptions:
                     f"{', '.join(sorted(_SOURCE_OPTIONS.values()))} and kafka.* client options")
         if "bootstrap_servers" not in client:
             raise InvalidOptionError("kafka.bootstrap.servers", "is required")
+        protocol = client.get("security_protocol", "PLAINTEXT")
+        if protocol.startswith("SASL_"):
+            if "sasl_mechanism" not in client:
+                raise InvalidOptionError("kafka.sasl.mechanism", f"is required with "
+                                         f"security.protocol {protocol} (one of "
+                                         f"{', '.join(SASL_MECHANISMS)})")
+            for needed in ("sasl_plain_username", "sasl_plain_password"):
+                if needed not in client:
+                    raise InvalidOptionError(
+                        "kafka." + needed.replace("_", ".", 2),
+                        f"is required with sasl.mechanism {client['sasl_mechanism']}")
+        elif "sasl_mechanism" in client:
+            raise InvalidOptionError("kafka.sasl.mechanism", f"has no effect with "
+                                     f"security.protocol {protocol}; use SASL_PLAINTEXT or "
+                                     "SASL_SSL to authenticate")
         if "subscribe" not in source:
             raise InvalidOptionError("subscribe", "is required (comma-separated topic names)")
         topics = tuple(dict.fromkeys(t.strip() for t in source["subscribe"].split(",")))
@@ -179,7 +228,8 @@ class KafkaSourceOptions:
             "group_id": None,
             "enable_auto_commit": False,
             "allow_auto_create_topics": False,
-            "isolation_level": "read_uncommitted",  # Spark's default too; see _Cluster.latest
+            # Records of aborted transactions are never ingested (``kafka.isolation.level``).
+            "isolation_level": "read_committed",
             **self.client_config,
             **overrides,
         }

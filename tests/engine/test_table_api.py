@@ -14,6 +14,7 @@ from engine import (
     Table,
     TableExistsError,
     TableNotFoundError,
+    UnsupportedStorageError,
 )
 from engine.errors import CorruptTableError
 from tests.conftest import hudi_rs_read
@@ -56,6 +57,33 @@ def test_create_twice_raises_and_open_missing_raises(tmp_path: Path) -> None:
         _table(tmp_path)
     with pytest.raises(TableNotFoundError):
         Table.open(str(tmp_path / "nothing"))
+
+
+def test_create_and_open_file_uri_write_the_local_folder(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "x y" / "t"
+    table = Table.create(f"file://{tmp_path}/x%20y/t", name="t", record_key="id",
+                         precombine="ts", partition_by=["city"])
+    table.upsert(_data(["a", "b"]))
+    assert (folder / ".hoodie" / "hoodie.properties").is_file()
+    assert not (tmp_path / "file:").exists()
+    assert table.path == str(folder)
+    again = Table.open(f"file://localhost{folder}")
+    assert sorted(again.read().column("id").to_pylist()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("location", ["s3://my-bucket/orders", "gs://b/t", "abfs://c@a/t",
+                                      "file://otherhost/data/t"])
+def test_create_or_open_object_store_uri_refused_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedStorageError, match=r"not supported yet|local path") as info:
+        Table.create(location, name="t", record_key="id")
+    assert location in str(info.value)
+    with pytest.raises(UnsupportedStorageError, match=r"not supported yet|local path"):
+        Table.open(location)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("bad", [

@@ -119,3 +119,43 @@ def test_legacy_batch_decodes_like_kafka_python_and_checks_record_crcs(magic: in
     damaged[data.index(b"v0")] ^= 0xFF  # the first record's value: its CRC no longer matches
     with pytest.raises(CorruptRecordsError, match="crc"):
         chunk_of_legacy(MemoryRecords(bytes(damaged)).next_batch(), True)
+
+
+def _txn_batch(values: list[bytes], base_offset: int, producer_id: int) -> bytes:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 30,
+                                   offset=base_offset, transactional=True,
+                                   producer_id=producer_id, producer_epoch=0, base_sequence=0)
+    for value in values:
+        assert builder.append(1_700_000_000_000, None, value, []) is not None
+    builder.close()
+    return bytes(builder.buffer())
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunks", "kafka-python"])
+def test_read_committed_fetch_skips_aborted_transaction_batches(chunked: bool) -> None:
+    """A fetch response that lists producer 7's transaction from offset 2 as aborted: under
+    read_committed its batch is skipped, the committed ones (producer 5) are kept — by the
+    chunk decoder as by kafka-python's own; under read_uncommitted all are kept."""
+    from kafka import TopicPartition
+    from kafka.consumer.fetcher import Fetcher
+    from kafka.protocol.consumer import IsolationLevel
+    from kafka.protocol.old.fetch import AbortedTransaction
+
+    from ingest.kafka_records import _chunked_class
+
+    data = (_txn_batch([b"c1", b"c2"], 0, producer_id=5)
+            + _txn_batch([b"a1", b"a2"], 2, producer_id=7)
+            + _txn_batch([b"c3"], 4, producer_id=5))
+    base = Fetcher.PartitionRecords
+    cls = _chunked_class(base, IsolationLevel.READ_COMMITTED) if chunked else base
+
+    def values(level: Any) -> list[bytes]:
+        records = cls(0, TopicPartition("t", 0), MemoryRecords(data), isolation_level=level,
+                      aborted_transactions=[AbortedTransaction(7, 2)])
+        out: list[bytes] = []
+        for item in records.take():
+            out += item.values if isinstance(item, RecordChunk) else [item.value]
+        return out
+
+    assert values(IsolationLevel.READ_COMMITTED) == [b"c1", b"c2", b"c3"]
+    assert values(IsolationLevel.READ_UNCOMMITTED) == [b"c1", b"c2", b"a1", b"a2", b"c3"]

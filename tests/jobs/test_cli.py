@@ -65,3 +65,53 @@ def test_how_to_read_commands_run_as_printed(tmp_path: Path,
         assert out.returncode == 0, (line, out.stderr[-2000:])
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     assert how_to_read(Path("t")).splitlines()[1].split()[0] == "tidelake"
+
+
+def _small_table(path: Path) -> None:
+    import pyarrow as pa
+
+    from engine import Table
+
+    table = Table.create(str(path), name="trips", record_key="id", precombine="ts",
+                         partition_by=["city"])
+    table.upsert(pa.table({"id": ["a", "b", "c"], "ts": [1, 2, 3],
+                           "city": ["oslo", "oslo", "lima"],
+                           "fare": [1.5, None, 3.0],
+                           "tags": [["x"], [], None]}))
+    table.delete(pa.table({"id": ["b"], "city": ["oslo"]}))
+
+
+def test_table_show_prints_row_count_and_schema(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _small_table(tmp_path / "t")
+    assert main(["table", "show", str(tmp_path / "t")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:9] == [
+        "rows: 2 (latest snapshot)",
+        "",
+        "schema:",
+        "  id: string (nullable)",
+        "  ts: long (nullable)",
+        "  city: string (nullable)",
+        "  fare: double (nullable)",
+        "  tags: array<string (nullable)> (nullable)",
+    ]
+
+
+def test_table_show_into_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """``tidelake table show T | head -1``: the reader goes away; no BrokenPipeError trace."""
+    import os
+    import subprocess
+    import sys
+
+    _small_table(tmp_path / "t")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "table", "show", str(tmp_path / "t")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ,
+                                                             "PYTHONPATH": str(ROOT)})
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # as `head` does once it has what it wants
+    with process.stderr:
+        err = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0
+    assert err == ""

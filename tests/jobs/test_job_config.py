@@ -18,6 +18,8 @@ bootstrap_servers = "localhost:9092"
 topics = ["trips"]
 [source.kafka]
 "security.protocol" = "SASL_PLAINTEXT"
+"sasl.mechanism" = "SCRAM-SHA-512"
+"sasl.plain.username" = "ingest"
 "sasl.plain.password" = "hunter2"
 [decode]
 schema = "id STRING, ts BIGINT"
@@ -101,6 +103,47 @@ def test_flags_override_file_values(tmp_path: Path) -> None:
     assert config.spark_conf == {"spark.sql.shuffle.partitions": "3"}
 
 
+@pytest.mark.parametrize(("kafka", "named", "says"), [
+    ({"security.protocol": "SASL_PLAINTXT"}, "source.kafka.security.protocol",
+     "expected one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, got 'SASL_PLAINTXT'"),
+    ({"security.protocol": "PLAINTEXT"}, "source.kafka.sasl.mechanism", "has no effect"),
+    ({"isolation.level": "read_commited"}, "source.kafka.isolation.level", "read_committed"),
+    ({"securty.protocol": "SSL"}, "source.kafka.securty.protocol",
+     "unknown Kafka client option"),
+    ({"auto.offset.reset": "earliest"}, "source.kafka.auto.offset.reset",
+     "source.starting_offsets"),
+])
+def test_load_kafka_option_typo_error_names_job_setting(
+        tmp_path: Path, kafka: dict[str, str], named: str, says: str) -> None:
+    """Checked when the file is loaded, before any Spark session exists."""
+    with pytest.raises(InvalidOptionError) as caught:
+        load(_write(tmp_path, GOOD), {f"source.kafka.{k}": v for k, v in kafka.items()})
+    assert caught.value.key == named
+    assert f"option '{named}': " in str(caught.value)
+    assert says in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_load_bad_starting_offsets_names_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match=r"source\.starting_offsets"):
+        load(_write(tmp_path, GOOD), {"source.starting_offsets": "{\"other\": {\"0\": 1}}"})
+
+
+@pytest.mark.parametrize("name", ["table.path", "checkpoint.location", "errors.table_path"])
+def test_load_object_store_location_refused_naming_setting(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        load(_write(tmp_path, GOOD), {name: "s3://my-bucket/orders"})
+    assert caught.value.key == name
+    assert "s3://my-bucket/orders" in str(caught.value)
+    assert "not supported yet" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["table.path", "checkpoint.location", "errors.table_path"])
+def test_load_file_uri_location_becomes_local_path(tmp_path: Path, name: str) -> None:
+    config = load(_write(tmp_path, GOOD), {name: "file:///data/my%20orders"})
+    assert config[name] == "/data/my orders"
+
+
 def test_invalid_toml_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="not valid TOML"):
         load(_write(tmp_path, "[source\n"))
@@ -120,3 +163,11 @@ def test_unquoted_dotted_passthrough_keys_name_the_same_option(tmp_path: Path) -
     assert config.table_options == {"hoodie.client.heartbeat.interval_in_ms": "500",
                                     "hoodie.logfile.data.block.format": "parquet"}
     assert config.spark_conf == {"spark.sql.shuffle.partitions": "2"}
+
+
+def test_load_avro_formats_need_a_schema_file_and_confluent_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match=r"'decode\.schema_file': format avro needs"):
+        load(_write(tmp_path, GOOD), {"decode.format": "avro"})
+    with pytest.raises(InvalidOptionError, match=r"'decode\.format': avro-confluent needs"):
+        load(_write(tmp_path, GOOD), {"decode.format": "avro-confluent",
+                                      "decode.schema_file": "x.avsc"})
