@@ -112,22 +112,27 @@ class TableLayout:
     """(partition, file id) → (base file path or None, base instant) of its latest slice."""
     buckets: Mapping[tuple[str, int], str]
     """(partition, bucket) → file id, for live groups whose id names a bucket."""
+    log_files: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    """(partition, file id) → names of its latest slice's log files (for write stats)."""
 
     @classmethod
     def of(cls, slices: Sequence[FileSlice], *, bucketed: bool) -> TableLayout:
         """Layout of the latest slices; ``bucketed``: the table uses the bucket layout."""
         groups: dict[tuple[str, str], tuple[str | None, str]] = {}
         buckets: dict[tuple[str, int], str] = {}
+        logs: dict[tuple[str, str], tuple[str, ...]] = {}
         for s in slices:
             groups[(s.partition_path, s.file_id)] = (
                 s.base_file.path if s.base_file else None, s.base_instant)
+            if s.log_files:
+                logs[(s.partition_path, s.file_id)] = tuple(log.name for log in s.log_files)
             if bucketed:
                 try:
                     buckets.setdefault((s.partition_path, bucket_from_file_id(s.file_id)),
                                        s.file_id)
                 except ValueError:
                     continue
-        return cls(groups, buckets)
+        return cls(groups, buckets, logs)
 
 
 @dataclass(frozen=True)
@@ -458,7 +463,8 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
     base_file, base_instant = existing if existing is not None else (None, None)
     task = WriteTask(kind=kind, partition_path=partition, file_id=file_id, records=records,
                      deletes=deletes, base_file=base_file, base_instant=base_instant,
-                     task_partition=task_partition, stage=stage, attempt=attempt)
+                     task_partition=task_partition, stage=stage, attempt=attempt,
+                     log_files=layout.log_files.get((partition, file_id), ()))
     # sync: the task flushes its own files; the driver's sync reaches only its own host.
     return execute(ctx, task, sync=True)
 

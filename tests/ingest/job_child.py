@@ -18,8 +18,8 @@ the parent test can SIGKILL the job at exactly that point; it never goes on past
 parent may write ``ARM`` before starting the job or while it runs. Each point is reached by
 wrapping the function that runs there (no hook in the product code).
 
-This module is imported by Spark's Python workers too (:class:`CrashDecoder` is pickled into
-tasks by reference), so it imports nothing heavy at module level.
+This module is imported by Spark's Python workers too (``crash_site/sitecustomize.py`` installs
+the ``decode`` point there), so it imports nothing heavy at module level.
 """
 
 from __future__ import annotations
@@ -70,23 +70,25 @@ def armed(arm: str | None, point: str) -> bool:
         return False
 
 
-class CrashDecoder:
-    """Wraps the job's decoder; inside an executor task, stops at ``decode`` when armed.
+def install_decode_crash_point(arm: str, signal_file: str) -> None:
+    """Inside an executor task, stop at ``decode`` when armed: the job's decoders are wrapped
+    in the process that decodes (a Spark Python worker; see ``crash_site/sitecustomize.py``).
 
     Decoding runs lazily in a micro-batch's first Spark job, in the tasks that read Kafka.
     """
+    from ingest import decode
 
-    def __init__(self, inner: Any, arm: str, signal_file: str) -> None:
-        self.inner = inner
-        self.schema = inner.schema
-        self.arm = arm
-        self.signal_file = signal_file
+    for cls in (decode.JsonDecoder, decode.AvroDecoder):
+        original = cls.decode
 
-    def decode(self, values: Any) -> Any:
-        """Decode with the wrapped decoder, unless armed: then stop here."""
-        if armed(self.arm, "decode"):
-            stop_here(self.signal_file, "decode", rows=len(values))
-        return self.inner.decode(values)
+        def decode_or_stop(self: Any, values: Any, *, _original: Any = original) -> Any:
+            from pyspark import TaskContext
+
+            if TaskContext.get() is not None and armed(arm, "decode"):
+                stop_here(signal_file, "decode", rows=len(values))
+            return _original(self, values)
+
+        cls.decode = decode_or_stop  # type: ignore[method-assign]
 
 
 def ancestry(pid: int) -> list[dict[str, Any]]:
@@ -132,7 +134,6 @@ class Report:
 def install(arm: str | None, signal_file: str, errors_path: str, report: Report) -> None:
     """Wrap the sink, the commits, the query start and the decoder (see :data:`CRASH_POINTS`)."""
     import ingest.sink as sink_module
-    import jobs.ingest_job as ingest_job
     from engine.write_client import WriteClient
 
     original_process = sink_module.HudiStreamingSink.process_batch
@@ -168,10 +169,7 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
         return original_start(*a, **kw)
 
     sink_module.start_ingest = start_ingest
-    if arm:
-        original_decoder = ingest_job.build_decoder
-        ingest_job.build_decoder = lambda config: CrashDecoder(  # type: ignore[assignment]
-            original_decoder(config), arm, signal_file)
+    # The ``decode`` point runs in the executors' Python workers: see ChildJob (harness).
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,7 +133,10 @@ def expected_reason(value: bytes) -> str:
 
 
 def read_rows(path: str | Path) -> tuple[dict[str, Row], list[str]]:
-    """Our reader's rows by key, and the keys stored more than once."""
+    """Our reader's rows by key, and the keys stored more than once (none before the sink
+    created the table: it does so with its first valid micro-batch)."""
+    if not (Path(path) / ".hoodie" / "hoodie.properties").exists():
+        return {}, []
     data = Table.open(str(path)).read(columns=list(COLUMNS)).to_pylist()
     counts = Counter(r["trip_id"] for r in data)
     return ({r["trip_id"]: tuple(r[c] for c in COLUMNS) for r in data},
@@ -142,6 +145,8 @@ def read_rows(path: str | Path) -> tuple[dict[str, Row], list[str]]:
 
 def hudi_rs_rows(path: str | Path) -> tuple[dict[str, Row], int]:
     """hudi-rs's rows by key, and how many rows it returned."""
+    if not (Path(path) / ".hoodie" / "hoodie.properties").exists():
+        return {}, 0
     data = hudi_rs_read(path)
     if not data.num_rows:
         return {}, 0
@@ -341,12 +346,20 @@ class ChildJob:
         self.signal = work / f"{name}.signal"
         args = [sys.executable, "-m", "tests.ingest.job_child", str(job_file),
                 "--report", str(self.report_path)]
+        extra = dict(env or {})
         if arm is not None:
             args += ["--arm", str(arm), "--signal", str(self.signal)]
+            # Spark's Python workers wrap their decoders for the "decode" crash point.
+            extra.update({"TIDELAKE_TEST_CRASH_ARM": str(arm),
+                          "TIDELAKE_TEST_CRASH_SIGNAL": str(self.signal)})
         if stop is not None:
             args += ["--stop", str(stop)]
+        environment = child_env(extra)
+        if arm is not None:
+            environment["PYTHONPATH"] = os.pathsep.join(
+                [environment["PYTHONPATH"], str(REPO / "tests" / "ingest" / "crash_site")])
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, cwd=REPO, env=child_env(env), stdout=out,
+            self.proc = subprocess.Popen(args, cwd=REPO, env=environment, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 
     def report(self) -> dict[str, Any]:

@@ -901,3 +901,25 @@ def test_sink_refuses_key_field_without_java_text_at_setup(tmp_path: Path) -> No
     with pytest.raises(InvalidRecordError, match="'id'"):
         HudiStreamingSink(str(tmp_path / "t"), decoder=JsonDecoder("id BINARY, ts BIGINT"),
                           record_key="id", precombine="ts")
+
+
+@pytest.mark.spark
+def test_bucket_sink_log_stats_name_the_slice_files_as_hudi(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Streaming appends record the slice's base instant, base file and earlier logs
+    (``HoodieAppendHandle``), as the engine's own appends do."""
+    path = str(tmp_path / "t")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1)
+    offsets: dict[int, int] = {}
+    for batch_id in range(3):
+        sink.process_batch(_frame(spark, kafka_rows([Event("a", batch_id + 1, "oslo", 1.0)],
+                                                    "ev", offsets)), batch_id)
+    table = Table.open(path)
+    timeline = Timeline.load(table.storage, table.config)
+    stats = [timeline.commit_metadata(i).write_stats[0]
+             for i in timeline.completed_data_instants]
+    names = [Path(s.path).name for s in stats]
+    first = timeline.completed_data_instants[0].requested_time
+    assert [s.log_files for s in stats] == [(names[0],), tuple(names[:2]), tuple(names)]
+    assert all((s.prev_commit, s.base_file) == (first, "") for s in stats)
