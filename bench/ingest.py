@@ -553,7 +553,7 @@ def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offs
 
 
 def _epoch(instant_time: str) -> float:
-    from engine.instant import parse_instant_time
+    from engine.timeline.instant import parse_instant_time
 
     return parse_instant_time(instant_time).timestamp()
 
@@ -561,7 +561,7 @@ def _epoch(instant_time: str) -> float:
 def _committed(table_path: str) -> tuple[dict[int, int], str | None]:
     """Offsets (partition → next offset) in the table's newest commit, and its completion."""
     from engine.table import Table
-    from engine.timeline import Timeline
+    from engine.timeline.active import Timeline
     from ingest.checkpoint import last_offsets
 
     table = Table.open(table_path)

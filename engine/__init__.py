@@ -2,7 +2,7 @@
 
 ``engine`` never imports pyspark. The public API is :class:`Table`; errors derive from
 :class:`TidelakeError`. ``Table`` is re-exported lazily so that importing one engine
-module (say ``engine.bloom`` inside a Spark task) does not import the whole engine.
+module (say ``engine.format.bloom`` inside a Spark task) does not import the whole engine.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from engine.avro_schema import arrow_schema_to_avro, avro_schema_to_arrow
 from engine.errors import CorruptTableError
+from engine.format.avro_schema import arrow_schema_to_avro, avro_schema_to_arrow
 
 if TYPE_CHECKING:
-    from engine.timeline import Timeline
+    from engine.timeline.active import Timeline
 
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"

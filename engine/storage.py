@@ -20,7 +20,7 @@ Contract (what the write protocol and readers depend on):
   calls :meth:`sync` once (Linux ``syncfs`` of the table's file system) after all data
   files of an instant are written and before the completed instant is published. Data
   files written on other machines (Spark executors) are flushed by the task that wrote
-  them, each file and its folder entry (``engine.write_handle.execute(..., sync=True)``),
+  them, each file and its folder entry (``engine.write.write_handle.execute(..., sync=True)``),
   before the task reports them: :meth:`sync` on the driver only reaches the driver's own
   host. A power loss can then lose an uncommitted write, never a committed one.
 """

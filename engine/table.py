@@ -33,15 +33,15 @@ from engine.config import (
     WriteConfig,
 )
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
-from engine.file_group import FileSlice
-from engine.instant import parse_instant_time
-from engine.keygen import check_field_types
-from engine.properties import dumps, loads
-from engine.reader import Filters, ReadSpec, TableReader
+from engine.layout.file_group import FileSlice
+from engine.layout.keygen import check_field_types
+from engine.layout.properties import dumps, loads
+from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.storage import Storage, local_path
-from engine.timeline import HOODIE, Timeline
-from engine.write_client import (
+from engine.timeline.active import HOODIE, Timeline
+from engine.timeline.instant import parse_instant_time
+from engine.write.write_client import (
     BULK_INSERT,
     DELETE,
     INSERT,
@@ -332,7 +332,7 @@ class Table:
     def file_slices(self) -> list[FileSlice]:
         """The latest file slice of every live file group."""
         reader = self._reader()
-        from engine.file_group import visible_instants
+        from engine.layout.file_group import visible_instants
         return reader.file_slices(visible_instants(reader.timeline))
 
     def __repr__(self) -> str:

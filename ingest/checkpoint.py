@@ -27,9 +27,9 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from engine.commit_metadata import CommitMetadata
 from engine.errors import CorruptTableError, TableNotFoundError
-from engine.timeline import Timeline
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import CommitMetadata
 from ingest.kafka_source import format_hudi_checkpoint, parse_hudi_checkpoint
 
 __all__ = [

@@ -20,7 +20,7 @@ built. Decoders are picklable (built on the driver, used in tasks).
 * :class:`AvroDecoder` - Avro binary written with the given schema, or the Confluent wire
   format (magic byte 0, 4-byte big-endian schema id, Avro body) with a map of writer schemas;
   rows are read into the reader schema by field name (absent fields take the reader's default,
-  else null). Decoding is column-at-a-time through :mod:`engine.avro_codec`.
+  else null). Decoding is column-at-a-time through :mod:`engine.format.avro_codec`.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from engine.avro_codec import MalformedAvroError, avro_schema_to_arrow, decode_records
 from engine.errors import TerminalError
+from engine.format.avro_codec import MalformedAvroError, avro_schema_to_arrow, decode_records
 from ingest.ddl import parse_ddl, sql_type_name
 
 __all__ = [

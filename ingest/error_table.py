@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from engine.config import TableConfig
 from engine.errors import TableExistsError, TableNotFoundError
 from engine.index.bucket import bucket_ids
-from engine.keygen import partition_paths, record_keys
+from engine.layout.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import TEMP_PREFIX
 from engine.table import Table

@@ -39,7 +39,7 @@ table written by anyone else while the query runs is not seen by the state.
 
 **Layout.** New keys go to the file group of their bucket in their partition (the live group
 for that bucket at query start, else the deterministic id
-:func:`engine.write_client.new_bucket_file_id`), so retries and replays agree; the table's
+:func:`engine.write.write_client.new_bucket_file_id`), so retries and replays agree; the table's
 bucket layout stays valid for the BUCKET index.
 
 **Cost.** The operator calls Python once per key and batch. With
@@ -73,15 +73,20 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from engine.errors import InvalidOptionError, TerminalError
-from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
 from engine.index.bucket import bucket_id
 from engine.index.simple import ORDERING as LOC_ORDERING
 from engine.index.simple import key_locations
-from engine.reader import SliceReader
+from engine.layout.file_group import (
+    FileSlice,
+    build_file_slices,
+    list_table_files,
+    visible_instants,
+)
+from engine.read.reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY, arrow_from_avro_json
 from engine.storage import Storage
-from engine.timeline import Timeline
-from engine.write_client import new_bucket_file_id
+from engine.timeline.active import Timeline
+from engine.write.write_client import new_bucket_file_id
 from ingest.prepare import (
     DELETE,
     ERROR,

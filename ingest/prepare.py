@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from engine.config import MergeMode, TableConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
-from engine.keygen import partition_paths, record_keys
+from engine.layout.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from ingest.decode import (
     Decoder,

@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from engine.commit_metadata import WriteStat
 from engine.errors import (
     InvalidRecordError,
     TableExistsError,
@@ -64,12 +63,13 @@ from engine.errors import (
     TerminalError,
     WriteConflictError,
 )
-from engine.heartbeat import HEARTBEAT_FOLDER
-from engine.keygen import check_field_types
-from engine.partition import PARTITION_METAFILE
+from engine.layout.keygen import check_field_types
+from engine.layout.partition import PARTITION_METAFILE
 from engine.schema import data_schema_of, normalize_input_schema, table_schema
 from engine.table import PROPERTIES, Table
-from engine.timeline import Timeline
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import WriteStat
+from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from ingest.checkpoint import (
     DEFAULT_IDENTIFIER,
     checkpoint_metadata,

@@ -5,11 +5,11 @@ inflight) and takes a :class:`TableLayout` of the live file groups. Executor tas
 place rows in file groups (:func:`place_rows`: the record key's bucket, unless the row already
 names its file group), the rows are repartitioned by file group, and one write handle per
 file group runs inside a task (:func:`write_rows`, ``mapInArrow``); each returns a small
-picklable :class:`~engine.commit_metadata.WriteStat` and where it ran. Only the driver touches
-the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts and
-completes the instant with the stats.
+picklable :class:`~engine.timeline.commit_metadata.WriteStat` and where it ran. Only the
+driver touches the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts
+and completes the instant with the stats.
 
-What crosses to executors — the :class:`~engine.write_handle.WriteContext`, the layout
+What crosses to executors — the :class:`~engine.write.write_handle.WriteContext`, the layout
 (broadcast), flags — is picklable and read-only; nothing in a task relies on driver state, so
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
@@ -37,14 +37,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.commit_metadata import WriteStat
 from engine.config import TableConfig
-from engine.delete_block import ordering_kind
 from engine.errors import InvalidOptionError
-from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
+from engine.format.delete_block import ordering_kind
 from engine.index.bucket import bucket_from_file_id, bucket_ids
-from engine.instant import Instant
-from engine.reader import SliceReader
+from engine.layout.file_group import (
+    FileSlice,
+    build_file_slices,
+    list_table_files,
+    visible_instants,
+)
+from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
     RECORD_KEY,
@@ -53,10 +56,12 @@ from engine.schema import (
     avro_full_schema,
 )
 from engine.storage import Storage
-from engine.timeline import Timeline, temp_folder
-from engine.write_client import UPSERT as UPSERT_OPERATION
-from engine.write_client import WriteClient, new_bucket_file_id
-from engine.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
+from engine.timeline.active import Timeline, temp_folder
+from engine.timeline.commit_metadata import WriteStat
+from engine.timeline.instant import Instant
+from engine.write.write_client import UPSERT as UPSERT_OPERATION
+from engine.write.write_client import WriteClient, new_bucket_file_id
+from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
 from ingest.error_table import ErrorStaging
 from ingest.prepare import (
     BUCKET,
@@ -242,7 +247,7 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
 
     The bucket is the row's :data:`~ingest.prepare.BUCKET` when prepare computed it, else the
     record key's. The file group of a (partition, bucket) is the live group's, else the
-    deterministic new id (:func:`~engine.write_client.new_bucket_file_id`), so a retried task
+    deterministic new id (:func:`~engine.write.write_client.new_bucket_file_id`), so a retried task
     or a replayed batch agrees. Rows that already name a file group (the global-state index
     decided) keep it; other rows (errors, skipped versions) are dropped.
 

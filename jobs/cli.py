@@ -170,7 +170,7 @@ def show_table(args: argparse.Namespace) -> int:
 
 def _latest_schema(table: Table) -> str | None:
     """The Avro schema JSON of the newest commit that recorded one, else the create schema."""
-    from engine.timeline import Timeline
+    from engine.timeline.active import Timeline
 
     timeline = Timeline.load(table.storage, table.config)
     for instant in reversed(timeline.completed_data_instants):
@@ -214,7 +214,7 @@ def _avro_type(avro: Any) -> str:
 
 def _last_checkpoint(table: Table) -> str:
     """The streaming checkpoint the newest commit recorded (offsets and batch id)."""
-    from engine.timeline import Timeline
+    from engine.timeline.active import Timeline
 
     timeline = Timeline.load(table.storage, table.config)
     for instant in reversed(timeline.completed_data_instants):

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.file_group import FileSlice
-from engine.reader import SliceReader
+from engine.layout.file_group import FileSlice
+from engine.read.reader import SliceReader
 from engine.schema import RECORD_KEY
 
 LOCATION_SCHEMA = pa.schema([

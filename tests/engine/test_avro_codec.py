@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.avro_codec import (
+from engine.format.avro_codec import (
     arrow_schema_to_avro,
     arrow_to_avro_payloads,
     avro_payloads_to_arrow,

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from engine.base_file import (
+from engine.format.base_file import (
     META_COLUMNS,
     BaseFileWriteResult,
     FooterKeys,
@@ -21,7 +21,7 @@ from engine.base_file import (
     read_footer_keys,
     write_base_file,
 )
-from engine.bloom import BloomFilter, BloomFilterTypeCode
+from engine.format.bloom import BloomFilter, BloomFilterTypeCode
 from tests.conftest import SAMPLES
 
 NAME = "00000001-1b2c-4d5e-8f90-123456789abc-0_0-1-1_20250101000000000.parquet"

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.bloom import (
+from engine.format.bloom import (
     BloomFilter,
     BloomFilterTypeCode,
     bit_size,

@@ -24,11 +24,11 @@ import pytest
 from engine import Table, WriteConflictError
 from engine.config import WriteConfig
 from engine.errors import InvalidOptionError, LockTimeoutError
-from engine.file_group import list_table_files
-from engine.heartbeat import heartbeat_path
-from engine.lock import LOCK_FILE, FileSystemLock
+from engine.layout.file_group import list_table_files
 from engine.storage import Storage
-from engine.write_client import UPSERT, WriteClient
+from engine.timeline.heartbeat import heartbeat_path
+from engine.timeline.lock import LOCK_FILE, FileSystemLock
+from engine.write.write_client import UPSERT, WriteClient
 from tests.conftest import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ def test_failed_write_rolled_back_at_once_no_pending_instant(tmp_path: Path) -> 
 
 
 def client_timeline(table: Table):  # type: ignore[no-untyped-def]
-    from engine.timeline import Timeline
+    from engine.timeline.active import Timeline
     return Timeline.load(table.storage, table.config)
 
 
@@ -359,7 +359,7 @@ def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     import pyarrow as pa
-    import engine.write_client as wc
+    import engine.write.write_client as wc
     from engine import Table
     original = wc.WriteClient.commit
     def die(*args, **kwargs):
@@ -451,7 +451,7 @@ def _schedule(table: Table, action: str, groups: list[tuple[str, str]]) -> str:
 
     import fastavro
 
-    from engine.instant import new_instant_time
+    from engine.timeline.instant import new_instant_time
     if action == "compaction":
         schema, record = _COMPACTION_PLAN, {"operations": [
             {"baseInstantTime": None, "deltaFilePaths": [], "dataFilePath": None,
@@ -499,7 +499,7 @@ def test_service_plan_scheduled_meanwhile_on_touched_group(
 
 def test_default_mode_non_blocking_only_for_mor_bucket_event_time(tmp_path: Path) -> None:
     from engine.config import ConcurrencyMode
-    from engine.write_client import concurrency_mode
+    from engine.write.write_client import concurrency_mode
 
     def mode(table_type: str, index: str, precombine: str | None) -> ConcurrencyMode:
         t = Table.create(str(tmp_path / f"{table_type}{index}{precombine}"), name="m",
@@ -523,7 +523,7 @@ def _stage_op(client: WriteClient, data: pa.Table, operation: str):  # type: ign
 
 
 def test_nbcc_bulk_insert_base_files_checked_optimistically(tmp_path: Path) -> None:
-    from engine.write_client import BULK_INSERT
+    from engine.write.write_client import BULK_INSERT
 
     table = _new_table(tmp_path, "MERGE_ON_READ", index="BUCKET")
     a, b, c = _client(table), _client(table), _client(table)

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Each crash point patches one engine function in the child process so that the process
 # SIGKILLs itself there: no hook in the engine, a real kill at a real point of the write.
 CRASH_POINTS = {
-    "after_requested": ("engine.timeline", "Timeline", "transition_to_inflight"),
-    "after_some_files": ("engine.write_client", "-", "execute"),
-    "before_complete": ("engine.write_client", "WriteClient", "commit"),
+    "after_requested": ("engine.timeline.active", "Timeline", "transition_to_inflight"),
+    "after_some_files": ("engine.write.write_client", "-", "execute"),
+    "before_complete": ("engine.write.write_client", "WriteClient", "commit"),
 }
 
 CHILD = textwrap.dedent("""

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from engine.file_group import list_table_files
-from engine.log_block import BlockType, iter_blocks
+from engine.format.log_block import BlockType, iter_blocks
+from engine.layout.file_group import list_table_files
 from engine.storage import Storage
 from tests.conftest import hudi_rs_read
 

@@ -17,8 +17,8 @@ import pytest
 
 from engine import Table
 from engine.storage import Storage
-from engine.write_client import WriteClient
-from engine.write_handle import CREATE, WriteTask, execute
+from engine.write.write_client import WriteClient
+from engine.write.write_handle import CREATE, WriteTask, execute
 from ingest.spark_write import write_context
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),

@@ -17,7 +17,16 @@ from engine.config import (
     table_checksum,
 )
 from engine.errors import ClockSkewError, InvalidOptionError, InvalidRecordError
-from engine.instant import (
+from engine.format.naming import parse_base_file, parse_log_file
+from engine.layout.partition import (
+    DEFAULT_PARTITION,
+    decode_partition_value,
+    encode_partition_value,
+    partition_path,
+)
+from engine.layout.properties import dumps, loads
+from engine.storage import Storage
+from engine.timeline.instant import (
     Action,
     Instant,
     State,
@@ -25,15 +34,6 @@ from engine.instant import (
     new_instant_time,
     parse_instant_time,
 )
-from engine.naming import parse_base_file, parse_log_file
-from engine.partition import (
-    DEFAULT_PARTITION,
-    decode_partition_value,
-    encode_partition_value,
-    partition_path,
-)
-from engine.properties import dumps, loads
-from engine.storage import Storage
 
 
 def test_checksum_known_sample_values_match() -> None:

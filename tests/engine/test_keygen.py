@@ -18,9 +18,9 @@ import pytest
 
 from engine import InvalidRecordError, Table
 from engine.index.bucket import bucket_from_file_id
-from engine.keygen import field_strings
-from engine.reader import TableReader, _partition_may_match
-from engine.timeline import Timeline
+from engine.layout.keygen import field_strings
+from engine.read.reader import TableReader, _partition_may_match
+from engine.timeline.active import Timeline
 from tests.conftest import hudi_rs_read
 from tests.engine.test_bucket import ref_bucket
 

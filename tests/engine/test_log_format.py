@@ -17,8 +17,8 @@ import hudi
 import pyarrow as pa
 import pytest
 
-from engine.avro_codec import arrow_schema_to_avro
-from engine.log_format import (
+from engine.format.avro_codec import arrow_schema_to_avro
+from engine.format.log_format import (
     MAGIC,
     BlockType,
     DeleteRecord,

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from engine import InvalidRecordError, Table
-from engine.partition import DEFAULT_PARTITION, decode_partition_value, partition_path
-from engine.properties import loads
+from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value, partition_path
+from engine.layout.properties import loads
 from tests.conftest import hudi_rs_read
 
 URLENCODE = "hoodie.datasource.write.partitionpath.urlencode"

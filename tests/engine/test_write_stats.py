@@ -7,11 +7,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from engine import Table
-from engine.commit_metadata import CommitMetadata
 from engine.config import LogBlockFormat, MergeMode
 from engine.schema import PARTITION_PATH, RECORD_KEY, avro_full_schema
-from engine.timeline import Timeline
-from engine.write_handle import APPEND, WriteContext, WriteTask, execute
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import CommitMetadata
+from engine.write.write_handle import APPEND, WriteContext, WriteTask, execute
 from tests.conftest import hudi_rs_read
 
 

@@ -134,7 +134,7 @@ class Report:
 def install(arm: str | None, signal_file: str, errors_path: str, report: Report) -> None:
     """Wrap the sink, the commits, the query start and the decoder (see :data:`CRASH_POINTS`)."""
     import ingest.sink as sink_module
-    from engine.write_client import WriteClient
+    from engine.write.write_client import WriteClient
 
     original_process = sink_module.HudiStreamingSink.process_batch
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import Table
-from engine.timeline import Timeline
+from engine.timeline.active import Timeline
 from ingest.checkpoint import QUERY_ID_KEY, SINK_CHECKPOINT_KEY, starting_offsets_from_table
 from jobs.sample_events import SCHEMA_DDL, SampleEvents
 from tests.conftest import hudi_rs_read

@@ -29,10 +29,10 @@ from engine import Table
 from engine.config import MergeMode
 from engine.errors import CorruptTableError, TableNotFoundError
 from engine.index.bucket import bucket_id
-from engine.merge import dedupe_batch
+from engine.read.merge import dedupe_batch
 from engine.schema import PARTITION_PATH
-from engine.timeline import Timeline
-from engine.write_client import WriteClient
+from engine.timeline.active import Timeline
+from engine.write.write_client import WriteClient
 from ingest.checkpoint import (
     HUDI_STREAMER_CHECKPOINT_KEY,
     QUERY_ID_KEY,

@@ -4,7 +4,7 @@ Content (version 3, ``HoodieDeleteBlock``)::
 
     version=3: i32 (BE) | length: i32 (BE) | Avro binary HoodieDeleteRecordList
 
-``HoodieDeleteRecordList`` is Hudi's own schema (``engine/avro/HoodieDeleteRecordList.avsc``,
+``HoodieDeleteRecordList`` is Hudi's own schema (``engine/format/avro/HoodieDeleteRecordList.avsc``,
 the copy hudi-rs 0.5.0 embeds): an array of ``{recordKey, partitionPath, orderingVal}``, where
 ``orderingVal`` is a union of ``null`` and one-field *wrapper records* (``BooleanWrapper``=1,
 ``IntWrapper``=2, ``LongWrapper``=3, ``FloatWrapper``=4, ``DoubleWrapper``=5,
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engine.avro_codec import encode_records
-from engine.avro_schema import PRIMITIVE_TO_ARROW
-from engine.log_block import (
+from engine.format.avro_codec import encode_records
+from engine.format.avro_schema import PRIMITIVE_TO_ARROW
+from engine.format.log_block import (
     I32_PAIR,
     BlockType,
     HeaderKey,
@@ -176,8 +176,9 @@ def _encodable(values: pa.Array, kind: str) -> pa.Array:
 
 @functools.cache
 def delete_record_list_schema() -> dict[str, Any]:
-    """Hudi's ``HoodieDeleteRecordList`` Avro schema (``engine/avro/*.avsc``)."""
-    text = resources.files("engine").joinpath("avro", "HoodieDeleteRecordList.avsc").read_text()
+    """Hudi's ``HoodieDeleteRecordList`` Avro schema (``engine/format/avro/*.avsc``)."""
+    text = resources.files("engine.format").joinpath(
+        "avro", "HoodieDeleteRecordList.avsc").read_text()
     return dict(json.loads(text))
 
 
@@ -314,7 +315,7 @@ def encode_delete_block(
     ordering value is written in the ``orderingVal`` wrapper branch of that kind (``long`` ->
     ``LongWrapper``, branch 3). A None ordering value is written as ``IntWrapper(0)`` (bytes
     ``04 00``), exactly what Java's Spark ``DELETE`` writes: both Java and hudi-rs read it as
-    *natural order* (see :mod:`engine.merge`). (``LongWrapper(0)`` would not do that: hudi-rs
+    *natural order* (see :mod:`engine.read.merge`). (``LongWrapper(0)`` would not do that: hudi-rs
     compares it with the record's ordering value and keeps any record with ts > 0.) With
     ``ordering_type`` None every record is natural order and ordering values are refused.
 

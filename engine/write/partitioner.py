@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.config import WriteConfig
-from engine.file_group import FileSlice
-from engine.naming import new_file_id
-from engine.timeline import Timeline
+from engine.format.naming import new_file_id
+from engine.layout.file_group import FileSlice
+from engine.timeline.active import Timeline
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ far below what a merge-on-read upsert needs. This module works column-at-a-time 
 Both paths produce identical bytes for the same input (tested), so callers never need to know
 which one ran. The numpy path holds O(rows x widest field) temporary memory.
 
-The vectorized kernels live in :mod:`engine.avro_encode` and :mod:`engine.avro_decode`;
-schema conversion (:func:`avro_schema_to_arrow`, :func:`arrow_schema_to_avro`) in
-:mod:`engine.avro_schema`, re-exported here. Everything here is pure and executor-safe.
+The vectorized kernels live in :mod:`engine.format.avro_encode` and
+:mod:`engine.format.avro_decode`; schema conversion (:func:`avro_schema_to_arrow`,
+:func:`arrow_schema_to_avro`) in :mod:`engine.format.avro_schema`, re-exported here. Everything
+here is pure and executor-safe.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
-from engine.avro_decode import MalformedAvroError, decode_flat
-from engine.avro_encode import encode_flat
-from engine.avro_schema import (
+from engine.format.avro_decode import MalformedAvroError, decode_flat
+from engine.format.avro_encode import encode_flat
+from engine.format.avro_schema import (
     FlatField,
     Kind,
     arrow_schema_to_avro,

@@ -1,12 +1,12 @@
 """Hudi log block contents: Avro and Parquet data blocks, rollback command blocks.
 
 This is the log block codec's front door: it also re-exports the framing
-(:mod:`engine.log_block`) and the delete block codec (:mod:`engine.delete_block`), so callers
-import everything from here.
+(:mod:`engine.format.log_block`) and the delete block codec
+(:mod:`engine.format.delete_block`), so callers import everything from here.
 
 * Avro data block (and CDC block): ``version=3: i32 | count: i32 | count x (len: i32 | Avro
   binary record)``, writer schema in the ``SCHEMA`` header (meta fields included), records
-  coded by :mod:`engine.avro_codec`.
+  coded by :mod:`engine.format.avro_codec`.
 * Parquet data block: a whole Parquet file, ``SCHEMA`` header.
 * Command block: no content; ``COMMAND_BLOCK_TYPE="0"`` is a rollback of
   ``TARGET_INSTANT_TIME`` (table version 6; v8 deletes failed log files instead).
@@ -25,8 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.avro_codec import avro_schema_to_arrow, conform_table, decode_records, encode_records
-from engine.delete_block import (
+from engine.format.avro_codec import (
+    avro_schema_to_arrow,
+    conform_table,
+    decode_records,
+    encode_records,
+)
+from engine.format.delete_block import (
     DELETE_BLOCK_VERSION,
     DeleteRecord,
     decode_delete_block,
@@ -34,7 +39,7 @@ from engine.delete_block import (
     encode_delete_block,
     encode_delete_content,
 )
-from engine.log_block import (
+from engine.format.log_block import (
     I32,
     I32_PAIR,
     LOG_FORMAT_VERSION,
@@ -95,7 +100,7 @@ def encode_avro_data_block(
 
     ``avro_schema`` (dict or JSON text) must include the five meta fields; it is written to the
     ``SCHEMA`` header after ``INSTANT_TIME``. Content version 3. Columns are matched by name
-    (see :func:`engine.avro_codec.encode_records`).
+    (see :func:`engine.format.avro_codec.encode_records`).
     """
     schema = _schema_dict(avro_schema)
     records, _ = encode_records(table, schema, length_prefixed=True)

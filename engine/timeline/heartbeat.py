@@ -7,9 +7,9 @@ pending instant *failed* — and may roll it back — only when its heartbeat is
 interval x ``hoodie.client.heartbeat.tolerable.misses`` (Hudi's rule), or missing.
 
 The heartbeat file is written before the instant's requested file, under the table lock
-(:mod:`engine.write_client`), so a pending instant without a heartbeat is one whose writer died
-before writing anything, or one written before heartbeats existed. The file is deleted after
-the instant completes or is rolled back. Age is the file's modification time against this
+(:mod:`engine.write.write_client`), so a pending instant without a heartbeat is one whose
+writer died before writing anything, or one written before heartbeats existed. The file is deleted
+after the instant completes or is rolled back. Age is the file's modification time against this
 machine's clock: writers of one table need clocks in sync (as Hudi's do).
 """
 
@@ -19,7 +19,7 @@ import threading
 import time
 
 from engine.storage import Storage
-from engine.timeline import HOODIE
+from engine.timeline.active import HOODIE
 
 HEARTBEAT_FOLDER = f"{HOODIE}/.heartbeat"
 

@@ -29,7 +29,7 @@ import contextlib
 from collections.abc import Sequence
 
 from engine.errors import InvalidRecordError
-from engine.properties import dumps
+from engine.layout.properties import dumps
 from engine.storage import Storage
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"

@@ -2,7 +2,7 @@
 
 Writers of one table hold it only briefly: to take an instant time and start an instant
 (rolling back failed writes first), and to check conflicts and complete an instant (see
-:mod:`engine.write_client`). ``hoodie.write.lock.provider`` picks the implementation:
+:mod:`engine.write.write_client`). ``hoodie.write.lock.provider`` picks the implementation:
 
 * :class:`FileSystemLock` (Hudi's ``FileSystemBasedLockProvider``, the default): the lock
   is the file ``.hoodie/lock``, created with an exclusive link, so exactly one writer on
@@ -35,7 +35,7 @@ from types import TracebackType
 from engine.config import IN_PROCESS_LOCK_PROVIDER, WriteConfig
 from engine.errors import LockTimeoutError, WriteConflictError
 from engine.storage import Storage
-from engine.timeline import HOODIE
+from engine.timeline.active import HOODIE
 
 LOCK_FILE = f"{HOODIE}/lock"
 

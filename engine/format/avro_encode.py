@@ -1,4 +1,4 @@
-"""Vectorized Avro binary encoding of flat records (numpy + Arrow), for engine.avro_codec.
+"""Vectorized Avro binary encoding of flat records (numpy + Arrow), for engine.format.avro_codec.
 
 Each field becomes one or more *pieces* - (rows x width) byte matrices with each row's used
 width: the union index, zigzag varints, little-endian floats, the varint length of a string.
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.avro_schema import FlatField, Kind
+from engine.format.avro_schema import FlatField, Kind
 
 __all__ = ["encode_flat"]
 

@@ -10,7 +10,7 @@ Commit protocol (``hudi-format.md`` §2.6), as the writer drives it:
 
 Readers only ever consider completed instants. An instant left requested or inflight by
 a crashed writer is rolled back by the first writer after its heartbeat expired
-(:mod:`engine.rollback`, :mod:`engine.heartbeat`).
+(:mod:`engine.services.rollback`, :mod:`engine.timeline.heartbeat`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cached_property
 
-from engine.commit_metadata import CommitMetadata
 from engine.config import TableConfig
 from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
-from engine.instant import Action, Instant, State, new_instant_time
 from engine.storage import Storage
+from engine.timeline.commit_metadata import CommitMetadata
+from engine.timeline.instant import Action, Instant, State, new_instant_time
 
 HOODIE = ".hoodie"
 

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 
 from engine.config import KeyGeneratorType, TableConfig
 from engine.errors import InvalidRecordError
-from engine.partition import partition_path
+from engine.layout.partition import partition_path
 
 
 @dataclass(frozen=True)

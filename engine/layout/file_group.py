@@ -8,7 +8,7 @@ instants (all of them for a snapshot; those at or before ``as_of`` for time trav
   with its own deltacommit instant, belongs to the slice with the greatest base instant
   ≤ the log's completion time; logs are ordered by (completion time, version, token).
 * v6 (layout 1): a log file's name carries the base instant of its slice; visibility of
-  its content is decided per block (:mod:`engine.reader`).
+  its content is decided per block (:mod:`engine.read.reader`).
 
 Files of instants that are not visible — in flight, failed, rolled back — are never part
 of a view, and neither are file groups replaced by a visible replacecommit.
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from engine.naming import parse_base_file, parse_log_file
+from engine.format.naming import parse_base_file, parse_log_file
 from engine.storage import Storage
-from engine.timeline import HOODIE, Timeline, completion_key
+from engine.timeline.active import HOODIE, Timeline, completion_key
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
 :class:`WriteClient` is the driver side. It validates input before anything is written
 (missing keys or ordering values raise :class:`~engine.errors.InvalidRecordError`), tags
 records with the index, places inserts, and turns the batch into one
-:class:`~engine.write_handle.WriteTask` per file group. :func:`engine.write_handle.execute`
-runs the tasks (here in the calling process; under Spark inside executor tasks), and
-:meth:`WriteClient.commit` completes the instant with their stats — the only step that
-touches the timeline after the instant started.
+:class:`~engine.write.write_handle.WriteTask` per file group.
+:func:`engine.write.write_handle.execute` runs the tasks (here in the calling process; under Spark
+inside executor tasks), and :meth:`WriteClient.commit` completes the instant with their stats — the
+only step that touches the timeline after the instant started.
 """
 
 from __future__ import annotations
@@ -21,23 +21,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.commit_metadata import CommitMetadata, WriteStat
 from engine.config import ConcurrencyMode, IndexType, MergeMode, TableConfig, WriteConfig
-from engine.conflict import check_conflicts
-from engine.delete_block import ordering_kind
 from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
-from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
-from engine.heartbeat import Heartbeat, is_expired
+from engine.format.delete_block import ordering_kind
+from engine.format.naming import parse_base_file
 from engine.index.bucket import bucket_file_id, bucket_from_file_id, bucket_ids
 from engine.index.simple import key_locations, tag
-from engine.instant import Action, Instant, State, new_instant_time
-from engine.keygen import key_batch, partition_paths, record_keys
-from engine.lock import table_lock
-from engine.merge import dedupe_batch
-from engine.naming import parse_base_file
-from engine.partitioner import assign_inserts, average_record_size
-from engine.reader import SliceReader
-from engine.rollback import rollback_failed_writes, rollback_instant
+from engine.layout.file_group import (
+    FileSlice,
+    build_file_slices,
+    list_table_files,
+    visible_instants,
+)
+from engine.layout.keygen import key_batch, partition_paths, record_keys
+from engine.read.merge import dedupe_batch
+from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
     RECORD_KEY,
@@ -47,9 +45,16 @@ from engine.schema import (
     data_schema_of,
     normalize_input_schema,
 )
+from engine.services.rollback import rollback_failed_writes, rollback_instant
 from engine.storage import Storage
-from engine.timeline import Timeline, temp_folder
-from engine.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
+from engine.timeline.active import Timeline, temp_folder
+from engine.timeline.commit_metadata import CommitMetadata, WriteStat
+from engine.timeline.heartbeat import Heartbeat, is_expired
+from engine.timeline.instant import Action, Instant, State, new_instant_time
+from engine.timeline.lock import table_lock
+from engine.write.conflict import check_conflicts
+from engine.write.partitioner import assign_inserts, average_record_size
+from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
 
 UPSERT = "UPSERT"
 INSERT = "INSERT"

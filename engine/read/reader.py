@@ -1,9 +1,9 @@
 """Readers: snapshot, read-optimized, incremental and time-travel views into Arrow.
 
 Every view is built the same way: choose the visible completed instants, build the file
-slices they see (:mod:`engine.file_group`), prune slices by partition, then read each
+slices they see (:mod:`engine.layout.file_group`), prune slices by partition, then read each
 slice — base file, plus for merge-on-read its log blocks merged by key
-(:mod:`engine.merge`). Uncommitted and rolled-back files are never read.
+(:mod:`engine.read.merge`). Uncommitted and rolled-back files are never read.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.base_file import read_base_file, read_footer_keys
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
-from engine.file_group import FileSlice, build_file_slices, list_table_files, visible_instants
-from engine.index.bucket import bucket_from_file_id, bucket_ids
-from engine.keygen import parse_field_string, record_keys
-from engine.log_format import (
+from engine.format.base_file import read_base_file, read_footer_keys
+from engine.format.log_format import (
     BlockType,
     HeaderKey,
     LogBlock,
@@ -33,8 +30,16 @@ from engine.log_format import (
     decode_parquet_data_block,
     iter_blocks,
 )
-from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
-from engine.partition import DEFAULT_PARTITION, decode_partition_value
+from engine.index.bucket import bucket_from_file_id, bucket_ids
+from engine.layout.file_group import (
+    FileSlice,
+    build_file_slices,
+    list_table_files,
+    visible_instants,
+)
+from engine.layout.keygen import parse_field_string, record_keys
+from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
+from engine.read.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
     COMMIT_TIME,
     LOW_CARDINALITY_META,
@@ -43,7 +48,7 @@ from engine.schema import (
     table_schema,
 )
 from engine.storage import Storage
-from engine.timeline import Timeline
+from engine.timeline.active import Timeline
 
 READ_THREADS = 2
 Filters: TypeAlias = "pc.Expression | Sequence[Any] | None"
@@ -232,7 +237,7 @@ def lookup_keys(filters: Filters, config: TableConfig,
     """Record keys a DNF filter pins down (``field = v`` / ``field in [...]`` on every record
     key field), else None.
 
-    The keys are made by the writer's own key generator (:func:`engine.keygen.record_keys`)
+    The keys are made by the writer's own key generator (:func:`engine.layout.keygen.record_keys`)
     from the filter values cast to the columns' types, so ``id = 2.0`` on a double key finds
     the stored ``2.0`` and ``id = "x"`` on a complex-key table finds ``id:x``. Every
     disjunct must pin the key, or any key may match; a value the key generator refuses (or

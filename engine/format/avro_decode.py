@@ -1,4 +1,4 @@
-"""Vectorized Avro binary decoding of flat records (numpy + Arrow), for engine.avro_codec.
+"""Vectorized Avro binary decoding of flat records (numpy + Arrow), for engine.format.avro_codec.
 
 All records are walked in lockstep, one field at a time: each record keeps a read position,
 and every field reads a 16-byte window at each position, takes the union index, varint, float
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from engine.avro_schema import FlatField, Kind
+from engine.format.avro_schema import FlatField, Kind
 
 __all__ = ["MalformedAvroError", "decode_flat"]
 

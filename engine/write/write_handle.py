@@ -2,7 +2,7 @@
 
 A :class:`WriteTask` says what to do with one file group — create a new base file, merge
 records into its base file (copy-on-write), or append a log file (merge-on-read) — and
-:func:`execute` does it and returns a :class:`~engine.commit_metadata.WriteStat`.
+:func:`execute` does it and returns a :class:`~engine.timeline.commit_metadata.WriteStat`.
 
 Contract for running inside Spark tasks: a ``WriteTask`` and a ``WriteContext`` are
 plain picklable values; ``execute`` touches only the files of its own file group, writes
@@ -21,17 +21,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.base_file import read_base_file, read_footer_keys, write_base_file
-from engine.commit_metadata import WriteStat
 from engine.config import LogBlockFormat, MergeMode
-from engine.log_format import (
+from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
+from engine.format.log_format import (
     encode_avro_data_block,
     encode_delete_block,
     encode_parquet_data_block,
 )
-from engine.merge import DataLayer, DeleteLayer, Layer, merge_layers
-from engine.naming import BaseFileName, LogFileName
-from engine.partition import write_partition_metadata
+from engine.format.naming import BaseFileName, LogFileName
+from engine.layout.partition import write_partition_metadata
+from engine.read.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
     COMMIT_SEQNO,
     FILE_NAME,
@@ -41,6 +40,7 @@ from engine.schema import (
     RECORD_KEY,
 )
 from engine.storage import Storage
+from engine.timeline.commit_metadata import WriteStat
 
 CREATE = "create"
 MERGE = "merge"

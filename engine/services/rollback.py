@@ -3,7 +3,8 @@
 A writer that crashed leaves its instant requested or inflight, and maybe some data files
 named with that instant. :func:`rollback_failed_writes` finds such instants — pending
 write instants that ``is_failed`` judges failed: with several writers, only those whose
-heartbeat expired (:mod:`engine.heartbeat`); a live writer's instant is never touched — and,
+heartbeat expired (:mod:`engine.timeline.heartbeat`); a live writer's instant is never
+touched — and,
 for each: records a rollback plan (``R.rollback.requested``), moves it inflight, deletes the
 failed instant's base and log files (v8: files are named with the instant that wrote them)
 and its temporary files, completes the rollback (``R_C.rollback`` with
@@ -12,7 +13,7 @@ its heartbeat, and finally the failed instant's timeline files. :func:`rollback_
 does the same for one instant a writer gives up itself (a refused or failed write).
 
 Every step can be repeated: a rollback left pending by a crash is finished by the next
-writer. Callers hold the table lock (:mod:`engine.lock`), so no rollback runs while an
+writer. Callers hold the table lock (:mod:`engine.timeline.lock`), so no rollback runs while an
 instant completes.
 """
 
@@ -21,14 +22,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engine.commit_metadata import RollbackMetadata, read_avro_ocf
 from engine.errors import CorruptTableError
-from engine.file_group import list_table_files
-from engine.heartbeat import delete_heartbeat
-from engine.instant import Action, Instant, State
-from engine.naming import parse_base_file, parse_log_file
+from engine.format.naming import parse_base_file, parse_log_file
+from engine.layout.file_group import list_table_files
 from engine.storage import TEMP_PREFIX, Storage
-from engine.timeline import HOODIE, Timeline, temp_folder
+from engine.timeline.active import HOODIE, Timeline, temp_folder
+from engine.timeline.commit_metadata import RollbackMetadata, read_avro_ocf
+from engine.timeline.heartbeat import delete_heartbeat
+from engine.timeline.instant import Action, Instant, State
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 

@@ -8,7 +8,7 @@ groups it wrote, and no compaction or clustering scheduled since then covers one
 files never conflict with each other; only a replaced file group (clustering, insert
 overwrite) or one planned for clustering does.
 
-Called under the table lock, right before the commit point (:mod:`engine.write_client`).
+Called under the table lock, right before the commit point (:mod:`engine.write.write_client`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from engine.commit_metadata import WriteStat, read_avro_ocf
 from engine.errors import CorruptTableError, WriteConflictError
-from engine.instant import Action, Instant
-from engine.timeline import Timeline
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import WriteStat, read_avro_ocf
+from engine.timeline.instant import Action, Instant
 
 FileGroupId = tuple[str, str]
 """(partition path, file id)."""

@@ -18,8 +18,8 @@ tail ends the iteration. So a half-written file never raises. A block whose fram
 that uses something this module does not know (log format version != 1, an unknown block type
 or header key) raises :class:`LogFormatError` instead of being silently dropped.
 
-The contents of each block type are coded by :mod:`engine.log_format` (data and command
-blocks) and :mod:`engine.delete_block`. Pure bytes in, bytes out (except
+The contents of each block type are coded by :mod:`engine.format.log_format` (data and command
+blocks) and :mod:`engine.format.delete_block`. Pure bytes in, bytes out (except
 :func:`read_log_file`); safe on executors; everything returned is picklable.
 """
 

@@ -4,7 +4,7 @@ A base file holds the five meta columns followed by the data columns. Its footer
 as Java's ``HoodieBloomFilterWriteSupport`` writes them:
 
 * ``org.apache.hudi.bloomfilter``: the Base64 bloom filter of the record keys, added in row
-  order (:mod:`engine.bloom`), and ``hoodie_bloom_filter_type_code`` for dynamic filters;
+  order (:mod:`engine.format.bloom`), and ``hoodie_bloom_filter_type_code`` for dynamic filters;
 * ``hoodie_min_record_key`` / ``hoodie_max_record_key`` in Java ``String.compareTo`` order
   (UTF-16 code units; it differs from UTF-8 byte order when a key holds characters above
   U+FFFF next to characters in U+E000..U+FFFF).
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.bloom import BloomFilter, BloomFilterTypeCode
+from engine.format.bloom import BloomFilter, BloomFilterTypeCode
 from engine.storage import TEMP_PREFIX
 
 META_COLUMNS = (

@@ -293,7 +293,7 @@ def arrow_schema_to_avro(schema: pa.Schema, name: str, namespace: str) -> dict[s
 
 
 # --------------------------------------------------------------------------------------------
-# Flat records: what the vectorized codec (engine.avro_encode / engine.avro_decode) handles
+# Flat records: what the vectorized codec (engine.format.avro_encode / .avro_decode) handles
 # --------------------------------------------------------------------------------------------
 
 

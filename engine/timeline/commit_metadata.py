@@ -22,8 +22,8 @@ from engine.errors import CorruptTableError
 
 @cache
 def avro_schema(name: str) -> Any:
-    """Parsed Avro schema ``engine/avro/<name>.avsc``."""
-    text = resources.files("engine").joinpath("avro").joinpath(f"{name}.avsc").read_text()
+    """Parsed Avro schema ``engine/format/avro/<name>.avsc``."""
+    text = resources.files("engine.format").joinpath("avro").joinpath(f"{name}.avsc").read_text()
     return fastavro.parse_schema(json.loads(text))
 
 

@@ -1,0 +1,2 @@
+"""The table's layout: file groups and slices, partition paths, key generation,
+``hoodie.properties``."""

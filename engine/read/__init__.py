@@ -1,0 +1,1 @@
+"""Readers (snapshot, read-optimized, incremental, time travel) and the record merger."""

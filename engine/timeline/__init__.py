@@ -1,0 +1,1 @@
+"""Instants, the active timeline, commit and plan metadata, locks and heartbeats."""

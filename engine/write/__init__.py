@@ -1,0 +1,1 @@
+"""The write client (plan, execute, commit), write handles, insert placement, conflict checks."""
