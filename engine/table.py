@@ -157,7 +157,7 @@ class Table:
             hive_style = extra[P_HIVE_STYLE].strip().lower() == "true"
             if extra[P_HIVE_STYLE].strip().lower() not in ("true", "false"):
                 raise InvalidOptionError(P_HIVE_STYLE, "expected true or false")
-        url_encode = True  # Java escaping (plus a leading '.'); see engine/partition.py
+        url_encode = True  # Java escaping (plus a leading '.'); see engine/layout/partition.py
         if P_URL_ENCODE in extra:
             if extra[P_URL_ENCODE].strip().lower() not in ("true", "false"):
                 raise InvalidOptionError(P_URL_ENCODE, "expected true or false")
