@@ -176,7 +176,7 @@ class Progress:
     errors: int = 0
     skipped: int = 0
     retries: int = 0
-    """Commits the sink replanned after a conflict (when the sink counts them)."""
+    """Micro-batches the sink replanned and wrote again after a commit conflict."""
     file_groups: int = 0
     started: float = 0.0
     lag: int | None = None
