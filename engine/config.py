@@ -65,6 +65,32 @@ IN_PROCESS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.InProcessLoc
 LOCK_PROVIDERS = (FS_LOCK_PROVIDER, IN_PROCESS_LOCK_PROVIDER)
 
 
+class CompactionTrigger(str, Enum):
+    """``hoodie.compact.inline.trigger.strategy``: when a compaction is due."""
+
+    NUM_COMMITS = "NUM_COMMITS"
+    NUM_COMMITS_AFTER_LAST_REQUEST = "NUM_COMMITS_AFTER_LAST_REQUEST"
+    TIME_ELAPSED = "TIME_ELAPSED"
+    NUM_AND_TIME = "NUM_AND_TIME"
+    NUM_OR_TIME = "NUM_OR_TIME"
+
+
+class CleanerPolicy(str, Enum):
+    """``hoodie.cleaner.policy``: which file slices the cleaner keeps."""
+
+    KEEP_LATEST_COMMITS = "KEEP_LATEST_COMMITS"
+    KEEP_LATEST_FILE_VERSIONS = "KEEP_LATEST_FILE_VERSIONS"
+    KEEP_LATEST_BY_HOURS = "KEEP_LATEST_BY_HOURS"
+
+
+LAYOUT_STRATEGIES = ("linear", "z-order", "hilbert")
+"""``hoodie.layout.optimize.strategy`` values (``zorder`` is accepted for ``z-order``)."""
+
+COMPACTION_STRATEGIES = ("UnBoundedCompactionStrategy", "LogFileSizeBasedCompactionStrategy")
+"""``hoodie.compaction.strategy`` values: every file slice with logs (tidelake's default), or
+Hudi's default, the slices with the most log bytes up to ``hoodie.compaction.target.io``."""
+
+
 class LogBlockFormat(str, Enum):
     """Data block format of MOR log files (``hoodie.logfile.data.block.format``)."""
 
@@ -131,6 +157,48 @@ def _parse_concurrency_mode(key: str, raw: str) -> ConcurrencyMode:
             return mode
     choices = ", ".join(m.value for m in ConcurrencyMode)
     raise InvalidOptionError(key, f"expected one of {choices}, got {raw!r}")
+
+
+def _parse_count(key: str, raw: str) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a whole number, got {raw!r}") from None
+    if value < 0:
+        raise InvalidOptionError(key, f"must be 0 or more, got {value}")
+    return value
+
+
+def _parse_text(key: str, raw: str) -> str:
+    return str(raw).strip()
+
+
+def _parse_columns(key: str, raw: str) -> tuple[str, ...]:
+    items = [c.strip() for c in str(raw).split(",")]
+    items = [c for c in items if c]
+    if len(set(items)) != len(items):
+        raise InvalidOptionError(key, f"a column is named twice in {raw!r}")
+    return tuple(items)
+
+
+def _parse_layout_strategy(key: str, raw: str) -> str:
+    value = str(raw).strip().lower().replace("_", "-")
+    if value == "zorder":
+        value = "z-order"
+    if value not in LAYOUT_STRATEGIES:
+        raise InvalidOptionError(key, f"expected one of {', '.join(LAYOUT_STRATEGIES)}, "
+                                 f"got {raw!r}")
+    return value
+
+
+def _parse_compaction_strategy(key: str, raw: str) -> str:
+    value = str(raw).strip()
+    short = value.rsplit(".", 1)[-1]
+    if short not in COMPACTION_STRATEGIES:
+        raise InvalidOptionError(
+            key, f"expected one of {', '.join(COMPACTION_STRATEGIES)} (or Hudi's class name "
+            f"org.apache.hudi.table.action.compact.strategy.<name>), got {raw!r}")
+    return short
 
 
 def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
@@ -211,6 +279,118 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.client.heartbeat.tolerable.misses", _parse_positive_int, 2,
               "Missed heartbeats after which a pending instant counts as failed and the next "
               "writer rolls it back.", attr="heartbeat_tolerable_misses"),
+    ConfigKey("hoodie.write.rolling.metadata.keys", _parse_columns, (),
+              "extraMetadata keys (comma-separated) that commits of table services copy "
+              "from the newest commit carrying them, so that a checkpoint recorded there "
+              "(a streaming job's Kafka offsets) survives compactions, clusterings and "
+              "archival. The streaming job sets its checkpoint keys.",
+              attr="rolling_metadata_keys"),
+    # -- table services (docs/engine.md, "Table services") -------------------------------
+    ConfigKey("hoodie.compact.inline", _parse_bool, False,
+              "Schedule and run a compaction right after a write when one is due "
+              "(MERGE_ON_READ).", attr="compact_inline"),
+    ConfigKey("hoodie.compact.schedule.inline", _parse_bool, False,
+              "Schedule (only) a compaction right after a write when one is due; something "
+              "else executes it.", attr="compact_schedule_inline"),
+    ConfigKey("hoodie.compact.inline.trigger.strategy", _enum_parser(CompactionTrigger),
+              CompactionTrigger.NUM_COMMITS,
+              "When a compaction is due: NUM_COMMITS (deltacommits since the last "
+              "compaction), NUM_COMMITS_AFTER_LAST_REQUEST, TIME_ELAPSED, NUM_AND_TIME, "
+              "NUM_OR_TIME.", attr="compact_trigger"),
+    ConfigKey("hoodie.compact.inline.max.delta.commits", _parse_positive_int, 5,
+              "Deltacommits after which a compaction is due.", attr="compact_max_delta_commits"),
+    ConfigKey("hoodie.compact.inline.max.delta.seconds", _parse_positive_int, 3600,
+              "Seconds after which a compaction is due (time-based triggers).",
+              attr="compact_max_delta_seconds"),
+    ConfigKey("hoodie.compaction.strategy", _parse_compaction_strategy,
+              "UnBoundedCompactionStrategy",
+              "Which file slices a compaction plan takes: UnBoundedCompactionStrategy (every "
+              "slice with log files) or LogFileSizeBasedCompactionStrategy (most log bytes "
+              "first, up to hoodie.compaction.target.io).", attr="compaction_strategy"),
+    ConfigKey("hoodie.compaction.target.io", _parse_positive_int, 512_000,
+              "MB of I/O one compaction plan may take (LogFileSizeBasedCompactionStrategy).",
+              attr="compaction_target_io_mb"),
+    ConfigKey("hoodie.compaction.logfile.size.threshold", _parse_count, 0,
+              "Only slices with at least this many log bytes are compacted.",
+              attr="compaction_log_size_threshold"),
+    ConfigKey("hoodie.compaction.logfile.num.threshold", _parse_count, 0,
+              "Only slices with at least this many log files are compacted.",
+              attr="compaction_log_num_threshold"),
+    ConfigKey("hoodie.clean.automatic", _parse_bool, True,
+              "Clean old file slices after every write.", attr="clean_automatic"),
+    ConfigKey("hoodie.clean.async", _parse_bool, False,
+              "Run the automatic clean beside ingestion instead of after the write (the "
+              "streaming job).", aliases=("hoodie.clean.async.enabled",), attr="clean_async"),
+    ConfigKey("hoodie.cleaner.policy", _enum_parser(CleanerPolicy),
+              CleanerPolicy.KEEP_LATEST_COMMITS,
+              "KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS.",
+              aliases=("hoodie.clean.policy",), attr="cleaner_policy"),
+    ConfigKey("hoodie.cleaner.commits.retained", _parse_positive_int, 10,
+              "KEEP_LATEST_COMMITS: commits whose files stay readable (time travel and "
+              "incremental reads).", aliases=("hoodie.clean.commits.retained",),
+              attr="cleaner_commits_retained"),
+    ConfigKey("hoodie.cleaner.fileversions.retained", _parse_positive_int, 3,
+              "KEEP_LATEST_FILE_VERSIONS: file slices kept per file group.",
+              aliases=("hoodie.clean.fileversions.retained",),
+              attr="cleaner_fileversions_retained"),
+    ConfigKey("hoodie.cleaner.hours.retained", _parse_positive_int, 24,
+              "KEEP_LATEST_BY_HOURS: hours of commits whose files stay readable.",
+              aliases=("hoodie.clean.hours.retained",), attr="cleaner_hours_retained"),
+    ConfigKey("hoodie.archive.automatic", _parse_bool, True,
+              "Archive old instants to the timeline history after every write.",
+              attr="archive_automatic"),
+    ConfigKey("hoodie.keep.min.commits", _parse_positive_int, 20,
+              "Completed commits archival keeps on the active timeline.",
+              attr="keep_min_commits"),
+    ConfigKey("hoodie.keep.max.commits", _parse_positive_int, 30,
+              "Completed commits on the active timeline that trigger archival.",
+              attr="keep_max_commits"),
+    ConfigKey("hoodie.timeline.compaction.batch.size", _parse_positive_int, 10,
+              "Files of one level of the timeline history merged into one of the next.",
+              attr="timeline_compaction_batch_size"),
+    ConfigKey("hoodie.archive.beyond.savepoint", _parse_bool, False,
+              "Archive past the first savepoint (savepointed commits stay).",
+              attr="archive_beyond_savepoint"),
+    ConfigKey("hoodie.clustering.inline", _parse_bool, False,
+              "Schedule and run a clustering right after a write when one is due.",
+              attr="clustering_inline"),
+    ConfigKey("hoodie.clustering.inline.max.commits", _parse_positive_int, 4,
+              "Commits after which an inline clustering is due.",
+              attr="clustering_inline_max_commits"),
+    ConfigKey("hoodie.clustering.schedule.inline", _parse_bool, False,
+              "Schedule (only) a clustering right after a write when one is due.",
+              attr="clustering_schedule_inline"),
+    ConfigKey("hoodie.clustering.async.enabled", _parse_bool, False,
+              "Cluster beside ingestion (the streaming job).", attr="clustering_async"),
+    ConfigKey("hoodie.clustering.async.max.commits", _parse_positive_int, 4,
+              "Commits after which an async clustering is due.",
+              attr="clustering_async_max_commits"),
+    ConfigKey("hoodie.clustering.plan.strategy.small.file.limit", _parse_positive_int,
+              300 * 1024 * 1024, "File slices smaller than this are clustered.",
+              attr="clustering_small_file_limit"),
+    ConfigKey("hoodie.clustering.plan.strategy.target.file.max.bytes", _parse_positive_int,
+              1024 * 1024 * 1024, "Target size of the file groups clustering writes.",
+              attr="clustering_target_file_max_bytes"),
+    ConfigKey("hoodie.clustering.plan.strategy.max.bytes.per.group", _parse_positive_int,
+              2 * 1024 * 1024 * 1024, "Bytes of input one clustering group takes at most.",
+              attr="clustering_max_bytes_per_group"),
+    ConfigKey("hoodie.clustering.plan.strategy.max.num.groups", _parse_positive_int, 30,
+              "Clustering groups one plan takes at most.", attr="clustering_max_num_groups"),
+    ConfigKey("hoodie.clustering.plan.strategy.sort.columns", _parse_columns, (),
+              "Columns clustering sorts by (comma-separated; none: no sort).",
+              attr="clustering_sort_columns"),
+    ConfigKey("hoodie.clustering.plan.strategy.partition.selected", _parse_columns, (),
+              "Only these partitions are clustered (comma-separated partition paths).",
+              attr="clustering_partitions_selected"),
+    ConfigKey("hoodie.clustering.plan.strategy.partition.regex.pattern", _parse_text, "",
+              "Only partitions whose path matches this regular expression are clustered.",
+              attr="clustering_partition_regex"),
+    ConfigKey("hoodie.clustering.plan.strategy.single.group.clustering.enabled", _parse_bool,
+              True, "Cluster a partition even when it yields a single one-slice group.",
+              attr="clustering_single_group"),
+    ConfigKey("hoodie.layout.optimize.strategy", _parse_layout_strategy, "linear",
+              "How clustering orders the sort columns: linear, z-order or hilbert.",
+              attr="layout_optimize_strategy"),
 )
 
 _CODECS = ("snappy", "zstd", "gzip", "none", "uncompressed", "lz4", "brotli")
@@ -242,6 +422,41 @@ class WriteConfig:
     lock_expire_minutes: float = 1.0
     heartbeat_interval_ms: int = 60_000
     heartbeat_tolerable_misses: int = 2
+    rolling_metadata_keys: tuple[str, ...] = ()
+    compact_inline: bool = False
+    compact_schedule_inline: bool = False
+    compact_trigger: CompactionTrigger = CompactionTrigger.NUM_COMMITS
+    compact_max_delta_commits: int = 5
+    compact_max_delta_seconds: int = 3600
+    compaction_strategy: str = "UnBoundedCompactionStrategy"
+    compaction_target_io_mb: int = 512_000
+    compaction_log_size_threshold: int = 0
+    compaction_log_num_threshold: int = 0
+    clean_automatic: bool = True
+    clean_async: bool = False
+    cleaner_policy: CleanerPolicy = CleanerPolicy.KEEP_LATEST_COMMITS
+    cleaner_commits_retained: int = 10
+    cleaner_fileversions_retained: int = 3
+    cleaner_hours_retained: int = 24
+    archive_automatic: bool = True
+    keep_min_commits: int = 20
+    keep_max_commits: int = 30
+    timeline_compaction_batch_size: int = 10
+    archive_beyond_savepoint: bool = False
+    clustering_inline: bool = False
+    clustering_inline_max_commits: int = 4
+    clustering_schedule_inline: bool = False
+    clustering_async: bool = False
+    clustering_async_max_commits: int = 4
+    clustering_small_file_limit: int = 300 * 1024 * 1024
+    clustering_target_file_max_bytes: int = 1024 * 1024 * 1024
+    clustering_max_bytes_per_group: int = 2 * 1024 * 1024 * 1024
+    clustering_max_num_groups: int = 30
+    clustering_sort_columns: tuple[str, ...] = ()
+    clustering_partitions_selected: tuple[str, ...] = ()
+    clustering_partition_regex: str = ""
+    clustering_single_group: bool = True
+    layout_optimize_strategy: str = "linear"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -141,3 +141,20 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     delete_heartbeat(storage, target)
     if failed is not None:
         timeline.delete_instant_files(failed)
+
+
+def revert_inflight_service(storage: Storage, timeline: Timeline, instant: Instant) -> None:
+    """Undo a failed attempt at executing a compaction or clustering plan, keeping the plan
+    (``hudi-table-services.md`` §3.2, §4.2): a rollback instant deletes the files the attempt
+    wrote (named with the plan's instant), then the inflight file goes, so the instant is
+    requested again and the same plan is executed anew. A plan is never dropped. Hold the
+    lock; the caller checked that no live executor owns the attempt (its heartbeat)."""
+    if instant.is_completed:
+        raise ValueError(f"{instant} is completed; only a pending attempt can be reverted")
+    if instant.state is State.INFLIGHT:
+        plan = RollbackMetadata("", ((instant.requested_time, instant.action.value),),
+                                _files_of(storage, instant.requested_time))
+        rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
+        _finish(storage, timeline, rb, None, instant.requested_time)
+        storage.delete(f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}")
+    _delete_temp_files(storage, {instant.requested_time})

@@ -133,6 +133,20 @@ class Timeline:
                 return schema, f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
         return self.config.create_schema, f"{HOODIE}/hoodie.properties"
 
+    def rolling_metadata(self, keys: Iterable[str]) -> dict[str, str]:
+        """For each key, its value in the newest completed data instant that records it
+        (``hoodie.write.rolling.metadata.keys``: what a service commit carries forward)."""
+        wanted = set(keys)
+        found: dict[str, str] = {}
+        for instant in reversed(self.completed_data_instants):
+            if not wanted:
+                break
+            extra = self.commit_metadata(instant).extra_metadata
+            for key in [k for k in wanted if k in extra]:
+                found[key] = extra[key]
+                wanted.discard(key)
+        return found
+
     # -- writer transitions --------------------------------------------------------------
 
     def _write(self, instant: Instant, content: bytes, *, exclusive: bool) -> None:
