@@ -179,7 +179,8 @@ def sample_keys(workload: Workload, per_group: int = 8, seed: int = 7) -> list[i
     if workload.updated_keys:
         for b in sorted({0, len(workload.updated_keys) // 2, len(workload.updated_keys) - 1}):
             picks.append(rng.choice(workload.updated_keys[b], per_group, replace=False))
-        picks.append(rng.choice(workload.new_keys[0], per_group, replace=False))
+        if workload.new_keys[0].size:  # an update-only workload has no new keys
+            picks.append(rng.choice(workload.new_keys[0], per_group, replace=False))
     picks.append(rng.choice(spec.rows, per_group, replace=False))
     return sorted({int(x) for x in np.concatenate(picks)})
 

@@ -1,9 +1,11 @@
-"""The ``tidelake`` command: ``demo``, ``ingest``, ``produce`` and ``table show``.
+"""The ``tidelake`` command: ``demo``, ``ingest``, ``produce``, ``broker`` and ``table ...``.
 
 ``tidelake demo`` runs the whole pipeline locally: an embedded Kafka-protocol broker, sample
 events, the streaming job, a merge-on-read table, and a check of the result
 (:mod:`jobs.demo`). ``tidelake demo --engine`` skips Kafka and Spark and writes the table
 with the engine directly. ``tidelake ingest JOB.toml`` runs a job (:mod:`jobs.ingest_job`).
+``tidelake table show|compact|cluster|clean|archive|savepoint PATH`` inspects a table and runs
+its services (:mod:`jobs.table_commands`).
 """
 
 from __future__ import annotations
@@ -155,15 +157,18 @@ def show_table(args: argparse.Namespace) -> int:
     for entry in table.timeline():
         done = f" -> {entry.completion_time}" if entry.completion_time else ""
         print(f"  {entry.instant_time}{done}  {entry.action:<13} {entry.state}")
-    print("\nfile groups:")
-    total = 0
-    for slc in table.file_slices():
-        size = slc.total_size()
-        total += size
-        base = slc.base_file.name if slc.base_file else "(log only)"
-        print(f"  {slc.partition_path or '.'}/{slc.file_id}: base {base}, "
-              f"{len(slc.log_files)} log file(s), {size:,} bytes")
-    print(f"\n{total:,} bytes in live file slices")
+    from engine.timeline.active import Timeline
+    from jobs.table_commands import file_group_lines, service_lines
+
+    timeline = Timeline.load(table.storage, table.config)
+    print()
+    for line in service_lines(table, timeline):
+        print(line)
+    print()
+    for line in file_group_lines(table, timeline, args.groups):
+        print(line)
+    total = sum(slc.total_size() for slc in table.file_slices())
+    print(f"\n{total:,} bytes in live file slices (latest slices)")
     print(f"last checkpoint: {_last_checkpoint(table)}")
     return 0
 
@@ -326,12 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--topic", action="append", default=[], metavar="NAME[:PARTITIONS]",
                         help="create this topic at start (repeatable)")
     broker.set_defaults(func=run_broker)
-    table = sub.add_parser("table", help="inspect a table")
+    table = sub.add_parser("table", help="inspect a table, run its services")
     table_sub = table.add_subparsers(dest="table_command", required=True)
-    show = table_sub.add_parser("show", help="row count, schema, timeline, file groups, sizes")
+    show = table_sub.add_parser("show", help="row count, schema, timeline, pending services, "
+                                "file groups, sizes")
     show.add_argument("path")
+    show.add_argument("--groups", type=int, default=20, metavar="N",
+                      help="file groups to list (0: all)")
     show.set_defaults(func=show_table)
-    for leaf in (demo, ingest, prod, broker, show):
+    from jobs.table_commands import add_commands
+
+    service_leaves = add_commands(table_sub)
+    for leaf in (demo, ingest, prod, broker, show, *service_leaves):
         # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a
         # --verbose given before the command
         leaf.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
