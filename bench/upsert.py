@@ -108,6 +108,10 @@ class Engine(ABC):
     def lookup(self, key: str) -> pa.Table:
         """Open the table afresh and read the rows whose ``key`` equals ``key``."""
 
+    def compact(self) -> bool:
+        """Compact the table (tidelake MERGE_ON_READ); False if the engine has no such step."""
+        return False
+
     @property
     def upsert_target(self) -> float | None:
         return None
@@ -169,6 +173,16 @@ class TidelakeEngine(Engine):
 
         result: pa.Table = Table.open(self.path).read(filters=[("key", "=", key)])
         return result
+
+    def compact(self) -> bool:
+        """``Table.compact()`` at the defaults; False when there is nothing to compact
+        (COPY_ON_WRITE)."""
+        from engine import Table
+
+        if self.table_type != "MERGE_ON_READ" or not hasattr(Table, "compact"):
+            return False
+        Table.open(self.path).compact()
+        return True
 
     @property
     def upsert_target(self) -> float | None:
@@ -314,6 +328,8 @@ class Result:
     read_rate: float | None = None
     read_seconds: float | None = None
     lookup_seconds: float | None = None
+    compact_seconds: float | None = None
+    compacted_read_rate: float | None = None
     rows: int | None = None
     size: int | None = None
     problems: list[str] = field(default_factory=list)
@@ -455,6 +471,7 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
         log(f"[{engine.name}] point lookup: median {fmt_seconds(res.lookup_seconds)} of "
             f"{len(times)} ({', '.join(fmt_seconds(t) for t in times)})")
         res.size = dir_size(folder)
+        compact_and_read(engine, workload, check_keys, res)
         for problem in res.problems:
             log(f"[{engine.name}] CHECK FAILED: {problem}")
     except Exception as exc:
@@ -465,19 +482,38 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
     return res
 
 
+def compact_and_read(engine: Engine, workload: Workload, check_keys: Sequence[int],
+                     res: Result) -> None:
+    """MERGE_ON_READ: compact at the defaults (``Table.compact()``), then read again: the
+    snapshot read rate once every log is merged into base files."""
+    with Stopwatch() as sw:
+        compacted = engine.compact()
+    if not compacted:
+        return
+    res.compact_seconds = sw.seconds
+    log(f"[{engine.name}] Table.compact(): {sw.seconds:.2f} s")
+    gc.collect()
+    with Stopwatch() as sw:
+        table = engine.read_full()
+    res.compacted_read_rate = rate(table.num_rows, sw.seconds)
+    log(f"[{engine.name}] full read after the compaction {table.num_rows:,} rows: "
+        f"{sw.seconds:.2f} s ({fmt_rate(res.compacted_read_rate)} rows/s)")
+    res.problems.extend(f"after the compaction: {p}" for p in verify(table, workload, check_keys))
+
+
 # -- report ----------------------------------------------------------------------------
 
 HEADERS = ("engine", "initial load rows/s", "upsert rows/s median", "first batch",
-           "last batch", "full read rows/s", "point lookup", "rows", "size", "check",
-           "target", "pass/miss")
-RIGHT = (False, True, True, True, True, True, True, True, True, False, False, False)
+           "last batch", "full read rows/s", "read after compaction", "point lookup", "rows",
+           "size", "check", "target", "pass/miss")
+RIGHT = (False, True, True, True, True, True, True, True, True, True, False, False, False)
 
 
 def table_rows(results: Sequence[Result]) -> list[list[str]]:
     rows: list[list[str]] = []
     for r in results:
         if r.skipped is not None:
-            rows.append([r.engine, *["-"] * 8, "skipped", r.target_text(), "-"])
+            rows.append([r.engine, *["-"] * 9, "skipped", r.target_text(), "-"])
             continue
         check = "error" if r.error else ("ok" if not r.problems else "FAIL")
         rows.append([
@@ -487,6 +523,7 @@ def table_rows(results: Sequence[Result]) -> list[list[str]]:
             fmt_rate(r.batch_rates[0]) if r.batch_rates else "-",
             fmt_rate(r.batch_rates[-1]) if r.batch_rates else "-",
             fmt_rate(r.read_rate),
+            fmt_rate(r.compacted_read_rate),
             fmt_seconds(r.lookup_seconds),
             f"{r.rows:,}" if r.rows is not None else "-",
             fmt_bytes(r.size),
@@ -510,6 +547,10 @@ def notes(results: Sequence[Result], spec: WorkloadSpec, full_size: bool,
             if r.batch_rates:
                 out.append(f"{r.engine}: upsert rows/s per batch: "
                            + " ".join(fmt_rate(x) for x in r.batch_rates))
+            if r.compact_seconds is not None:
+                out.append(f"{r.engine}: Table.compact() at the defaults took "
+                           f"{fmt_seconds(r.compact_seconds)}; read after compaction = the full "
+                           "read again afterwards (size is measured before it)")
             out.extend(f"{r.engine}: check failed: {p}" for p in r.problems)
     out.append(f"expected final rows: {spec.expected_rows:,}; check = row count, no duplicate "
                "keys, sampled keys carry their latest values, lookups find one row")
