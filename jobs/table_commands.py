@@ -115,7 +115,10 @@ def summary_line(run: Any, seconds: float, *, schedule_only: bool = False) -> st
     if run.scheduled:
         parts.append(f"scheduled {run.scheduled}")
     if run.completed:
-        parts.append(f"completed {', '.join(run.completed)}")
+        verb = "archived" if run.service == "archive" else "completed"
+        done = run.completed
+        parts.append(f"{verb} {', '.join(done)}" if len(done) <= 3 else
+                     f"{verb} {len(done)} instants ({done[0]} … {done[-1]})")
     if schedule_only and run.scheduled:
         parts.append("not executed (--schedule-only)")
     text = "; ".join(parts) if parts else "nothing to do"
