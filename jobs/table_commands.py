@@ -123,7 +123,7 @@ def summary_line(run: Any, seconds: float, *, schedule_only: bool = False) -> st
         parts.append("not executed (--schedule-only)")
     text = "; ".join(parts) if parts else "nothing to do"
     counts = [f"{value:,} {key.replace('_', ' ')}" for key, value in run.details.items()
-              if isinstance(value, int) and not isinstance(value, bool)]
+              if isinstance(value, int) and not isinstance(value, bool) and value]
     if counts:
         text += f" ({', '.join(counts)})"
     return f"{run.service}: {text} in {seconds:.2f} s"

@@ -124,7 +124,8 @@ def test_summary_line_names_instants_counts_and_time() -> None:
                                    details={"instants_archived": 5}), 1) == (
         "archive: archived 5 instants (20261123000000000 … 20261123000000004) "
         "(5 instants archived) in 1.00 s")
-    assert summary_line(ServiceRun("clustering", scheduled="20261123000000002"), 0.5,
+    assert summary_line(ServiceRun("clustering", scheduled="20261123000000002",
+                                   details={"groups": 0}), 0.5,
                         schedule_only=True) == (
         "clustering: scheduled 20261123000000002; not executed (--schedule-only) in 0.50 s")
 
