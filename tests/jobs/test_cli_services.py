@@ -324,3 +324,35 @@ def test_savepoint_create_list_delete(tmp_path: Path,
     assert Table.open(str(path)).savepoints() == [commits[2]]
     assert main(["table", "savepoint", str(path), "--list", "--delete", commits[2]]) == 2
     assert "--list takes no instant" in capsys.readouterr().err
+
+
+@needs_compaction
+def test_show_tells_a_running_compaction_from_a_dead_attempt(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.timeline.active import Timeline
+    from engine.timeline.heartbeat import Heartbeat
+    from engine.timeline.instant import Action
+
+    path = tmp_path / "t"
+    table, oracle = _write(path, 2)
+    instant = table.compact(schedule_only=True).scheduled
+    assert instant is not None
+    timeline = Timeline.load(table.storage, table.config)
+    pending = timeline.pending([Action.COMPACTION])[0]
+    timeline.transition_to_inflight(pending)  # an executor started, then died
+    assert main(["table", "show", str(path)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    line = shown[shown.index("pending services:") + 1]
+    assert line.split()[:3] == [instant, "compaction", "inflight"]
+    assert "(no live executor: the next run re-executes it)" in line
+    beat = Heartbeat(table.storage, instant, 60).start()  # a live executor elsewhere
+    try:
+        assert main(["table", "show", str(path)]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert re.search(r"inflight \(running: heartbeat \d+ s old\)",
+                         shown[shown.index("pending services:") + 1])
+    finally:
+        beat.stop()
+    assert main(["table", "compact", str(path)]) == 0  # re-executes the dead attempt
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"compaction: completed {instant}")
+    _check_snapshot(path, oracle)
