@@ -506,3 +506,22 @@ def test_clean_thousand_files(tmp_path: Path) -> None:
     run = run_clean(_client(table), runner=local_runner)
     assert run.details["files_deleted"] == 800  # ECR t10: keep t10 and t9 of each group
     assert len(_data_files(Path(table.path))) == 200
+
+
+def test_clean_finished_by_two_processes_completes_once(tmp_path: Path) -> None:
+    table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "1"})
+    oracle = Oracle()
+    instants = _write_commits(table, oracle, 3)
+    scheduled = table.clean(schedule_only=True).scheduled
+    assert scheduled is not None
+
+    def racing_runner(fn: Any, tasks: Any) -> list[Any]:
+        other = table.clean()  # another process finishes the same plan meanwhile
+        assert other.completed == (scheduled,)
+        return local_runner(fn, tasks)
+
+    run = run_clean(_client(table), runner=racing_runner)
+    assert run.completed == () and run.scheduled is None
+    names = os.listdir(Path(table.path) / ".hoodie" / "timeline")
+    assert len([n for n in names if n.startswith(scheduled) and n.endswith(".clean")]) == 1
+    _check_snapshot(table, oracle, instants[-1])
