@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import (
     ClockSkewError,
     CommitConflictError,
+    InstantNotReadableError,
     InvalidOptionError,
     InvalidRecordError,
     TableExistsError,
@@ -36,6 +37,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ClockSkewError",
     "CommitConflictError",
+    "InstantNotReadableError",
     "InvalidOptionError",
     "InvalidRecordError",
     "Table",

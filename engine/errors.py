@@ -73,3 +73,12 @@ class LockTimeoutError(TransientError):
 
 class ClockSkewError(TerminalError):
     """The table's timeline holds an instant too far ahead of this machine's clock."""
+
+
+class InstantNotReadableError(TerminalError, ValueError):
+    """A time-travel or incremental read reaches before the earliest instant the cleaner
+    kept readable (its files may be gone); the message names the earliest readable instant."""
+
+    def __init__(self, message: str, earliest: str) -> None:
+        super().__init__(message)
+        self.earliest = earliest

@@ -38,6 +38,7 @@ from engine.layout.keygen import check_field_types
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
+from engine.services.base import ServiceRun
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.instant import parse_instant_time
@@ -300,8 +301,12 @@ class Table:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _reader(self) -> TableReader:
-        return TableReader(self.storage, Timeline.load(self.storage, self.config))
+    def _reader(self, *, as_of: str | None = None, start: str | None = None) -> TableReader:
+        timeline = Timeline.load(self.storage, self.config)
+        if as_of is not None or start is not None:
+            from engine.services.clean import check_readable
+            check_readable(timeline, as_of=as_of, start=start)
+        return TableReader(self.storage, timeline)
 
     def read(self, columns: Sequence[str] | None = None, filters: Filters = None,
              as_of: str | None = None, read_optimized: bool = False) -> pa.Table:
@@ -312,7 +317,7 @@ class Table:
         _check_instant_arg("as_of", as_of)
         spec = ReadSpec(list(columns) if columns is not None else None, filters,
                         bool(read_optimized))
-        return self._reader().snapshot(spec, as_of=as_of)
+        return self._reader(as_of=as_of).snapshot(spec, as_of=as_of)
 
     def read_incremental(self, start: str, end: str | None = None,
                          columns: Sequence[str] | None = None,
@@ -321,7 +326,29 @@ class Table:
         _check_instant_arg("start", start)
         _check_instant_arg("end", end)
         spec = ReadSpec(list(columns) if columns is not None else None, filters)
-        return self._reader().incremental(start, end, spec)
+        return self._reader(start=start).incremental(start, end, spec)
+
+    # -- table services --------------------------------------------------------------------
+
+    def clean(self, *, schedule_only: bool = False) -> ServiceRun:
+        """Delete file slices outside retention (``hoodie.cleaner.*``); see docs/engine.md."""
+        from engine.services.clean import run_clean
+        return run_clean(self._client(), schedule_only=schedule_only)
+
+    def savepoint(self, instant: str | None = None, *, comment: str = "") -> str:
+        """Savepoint a completed commit (default: the latest); returns its instant time."""
+        from engine.services.savepoint import create_savepoint
+        return create_savepoint(self._client(), instant, comment)
+
+    def delete_savepoint(self, instant: str) -> None:
+        """Remove the savepoint at ``instant``."""
+        from engine.services.savepoint import delete_savepoint
+        delete_savepoint(self._client(), instant)
+
+    def savepoints(self) -> list[str]:
+        """Instant times of the table's savepoints, oldest first."""
+        from engine.services.savepoint import savepoints
+        return savepoints(Timeline.load(self.storage, self.config))
 
     def timeline(self) -> list[TimelineEntry]:
         """Every instant on the active timeline, oldest first."""

@@ -148,11 +148,23 @@ def replaced_file_groups(timeline: Timeline, visible: Mapping[str, str]) -> set[
 
 
 def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[str, str],
-                      *, latest_only: bool = True) -> list[FileSlice]:
-    """File slices of every live file group under the given visibility, by partition/id."""
+                      *, latest_only: bool = True,
+                      pending_slice_starts: Mapping[tuple[str, str], str] | None = None,
+                      include_replaced: bool = False) -> list[FileSlice]:
+    """File slices of every live file group under the given visibility, by partition/id.
+
+    ``pending_slice_starts`` (the cleaner's view, v8): (partition, file id) → the instant
+    of a pending compaction planned for that group. As Java's file-system view does, an
+    empty slice starts there, so logs completing after it belong to it; such empty slices
+    are returned (they are the latest slice of their group). ``include_replaced``: also
+    return the slices of groups replaced by a visible replacecommit.
+    """
     layout = timeline.config.timeline_layout
-    replaced = replaced_file_groups(timeline, visible)
+    replaced = set() if include_replaced else replaced_file_groups(timeline, visible)
     groups: dict[tuple[str, str], dict[str, FileSlice]] = {}
+    pending = dict(pending_slice_starts or {}) if layout >= 2 else {}
+    for (partition, file_id), start in pending.items():
+        groups.setdefault((partition, file_id), {})[start] = FileSlice(partition, file_id, start)
     for base in files.base_files:
         if base.instant_time not in visible:
             continue
@@ -185,23 +197,25 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
             continue
         for slc in slices.values():
             slc.log_files.sort(key=LogFile.sort_key)
+        barrier = pending.get((partition, file_id))
         if layout >= 2:
-            _merge_log_only_slices(slices)
+            _merge_log_only_slices(slices, barrier)
         ordered = [slices[t] for t in sorted(slices)]
-        ordered = [s for s in ordered if not s.is_empty]
+        ordered = [s for s in ordered if not s.is_empty or s.base_instant == barrier]
         if not ordered:
             continue
         result.extend(ordered[-1:] if latest_only else ordered)
     return result
 
 
-def _merge_log_only_slices(slices: dict[str, FileSlice]) -> None:
-    """v8: consecutive log-only slices of one group are one slice (no base file between)."""
+def _merge_log_only_slices(slices: dict[str, FileSlice], barrier: str | None = None) -> None:
+    """v8: consecutive log-only slices of one group are one slice (no base file between);
+    a pending compaction's slice (``barrier``) starts a slice as a base file does."""
     keys = sorted(slices)
     merged_into: str | None = None
     for key in keys:
         slc = slices[key]
-        if slc.base_file is None and merged_into is not None:
+        if slc.base_file is None and merged_into is not None and key != barrier:
             slices[merged_into].log_files.extend(slc.log_files)
             slices[merged_into].log_files.sort(key=LogFile.sort_key)
             del slices[key]

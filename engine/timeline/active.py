@@ -50,20 +50,24 @@ class Timeline:
 
     @classmethod
     def load(cls, storage: Storage, config: TableConfig) -> Timeline:
-        """List the timeline folder; each instant appears once, in its furthest state."""
-        best: dict[str, Instant] = {}
+        """List the timeline folder; each instant appears once, in its furthest state.
+
+        A savepoint carries the requested time of the commit it savepoints (Hudi's layout),
+        so it is an instant of its own beside that commit."""
+        best: dict[tuple[str, bool], Instant] = {}
         for status in storage.list_dir(cls.folder_for(config)):
             instant = Instant.parse(status.name)
             if instant is None:
                 continue
-            seen = best.get(instant.requested_time)
+            key = (instant.requested_time, instant.action is Action.SAVEPOINT)
+            seen = best.get(key)
             if seen is None or (Instant.state_rank(instant.state)
                                 > Instant.state_rank(seen.state)):
                 if seen is not None and instant.state is State.COMPLETED:
                     # keep the pending action name (compaction, clustering) for the record
                     instant = Instant(instant.requested_time, instant.action,
                                       State.COMPLETED, instant.completion_time)
-                best[instant.requested_time] = instant
+                best[key] = instant
         return cls(storage, config, best.values())
 
     @property
@@ -200,9 +204,11 @@ class Timeline:
     def delete_instant_files(self, instant: Instant) -> None:
         """Remove every timeline file of an instant (after rolling it back)."""
         prefix = instant.requested_time
+        savepoint = instant.action is Action.SAVEPOINT
         for status in self.storage.list_dir(self.folder):
             parsed = Instant.parse(status.name)
-            if parsed is not None and parsed.requested_time == prefix:
+            if (parsed is not None and parsed.requested_time == prefix
+                    and (parsed.action is Action.SAVEPOINT) == savepoint):
                 self.storage.delete(f"{self.folder}/{status.name}")
 
 
