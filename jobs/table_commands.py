@@ -14,10 +14,11 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from engine import Table
+from engine.config import IndexType
 
 ProgressLine = Callable[[str], None]
 
@@ -146,8 +147,12 @@ def _service(name: str) -> Callable[[argparse.Namespace], int]:
             kwargs["runner"] = runner
         started = time.monotonic()
         result = method(**kwargs)
-        print(summary_line(result, time.monotonic() - started,
-                           schedule_only=bool(kwargs.get("schedule_only"))), flush=True)
+        line = summary_line(result, time.monotonic() - started,
+                            schedule_only=bool(kwargs.get("schedule_only")))
+        if (name == "cluster" and not result.did_something
+                and table.write_config.index_type is IndexType.BUCKET):
+            line += " (BUCKET-index tables are never clustered: a key's bucket is its file group)"
+        print(line, flush=True)
         return 0
 
     run.__name__ = f"run_{name}"
@@ -346,6 +351,5 @@ def archived_count(table: Table) -> int | None:
         return None
     if "include_archived" not in params:
         return None
-    everything: Mapping[str, Any] | list[Any] = table.timeline(  # type: ignore[call-arg]
-        include_archived=True)
-    return max(0, len(everything) - len(table.timeline()))
+    timeline_of: Any = table.timeline  # include_archived arrives with archival
+    return max(0, len(timeline_of(include_archived=True)) - len(table.timeline()))

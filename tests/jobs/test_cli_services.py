@@ -356,3 +356,17 @@ def test_show_tells_a_running_compaction_from_a_dead_attempt(
     assert main(["table", "compact", str(path)]) == 0  # re-executes the dead attempt
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"compaction: completed {instant}")
     _check_snapshot(path, oracle)
+
+
+@needs_clustering
+def test_cluster_bucket_table_does_nothing_and_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t"
+    _, oracle = _write(path, 2)
+    before = sorted(p.name for p in (path / ".hoodie" / "timeline").iterdir())
+    assert main(["table", "cluster", str(path), "--sort-columns", "fare"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(r"clustering: nothing to do in \d+\.\d\d s \(BUCKET-index tables are "
+                        r"never clustered: a key's bucket is its file group\)", line), line
+    assert sorted(p.name for p in (path / ".hoodie" / "timeline").iterdir()) == before
+    _check_snapshot(path, oracle)
