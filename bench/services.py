@@ -18,8 +18,8 @@ Three parts, one command (bench/README.md says what every figure means):
 3. **Clustering.** A COPY_ON_WRITE table with the SIMPLE index, bulk-inserted in 10 chunks
    (unsorted file groups); per layout strategy (linear, z-order, hilbert) a copy is clustered
    on ``i0,f0``: rows/s, and the fraction of base files that the parquet footers' min/max
-   rule out for two range filters (both columns; the second column alone), computed here
-   from the footers with pyarrow.
+   rule out for range filters on both columns and on each alone, computed here from the
+   footers with pyarrow.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ STRATEGIES = ("linear", "z-order", "hilbert")
 SORT_COLUMNS = ("i0", "f0")
 # Range filters for pruning: i0 is uniform in [0, 1e9), f0 in [0, 1000).
 FILTERS = {"i0 and f0 in the middle 20%": {"i0": (400_000_000, 600_000_000), "f0": (400.0, 600.0)},
-           "f0 alone in the middle 20%": {"f0": (400.0, 600.0)}}
+           "i0 alone": {"i0": (400_000_000, 600_000_000)},
+           "f0 alone": {"f0": (400.0, 600.0)}}
 GOALS = "read >= 0.5x fresh, data files < 20 per live file group, bytes < 4x fresh, " \
         "active timeline < 40 instants"
 
@@ -259,7 +260,8 @@ def clustering(rows: int, seed: int, folder: str) -> list[list[str]]:
         except Exception as exc:
             log(f"[clustering {strategy}] ERROR: {type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
-            out.append([strategy, "error", f"{type(exc).__name__}", "-", "-", "-"])
+            out.append([strategy, "error", f"{type(exc).__name__}", "-",
+                        *["-"] * len(FILTERS)])
     return out
 
 
@@ -406,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"partitions bulk-inserted in 10 chunks; sort columns {','.join(SORT_COLUMNS)}; "
               "pruned = base files whose footer min/max exclude the filter")
         print(text_table(("strategy", "rows/s", "check", "files", *FILTERS), cluster_rows,
-                         (False, True, False, True, True, True)))
+                         (False, True, False, True, *[True] * len(FILTERS))))
         failed = failed or any(r[2] not in ("-", "ok") for r in cluster_rows)
     print(f"\nload average at the end: {load_average()}")
     return 1 if failed else 0
