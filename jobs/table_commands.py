@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from engine import Table
 from engine.config import IndexType
+from engine.services.base import ServiceRun
 
 ProgressLine = Callable[[str], None]
 
@@ -109,7 +110,7 @@ def writer_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def summary_line(run: Any, seconds: float, *, schedule_only: bool = False) -> str:
+def summary_line(run: ServiceRun, seconds: float, *, schedule_only: bool = False) -> str:
     """One line saying what a :class:`~engine.services.base.ServiceRun` did, and how long it
     took: ``compaction: completed 2026… (12 file groups, 200,000 rows) in 3.20 s``."""
     parts: list[str] = []
