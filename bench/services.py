@@ -137,11 +137,11 @@ def _drive_services(table: Any, run: DegradationRun) -> None:
 
 
 def degradation(mode: str, workload: Any, folder: str, every: int,
-                check_keys: Sequence[int]) -> DegradationRun:
+                check_keys: Sequence[int], on_options: dict[str, str]) -> DegradationRun:
     from engine import Table
 
     run = DegradationRun(mode)
-    options = {**MOR_OPTIONS, **(ON if mode == "on" else OFF)}
+    options = {**MOR_OPTIONS, **({**ON, **on_options} if mode == "on" else OFF)}
     try:
         table = Table.create(folder, name="bench", table_type="MERGE_ON_READ",
                              record_key="key", precombine="ts", partition_by=["partition"],
@@ -312,6 +312,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster-rows", type=int, default=None,
                    help="rows of the clustering table (200,000; --quick 20,000; 0 skips it)")
     p.add_argument("--modes", default="off,on", help="degradation runs: off,on")
+    p.add_argument("--on-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a writer option of the services-on run (repeatable), e.g. "
+                   "hoodie.cleaner.commits.retained=5")
     p.add_argument("--quick", action="store_true", help="smoke run")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", default=None, help="keep the tables in this new folder")
@@ -324,6 +327,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.mode_names = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.on_options = {}
+    for item in args.on_set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--on-set: expected KEY=VALUE, got {item!r}")
+        args.on_options[key.strip()] = value.strip()
     if not set(args.mode_names) <= {"off", "on"}:
         p.error("--modes: off, on or both")
     if args.batch_size > args.rows or args.every <= 0:
@@ -345,13 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = WorkloadSpec(rows=args.rows, batches=args.batches, batch_size=args.batch_size,
                         update_fraction=1.0, partitions=4, seed=args.seed)
     print(f"\nWorkload: MERGE_ON_READ, BUCKET index (2 buckets per partition), "
-          f"{spec.describe()}\n", flush=True)
+          f"{spec.describe()}", flush=True)
+    on = {**ON, **args.on_options}
+    print(f"services off: {OFF}\nservices on: {on} (else defaults)\n", flush=True)
     failed = False
     try:
         workload = generate_workload(spec)
         check_keys = sample_keys(workload)
         runs = [degradation(mode, workload, os.path.join(out, f"services-{mode}"), args.every,
-                            check_keys) for mode in args.mode_names]
+                            check_keys, args.on_options) for mode in args.mode_names]
         last = next((r for r in runs if r.error is None), None)
         fresh = fresh_copy(os.path.join(out, f"services-{last.mode}"),
                            os.path.join(out, "fresh")) if last else None
