@@ -213,6 +213,10 @@ def compaction_due(timeline: Timeline, write_config: WriteConfig,
 
 
 def _require_mor(config: TableConfig) -> None:
+    if config.version < 8:
+        raise UnsupportedTableError(
+            f"table {config.name!r} is version {config.version}; tidelake compacts table "
+            "version 8 only")
     if not config.is_mor:
         raise UnsupportedTableError(
             f"table {config.name!r} is {config.table_type.value}: only MERGE_ON_READ tables "
