@@ -62,13 +62,14 @@ from engine.schema import (
     arrow_from_avro_json,
 )
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.services.rollback import revert_inflight_service
+from engine.services.rollback import revert_inflight_service, rollback_failed_writes
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import (
     CommitMetadata,
     WriteStat,
     avro_schema,
+    read_avro_ocf,
     write_avro_ocf,
 )
 from engine.timeline.heartbeat import Heartbeat, is_expired
@@ -354,7 +355,8 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     :func:`~engine.read.merge.merge_layers` under the table's merge mode): deletes applied,
     each surviving key keeps the meta fields of its winning version, ``_hoodie_file_name``
     becomes the new name. A group whose rows were all deleted gets an empty base file, so the
-    old slice's rows never show again. The file is published whole; a retried task writes
+    old slice's rows never show again. The file is published whole and fsynced (a task may
+    run on another machine, whose files the driver cannot flush); a retried task writes
     under the next attempt number, and the committer removes files no stat names.
     """
     op = task.operation
@@ -393,7 +395,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
             result = write_base_file(storage.full(_rel(op.partition_path, name)), out,
                                      bloom=task.write_bloom_filter,
                                      compression=task.compression,
-                                     dictionary_columns=dictionary_columns, fsync=False)
+                                     dictionary_columns=dictionary_columns, fsync=True)
             break
         except FileExistsError:
             attempt += 1  # an earlier attempt of this task left its file: the next name
@@ -467,12 +469,26 @@ def _remove_strays(storage: Storage, instant_time: str, stats: Sequence[WriteSta
             storage.delete(base.path)
 
 
-def _start(client: WriteClient, instant_time: str) -> tuple[Timeline, Instant,
-                                                            Heartbeat] | None:
+@dataclass
+class _Attempt:
+    """This process's attempt at executing one plan."""
+
+    instant_time: str
+    timeline: Timeline  # as loaded when the attempt started
+    inflight: Instant
+    heartbeat: Heartbeat
+    floor: str  # the timeline's latest time when the attempt started
+
+
+def _start(client: WriteClient, instant_time: str) -> _Attempt | None:
     """Under the lock: take the plan's execution (None if another executor is alive or it
     is done), reverting a dead attempt first."""
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
+        if timeline.pending([Action.ROLLBACK]):
+            # a revert that died half-way is finished first (it targets this instant's files)
+            rollback_failed_writes(client.storage, timeline, lambda _: False)
+            timeline = Timeline.load(client.storage, client.config)
         instant = _find(timeline, instant_time)
         if instant is None or instant.is_completed:
             return None
@@ -483,6 +499,7 @@ def _start(client: WriteClient, instant_time: str) -> tuple[Timeline, Instant,
             revert_inflight_service(client.storage, timeline, instant)
             timeline = Timeline.load(client.storage, client.config)
             instant = instant.with_state(State.REQUESTED)
+        floor = timeline.latest_instant_time()
         heartbeat = Heartbeat(client.storage, instant_time,
                               client.write_config.heartbeat_interval_ms / 1000.0).start()
         try:
@@ -490,24 +507,54 @@ def _start(client: WriteClient, instant_time: str) -> tuple[Timeline, Instant,
         except BaseException:
             heartbeat.stop()
             raise
-    return timeline, inflight, heartbeat
+    return _Attempt(instant_time, timeline, inflight, heartbeat, floor)
 
 
-def _revert(client: WriteClient, instant_time: str) -> None:
+def _superseded(timeline: Timeline, attempt: _Attempt) -> bool:
+    """True if another executor reverted this attempt (it judged us dead): a rollback
+    instant newer than the attempt's start targets the plan's instant."""
+    for rb in timeline.instants:
+        if rb.action is not Action.ROLLBACK or rb.requested_time <= attempt.floor:
+            continue
+        rel = f"{timeline.folder}/{rb.requested_time}.rollback.requested"
+        try:
+            plan = read_avro_ocf(timeline.storage.read(rel))
+        except (FileNotFoundError, ValueError, OSError, EOFError):
+            return True  # cannot tell: assume the worst, never commit over another attempt
+        target = plan.get("instantToRollback") or {}
+        if isinstance(target, dict) and target.get("commitTime") == attempt.instant_time:
+            return True
+    return False
+
+
+def _abandon(client: WriteClient, attempt: _Attempt, stats: Sequence[WriteStat]) -> bool:
+    """After a failure: revert this attempt if it is still ours (True), else delete only
+    the files it wrote and leave the instant to the executor that owns it now (False)."""
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
-        instant = _find(timeline, instant_time)
-        if instant is not None and not instant.is_completed:
-            revert_inflight_service(client.storage, timeline, instant)
+        instant = _find(timeline, attempt.instant_time)
+        if instant is None or instant.is_completed:
+            return False
+        if _superseded(timeline, attempt):
+            for stat in stats:
+                client.storage.delete(stat.path)
+            return False
+        revert_inflight_service(client.storage, timeline, instant)
+        return True
+
+
+class _Superseded(CompactionError):
+    pass
 
 
 def _execute(client: WriteClient, instant_time: str,
              runner: TaskRunner) -> tuple[str, int, int] | None:
     """Execute one plan to completion; (completion time, groups, rows) or None if skipped."""
-    started = _start(client, instant_time)
-    if started is None:
+    attempt = _start(client, instant_time)
+    if attempt is None:
         return None
-    timeline, inflight, heartbeat = started
+    timeline = attempt.timeline
+    stats: list[WriteStat] = []
     try:
         plan = read_plan(timeline, instant_time)
         schema_json = timeline.latest_schema()
@@ -521,28 +568,33 @@ def _execute(client: WriteClient, instant_time: str,
         with client.lock:
             now = Timeline.load(client.storage, client.config)
             found = _find(now, instant_time)
-            if found is None or found.state is not State.INFLIGHT:
-                raise CompactionError(
-                    f"compaction {instant_time} is no longer inflight (another executor "
-                    "judged this attempt dead and reverted it: its heartbeat had expired)")
+            if (found is None or found.state is not State.INFLIGHT
+                    or _superseded(now, attempt)):
+                raise _Superseded(
+                    f"compaction {instant_time}: this attempt was reverted by another "
+                    "executor, which judged it dead (its heartbeat had expired: raise "
+                    "hoodie.client.heartbeat.interval_in_ms or tolerable.misses); nothing "
+                    "was committed by this one")
             extra = {**plan.extra_metadata,
                      **now.rolling_metadata(client.write_config.rolling_metadata_keys),
                      "schema": schema_json}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
             client.lock.verify()
-            done = now.complete(inflight, meta.to_avro_bytes())
+            done = now.complete(attempt.inflight, meta.to_avro_bytes())
     except BaseException as exc:
+        ours = False
         try:
-            _revert(client, instant_time)
+            ours = _abandon(client, attempt, stats)
         finally:
-            heartbeat.stop()
+            # another executor's heartbeat is the same file: leave it to that executor
+            attempt.heartbeat.stop(delete=ours)
         if isinstance(exc, TidelakeError) or not isinstance(exc, Exception):
             raise
         raise CompactionError(
             f"compaction {instant_time} failed ({type(exc).__name__}: {exc}); the attempt "
             "was reverted and its plan runs again on the next compaction") from exc
-    heartbeat.stop()
+    attempt.heartbeat.stop()
     return done.completion_time or "", len(stats), sum(s.num_writes for s in stats)
 
 

@@ -487,6 +487,67 @@ def test_dead_inflight_attempt_with_partial_file_is_reverted_and_reexecuted(
     _check(table, oracle)
 
 
+def test_attempt_taken_over_by_another_executor_never_commits(tmp_path: Path) -> None:
+    from engine.services.rollback import revert_inflight_service
+
+    table = _new(tmp_path)
+    oracle = Oracle()
+    _upsert(table, oracle, _rows_of(["a", "b"], 1, ["x", "y"], 1.0))
+    _upsert(table, oracle, _rows_of(["a", "b"], 2, ["x", "y"], 2.0))
+    c = table.compact(schedule_only=True).scheduled
+    assert c is not None
+    client = _client(table)
+
+    def stalled_runner(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        stats = local_runner(fn, tasks)
+        # meanwhile another executor judged this attempt dead: reverted it, started anew
+        with client.lock:
+            timeline = _timeline(table)
+            (mine,) = [i for i in timeline.instants if i.requested_time == c]
+            revert_inflight_service(table.storage, timeline, mine)
+            _timeline(table).transition_to_inflight(mine.with_state(State.REQUESTED))
+        return stats
+
+    with pytest.raises(CompactionError, match="reverted by another executor"):
+        run_compaction(client, runner=stalled_runner)
+    states = {e.instant_time: e.state for e in table.timeline()}
+    assert states[c] == "inflight"  # the other executor's attempt is left alone
+    assert _files_of_instant(table, c) == []  # this attempt's files are gone
+    _check(table, oracle)
+    # the other executor dies too; once its heartbeat is gone the plan runs to completion
+    Path(table.path, ".hoodie", ".heartbeat", c).unlink(missing_ok=True)
+    assert run_compaction(_client(table)).completed == (c,)
+    _check(table, oracle)
+
+
+def test_unknown_instant_is_refused(tmp_path: Path) -> None:
+    table = _new(tmp_path)
+    table.upsert(_batch(_rows_of(["a"], 1, ["x"], 1.0)))
+    with pytest.raises(ValueError, match="not a compaction"):
+        table.compact(instant="20990101000000000")
+    with pytest.raises(ValueError, match="instant"):
+        table.compact(instant="yesterday")
+
+
+def test_second_plan_skips_groups_of_the_pending_one(tmp_path: Path) -> None:
+    table = _new(tmp_path)
+    oracle = Oracle()
+    _upsert(table, oracle, _rows_of(["a", "b"], 1, ["x", "y"], 1.0))
+    _upsert(table, oracle, _rows_of(["a"], 2, ["x"], 2.0))
+    first = table.compact(schedule_only=True).scheduled
+    _upsert(table, oracle, _rows_of(["a", "b"], 3, ["x", "y"], 3.0))
+    second = table.compact(schedule_only=True).scheduled
+    assert first is not None and second is not None and first < second
+    from engine.services.compaction import read_plan
+    assert [op.partition_path for op in read_plan(_timeline(table), first).operations] == ["x"]
+    assert [op.partition_path for op in read_plan(_timeline(table), second).operations] == ["y"]
+    _check(table, oracle)
+    assert run_compaction(_client(table)).completed == (first, second)
+    _check(table, oracle)
+    x = next(s for s in table.file_slices() if s.partition_path == "x")
+    assert x.base_instant == first and len(x.log_files) == 1  # a@3 came after the plan
+
+
 # -- triggers ----------------------------------------------------------------------------
 
 
