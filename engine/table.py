@@ -38,7 +38,7 @@ from engine.layout.keygen import check_field_types
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
-from engine.services.base import ServiceRun
+from engine.services.base import ServiceRun, TaskRunner
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.instant import parse_instant_time
@@ -349,6 +349,17 @@ class Table:
         """Instant times of the table's savepoints, oldest first."""
         from engine.services.savepoint import savepoints
         return savepoints(Timeline.load(self.storage, self.config))
+
+    def compact(self, *, schedule_only: bool = False, instant: str | None = None,
+                runner: TaskRunner | None = None) -> ServiceRun:
+        """Compact now (MERGE_ON_READ): plan every file slice with logs, whatever the trigger
+        says (unless ``instant`` names a plan to execute), then execute pending plans
+        (:mod:`engine.services.compaction`); raises
+        :class:`~engine.errors.UnsupportedTableError` on a copy-on-write table."""
+        from engine.services.compaction import compact
+        _check_instant_arg("instant", instant)
+        return compact(self._client(), schedule_only=schedule_only, instant=instant,
+                       runner=runner)
 
     def timeline(self) -> list[TimelineEntry]:
         """Every instant on the active timeline, oldest first."""

@@ -173,7 +173,7 @@ class SliceReader:
             if base is None:
                 return (schema or pa.schema([])).empty_table()
             return base
-        layers = self._log_layers(slc, schema)
+        layers = self.log_layers(slc, schema)
         if keys is not None:
             layers = [_only_keys(layer, keys) for layer in layers]
         if not self.config.populate_meta_fields:
@@ -192,7 +192,9 @@ class SliceReader:
         return merge_layers(base, layers, mode=self.config.merge_mode,
                             ordering_field=self.config.precombine_field, schema=schema)
 
-    def _log_layers(self, slc: FileSlice, schema: pa.Schema | None) -> list[Layer]:
+    def log_layers(self, slc: FileSlice, schema: pa.Schema | None) -> list[Layer]:
+        """The slice's log blocks as merge layers, in the slice's log order (rolled-back
+        blocks dropped); what :meth:`read_slice` merges onto the base file, and compaction too."""
         blocks: list[LogBlock] = []
         for log in slc.log_files:
             data = self.storage.read(log.path)

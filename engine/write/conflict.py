@@ -8,6 +8,13 @@ groups it wrote, and no compaction or clustering scheduled since then covers one
 files never conflict with each other; only a replaced file group (clustering, insert
 overwrite) or one planned for clustering does.
 
+Compaction never conflicts with log files, in any mode: v8 log files carry their own
+deltacommit's instant and join slices by completion time, so a log completing after a
+compaction's instant C lands in slice C whether C is pending or completed (Hudi 1.x does
+the same for log appends). A *base file* written into a group under a pending compaction
+plan (whenever the plan was scheduled) or into a group a compaction rewrote meanwhile does
+conflict: it would start a slice the plan does not know.
+
 Called under the table lock, right before the commit point (:mod:`engine.write.write_client`).
 """
 
@@ -17,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from engine.errors import CorruptTableError, WriteConflictError
+from engine.format.naming import parse_base_file
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat, read_avro_ocf
 from engine.timeline.instant import Action, Instant
@@ -71,6 +79,14 @@ def _plan_groups(plan: Mapping[str, Any]) -> Iterator[FileGroupId]:
             yield str(slc.get("partitionPath") or ""), str(slc.get("fileId") or "")
 
 
+def _is_compaction(timeline: Timeline, instant: Instant) -> bool:
+    """A completed compaction: a ``commit`` of a merge-on-read table (``compacted=true``)."""
+    if instant.action is Action.COMPACTION:
+        return True
+    return (instant.action is Action.COMMIT and timeline.config.is_mor
+            and timeline.commit_metadata(instant).compacted)
+
+
 SERVICE_ACTIONS = (Action.COMPACTION, Action.CLUSTERING, Action.REPLACE_COMMIT,
                    Action.LOG_COMPACTION)
 
@@ -80,15 +96,21 @@ def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
     """Raise :class:`WriteConflictError` if ``instant``'s writes overlap what others did
     since ``start`` (the timeline the writer planned from); ``now`` is reloaded under the
     lock."""
+    stats = list(stats)
     ours = touched_groups(stats)
     if not ours:
         return
+    with_base = {(s.partition_path, s.file_id) for s in stats
+                 if parse_base_file(s.path.rsplit("/", 1)[-1]) is not None}
     seen = {i.requested_time for i in start.instants if i.is_completed}
     for other in now.completed_data_instants:
         if other.requested_time in seen or other.requested_time == instant.requested_time:
             continue
         written, replaced = _written_by(now, other)
-        overlap = ours & replaced if non_blocking else ours & (written | replaced)
+        if _is_compaction(now, other):
+            overlap = with_base & written  # logs join slice C by completion time
+        else:
+            overlap = ours & replaced if non_blocking else ours & (written | replaced)
         if overlap:
             partition, file_id = sorted(overlap)[0]
             raise WriteConflictError(
@@ -100,15 +122,19 @@ def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
                 "nothing was committed")
     pending_before = {i.requested_time for i in start.instants if not i.is_completed}
     for other in now.pending(SERVICE_ACTIONS):
-        if other.requested_time in pending_before:
+        if other.action is Action.COMPACTION:
+            # logs written during a compaction land in its slice; a base file does not
+            overlap = with_base & planned_groups(now, other)
+        elif other.requested_time in pending_before:
             continue
-        if non_blocking and other.action is Action.COMPACTION:
-            continue  # logs written during a compaction land in the next slice
-        overlap = ours & planned_groups(now, other)
+        else:
+            overlap = ours & planned_groups(now, other)
         if overlap:
             partition, file_id = sorted(overlap)[0]
+            when = ("" if other.requested_time in pending_before
+                    else ", scheduled while it was being written")
             raise WriteConflictError(
                 f"instant {instant.requested_time} conflicts with the "
-                f"{other.action.value} plan {other.requested_time}, scheduled while it was "
-                f"being written on file group {file_id} of partition {partition!r}; "
-                "nothing was committed")
+                f"{other.action.value} plan {other.requested_time} on file group {file_id} "
+                f"of partition {partition!r}"
+                f"{when}; nothing was committed")
