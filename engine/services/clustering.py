@@ -238,8 +238,10 @@ def schedule_clustering(client: WriteClient) -> str | None:
     """Write a clustering plan if any file group qualifies; returns its instant time.
 
     BUCKET-index tables are never clustered: a key's file group is its bucket, which a
-    rewrite into new file ids would break. Driver only; takes the table lock."""
-    if client.write_config.index_type is IndexType.BUCKET:
+    rewrite into new file ids would break; nor are tables without meta fields
+    (``hoodie.populate.meta.fields=false``), whose rows carry no key or commit time to
+    preserve. Driver only; takes the table lock."""
+    if client.write_config.index_type is IndexType.BUCKET or not client.config.populate_meta_fields:
         return None
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)

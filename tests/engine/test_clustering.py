@@ -168,10 +168,17 @@ def test_cluster_snapshot_matches_oracle_and_hudi_rs(tmp_path: Path, table_type:
     assert _rows(old) == old_snapshot
     assert _rows(hudi_rs_read(table.path, as_of=last_commit)) == old_snapshot
     assert run.scheduled not in "".join(old.column("_hoodie_file_name").to_pylist())
-    # nothing left to do until new small groups appear (each partition is one sorted group
-    # now, and a single-group plan is still made: Hudi's default)
     assert clustering_due(Timeline.load(table.storage, table.config), table.write_config,
                           inline=True) is False
+    # an incremental read spanning the clustering returns only what writers wrote
+    before = next(e.completion_time for e in table.timeline() if e.instant_time == last_commit)
+    rows = _random_rows(random.Random(1), sorted(oracle.rows)[:3], 7, PARTS, oracle)
+    instant = table.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    oracle.upsert(rows, instant)
+    expected = [oracle.rows[k] for k in sorted(r["key"] for r in rows)]
+    assert _rows(table.read_incremental(before)) == expected
+    assert _rows(hudi_rs_read(table.path, start=before)) == expected
+    _check(table, oracle)
 
 
 def test_plan_decodes_with_full_paths_and_sort_columns(tmp_path: Path) -> None:
