@@ -235,15 +235,18 @@ def interleave(values: Sequence[np.ndarray], bits: int = 64) -> np.ndarray:
     i → output bit k·n + i), packed MSB-first into n words per row: shape (rows, n)."""
     n = len(values)
     rows = len(values[0]) if n else 0
-    out = np.zeros((rows, n), np.uint64)
+    words = [np.zeros(rows, np.uint64) for _ in range(n)]
     one = np.uint64(1)
+    bit = np.empty(rows, np.uint64)
     for k in range(bits):
         shift = np.uint64(bits - 1 - k)
         for i, column in enumerate(values):
             j = k * n + i
-            bit = (column >> shift) & one
-            out[:, j // 64] |= bit << np.uint64(63 - j % 64)
-    return out
+            np.right_shift(column, shift, out=bit)
+            np.bitwise_and(bit, one, out=bit)
+            np.left_shift(bit, np.uint64(63 - j % 64), out=bit)
+            np.bitwise_or(words[j // 64], bit, out=words[j // 64])
+    return np.stack(words, axis=1) if n else np.zeros((0, 0), np.uint64)
 
 
 def zorder_words(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
@@ -258,25 +261,38 @@ def hilbert_transpose(coords: Sequence[np.ndarray], bits: int = HILBERT_BITS) ->
     mask = np.uint64((1 << bits) - 1)
     x = [np.asarray(c).astype(np.int64).view(np.uint64) & mask for c in coords]
     n = len(x)
-    q = 1 << (bits - 1)
-    while q > 1:
-        p = np.uint64(q - 1)
-        qq = np.uint64(q)
+    if not n:
+        return []
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    bit = np.empty_like(x[0])
+    t = np.empty_like(x[0])
+    for level in range(bits - 1, 0, -1):  # q = 2^level
+        p = np.uint64((1 << level) - 1)
+        shift = np.uint64(level)
         for i in range(n):
-            inverted = (x[i] & qq) != 0
-            x[0] = np.where(inverted, x[0] ^ p, x[0])
+            # bit = all ones where bit q of x[i] is set (invert x[0]'s low bits), else 0
+            np.right_shift(x[i], shift, out=bit)
+            np.bitwise_and(bit, one, out=bit)
+            np.subtract(zero, bit, out=bit)
             if i:
-                t = np.where(inverted, np.uint64(0), (x[0] ^ x[i]) & p)
-                x[0] = x[0] ^ t
-                x[i] = x[i] ^ t
-        q >>= 1
+                # where not set: exchange the low bits of x[0] and x[i]
+                np.bitwise_xor(x[0], x[i], out=t)
+                np.bitwise_and(t, p, out=t)
+                np.bitwise_and(t, ~bit, out=t)
+                np.bitwise_xor(x[i], t, out=x[i])
+                np.bitwise_xor(x[0], t, out=x[0])
+            np.bitwise_and(bit, p, out=bit)
+            np.bitwise_xor(x[0], bit, out=x[0])
     for i in range(1, n):
-        x[i] = x[i] ^ x[i - 1]
-    t = np.zeros_like(x[0]) if n else np.zeros(0, np.uint64)
-    q = 1 << (bits - 1)
-    while q > 1:
-        t = np.where((x[n - 1] & np.uint64(q)) != 0, t ^ np.uint64(q - 1), t)
-        q >>= 1
+        np.bitwise_xor(x[i], x[i - 1], out=x[i])
+    t[:] = 0
+    for level in range(bits - 1, 0, -1):
+        np.right_shift(x[n - 1], np.uint64(level), out=bit)
+        np.bitwise_and(bit, one, out=bit)
+        np.subtract(zero, bit, out=bit)
+        np.bitwise_and(bit, np.uint64((1 << level) - 1), out=bit)
+        np.bitwise_xor(t, bit, out=t)
     return [xi ^ t for xi in x]
 
 

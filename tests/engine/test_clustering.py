@@ -7,6 +7,7 @@ from what each write was told) and against hudi-rs 0.5.0.
 from __future__ import annotations
 
 import io
+import pickle
 import random
 import shutil
 import threading
@@ -319,6 +320,22 @@ def test_failed_execution_reverts_and_keeps_plan(tmp_path: Path) -> None:
                 if f.instant_time == scheduled]
     _check(table, oracle)
     assert table.cluster().completed == (scheduled,)
+    _check(table, oracle)
+
+
+def test_tasks_run_pickled_as_on_spark_executors(tmp_path: Path) -> None:
+    table, oracle, _ = _make(tmp_path / "t", "MERGE_ON_READ", strategy="hilbert",
+                             **{"hoodie.clustering.plan.strategy.max.bytes.per.group": "1"})
+    seen: list[int] = []
+
+    def spark_like(fn: Any, tasks: Any) -> list[Any]:
+        seen.append(len(tasks))
+        shipped = [pickle.loads(pickle.dumps(task)) for task in tasks]
+        return [pickle.loads(pickle.dumps(pickle.loads(pickle.dumps(fn))(task)))
+                for task in shipped]
+
+    run = table.cluster(runner=spark_like)
+    assert run.completed and seen and seen[0] > 2  # one task per clustering group
     _check(table, oracle)
 
 

@@ -191,3 +191,45 @@ def test_vectorised_zorder_equals_per_row_port() -> None:
         return int("".join(map(str, bits)), 2).to_bytes(16, "big")
 
     assert keys == [port(x, s) for x, s in zip(xs, ss, strict=True)]
+
+
+def _hilbert_port(point: list[int], bits: int) -> int:
+    """davidmoten's transposedIndex + toIndex, one point, plain Python ints."""
+    mask = (1 << 64) - 1
+    x = [v & mask for v in point]
+    n = len(x)
+    q = 1 << (bits - 1)
+    while q > 1:
+        p = q - 1
+        for i in range(n):
+            if x[i] & q:
+                x[0] ^= p
+            else:
+                t = (x[0] ^ x[i]) & p
+                x[0] ^= t
+                x[i] ^= t
+        q >>= 1
+    for i in range(1, n):
+        x[i] ^= x[i - 1]
+    t = 0
+    q = 1 << (bits - 1)
+    while q > 1:
+        if x[n - 1] & q:
+            t ^= q - 1
+        q >>= 1
+    x = [v ^ t for v in x]
+    index = 0
+    for b in range(bits - 1, -1, -1):
+        for v in x:
+            index = (index << 1) | ((v >> b) & 1)
+    return index
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_vectorised_hilbert_equals_per_point_port(dims: int) -> None:
+    rng = random.Random(dims)
+    points = [[rng.choice([rng.randint(-2**63, 2**63 - 1), rng.randint(-5, 5)])
+               for _ in range(dims)] for _ in range(100)]
+    columns = [pa.array([p[d] for p in points], pa.int64()) for d in range(dims)]
+    keys = hilbert_key_bytes(columns)
+    assert [int.from_bytes(k, "big") for k in keys] == [_hilbert_port(p, 63) for p in points]
