@@ -179,11 +179,13 @@ def plan_groups(storage: Storage, timeline: Timeline,
         current: list[FileSlice] = []
         size = 0
         for slc in candidates:
-            current.append(slc)
-            size += _slice_size(slc, write_config)
-            if size >= write_config.clustering_max_bytes_per_group:
+            slice_size = _slice_size(slc, write_config)
+            # Java: a slice that would take the group past the limit starts the next one
+            if current and size + slice_size > write_config.clustering_max_bytes_per_group:
                 found.append((current, size))
                 current, size = [], 0
+            current.append(slc)
+            size += slice_size
         if current:
             found.append((current, size))
         if (len(found) == 1 and len(found[0][0]) == 1

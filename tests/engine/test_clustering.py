@@ -234,6 +234,32 @@ def test_partition_filters_and_group_limits(tmp_path: Path) -> None:
     _check(table, oracle)
 
 
+def test_groups_cut_by_size_as_java_and_outputs_by_target(tmp_path: Path) -> None:
+    table, oracle, _ = _make(tmp_path / "t", "COPY_ON_WRITE")
+    slices = sorted((s for s in table.file_slices() if s.partition_path == "a"),
+                    key=lambda s: -(s.base_file.size if s.base_file else 0))
+    sizes = [s.base_file.size for s in slices if s.base_file is not None]
+    assert len(sizes) >= 3
+    opened = Table.open(table.path, {
+        "hoodie.clustering.plan.strategy.partition.selected": "a",
+        # the two biggest together pass the limit by one byte: the second starts a group
+        "hoodie.clustering.plan.strategy.max.bytes.per.group": str(sizes[0] + sizes[1] - 1),
+        "hoodie.clustering.plan.strategy.target.file.max.bytes": str(sizes[0] // 2 + 1)})
+    run = opened.cluster(schedule_only=True)
+    assert run.scheduled is not None
+    plan = read_plan(Timeline.load(table.storage, table.config), run.scheduled)
+    groups = plan["clusteringPlan"]["inputGroups"]  # type: ignore[index]
+    assert [s["fileId"] for s in groups[0]["slices"]] == [slices[0].file_id]
+    assert groups[1]["slices"][0]["fileId"] == slices[1].file_id
+    assert groups[0]["numOutputFileGroups"] == 2
+    assert {s["partitionPath"] for g in groups for s in g["slices"]} == {"a"}
+    done = opened.cluster()
+    assert done.completed == (run.scheduled,)
+    _check(table, oracle)
+    new = [s for s in table.file_slices() if s.base_instant == run.scheduled]
+    assert len(new) == sum(g["numOutputFileGroups"] for g in groups)
+
+
 def test_bucket_index_table_is_never_clustered(tmp_path: Path) -> None:
     table, oracle, _ = _make(tmp_path / "t", "MERGE_ON_READ",
                              **{"hoodie.index.type": "BUCKET",
