@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from engine.config import IndexType, TableConfig, WriteConfig
-from engine.errors import CorruptTableError, InstantStateError
+from engine.errors import CorruptTableError, InstantStateError, InvalidOptionError
 from engine.format.base_file import write_base_file
 from engine.format.naming import BaseFileName, new_file_id
 from engine.layout.file_group import (
@@ -166,9 +166,10 @@ def plan_groups(storage: Storage, timeline: Timeline,
         if slc.base_file is not None and (slc.base_file.size
                                           >= write_config.clustering_small_file_limit):
             continue
-        if selected and slc.partition_path not in selected:
-            continue
-        if regex is not None and not regex.fullmatch(slc.partition_path):
+        if selected:  # Java: the selected partitions, else those matching the regex
+            if slc.partition_path not in selected:
+                continue
+        elif regex is not None and not regex.fullmatch(slc.partition_path):
             continue
         by_partition.setdefault(slc.partition_path, []).append(slc)
     groups: list[PlannedGroup] = []
@@ -186,12 +187,11 @@ def plan_groups(storage: Storage, timeline: Timeline,
                 current, size = [], 0
             current.append(slc)
             size += slice_size
-        if current:
+        # Java drops a trailing one-slice group unless single-group clustering is enabled
+        # (the default) or sort columns are set
+        if current and (len(current) > 1 or write_config.clustering_single_group
+                        or write_config.clustering_sort_columns):
             found.append((current, size))
-        if (len(found) == 1 and len(found[0][0]) == 1
-                and not write_config.clustering_single_group
-                and not write_config.clustering_sort_columns):
-            continue
         for members, total in found:
             outputs = max(1, math.ceil(total / write_config.clustering_target_file_max_bytes))
             groups.append(PlannedGroup(partition, tuple(members), outputs))
@@ -247,6 +247,7 @@ def schedule_clustering(client: WriteClient) -> str | None:
         return None
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
+        _check_sort_columns(timeline, client.write_config)
         groups = plan_groups(client.storage, timeline, client.write_config)
         if not groups:
             return None
@@ -256,6 +257,17 @@ def schedule_clustering(client: WriteClient) -> str | None:
         client.lock.verify()
         timeline.create_requested(Action.CLUSTERING, instant_time, content)
     return instant_time
+
+
+def _check_sort_columns(timeline: Timeline, write_config: WriteConfig) -> None:
+    schema_json = timeline.latest_schema()
+    if not schema_json or not write_config.clustering_sort_columns:
+        return
+    names = data_schema_of(arrow_from_avro_json(schema_json)).names
+    missing = [c for c in write_config.clustering_sort_columns if c not in names]
+    if missing:
+        raise InvalidOptionError(SORT_COLUMNS_PARAM, f"{', '.join(missing)} not among the "
+                                 f"table's columns ({', '.join(names)})")
 
 
 def read_plan(timeline: Timeline, instant_time: str) -> dict[str, object]:

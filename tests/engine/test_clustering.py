@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine import Table, WriteConflictError
+from engine.errors import InvalidOptionError
 from engine.layout.file_group import list_table_files
 from engine.services.base import local_runner
 from engine.services.clustering import clustering_due, read_plan
@@ -258,6 +259,41 @@ def test_groups_cut_by_size_as_java_and_outputs_by_target(tmp_path: Path) -> Non
     _check(table, oracle)
     new = [s for s in table.file_slices() if s.base_instant == run.scheduled]
     assert len(new) == sum(g["numOutputFileGroups"] for g in groups)
+
+
+def test_trailing_single_slice_group_dropped_without_single_group_or_sort(
+        tmp_path: Path) -> None:
+    table, oracle, _ = _make(tmp_path / "t", "MERGE_ON_READ", **{
+        "hoodie.clustering.plan.strategy.sort.columns": "",
+        "hoodie.clustering.plan.strategy.single.group.clustering.enabled": "false",
+        "hoodie.clustering.plan.strategy.max.bytes.per.group": "1"})
+    per_partition: dict[str, int] = {}
+    for slc in table.file_slices():
+        per_partition[slc.partition_path] = per_partition.get(slc.partition_path, 0) + 1
+    run = table.cluster(schedule_only=True)
+    assert run.scheduled is not None
+    plan = read_plan(Timeline.load(table.storage, table.config), run.scheduled)
+    counts: dict[str, int] = {}
+    for group in plan["clusteringPlan"]["inputGroups"]:  # type: ignore[index]
+        assert len(group["slices"]) == 1
+        part = group["slices"][0]["partitionPath"]
+        counts[part] = counts.get(part, 0) + 1
+    # one group per slice (1 byte per group), but the last one-slice group of a partition
+    # is dropped (Java's rule when neither single-group clustering nor sort columns apply)
+    assert counts == {p: n - 1 for p, n in per_partition.items() if n > 1}
+    assert "hoodie.clustering.plan.strategy.sort.columns" not in (
+        plan["clusteringPlan"]["strategy"]["strategyParams"])  # type: ignore[index]
+    table.cluster()
+    _check(table, oracle)
+
+
+def test_unknown_sort_column_is_refused_before_planning(tmp_path: Path) -> None:
+    table, oracle, _ = _make(tmp_path / "t", "COPY_ON_WRITE")
+    opened = Table.open(table.path, {"hoodie.clustering.plan.strategy.sort.columns": "x,nope"})
+    with pytest.raises(InvalidOptionError, match=r"sort\.columns.*nope"):
+        opened.cluster()
+    assert not [e for e in table.timeline() if e.action == "clustering"]
+    _check(table, oracle)
 
 
 def test_bucket_index_table_is_never_clustered(tmp_path: Path) -> None:
