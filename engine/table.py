@@ -38,7 +38,7 @@ from engine.layout.keygen import check_field_types
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
-from engine.services.base import ServiceRun, TaskRunner
+from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.instant import parse_instant_time
@@ -360,6 +360,19 @@ class Table:
         _check_instant_arg("instant", instant)
         return compact(self._client(), schedule_only=schedule_only, instant=instant,
                        runner=runner)
+
+    def cluster(self, *, schedule_only: bool = False, instant: str | None = None,
+                runner: TaskRunner | None = None) -> ServiceRun:
+        """Schedule a clustering plan if one qualifies (not with ``instant``), then execute
+        ``instant`` or every pending plan (not with ``schedule_only``)."""
+        from engine.services.clustering import run_clustering, schedule_clustering
+        _check_instant_arg("instant", instant)
+        client = self._client()
+        scheduled = schedule_clustering(client) if instant is None else None
+        if schedule_only:
+            return ServiceRun("clustering", scheduled)
+        run = run_clustering(client, instant, runner=runner or local_runner)
+        return ServiceRun(run.service, scheduled, run.completed, run.details)
 
     def timeline(self) -> list[TimelineEntry]:
         """Every instant on the active timeline, oldest first."""
