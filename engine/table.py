@@ -38,6 +38,7 @@ from engine.layout.keygen import check_field_types
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
+from engine.services.base import ServiceRun
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.instant import parse_instant_time
@@ -323,11 +324,26 @@ class Table:
         spec = ReadSpec(list(columns) if columns is not None else None, filters)
         return self._reader().incremental(start, end, spec)
 
-    def timeline(self) -> list[TimelineEntry]:
-        """Every instant on the active timeline, oldest first."""
+    # -- table services --------------------------------------------------------------------
+
+    def archive(self) -> ServiceRun:
+        """Move old instants of the active timeline into the LSM history if due
+        (``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``); see docs/engine.md."""
+        from engine.services.archive import run_archive
+        return run_archive(self._client())
+
+    def timeline(self, include_archived: bool = False) -> list[TimelineEntry]:
+        """Every instant on the active timeline, oldest first; with ``include_archived``,
+        the archived instants of the LSM history too (state ``completed``)."""
         timeline = Timeline.load(self.storage, self.config)
-        return [TimelineEntry(i.requested_time, i.action.value, i.state.value,
-                              i.completion_time) for i in timeline.instants]
+        entries = [TimelineEntry(i.requested_time, i.action.value, i.state.value,
+                                 i.completion_time) for i in timeline.instants]
+        if include_archived:
+            entries += [TimelineEntry(r.requested_time, r.action, "completed", r.completion_time)
+                        for r in timeline.archived() if r.requested_time not in
+                        timeline.active_times]
+            entries.sort(key=lambda e: e.instant_time)
+        return entries
 
     def file_slices(self) -> list[FileSlice]:
         """The latest file slice of every live file group."""
