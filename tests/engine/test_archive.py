@@ -359,3 +359,15 @@ def test_archive_lsm_compaction_merges_level0_into_level1(tmp_path: Path) -> Non
     _check_snapshot(table, oracle)
     timeline = Timeline.load(table.storage, table.config)
     assert [r.requested_time for r in timeline.archived()] == oracle.instants[:10]
+
+
+def test_archive_latest_schema_falls_back_to_the_history(tmp_path: Path) -> None:
+    table, oracle = _make(tmp_path, "COPY_ON_WRITE", 4, **{
+        "hoodie.keep.min.commits": "1", "hoodie.keep.max.commits": "2"})
+    active = Timeline.load(table.storage, table.config)
+    schema = active.latest_schema()
+    assert schema and table.archive().details["commits_archived"] == 3
+    # a timeline whose schema-bearing commits are all archived
+    bare = Timeline(table.storage, table.config, [])
+    assert bare.latest_schema_and_source() == (
+        schema, f"{HISTORY} (instant {oracle.instants[2]})")
