@@ -213,7 +213,8 @@ class Timeline:
 
     def rolling_metadata(self, keys: Iterable[str]) -> dict[str, str]:
         """For each key, its value in the newest completed data instant that records it
-        (``hoodie.write.rolling.metadata.keys``: what a service commit carries forward)."""
+        (``hoodie.write.rolling.metadata.keys``: what a service commit carries forward);
+        keys no active commit records are looked up in the history."""
         wanted = set(keys)
         found: dict[str, str] = {}
         for instant in reversed(self.completed_data_instants):
@@ -223,6 +224,16 @@ class Timeline:
             for key in [k for k in wanted if k in extra]:
                 found[key] = extra[key]
                 wanted.discard(key)
+        if wanted:  # the commits that recorded them may be archived
+            for row in reversed(list(self.archived())):
+                if not wanted:
+                    break
+                if row.action not in DATA_ACTION_NAMES:
+                    continue
+                extra = self.archived_commit_metadata(row).extra_metadata
+                for key in [k for k in wanted if k in extra]:
+                    found[key] = extra[key]
+                    wanted.discard(key)
         return found
 
     # -- writer transitions --------------------------------------------------------------

@@ -371,3 +371,35 @@ def test_archive_latest_schema_falls_back_to_the_history(tmp_path: Path) -> None
     bare = Timeline(table.storage, table.config, [])
     assert bare.latest_schema_and_source() == (
         schema, f"{HISTORY} (instant {oracle.instants[2]})")
+
+
+def test_archive_rolling_metadata_found_in_the_history(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="arch", record_key="key", precombine="ts",
+                         table_type="COPY_ON_WRITE", options={
+                             "hoodie.keep.min.commits": "1", "hoodie.keep.max.commits": "2"})
+    for n in range(4):
+        extra = {"ckpt": f"v{n}"} if n < 2 else {}
+        table.upsert(pa.table({"key": [f"k{n}"], "ts": [n]}), extra_metadata=extra)
+    assert table.archive().details["commits_archived"] == 3
+    timeline = Timeline.load(table.storage, table.config)
+    assert timeline.rolling_metadata(["ckpt", "absent"]) == {"ckpt": "v1"}
+
+
+def test_archive_archived_replacecommit_still_hides_its_replaced_group(tmp_path: Path) -> None:
+    opts = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4"}
+    table, oracle = _make(tmp_path, "COPY_ON_WRITE", 4, **opts)
+    (victim,) = [s for s in table.file_slices() if s.partition_path == "north"][:1]
+    replace = _replacecommit(table, {"north": (victim.file_id,)})
+    gone = {k for k, r in oracle.rows.items() if r["region"] == "north"}
+    for key in gone:
+        del oracle.rows[key]
+    for n in range(6):
+        batch = [{"key": f"s{n}", "ts": 1, "region": "south", "amount": 0.0}]
+        oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch)))
+    _clean(table, oracle.instants[8])  # claims the cleaner passed it (files still there)
+    run = table.archive()
+    assert replace in run.completed and oracle.instants[3] in run.completed
+    assert (Path(table.path) / victim.base_file.path).exists()  # type: ignore[union-attr]
+    assert _rows(table.read()) == oracle.snapshot()
+    t = oracle.instants[3]  # before the replacecommit: the group is there
+    assert _rows(table.read(as_of=t)) == oracle.snapshot(t)
