@@ -136,8 +136,10 @@ class Timeline:
         """Parsed commit metadata of an archived data instant (from its history row)."""
         key = row.requested_time
         if key not in self._metadata_cache:
+            data = row.metadata if row.metadata is not None \
+                else self.archived().metadata(key)
             try:
-                self._metadata_cache[key] = CommitMetadata.from_bytes(row.metadata or b"")
+                self._metadata_cache[key] = CommitMetadata.from_bytes(data or b"")
             except CorruptTableError as exc:
                 raise CorruptTableError(
                     f"timeline history row of instant {key}: {exc}") from exc

@@ -146,8 +146,8 @@ def _rows_of(table: pa.Table) -> list[ArchivedInstant]:
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
     n = table.num_rows
     empty: list[None] = [None] * n
-    return [ArchivedInstant(cols["instantTime"][i], cols["completionTime"][i],
-                            cols["action"][i], cols.get("metadata", empty)[i],
+    return [ArchivedInstant(cols["instantTime"][i], cols.get("completionTime", empty)[i],
+                            cols.get("action", empty)[i] or "", cols.get("metadata", empty)[i],
                             cols.get("plan", empty)[i])
             for i in range(n)]
 
@@ -334,11 +334,19 @@ def _candidates(layer: Sequence[HistoryFile], batch_size: int) -> list[HistoryFi
 
 
 class ArchivedTimeline:
-    """The archived instants of one history snapshot, loaded once: requested time →
-    :class:`ArchivedInstant` (metadata bytes included; plans are not loaded)."""
+    """The archived instants of one history snapshot: requested time →
+    :class:`ArchivedInstant` without its bytes (times and actions only, so the history of a
+    long-lived table stays small in memory); :meth:`metadata` reads one instant's metadata
+    bytes on demand."""
 
-    def __init__(self, rows: Iterable[ArchivedInstant]) -> None:
+    def __init__(self, rows: Iterable[ArchivedInstant],
+                 history: LSMHistory | None = None,
+                 files: Sequence[HistoryFile] = ()) -> None:
         self.by_time = {r.requested_time: r for r in rows}
+        self._history = history
+        self._files = tuple(files)
+        self._metadata: dict[str, bytes | None] = {}
+        self._lock = threading.Lock()
 
     def __contains__(self, requested_time: object) -> bool:
         return requested_time in self.by_time
@@ -353,6 +361,36 @@ class ArchivedTimeline:
         """The archived action at that requested time, if any."""
         return self.by_time.get(requested_time)
 
+    def metadata(self, requested_time: str) -> bytes | None:
+        """The completed file's bytes of an archived instant (None if empty or unknown),
+        read from the history file whose time range holds it (cached)."""
+        with self._lock:
+            if requested_time in self._metadata:
+                return self._metadata[requested_time]
+        found: bytes | None = None
+        if self._history is not None and requested_time in self.by_time:
+            for entry in sorted(self._files, key=lambda f: (f.level, f.name), reverse=True):
+                if not entry.min_time <= requested_time <= entry.max_time:
+                    continue
+                rows = [r for r in self._history.read_file(entry.name,
+                                                           ["instantTime", "metadata"])
+                        if r.requested_time == requested_time]
+                if rows:
+                    found = rows[0].metadata
+                    break
+        with self._lock:
+            self._metadata[requested_time] = found
+        return found
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
 
 _cache_lock = threading.Lock()
 _cache: dict[tuple[str, str], tuple[int, tuple[str, ...], ArchivedTimeline]] = {}
@@ -364,13 +402,14 @@ def load_archived(storage: Storage, folder: str) -> ArchivedTimeline:
     history = LSMHistory(storage, folder)
     version = history.latest_version()
     key = (storage.base_path, folder)
-    files = tuple(f.name for f in history.manifest(version))
+    files = history.manifest(version)
+    names = tuple(f.name for f in files)
     with _cache_lock:
         hit = _cache.get(key)
-        if hit is not None and hit[0] == version and hit[1] == files:
+        if hit is not None and hit[0] == version and hit[1] == names:
             return hit[2]
-    rows = history.instants(["instantTime", "completionTime", "action", "metadata"])
-    archived = ArchivedTimeline(rows)
+    rows = history.instants(["instantTime", "completionTime", "action"])
+    archived = ArchivedTimeline(rows, history, files)
     with _cache_lock:
-        _cache[key] = (version, files, archived)
+        _cache[key] = (version, names, archived)
     return archived
