@@ -236,7 +236,7 @@ def _replacecommit(table: Table, replaced: dict[str, tuple[str, ...]]) -> str:
     return t
 
 
-def _clean(table: Table, ecr: str) -> str:
+def _clean(table: Table, ecr: str, plan: bytes = b"") -> str:
     schema = {"type": "record", "name": "HoodieCleanMetadata",
               "namespace": "org.apache.hudi.avro.model",
               "fields": [{"name": "startCleanTime", "type": "string"},
@@ -249,7 +249,7 @@ def _clean(table: Table, ecr: str) -> str:
                       "earliestCommitToRetain": ecr}])
     t = new_instant_time()
     folder = Path(table.path) / TL
-    (folder / f"{t}.clean.requested").write_bytes(b"")
+    (folder / f"{t}.clean.requested").write_bytes(plan)
     (folder / f"{t}.clean.inflight").write_bytes(b"")
     (folder / f"{t}_{new_instant_time()}.clean").write_bytes(buf.getvalue())
     return t
@@ -403,3 +403,19 @@ def test_archive_archived_replacecommit_still_hides_its_replaced_group(tmp_path:
     assert _rows(table.read()) == oracle.snapshot()
     t = oracle.instants[3]  # before the replacecommit: the group is there
     assert _rows(table.read(as_of=t)) == oracle.snapshot(t)
+
+
+def test_archive_takes_older_cleans_along_with_their_plan(tmp_path: Path) -> None:
+    table, oracle = _make(tmp_path, "COPY_ON_WRITE", 3, **{
+        "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4"})
+    clean = _clean(table, "", plan=b"the plan bytes")
+    for n in range(5):
+        batch = [{"key": f"c{n}", "ts": 1, "region": "south", "amount": 0.0}]
+        oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch)))
+    run = table.archive()
+    assert sorted(run.completed) == sorted([*oracle.instants[:6], clean])
+    assert not [p for p in (Path(table.path) / TL).iterdir() if p.name.startswith(clean)]
+    rows = {r.requested_time: r for r in LSMHistory(table.storage, HISTORY).instants()}
+    assert rows[clean].action == "clean" and rows[clean].plan == b"the plan bytes"
+    assert rows[clean].metadata[:4] == b"Obj\x01"
+    _check_snapshot(table, oracle)
