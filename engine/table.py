@@ -374,11 +374,24 @@ class Table:
         run = run_clustering(client, instant, runner=runner or local_runner)
         return ServiceRun(run.service, scheduled, run.completed, run.details)
 
-    def timeline(self) -> list[TimelineEntry]:
-        """Every instant on the active timeline, oldest first."""
+    def archive(self) -> ServiceRun:
+        """Move old instants of the active timeline into the LSM history if due
+        (``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``); see docs/engine.md."""
+        from engine.services.archive import run_archive
+        return run_archive(self._client())
+
+    def timeline(self, include_archived: bool = False) -> list[TimelineEntry]:
+        """Every instant on the active timeline, oldest first; with ``include_archived``,
+        the archived instants of the LSM history too (state ``completed``)."""
         timeline = Timeline.load(self.storage, self.config)
-        return [TimelineEntry(i.requested_time, i.action.value, i.state.value,
-                              i.completion_time) for i in timeline.instants]
+        entries = [TimelineEntry(i.requested_time, i.action.value, i.state.value,
+                                 i.completion_time) for i in timeline.instants]
+        if include_archived:
+            entries += [TimelineEntry(r.requested_time, r.action, "completed", r.completion_time)
+                        for r in timeline.archived() if r.requested_time not in
+                        timeline.active_times]
+            entries.sort(key=lambda e: e.instant_time)
+        return entries
 
     def file_slices(self) -> list[FileSlice]:
         """The latest file slice of every live file group."""
