@@ -65,9 +65,10 @@ ON = {"hoodie.compact.inline": "true"}  # compaction every 5 deltacommits; clean
 STRATEGIES = ("linear", "z-order", "hilbert")
 SORT_COLUMNS = ("i0", "f0")
 # Range filters for pruning: i0 is uniform in [0, 1e9), f0 in [0, 1000).
-FILTERS = {"i0 and f0 in the middle 20%": {"i0": (400_000_000, 600_000_000), "f0": (400.0, 600.0)},
-           "i0 alone": {"i0": (400_000_000, 600_000_000)},
-           "f0 alone": {"f0": (400.0, 600.0)}}
+FILTERS: dict[str, dict[str, tuple[float, float]]] = {
+    "i0 and f0 in the middle 20%": {"i0": (400_000_000, 600_000_000), "f0": (400.0, 600.0)},
+    "i0 alone": {"i0": (400_000_000, 600_000_000)},
+    "f0 alone": {"f0": (400.0, 600.0)}}
 GOALS = "read >= 0.5x fresh, data files < 20 per live file group, bytes < 4x fresh, " \
         "active timeline < 40 instants"
 
@@ -92,7 +93,6 @@ class DegradationRun:
     upsert_rates: list[float] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
     bench_services: dict[str, int] = field(default_factory=dict)
-    missing: set[str] = field(default_factory=set)  # services this build does not have
     service_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     error: str | None = None
@@ -108,10 +108,9 @@ def table_state(path: str, label: str) -> Snapshot:
         table = Table.open(path)
         result = table.read()
     files = list_table_files(table.storage)
-    data = [*files.base_files, *files.log_files]
-    return Snapshot(label, rate(result.num_rows, sw.seconds), result.num_rows, len(data),
-                    sum(f.size for f in data), len(table.file_slices()), len(table.timeline()),
-                    dir_size(path))
+    sizes = [f.size for f in files.base_files] + [f.size for f in files.log_files]
+    return Snapshot(label, rate(result.num_rows, sw.seconds), result.num_rows, len(sizes),
+                    sum(sizes), len(table.file_slices()), len(table.timeline()), dir_size(path))
 
 
 def _drive_services(table: Any, run: DegradationRun) -> None:
@@ -128,9 +127,6 @@ def _drive_services(table: Any, run: DegradationRun) -> None:
             calls.append(("compaction", "compact"))
         calls += [("clean", "clean"), ("archive", "archive")]
         for name, method in calls:
-            if not hasattr(table, method):
-                run.missing.add(f"Table.{method}")
-                continue
             if getattr(table, method)().did_something:
                 run.bench_services[name] = run.bench_services.get(name, 0) + 1
     run.service_seconds += sw.seconds
@@ -400,9 +396,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  services on: runs the bench made because the write had not (the "
                   f"engine's inline/automatic services cover the rest): {done}; "
                   f"{run.service_seconds:.1f} s in service calls made by the bench")
-            if run.missing:
-                print(f"  services on: NOT in this build, so not run: "
-                      f"{', '.join(sorted(run.missing))}")
         if run.error:
             print(f"  services {run.mode}: ERROR {run.error}")
             failed = True

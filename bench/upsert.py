@@ -179,7 +179,7 @@ class TidelakeEngine(Engine):
         (COPY_ON_WRITE)."""
         from engine import Table
 
-        if self.table_type != "MERGE_ON_READ" or not hasattr(Table, "compact"):
+        if self.table_type != "MERGE_ON_READ":
             return False
         Table.open(self.path).compact()
         return True

@@ -38,7 +38,7 @@ from engine.layout.keygen import check_field_types
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
-from engine.services.base import ServiceRun, TaskRunner
+from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.instant import parse_instant_time
@@ -361,11 +361,37 @@ class Table:
         return compact(self._client(), schedule_only=schedule_only, instant=instant,
                        runner=runner)
 
-    def timeline(self) -> list[TimelineEntry]:
-        """Every instant on the active timeline, oldest first."""
+    def cluster(self, *, schedule_only: bool = False, instant: str | None = None,
+                runner: TaskRunner | None = None) -> ServiceRun:
+        """Schedule a clustering plan if one qualifies (not with ``instant``), then execute
+        ``instant`` or every pending plan (not with ``schedule_only``)."""
+        from engine.services.clustering import run_clustering, schedule_clustering
+        _check_instant_arg("instant", instant)
+        client = self._client()
+        scheduled = schedule_clustering(client) if instant is None else None
+        if schedule_only:
+            return ServiceRun("clustering", scheduled)
+        run = run_clustering(client, instant, runner=runner or local_runner)
+        return ServiceRun(run.service, scheduled, run.completed, run.details)
+
+    def archive(self) -> ServiceRun:
+        """Move old instants of the active timeline into the LSM history if due
+        (``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits``); see docs/engine.md."""
+        from engine.services.archive import run_archive
+        return run_archive(self._client())
+
+    def timeline(self, include_archived: bool = False) -> list[TimelineEntry]:
+        """Every instant on the active timeline, oldest first; with ``include_archived``,
+        the archived instants of the LSM history too (state ``completed``)."""
         timeline = Timeline.load(self.storage, self.config)
-        return [TimelineEntry(i.requested_time, i.action.value, i.state.value,
-                              i.completion_time) for i in timeline.instants]
+        entries = [TimelineEntry(i.requested_time, i.action.value, i.state.value,
+                                 i.completion_time) for i in timeline.instants]
+        if include_archived:
+            entries += [TimelineEntry(r.requested_time, r.action, "completed", r.completion_time)
+                        for r in timeline.archived() if r.requested_time not in
+                        timeline.active_times]
+            entries.sort(key=lambda e: e.instant_time)
+        return entries
 
     def file_slices(self) -> list[FileSlice]:
         """The latest file slice of every live file group."""

@@ -10,7 +10,6 @@ reach :func:`jobs.cli.main`, which prints one line and exits 2.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import threading
 import time
@@ -134,9 +133,7 @@ def summary_line(run: ServiceRun, seconds: float, *, schedule_only: bool = False
 def _service(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         table = Table.open(args.path, options=writer_options(args))
-        method = getattr(table, name, None)
-        if method is None:
-            raise NotImplementedError(f"Table.{name} is not available in this build")
+        method = getattr(table, name)
         kwargs: dict[str, Any] = {}
         if getattr(args, "schedule_only", False):
             kwargs["schedule_only"] = True
@@ -323,34 +320,17 @@ def file_group_lines(table: Table, timeline: Any, limit: int = SHOW_GROUPS) -> l
 
 def service_lines(table: Table, timeline: Any) -> list[str]:
     """``table show``'s lines on services: pending plans, earliest readable instant,
-    archived instants, savepoints (each only when this build has the service)."""
+    archived instants, savepoints."""
     lines = ["pending services:"]
     lines.extend(pending_services(table, timeline) or ["  none"])
-    try:
-        from engine.services.clean import earliest_readable_instant
-    except ImportError:
-        pass
-    else:
-        earliest = earliest_readable_instant(timeline)
-        lines.append("earliest readable instant: "
-                     + (f"{earliest} (older ones were cleaned: time travel and incremental "
-                        "reads start here)" if earliest else "any (nothing cleaned yet)"))
-    archived = archived_count(table)
-    if archived is not None:
-        lines.append(f"archived instants: {archived:,} (in .hoodie/timeline/history)")
-    if hasattr(table, "savepoints"):
-        points = table.savepoints()
-        lines.append(f"savepoints: {', '.join(points) if points else 'none'}")
+    from engine.services.clean import earliest_readable_instant
+
+    earliest = earliest_readable_instant(timeline)
+    lines.append("earliest readable instant: "
+                 + (f"{earliest} (older ones were cleaned: time travel and incremental "
+                    "reads start here)" if earliest else "any (nothing cleaned yet)"))
+    archived = len(table.timeline(include_archived=True)) - len(table.timeline())
+    lines.append(f"archived instants: {archived:,} (in .hoodie/timeline/history)")
+    points = table.savepoints()
+    lines.append(f"savepoints: {', '.join(points) if points else 'none'}")
     return lines
-
-
-def archived_count(table: Table) -> int | None:
-    """Instants in the timeline history, or None when this build cannot tell."""
-    try:
-        params = inspect.signature(table.timeline).parameters
-    except (TypeError, ValueError):
-        return None
-    if "include_archived" not in params:
-        return None
-    timeline_of: Any = table.timeline  # include_archived arrives with archival
-    return max(0, len(timeline_of(include_archived=True)) - len(table.timeline()))

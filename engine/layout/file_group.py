@@ -16,7 +16,7 @@ of a view, and neither are file groups replaced by a visible replacecommit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from engine.format.naming import parse_base_file, parse_log_file
@@ -119,8 +119,80 @@ def list_table_files(storage: Storage) -> TableFiles:
     return TableFiles(tuple(bases), tuple(logs), tuple(sorted(set(partitions))))
 
 
+class Visibility(Mapping[str, str]):
+    """The completed data instants a view sees: requested time → completion ordering key.
+
+    Instants of the active timeline are held; archived ones (in the LSM history, or older
+    than the active timeline: Java treats those as completed) are looked up on demand, so
+    the history is read only when a data file's instant is not on the active timeline.
+    Iterating lists the active instants and, loading the history, the archived ones in it.
+    """
+
+    def __init__(self, timeline: Timeline, active: dict[str, str], *,
+                 as_of: str | None = None, end_completion: str | None = None) -> None:
+        self.timeline = timeline
+        self.active = active
+        self.as_of = as_of
+        self.end_completion = end_completion
+        self._looked_up: dict[str, str | None] = {}
+        self.used_archived = False
+        """True once an archived instant was found visible (its replacecommits then count)."""
+
+    def _in_view(self, requested_time: str, key: str) -> bool:
+        if self.as_of is not None and requested_time > self.as_of:
+            return False
+        return self.end_completion is None or key <= self.end_completion
+
+    def _archived(self, requested_time: str) -> str | None:
+        if requested_time not in self._looked_up:
+            key = self.timeline.archived_completion_key(requested_time)
+            if key is not None and not self._in_view(requested_time, key):
+                key = None
+            self._looked_up[requested_time] = key
+            if key is not None:
+                self.used_archived = True
+        return self._looked_up[requested_time]
+
+    def __getitem__(self, requested_time: str) -> str:
+        found = self.active.get(requested_time)
+        if found is None:
+            found = self._archived(requested_time)
+        if found is None:
+            raise KeyError(requested_time)
+        return found
+
+    def __contains__(self, requested_time: object) -> bool:
+        return isinstance(requested_time, str) and self.get(requested_time) is not None
+
+    def archived_items(self) -> dict[str, str]:
+        """Visible archived instants recorded in the history (loads it)."""
+        found: dict[str, str] = {}
+        for row in self.timeline.archived():
+            if row.requested_time in self.active:
+                continue
+            key = self._archived(row.requested_time)
+            if key is not None:
+                found[row.requested_time] = key
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self.archived_items(), **self.active})
+
+    def __len__(self) -> int:
+        return len({**self.archived_items(), **self.active})
+
+    def completed_after(self, start: str) -> list[str]:
+        """Requested times of visible instants whose completion key is > ``start``; the
+        history is read only if ``start`` precedes the active timeline's instants."""
+        times = [t for t, c in self.active.items() if c > start]
+        first_active = min(self.active.values(), default=None)
+        if first_active is None or start < first_active:
+            times += [t for t, c in self.archived_items().items() if c > start]
+        return sorted(times)
+
+
 def visible_instants(timeline: Timeline, *, as_of: str | None = None,
-                     end_completion: str | None = None) -> dict[str, str]:
+                     end_completion: str | None = None) -> Visibility:
     """Completed data instants a view sees: requested time → completion ordering key."""
     visible: dict[str, str] = {}
     for instant in timeline.completed_data_instants:
@@ -130,11 +202,12 @@ def visible_instants(timeline: Timeline, *, as_of: str | None = None,
         if end_completion is not None and key > end_completion:
             continue
         visible[instant.requested_time] = key
-    return visible
+    return Visibility(timeline, visible, as_of=as_of, end_completion=end_completion)
 
 
 def replaced_file_groups(timeline: Timeline, visible: Mapping[str, str]) -> set[tuple[str, str]]:
-    """(partition, file id) of file groups replaced by visible replacecommits."""
+    """(partition, file id) of file groups replaced by visible replacecommits (archived
+    ones too once the view has read an archived instant's files)."""
     replaced: set[tuple[str, str]] = set()
     for instant in timeline.completed_data_instants:
         if instant.requested_time not in visible:
@@ -144,6 +217,13 @@ def replaced_file_groups(timeline: Timeline, visible: Mapping[str, str]) -> set[
         meta = timeline.commit_metadata(instant)
         for partition, ids in meta.partition_to_replace_file_ids.items():
             replaced.update((partition, fid) for fid in ids)
+    if isinstance(visible, Visibility) and visible.used_archived:
+        for row in timeline.archived():
+            if row.action != "replacecommit" or row.requested_time not in visible:
+                continue
+            meta = timeline.archived_commit_metadata(row)
+            for partition, ids in meta.partition_to_replace_file_ids.items():
+                replaced.update((partition, fid) for fid in ids)
     return replaced
 
 
@@ -160,7 +240,6 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
     return the slices of groups replaced by a visible replacecommit.
     """
     layout = timeline.config.timeline_layout
-    replaced = set() if include_replaced else replaced_file_groups(timeline, visible)
     groups: dict[tuple[str, str], dict[str, FileSlice]] = {}
     pending = dict(pending_slice_starts or {}) if layout >= 2 else {}
     for (partition, file_id), start in pending.items():
@@ -191,6 +270,8 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
             if owner not in slices:
                 slices[owner] = FileSlice(log.partition_path, log.file_id, owner)
         slices[owner].log_files.append(log)
+    replaced = (set() if include_replaced  # after the files: see Visibility
+                else replaced_file_groups(timeline, visible))
     result: list[FileSlice] = []
     for (partition, file_id), slices in sorted(groups.items()):
         if (partition, file_id) in replaced or not slices:

@@ -444,7 +444,7 @@ class TableReader:
     def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
         """Latest versions of records written by commits completed in (start, end]."""
         visible = visible_instants(self.timeline, end_completion=end)
-        in_range = [t for t, c in visible.items() if c > start]
+        in_range = visible.completed_after(start)
         if not in_range:
             schema = self.table_schema()
             return (schema or pa.schema([])).empty_table()

@@ -22,11 +22,14 @@ from engine.config import TableConfig
 from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
 from engine.storage import Storage
 from engine.timeline.commit_metadata import CommitMetadata
+from engine.timeline.history import ArchivedInstant, ArchivedTimeline, load_archived
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 
 HOODIE = ".hoodie"
 
 DATA_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
+DATA_ACTION_NAMES = frozenset(a.value for a in DATA_ACTIONS)
+HISTORY = "history"
 
 
 class Timeline:
@@ -38,6 +41,7 @@ class Timeline:
         self.config = config
         self.instants: tuple[Instant, ...] = tuple(sorted(instants))
         self._metadata_cache: dict[str, CommitMetadata] = {}
+        self._archived: ArchivedTimeline | None = None
 
     # -- loading -------------------------------------------------------------------------
 
@@ -74,6 +78,74 @@ class Timeline:
     def folder(self) -> str:
         """Timeline folder relative to the base path."""
         return self.folder_for(self.config)
+
+    @property
+    def history_folder(self) -> str:
+        """The LSM history folder (``.hoodie/timeline/history``)."""
+        return f"{self.folder}/{HISTORY}"
+
+    # -- archived instants ---------------------------------------------------------------
+
+    def archived(self) -> ArchivedTimeline:
+        """The archived instants (LSM history; v8 only), loaded on first use and cached."""
+        if self._archived is None:
+            if self.config.timeline_layout >= 2:
+                self._archived = load_archived(self.storage, self.history_folder)
+            else:
+                self._archived = ArchivedTimeline(())
+        return self._archived
+
+    @cached_property
+    def archived_boundary(self) -> str | None:
+        """Requested time of the first non-savepointed write instant on the active timeline
+        (any state): instants before it are archived (Java ``isBeforeTimelineStarts``).
+        None when the active timeline has no write instant."""
+        savepointed = self.savepointed_times
+        for instant in self.instants:
+            if instant.action.writes_data and instant.requested_time not in savepointed:
+                return instant.requested_time
+        return None
+
+    @cached_property
+    def active_times(self) -> frozenset[str]:
+        """Requested times of every instant on the active timeline."""
+        return frozenset(i.requested_time for i in self.instants)
+
+    @cached_property
+    def savepointed_times(self) -> frozenset[str]:
+        """Requested times of the commits with a completed savepoint."""
+        return frozenset(i.requested_time for i in self.instants
+                         if i.action is Action.SAVEPOINT and i.is_completed)
+
+    def archived_completion_key(self, requested_time: str) -> str | None:
+        """Completion ordering key of an archived data instant: its completion time from
+        the history; its requested time if it is older than the active timeline but not in
+        the history (Java: archived ⇒ completed); None if not archived. Consults the
+        history only for times the active timeline does not know."""
+        if requested_time in self.active_times:
+            return None
+        boundary = self.archived_boundary
+        row = self.archived().get(requested_time)
+        if row is not None:
+            if row.action not in DATA_ACTION_NAMES:
+                return None
+            return row.completion_time or row.requested_time
+        if boundary is not None and requested_time < boundary:
+            return requested_time
+        return None
+
+    def archived_commit_metadata(self, row: ArchivedInstant) -> CommitMetadata:
+        """Parsed commit metadata of an archived data instant (from its history row)."""
+        key = row.requested_time
+        if key not in self._metadata_cache:
+            data = row.metadata if row.metadata is not None \
+                else self.archived().metadata(key)
+            try:
+                self._metadata_cache[key] = CommitMetadata.from_bytes(data or b"")
+            except CorruptTableError as exc:
+                raise CorruptTableError(
+                    f"timeline history row of instant {key}: {exc}") from exc
+        return self._metadata_cache[key]
 
     # -- queries -------------------------------------------------------------------------
 
@@ -135,11 +207,18 @@ class Timeline:
             schema = self.commit_metadata(instant).schema
             if schema:
                 return schema, f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
+        # every schema-bearing commit archived: the newest one in the history
+        for row in reversed(list(self.archived())):
+            if row.action in DATA_ACTION_NAMES:
+                schema = self.archived_commit_metadata(row).schema
+                if schema:
+                    return schema, f"{self.history_folder} (instant {row.requested_time})"
         return self.config.create_schema, f"{HOODIE}/hoodie.properties"
 
     def rolling_metadata(self, keys: Iterable[str]) -> dict[str, str]:
         """For each key, its value in the newest completed data instant that records it
-        (``hoodie.write.rolling.metadata.keys``: what a service commit carries forward)."""
+        (``hoodie.write.rolling.metadata.keys``: what a service commit carries forward);
+        keys no active commit records are looked up in the history."""
         wanted = set(keys)
         found: dict[str, str] = {}
         for instant in reversed(self.completed_data_instants):
@@ -149,6 +228,16 @@ class Timeline:
             for key in [k for k in wanted if k in extra]:
                 found[key] = extra[key]
                 wanted.discard(key)
+        if wanted:  # the commits that recorded them may be archived
+            for row in reversed(list(self.archived())):
+                if not wanted:
+                    break
+                if row.action not in DATA_ACTION_NAMES:
+                    continue
+                extra = self.archived_commit_metadata(row).extra_metadata
+                for key in [k for k in wanted if k in extra]:
+                    found[key] = extra[key]
+                    wanted.discard(key)
         return found
 
     # -- writer transitions --------------------------------------------------------------

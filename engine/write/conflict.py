@@ -92,10 +92,18 @@ SERVICE_ACTIONS = (Action.COMPACTION, Action.CLUSTERING, Action.REPLACE_COMMIT,
 
 
 def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
-                    stats: Iterable[WriteStat], *, non_blocking: bool) -> None:
+                    stats: Iterable[WriteStat], *, non_blocking: bool,
+                    replaced_only: bool = False) -> None:
     """Raise :class:`WriteConflictError` if ``instant``'s writes overlap what others did
     since ``start`` (the timeline the writer planned from); ``now`` is reloaded under the
-    lock."""
+    lock. ``replaced_only`` (a single writer, whose table services may still run beside
+    it): only a file group replaced meanwhile (a clustering) is a conflict.
+
+    Log files never conflict with a compaction, pending or completed: they join the slice
+    the compaction starts, by completion time. A pending clustering plan is no conflict
+    (except for non-blocking writers of a bucket table, whose plans are bucket resizes): the
+    clustering carries over what completes on its input groups before it commits
+    (:mod:`engine.services.clustering`)."""
     stats = list(stats)
     ours = touched_groups(stats)
     if not ours:
@@ -107,10 +115,12 @@ def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
         if other.requested_time in seen or other.requested_time == instant.requested_time:
             continue
         written, replaced = _written_by(now, other)
-        if _is_compaction(now, other):
+        if non_blocking or replaced_only:
+            overlap = ours & replaced
+        elif _is_compaction(now, other):
             overlap = with_base & written  # logs join slice C by completion time
         else:
-            overlap = ours & replaced if non_blocking else ours & (written | replaced)
+            overlap = ours & (written | replaced)
         if overlap:
             partition, file_id = sorted(overlap)[0]
             raise WriteConflictError(
@@ -120,6 +130,8 @@ def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
                 f"wrote file group {file_id} of partition {partition!r}"
                 f"{f' (and {len(overlap) - 1} more)' if len(overlap) > 1 else ''}; "
                 "nothing was committed")
+    if replaced_only:
+        return
     pending_before = {i.requested_time for i in start.instants if not i.is_completed}
     for other in now.pending(SERVICE_ACTIONS):
         if other.action is Action.COMPACTION:
@@ -127,6 +139,8 @@ def check_conflicts(start: Timeline, now: Timeline, instant: Instant,
             overlap = with_base & planned_groups(now, other)
         elif other.requested_time in pending_before:
             continue
+        elif other.action is Action.CLUSTERING and not non_blocking:
+            continue  # the clustering carries this write over when it commits
         else:
             overlap = ours & planned_groups(now, other)
         if overlap:

@@ -52,7 +52,7 @@ from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_expired
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
-from engine.write.conflict import check_conflicts
+from engine.write.conflict import check_conflicts, planned_groups
 from engine.write.partitioner import assign_inserts, average_record_size
 from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
 
@@ -382,6 +382,10 @@ class WriteClient:
         if not inserts.num_rows:
             return
         record_size = average_record_size(timeline, self.write_config)
+        # Inserts never go to file groups a pending compaction or clustering will rewrite.
+        planned: set[tuple[str, str]] = set()
+        for pending in timeline.pending((Action.COMPACTION, Action.CLUSTERING)):
+            planned |= planned_groups(timeline, pending)
         parts = inserts.column(PARTITION_PATH).combine_chunks()
         for part in parts.unique().to_pylist():
             mask = pc.equal(parts, part)
@@ -389,7 +393,8 @@ class WriteClient:
             if operation == BULK_INSERT:
                 candidates: list[FileSlice] = []
             else:
-                candidates = list(by_partition.get(part, []))
+                candidates = [s for s in by_partition.get(part, [])
+                              if (s.partition_path, s.file_id) not in planned]
             placement = assign_inserts(part, part_rows.num_rows, candidates,
                                        self.write_config, record_size)
             offset = 0
@@ -549,10 +554,12 @@ class WriteClient:
             with self.lock:
                 now = Timeline.load(self.storage, self.config)
                 _check_still_inflight(now, instant)
-                if self.mode is not ConcurrencyMode.SINGLE_WRITER:
-                    check_conflicts(timeline, now, instant, stats, non_blocking=(
-                        self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
-                        and not any(_is_base_file(stat.path) for stat in stats)))
+                # A single writer still runs beside its own table services: a clustering
+                # that replaced a group this write touched makes it a conflict too.
+                check_conflicts(timeline, now, instant, stats, non_blocking=(
+                    self.mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
+                    and not any(_is_base_file(stat.path) for stat in stats)),
+                    replaced_only=self.mode is ConcurrencyMode.SINGLE_WRITER)
                 self.lock.verify()
                 done = now.complete(instant, content)
         except WriteConflictError:

@@ -1,0 +1,250 @@
+"""Archival: moving old instants from the active timeline into the LSM history
+(``hudi-table-services.md`` §8; Java ``TimelineArchiverV2``, ``ArchivalUtils``).
+
+:func:`run_archive` runs entirely under the table lock (it only moves small timeline files):
+
+1. **When**: the completed commits (commit, deltacommit, replacecommit) on the active
+   timeline number more than ``hoodie.keep.max.commits``; the oldest are archived down to
+   ``hoodie.keep.min.commits``. Both are raised when the latest clean's
+   ``earliestCommitToRetain`` (ECR) needs more: min becomes (commits after ECR) + 2 and max
+   rises as much.
+2. **Never archived** (:func:`archivable_commits`): commits at or after the *cut-off*, the
+   earliest of: the newest completed commit before the earliest pending write or table
+   service instant (or that instant); on MERGE_ON_READ with the NUM_COMMITS / NUM_AND_TIME
+   compaction trigger, the deltacommits the next compaction trigger counts
+   (``CompactionUtils.getEarliestInstantToRetainForCompaction``); the first replacecommit or
+   clustering at or after the latest clean's ECR (no clean yet: the first one), so replaced
+   file groups are cleaned before their replacecommit leaves the active timeline. Commits at
+   or after the first savepoint stay too (``hoodie.archive.beyond.savepoint=true``: only the
+   savepointed commits stay). Savepoints, pending instants and restores are never archived.
+   A deltacommit whose log files still exist may be archived: its completion time is in
+   the history row written first, where readers find it (:mod:`engine.layout.file_group`).
+3. Completed cleans and rollbacks older than the newest archived commit go along.
+4. **Order**: the history rows are written and published (parquet, manifest, ``_version_``)
+   before any active file is deleted; then all requested files, all inflight files, and the
+   completed files oldest first. Then the history's LSM levels are merged and old manifests
+   cleaned.
+
+Crash behaviour: rows already in the history are not written again (a run that crashed
+while deleting active files is finished by the next run, which only deletes); a parquet file
+written but not yet in a manifest is deleted and rewritten (or cleaned up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config import CompactionTrigger, TableConfig, WriteConfig
+from engine.errors import CorruptTableError
+from engine.services.base import ServiceRun
+from engine.storage import Storage
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import read_avro_ocf
+from engine.timeline.history import ArchivedInstant, LSMHistory
+from engine.timeline.instant import Action, Instant, State
+from engine.write.write_client import WriteClient
+
+SERVICE = "archive"
+
+
+@dataclass(frozen=True)
+class LatestClean:
+    """The latest completed clean: its requested time and ``earliestCommitToRetain``."""
+
+    requested_time: str
+    earliest_commit_to_retain: str
+
+
+def latest_clean(timeline: Timeline) -> LatestClean | None:
+    """The latest completed clean on the active timeline, with the ECR read from its
+    ``T_C.clean`` (``HoodieCleanMetadata.earliestCommitToRetain``; '' when none)."""
+    cleans = [i for i in timeline.instants if i.action is Action.CLEAN and i.is_completed]
+    if not cleans:
+        return None
+    clean = cleans[-1]
+    rel = f"{timeline.folder}/{clean.file_name(timeline.config.timeline_layout)}"
+    try:
+        record = read_avro_ocf(timeline.storage.read(rel))
+    except FileNotFoundError:
+        raise CorruptTableError(f"completed clean {rel} vanished") from None
+    except (ValueError, OSError, EOFError, StopIteration) as exc:
+        raise CorruptTableError(f"clean metadata {rel} cannot be read: {exc}") from exc
+    return LatestClean(clean.requested_time, str(record.get("earliestCommitToRetain") or ""))
+
+
+def keep_limits(timeline: Timeline, write_config: WriteConfig,
+                clean: LatestClean | None) -> tuple[int, int]:
+    """(min, max) completed commits to keep, raised when the cleaner's ECR needs more."""
+    low, high = write_config.keep_min_commits, write_config.keep_max_commits
+    if clean is not None and clean.earliest_commit_to_retain:
+        after = sum(1 for i in timeline.completed_data_instants
+                    if i.requested_time > clean.earliest_commit_to_retain)
+        extra = max(0, after + 2 - low)
+        low, high = low + extra, high + extra
+    return low, high
+
+
+def _compaction_cutoff(timeline: Timeline, max_delta_commits: int) -> str | None:
+    """Java ``getEarliestInstantToRetainForCompaction``: keep the deltacommits since the
+    last compaction that the next NUM_COMMITS trigger counts."""
+    compactions = [i.requested_time for i in timeline.instants
+                   if i.is_completed and i.action.completed_action is Action.COMMIT]
+    last = compactions[-1] if compactions else None
+    deltas = [i.requested_time for i in timeline.instants
+              if i.action is Action.DELTA_COMMIT and (last is None or i.requested_time > last)]
+    if not deltas:
+        return None
+    if len(deltas) >= max_delta_commits:
+        return deltas[len(deltas) - max_delta_commits]
+    return last if last is not None else deltas[0]
+
+
+def _replace_cutoff(timeline: Timeline, clean: LatestClean | None) -> str | None:
+    """The first replacecommit/clustering the cleaner has not passed yet."""
+    replaces = [i.requested_time for i in timeline.instants
+                if i.action in (Action.REPLACE_COMMIT, Action.CLUSTERING)]
+    if clean is not None:
+        bound = clean.earliest_commit_to_retain or clean.requested_time
+        replaces = [t for t in replaces if t >= bound]
+    return replaces[0] if replaces else None
+
+
+def archive_cutoff(timeline: Timeline, config: TableConfig,
+                   write_config: WriteConfig, clean: LatestClean | None) -> str | None:
+    """Requested time before which commits may be archived (None: no limit) — §8.2."""
+    commits = sorted(i.requested_time for i in timeline.completed_data_instants)
+    candidates: list[str] = []
+    pending = [i.requested_time for i in timeline.instants
+               if not i.is_completed and i.action.writes_data]
+    if pending:
+        before = [t for t in commits if t < pending[0]]
+        candidates.append(before[-1] if before else pending[0])
+    if config.is_mor and write_config.compact_trigger in (CompactionTrigger.NUM_COMMITS,
+                                                          CompactionTrigger.NUM_AND_TIME):
+        found = _compaction_cutoff(timeline, write_config.compact_max_delta_commits)
+        if found is not None:
+            candidates.append(found)
+    replace = _replace_cutoff(timeline, clean)
+    if replace is not None:
+        candidates.append(replace)
+    return min(candidates) if candidates else None
+
+
+def archivable_commits(timeline: Timeline, config: TableConfig,
+                       write_config: WriteConfig) -> list[Instant]:
+    """The completed commits one archival run archives (oldest first; [] if not due)."""
+    clean = latest_clean(timeline)
+    low, high = keep_limits(timeline, write_config, clean)
+    commits = sorted(timeline.completed_data_instants, key=lambda i: i.requested_time)
+    if len(commits) <= high:
+        return []
+    cutoff = archive_cutoff(timeline, config, write_config, clean)
+    savepoints = timeline.savepointed_times
+    first_savepoint = min(savepoints, default=None)
+    chosen = []
+    for commit in commits:
+        t = commit.requested_time
+        if write_config.archive_beyond_savepoint:
+            if t in savepoints:
+                continue
+        elif first_savepoint is not None and t >= first_savepoint:
+            continue
+        if cutoff is not None and t >= cutoff:
+            continue
+        chosen.append(commit)
+    return chosen[:max(0, len(commits) - low)]
+
+
+def instants_to_archive(timeline: Timeline, config: TableConfig,
+                        write_config: WriteConfig) -> list[Instant]:
+    """Commits to archive plus the completed cleans and rollbacks older than the newest of
+    them, by requested time."""
+    commits = archivable_commits(timeline, config, write_config)
+    if not commits:
+        return []
+    newest = commits[-1].requested_time
+    others = [i for i in timeline.instants
+              if i.is_completed and i.action in (Action.CLEAN, Action.ROLLBACK)
+              and i.requested_time < newest]
+    return sorted([*commits, *others], key=lambda i: i.requested_time)
+
+
+def _timeline_files(storage: Storage, folder: str) -> dict[str, list[tuple[Instant, str]]]:
+    files: dict[str, list[tuple[Instant, str]]] = {}
+    for status in storage.list_dir(folder):
+        parsed = Instant.parse(status.name)
+        if parsed is not None:
+            files.setdefault(parsed.requested_time, []).append((parsed, status.name))
+    return files
+
+
+def history_row(storage: Storage, folder: str,
+                files: list[tuple[Instant, str]]) -> ArchivedInstant:
+    """The ``HoodieLSMTimelineInstant`` row of one completed action from its timeline files
+    (§8.3: metadata = completed file bytes; plan = requested bytes for compaction,
+    logcompaction and clean; for replacecommit/clustering the inflight bytes if any, else
+    the requested bytes)."""
+    completed = next(i for i, _ in files if i.state is State.COMPLETED)
+    data = {i.state: storage.read(f"{folder}/{name}") for i, name in files}
+    pending_action = next((i.action for i, _ in files if i.state is not State.COMPLETED),
+                          completed.action)
+    plan: bytes | None = None
+    if pending_action in (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLEAN):
+        plan = data.get(State.REQUESTED)
+    elif pending_action in (Action.REPLACE_COMMIT, Action.CLUSTERING):
+        plan = data.get(State.INFLIGHT) or data.get(State.REQUESTED)
+    return ArchivedInstant(completed.requested_time, completed.completion_time,
+                           completed.action.completed_action.value,
+                           data.get(State.COMPLETED) or None, plan or None)
+
+
+def run_archive(client: WriteClient) -> ServiceRun:
+    """Archive old instants into the LSM history if due (under the table lock).
+
+    ``completed`` lists the requested times of the instants archived (removed from the
+    active timeline); ``details``: ``instants_archived``, ``commits_archived``,
+    ``history_rows_written``, ``history_merges``.
+    """
+    storage, config = client.storage, client.config
+    if config.timeline_layout < 2:
+        from engine.errors import UnsupportedTableError
+        raise UnsupportedTableError("archival writes the v8 LSM history; this table has "
+                                    f"timeline layout {config.timeline_layout}")
+    with client.lock:
+        timeline = Timeline.load(storage, config)
+        chosen = instants_to_archive(timeline, config, client.write_config)
+        if not chosen:
+            return ServiceRun(SERVICE)
+        history = LSMHistory(storage, timeline.history_folder,
+                             compression=_history_codec(client.write_config.compression))
+        archived = timeline.archived()
+        files = _timeline_files(storage, timeline.folder)
+        rows = [history_row(storage, timeline.folder, files[i.requested_time])
+                for i in chosen if i.requested_time not in archived]
+        if rows:
+            history.append(rows)
+        client.lock.verify()
+        _delete_active_files(storage, timeline.folder,
+                             [files.get(i.requested_time, []) for i in chosen])
+        merges = history.compact_and_clean(client.write_config.timeline_compaction_batch_size)
+    commits = sum(1 for i in chosen if i.action.writes_data)
+    return ServiceRun(SERVICE, completed=tuple(i.requested_time for i in chosen),
+                      details={"instants_archived": len(chosen), "commits_archived": commits,
+                               "history_rows_written": len(rows), "history_merges": merges})
+
+
+def _delete_active_files(storage: Storage, folder: str,
+                         actions: list[list[tuple[Instant, str]]]) -> None:
+    """Requested files, then inflight files, then completed files oldest first (deleting a
+    completed file first would make its instant look pending)."""
+    for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+        for files in actions:
+            for instant, name in files:
+                if instant.state is state:
+                    storage.delete(f"{folder}/{name}")
+
+
+def _history_codec(codec: str) -> str:
+    """pyarrow's name for the base files' parquet codec (history files use the same)."""
+    name = codec.lower()
+    return "none" if name in ("uncompressed", "none", "") else name

@@ -1,0 +1,604 @@
+"""Clustering: rewriting small file groups into fewer, sorted ones (``hudi-table-services.md`` §4).
+
+Planning (:func:`schedule_clustering`, driver, under the table lock) picks the latest slices
+of small file groups, groups them per partition by size and writes
+``T.clustering.requested`` (``HoodieRequestedReplaceMetadata`` with a
+``HoodieClusteringPlan``, slices with full paths as Java's executor expects).
+
+Execution (:func:`run_clustering`) moves the plan inflight (0 bytes) under the lock and
+starts the instant's heartbeat; then, outside the lock, one picklable
+:class:`ClusteringTask` per clustering group is run by :func:`execute_clustering_task`
+wherever the caller's runner puts it: it reads each slice merged (base + logs, meta fields
+kept), sorts the rows (:mod:`engine.services.curves`), splits them into
+``numOutputFileGroups`` new file groups named with T. Rows keep ``_hoodie_commit_time`` and
+``_hoodie_commit_seqno`` (``preserveHoodieMetadata``); only ``_hoodie_file_name`` changes.
+
+Commit (under the lock): ``T_C.replacecommit`` (``HoodieReplaceCommitMetadata``,
+``operationType=CLUSTER``, ``partitionToReplaceFileIds`` = every input group).
+
+Writers are never refused because of a pending clustering (Hudi's default
+``SparkRejectUpdateStrategy`` would fail them). Instead clustering carries their work
+over: before committing, under the lock, it looks for instants that completed after the
+timeline its tasks read from and wrote to (or replaced) one of its input groups; the
+clustering groups concerned are executed again from the newer timeline — optimistically
+outside the lock first, and under the lock in the last round so the loop ends — so
+the output holds every completed write. A writer still inflight when the clustering
+commits finds its file group replaced at its own commit and gets a
+:class:`~engine.errors.WriteConflictError` (:mod:`engine.write.conflict`); nothing of
+it was committed and its batch is retried against the new file groups.
+Inserts never go to file groups under a pending clustering (:mod:`engine.write.partitioner`).
+
+Crash behaviour: a plan is completed, never abandoned. An inflight attempt whose heartbeat
+expired (or is missing) is reverted (``revert_inflight_service``: a rollback instant
+deletes its files, the inflight file goes) and the same plan executed again; an attempt
+with a live heartbeat is skipped. An attempt that fails in this process is reverted at once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from engine.config import IndexType, TableConfig, WriteConfig
+from engine.errors import CorruptTableError, InstantStateError, InvalidOptionError
+from engine.format.base_file import write_base_file
+from engine.format.naming import BaseFileName, new_file_id
+from engine.layout.file_group import (
+    FileSlice,
+    build_file_slices,
+    list_table_files,
+    visible_instants,
+)
+from engine.layout.partition import write_partition_metadata
+from engine.read.reader import SliceReader
+from engine.schema import (
+    COMMIT_SEQNO,
+    FILE_NAME,
+    LOW_CARDINALITY_META,
+    RECORD_KEY,
+    arrow_from_avro_json,
+    data_schema_of,
+    with_meta_fields,
+)
+from engine.services.base import ServiceRun, TaskRunner, local_runner
+from engine.services.curves import normalize_strategy, sort_table
+from engine.services.rollback import revert_inflight_service
+from engine.storage import Storage
+from engine.timeline.active import Timeline, temp_folder
+from engine.timeline.commit_metadata import (
+    CommitMetadata,
+    WriteStat,
+    read_avro_ocf,
+    write_avro_ocf,
+)
+from engine.timeline.heartbeat import Heartbeat, is_expired
+from engine.timeline.instant import Action, Instant, State, new_instant_time
+from engine.write.conflict import FileGroupId, planned_groups
+
+if TYPE_CHECKING:
+    from engine.write.write_client import WriteClient
+
+CLUSTER = "CLUSTER"
+EXECUTION_STRATEGY = ("org.apache.hudi.client.clustering.run.strategy."
+                      "SparkSortAndSizeExecutionStrategy")
+SORT_COLUMNS_PARAM = "hoodie.clustering.plan.strategy.sort.columns"
+OPTIMISTIC_ROUNDS = 2
+"""Carry-over rounds run outside the lock before the last one runs under it."""
+_MB = 1024.0 * 1024.0
+
+
+class ClusteringError(InstantStateError):
+    """A clustering attempt lost its instant (another process reverted or completed it)."""
+
+
+# -- trigger --------------------------------------------------------------------------------
+
+
+def is_clustering(timeline: Timeline, instant: Instant) -> bool:
+    """True for a clustering instant: action ``clustering``, or a completed replacecommit
+    whose metadata says ``operationType=CLUSTER``."""
+    if instant.action is Action.CLUSTERING:
+        return True
+    if instant.is_completed and instant.action is Action.REPLACE_COMMIT:
+        return timeline.commit_metadata(instant).operation_type == CLUSTER
+    return False
+
+
+def clustering_due(timeline: Timeline, write_config: WriteConfig, *, inline: bool) -> bool:
+    """True when at least ``clustering_inline_max_commits`` (``inline``) or
+    ``clustering_async_max_commits`` commits completed since the latest clustering
+    (pending or completed) — Hudi's trigger."""
+    limit = (write_config.clustering_inline_max_commits if inline
+             else write_config.clustering_async_max_commits)
+    last = ""
+    for instant in timeline.instants:
+        if instant.action is Action.CLUSTERING or (
+                instant.is_completed and is_clustering(timeline, instant)):
+            last = max(last, instant.requested_time)
+    commits = sum(1 for i in timeline.completed_data_instants
+                  if i.requested_time > last and not is_clustering(timeline, i))
+    return commits >= limit
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedGroup:
+    """One clustering group of a plan: slices of one partition, and how many outputs."""
+
+    partition_path: str
+    slices: tuple[FileSlice, ...]
+    num_output_groups: int
+
+
+def _slice_size(slc: FileSlice, write_config: WriteConfig) -> int:
+    """Size Hudi's planner counts: the base file, or the max file size for a log-only one."""
+    return slc.base_file.size if slc.base_file is not None else write_config.max_file_size
+
+
+def _excluded_groups(timeline: Timeline) -> set[FileGroupId]:
+    excluded: set[FileGroupId] = set()
+    for pending in timeline.pending((Action.COMPACTION, Action.LOG_COMPACTION,
+                                     Action.CLUSTERING, Action.REPLACE_COMMIT)):
+        excluded |= planned_groups(timeline, pending)
+    return excluded
+
+
+def plan_groups(storage: Storage, timeline: Timeline,
+                write_config: WriteConfig) -> list[PlannedGroup]:
+    """The clustering groups a plan would take now (§4.1); [] if nothing qualifies."""
+    visible = visible_instants(timeline)
+    slices = build_file_slices(list_table_files(storage), timeline, visible)
+    excluded = _excluded_groups(timeline)
+    selected = set(write_config.clustering_partitions_selected)
+    regex = (re.compile(write_config.clustering_partition_regex)
+             if write_config.clustering_partition_regex else None)
+    by_partition: dict[str, list[FileSlice]] = {}
+    for slc in slices:
+        if (slc.partition_path, slc.file_id) in excluded:
+            continue
+        if slc.base_file is not None and (slc.base_file.size
+                                          >= write_config.clustering_small_file_limit):
+            continue
+        if selected:  # Java: the selected partitions, else those matching the regex
+            if slc.partition_path not in selected:
+                continue
+        elif regex is not None and not regex.fullmatch(slc.partition_path):
+            continue
+        by_partition.setdefault(slc.partition_path, []).append(slc)
+    groups: list[PlannedGroup] = []
+    for partition in sorted(by_partition):
+        candidates = sorted(by_partition[partition],
+                            key=lambda s: (-_slice_size(s, write_config), s.file_id))
+        found: list[tuple[list[FileSlice], int]] = []
+        current: list[FileSlice] = []
+        size = 0
+        for slc in candidates:
+            slice_size = _slice_size(slc, write_config)
+            # Java: a slice that would take the group past the limit starts the next one
+            if current and size + slice_size > write_config.clustering_max_bytes_per_group:
+                found.append((current, size))
+                current, size = [], 0
+            current.append(slc)
+            size += slice_size
+        # Java drops a trailing one-slice group unless single-group clustering is enabled
+        # (the default) or sort columns are set
+        if current and (len(current) > 1 or write_config.clustering_single_group
+                        or write_config.clustering_sort_columns):
+            found.append((current, size))
+        for members, total in found:
+            outputs = max(1, math.ceil(total / write_config.clustering_target_file_max_bytes))
+            groups.append(PlannedGroup(partition, tuple(members), outputs))
+    return groups[:write_config.clustering_max_num_groups]
+
+
+def _metrics(slices: Sequence[FileSlice]) -> dict[str, float]:
+    logs = [log for slc in slices for log in slc.log_files]
+    log_bytes = float(sum(log.size for log in logs))
+    base_bytes = float(sum(s.base_file.size for s in slices if s.base_file is not None))
+    read_mb = (base_bytes + log_bytes) / _MB
+    write_mb = base_bytes / _MB
+    return {"TOTAL_LOG_FILES": float(len(logs)), "TOTAL_LOG_FILES_SIZE": log_bytes,
+            "TOTAL_IO_READ_MB": read_mb, "TOTAL_IO_WRITE_MB": write_mb,
+            "TOTAL_IO_MB": read_mb + write_mb}
+
+
+def plan_record(storage: Storage, groups: Sequence[PlannedGroup],
+                write_config: WriteConfig) -> dict[str, object]:
+    """The ``HoodieRequestedReplaceMetadata`` of a plan (slices with full paths)."""
+    input_groups = []
+    for group in groups:
+        input_groups.append({
+            "slices": [{
+                "dataFilePath": storage.full(s.base_file.path) if s.base_file else "",
+                "deltaFilePaths": [storage.full(log.path) for log in s.log_files],
+                "fileId": s.file_id, "partitionPath": s.partition_path,
+                "bootstrapFilePath": "", "version": 1} for s in group.slices],
+            "metrics": _metrics(group.slices),
+            "numOutputFileGroups": group.num_output_groups,
+            "extraMetadata": {}, "version": 1})
+    params = ({SORT_COLUMNS_PARAM: ",".join(write_config.clustering_sort_columns)}
+              if write_config.clustering_sort_columns else {})
+    return {
+        "operationType": CLUSTER,
+        "clusteringPlan": {
+            "inputGroups": input_groups,
+            "strategy": {"strategyClassName": EXECUTION_STRATEGY, "strategyParams": params,
+                         "version": 1},
+            "extraMetadata": {}, "version": 1, "preserveHoodieMetadata": True,
+            "missingSchedulePartitions": []},
+        "extraMetadata": {}, "version": 1}
+
+
+def schedule_clustering(client: WriteClient) -> str | None:
+    """Write a clustering plan if any file group qualifies; returns its instant time.
+
+    BUCKET-index tables are never clustered: a key's file group is its bucket, which a
+    rewrite into new file ids would break; nor are tables without meta fields
+    (``hoodie.populate.meta.fields=false``), whose rows carry no key or commit time to
+    preserve. Driver only; takes the table lock."""
+    if client.write_config.index_type is IndexType.BUCKET or not client.config.populate_meta_fields:
+        return None
+    with client.lock:
+        timeline = Timeline.load(client.storage, client.config)
+        _check_sort_columns(timeline, client.write_config)
+        groups = plan_groups(client.storage, timeline, client.write_config)
+        if not groups:
+            return None
+        record = plan_record(client.storage, groups, client.write_config)
+        content = write_avro_ocf("HoodieRequestedReplaceMetadata", record)
+        instant_time = new_instant_time(timeline.latest_instant_time())
+        client.lock.verify()
+        timeline.create_requested(Action.CLUSTERING, instant_time, content)
+    return instant_time
+
+
+def _check_sort_columns(timeline: Timeline, write_config: WriteConfig) -> None:
+    schema_json = timeline.latest_schema()
+    if not schema_json or not write_config.clustering_sort_columns:
+        return
+    names = data_schema_of(arrow_from_avro_json(schema_json)).names
+    missing = [c for c in write_config.clustering_sort_columns if c not in names]
+    if missing:
+        raise InvalidOptionError(SORT_COLUMNS_PARAM, f"{', '.join(missing)} not among the "
+                                 f"table's columns ({', '.join(names)})")
+
+
+def read_plan(timeline: Timeline, instant_time: str) -> dict[str, object]:
+    """The decoded ``T.clustering.requested`` of a clustering instant."""
+    rel = f"{timeline.folder}/{instant_time}.{Action.CLUSTERING.value}.requested"
+    try:
+        record = read_avro_ocf(timeline.storage.read(rel))
+    except FileNotFoundError:
+        raise CorruptTableError(f"clustering {instant_time} has no plan {rel}") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorruptTableError(f"clustering plan {rel} cannot be read: {exc}") from exc
+    if not isinstance(record.get("clusteringPlan"), dict):
+        raise CorruptTableError(f"clustering plan {rel} holds no clusteringPlan")
+    return record
+
+
+def _plan_members(record: Mapping[str, object]) -> list[tuple[list[FileGroupId], int]]:
+    """(input file groups, numOutputFileGroups) of each clustering group of a plan."""
+    plan = record["clusteringPlan"]
+    assert isinstance(plan, dict)
+    members = []
+    for group in plan.get("inputGroups") or []:
+        ids = [(str(s.get("partitionPath") or ""), str(s.get("fileId") or ""))
+               for s in group.get("slices") or []]
+        members.append((ids, int(group.get("numOutputFileGroups") or 1)))
+    return members
+
+
+# -- execution ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusteringTask:
+    """One clustering group's rewrite; picklable, runs on the driver or an executor.
+
+    ``slices`` are the input groups' latest slices under ``visible`` (the timeline the
+    attempt reads from); ``schema_json`` the table's Avro data schema.
+    """
+
+    base_path: str
+    config: TableConfig
+    instant_time: str
+    partition_path: str
+    slices: tuple[FileSlice, ...]
+    visible: Mapping[str, str]
+    schema_json: str
+    sort_columns: tuple[str, ...]
+    strategy: str
+    num_output_groups: int
+    compression: str = "snappy"
+    write_bloom_filter: bool = True
+    task_partition: int = 0
+    attempt: int = 0
+    sync: bool = False
+    output_file_ids: tuple[str, ...] = field(default=())
+
+
+def _output_schema(schema_json: str) -> pa.Schema:
+    data = data_schema_of(arrow_from_avro_json(schema_json))
+    return with_meta_fields(data)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Columns of ``schema`` in its order and types (plain strings; missing → nulls)."""
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
+    """Rewrite one clustering group into new file groups; returns one stat per new file.
+
+    Executor side: touches only new files named with the clustering instant, never the
+    timeline. A retried task writes new file ids; the driver deletes files no stat names.
+    """
+    storage = Storage(task.base_path)
+    schema = _output_schema(task.schema_json)
+    reader = SliceReader(storage, Timeline(storage, task.config, ()), task.visible,
+                         arrow_from_avro_json(task.schema_json))
+    parts = [_conform(reader.read_slice(slc), schema) for slc in task.slices]
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    rows = sort_table(rows, task.sort_columns, task.strategy)
+    if rows.num_rows == 0:
+        return []
+    write_partition_metadata(storage, task.partition_path, task.instant_time)
+    outputs = max(1, min(task.num_output_groups, rows.num_rows))
+    file_ids = list(task.output_file_ids) or [new_file_id() for _ in range(outputs)]
+    bounds = [round(i * rows.num_rows / outputs) for i in range(outputs + 1)]
+    token = f"{task.task_partition}-0-{task.attempt}"
+    dictionary_columns = [f.name for f in schema if f.name not in (COMMIT_SEQNO, RECORD_KEY)
+                          and (pa.types.is_string(f.type) or f.name in LOW_CARDINALITY_META)]
+    stats = []
+    for i in range(outputs):
+        chunk = rows.slice(bounds[i], bounds[i + 1] - bounds[i])
+        name = BaseFileName(file_ids[i], token, task.instant_time).name
+        rel = f"{task.partition_path}/{name}" if task.partition_path else name
+        chunk = chunk.set_column(chunk.schema.get_field_index(FILE_NAME), FILE_NAME,
+                                 pa.array([name] * chunk.num_rows, pa.string()))
+        result = write_base_file(storage.full(rel), chunk, bloom=task.write_bloom_filter,
+                                 compression=task.compression,
+                                 dictionary_columns=dictionary_columns, fsync=task.sync)
+        stats.append(WriteStat(
+            file_id=file_ids[i], path=rel, partition_path=task.partition_path,
+            prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
+            total_write_bytes=result.file_size, file_size_in_bytes=result.file_size))
+    return stats
+
+
+class _Attempt:
+    """The driver's state while executing one plan."""
+
+    def __init__(self, client: WriteClient, instant: Instant,
+                 record: Mapping[str, object], runner: TaskRunner) -> None:
+        self.client = client
+        self.instant = instant
+        self.members = _plan_members(record)
+        self.runner = runner
+        self.stats: dict[int, list[WriteStat]] = {}
+        self.seen: frozenset[str] = frozenset()
+        self.rounds = 0
+        self.carried_over = 0
+        """Clustering groups executed again to carry concurrent writes over."""
+
+    @property
+    def input_groups(self) -> set[FileGroupId]:
+        return {g for ids, _ in self.members for g in ids}
+
+    def tasks(self, timeline: Timeline, which: Sequence[int]) -> list[ClusteringTask]:
+        """Tasks of the given clustering groups, reading from ``timeline``."""
+        client = self.client
+        visible = visible_instants(timeline)
+        live = {(s.partition_path, s.file_id): s for s in build_file_slices(
+            list_table_files(client.storage), timeline, visible)}
+        schema_json = timeline.latest_schema() or ""
+        if not schema_json:
+            raise CorruptTableError("the table has no schema (no commit records one); "
+                                    "nothing to cluster")
+        tasks = []
+        for index in which:
+            ids, outputs = self.members[index]
+            slices = tuple(live[g] for g in ids if g in live)
+            partition = ids[0][0] if ids else ""
+            tasks.append(ClusteringTask(
+                base_path=client.storage.base_path, config=client.config,
+                instant_time=self.instant.requested_time, partition_path=partition,
+                slices=slices, visible=dict(visible), schema_json=schema_json,
+                sort_columns=tuple(client.write_config.clustering_sort_columns),
+                strategy=normalize_strategy(client.write_config.layout_optimize_strategy),
+                num_output_groups=outputs, compression=client.write_config.compression,
+                write_bloom_filter=client.write_config.write_bloom_filter,
+                task_partition=index, attempt=self.rounds))
+        return tasks
+
+    def execute(self, timeline: Timeline, which: Sequence[int]) -> None:
+        """(Re)write the outputs of the given groups from ``timeline``."""
+        for index in which:
+            for stat in self.stats.pop(index, []):
+                self.client.storage.delete(stat.path)
+        if self.rounds:
+            self.carried_over += len(which)
+        tasks = self.tasks(timeline, which)
+        results = self.runner(execute_clustering_task, tasks)
+        for index, stats in zip(which, results, strict=True):
+            self.stats[index] = list(stats)
+        self.seen = timeline.completed_times
+        self.rounds += 1
+
+    def touched_since(self, now: Timeline) -> list[int]:
+        """Clustering groups whose input groups an instant completed since ``seen`` wrote
+        to or replaced (their work must be carried over)."""
+        touched: set[FileGroupId] = set()
+        inputs = self.input_groups
+        for other in now.completed_data_instants:
+            if other.requested_time in self.seen:
+                continue
+            meta = now.commit_metadata(other)
+            touched |= {(s.partition_path, s.file_id) for s in meta.write_stats} & inputs
+            touched |= {(p, f) for p, ids in meta.partition_to_replace_file_ids.items()
+                        for f in ids} & inputs
+        return [i for i, (ids, _) in enumerate(self.members) if touched & set(ids)]
+
+    def metadata(self, now: Timeline) -> bytes:
+        replaced: dict[str, list[str]] = {}
+        for ids, _ in self.members:
+            for partition, file_id in ids:
+                replaced.setdefault(partition, []).append(file_id)
+        stats = tuple(s for i in sorted(self.stats) for s in self.stats[i])
+        extra = dict(now.rolling_metadata(self.client.write_config.rolling_metadata_keys))
+        extra["schema"] = now.latest_schema() or ""
+        meta = CommitMetadata(write_stats=stats, operation_type=CLUSTER, extra_metadata=extra,
+                              partition_to_replace_file_ids={
+                                  p: tuple(sorted(ids)) for p, ids in replaced.items()})
+        return meta.to_avro_bytes()
+
+    def delete_unreferenced(self) -> None:
+        """Files named with this instant that no stat names (failed task attempts)."""
+        referenced = {s.path for stats in self.stats.values() for s in stats}
+        files = list_table_files(self.client.storage)
+        paths = [(f.instant_time, f.path) for f in files.base_files]
+        paths += [(f.instant_time, f.path) for f in files.log_files]
+        for instant_time, path in paths:
+            if instant_time == self.instant.requested_time and path not in referenced:
+                self.client.storage.delete(path)
+
+
+def _still_inflight(timeline: Timeline, instant: Instant) -> Instant:
+    current = next((i for i in timeline.instants
+                    if i.requested_time == instant.requested_time), None)
+    if current is None or current.state is not State.INFLIGHT:
+        state = "gone" if current is None else current.state.value
+        raise ClusteringError(
+            f"clustering {instant.requested_time} is {state}: another process reverted or "
+            "completed this attempt; its files were not committed")
+    return current
+
+
+def _commit(attempt: _Attempt) -> Instant:
+    """Carry concurrent writes over, then publish ``T_C.replacecommit`` under the lock."""
+    client = attempt.client
+    for round_ in range(OPTIMISTIC_ROUNDS + 1):
+        final = round_ == OPTIMISTIC_ROUNDS
+        with client.lock:
+            now = Timeline.load(client.storage, client.config)
+            inflight = _still_inflight(now, attempt.instant)
+            touched = attempt.touched_since(now)
+            if touched and final:
+                attempt.execute(now, touched)  # the last round holds the lock
+                touched = []
+            if not touched:
+                attempt.delete_unreferenced()
+                client.storage.sync()
+                content = attempt.metadata(now)
+                client.lock.verify()
+                return now.complete(inflight, content)
+        attempt.execute(now, touched)
+    raise AssertionError("unreachable")
+
+
+def _start(client: WriteClient, instant_time: str,
+           explicit: bool) -> tuple[Instant, dict[str, object], Heartbeat, Timeline] | None:
+    """Under the lock: revert a dead attempt, move the plan inflight, start the heartbeat."""
+    with client.lock:
+        timeline = Timeline.load(client.storage, client.config)
+        instant = next((i for i in timeline.instants if i.requested_time == instant_time), None)
+        if instant is None or instant.action is not Action.CLUSTERING:
+            if explicit:
+                raise ValueError(f"instant: {instant_time} is not a clustering instant of "
+                                 "this table")
+            return None
+        if instant.is_completed:
+            return None
+        if instant.state is State.INFLIGHT:
+            if not is_expired(client.storage, instant_time,
+                              client.write_config.heartbeat_expiry_seconds):
+                return None  # a live attempt elsewhere
+            revert_inflight_service(client.storage, timeline, instant)
+            timeline = Timeline.load(client.storage, client.config)
+            instant = instant.with_state(State.REQUESTED)
+        record = read_plan(timeline, instant_time)
+        heartbeat = Heartbeat(client.storage, instant_time,
+                              client.write_config.heartbeat_interval_ms / 1000.0).start()
+        try:
+            client.lock.verify()
+            inflight = timeline.transition_to_inflight(instant)
+        except BaseException:
+            heartbeat.stop()
+            raise
+    return inflight, record, heartbeat, timeline
+
+
+def _revert(client: WriteClient, instant: Instant) -> None:
+    with client.lock:
+        timeline = Timeline.load(client.storage, client.config)
+        current = next((i for i in timeline.instants
+                        if i.requested_time == instant.requested_time), None)
+        if current is not None and current.state is State.INFLIGHT:
+            revert_inflight_service(client.storage, timeline, current)
+
+
+def execute_clustering(client: WriteClient, instant_time: str, *,
+                       runner: TaskRunner = local_runner,
+                       explicit: bool = False) -> tuple[Instant, dict[str, int]] | None:
+    """Execute one clustering plan to completion; returns the completed instant and counts
+    (input file groups, rows written, groups executed again to carry concurrent writes
+    over), or None if it is not pending or a live attempt owns it."""
+    started = _start(client, instant_time, explicit)
+    if started is None:
+        return None
+    inflight, record, heartbeat, timeline = started
+    attempt = _Attempt(client, inflight, record, runner)
+    try:
+        attempt.execute(timeline, list(range(len(attempt.members))))
+        done = _commit(attempt)
+    except BaseException:
+        try:
+            _revert(client, inflight)
+        finally:
+            heartbeat.stop()
+        raise
+    heartbeat.stop()
+    client.storage.delete_tree(temp_folder(instant_time))
+    rows = sum(s.num_writes for stats in attempt.stats.values() for s in stats)
+    return done, {"file_groups": len(attempt.input_groups), "rows": rows,
+                  "carried_over_groups": attempt.carried_over}
+
+
+def run_clustering(client: WriteClient, instant: str | None = None, *,
+                   runner: TaskRunner = local_runner) -> ServiceRun:
+    """Execute the given pending clustering plan, or every pending one (oldest first)."""
+    if instant is not None:
+        targets = [instant]
+    else:
+        timeline = Timeline.load(client.storage, client.config)
+        targets = [i.requested_time for i in timeline.pending((Action.CLUSTERING,))]
+    completed: list[str] = []
+    details = {"file_groups": 0, "rows": 0, "carried_over_groups": 0}
+    for target in targets:
+        result = execute_clustering(client, target, runner=runner,
+                                    explicit=instant is not None)
+        if result is None:
+            continue
+        done, counts = result
+        completed.append(done.requested_time)
+        for key, value in counts.items():
+            details[key] += value
+    return ServiceRun("clustering", None, tuple(completed), details)
+
