@@ -113,18 +113,19 @@ def summary_line(run: ServiceRun, seconds: float, *, schedule_only: bool = False
     """One line saying what a :class:`~engine.services.base.ServiceRun` did, and how long it
     took: ``compaction: completed 2026… (12 file groups, 200,000 rows) in 3.20 s``."""
     parts: list[str] = []
+    done = run.completed
     if run.scheduled:
         parts.append(f"scheduled {run.scheduled}")
     if run.completed:
         verb = "archived" if run.service == "archive" else "completed"
-        done = run.completed
         parts.append(f"{verb} {', '.join(done)}" if len(done) <= 3 else
                      f"{verb} {len(done)} instants ({done[0]} … {done[-1]})")
     if schedule_only and run.scheduled:
         parts.append("not executed (--schedule-only)")
     text = "; ".join(parts) if parts else "nothing to do"
     counts = [f"{value:,} {key.replace('_', ' ')}" for key, value in run.details.items()
-              if isinstance(value, int) and not isinstance(value, bool) and value]
+              if isinstance(value, int) and not isinstance(value, bool) and value
+              and not (len(done) > 3 and key.startswith("instants") and value == len(done))]
     if counts:
         text += f" ({', '.join(counts)})"
     return f"{run.service}: {text} in {seconds:.2f} s"

@@ -106,9 +106,9 @@ def test_summary_line_names_instants_counts_and_time() -> None:
     assert summary_line(ServiceRun("clean"), 0.01) == "clean: nothing to do in 0.01 s"
     archived = tuple(f"2026112300000000{i}" for i in range(5))
     assert summary_line(ServiceRun("archive", completed=archived,
-                                   details={"instants_archived": 5}), 1) == (
-        "archive: archived 5 instants (20261123000000000 … 20261123000000004) "
-        "(5 instants archived) in 1.00 s")
+                                   details={"instants_archived": 5, "commits_archived": 4}),
+                        1) == ("archive: archived 5 instants (20261123000000000 … "
+                               "20261123000000004) (4 commits archived) in 1.00 s")
     assert summary_line(ServiceRun("clustering", scheduled="20261123000000002",
                                    details={"groups": 0}), 0.5,
                         schedule_only=True) == (
