@@ -225,6 +225,8 @@ class ConfigKey(Generic[T]):
     attr: str = ""
 
 
+ROLLING_METADATA_KEYS = "hoodie.write.rolling.metadata.keys"
+
 WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.index.type", _enum_parser(IndexType), IndexType.SIMPLE,
               "Write-side index: BUCKET (hash of the key picks the file group), SIMPLE "
@@ -279,7 +281,7 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.client.heartbeat.tolerable.misses", _parse_positive_int, 2,
               "Missed heartbeats after which a pending instant counts as failed and the next "
               "writer rolls it back.", attr="heartbeat_tolerable_misses"),
-    ConfigKey("hoodie.write.rolling.metadata.keys", _parse_columns, (),
+    ConfigKey(ROLLING_METADATA_KEYS, _parse_columns, (),
               "extraMetadata keys (comma-separated) that commits of table services copy "
               "from the newest commit carrying them, so that a checkpoint recorded there "
               "(a streaming job's Kafka offsets) survives compactions, clusterings and "
@@ -316,6 +318,18 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.compaction.logfile.num.threshold", _parse_count, 0,
               "Only slices with at least this many log files are compacted.",
               attr="compaction_log_num_threshold"),
+    ConfigKey("hoodie.datasource.compaction.async.enable", _parse_bool, True,
+              "Streaming job (MERGE_ON_READ): schedule compactions after micro-batches and "
+              "execute them in the job's service thread, beside ingestion.",
+              attr="compaction_async"),
+    ConfigKey("tidelake.services.max.pending.compactions", _parse_positive_int, 2,
+              "Streaming job: when this many compactions are pending, the next micro-batch "
+              "waits for the service thread to finish one (back-pressure).",
+              attr="max_pending_compactions"),
+    ConfigKey("tidelake.services.parallelism", _parse_count, 0,
+              "Streaming job: Spark tasks a service runs at once (0: half the job's cores, at "
+              "least 1), so services never take every executor slot from ingestion.",
+              attr="services_parallelism"),
     ConfigKey("hoodie.clean.automatic", _parse_bool, True,
               "Clean old file slices after every write.", attr="clean_automatic"),
     ConfigKey("hoodie.clean.async", _parse_bool, False,
@@ -432,6 +446,9 @@ class WriteConfig:
     compaction_target_io_mb: int = 512_000
     compaction_log_size_threshold: int = 0
     compaction_log_num_threshold: int = 0
+    compaction_async: bool = True
+    max_pending_compactions: int = 2
+    services_parallelism: int = 0
     clean_automatic: bool = True
     clean_async: bool = False
     cleaner_policy: CleanerPolicy = CleanerPolicy.KEEP_LATEST_COMMITS

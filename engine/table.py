@@ -268,9 +268,13 @@ class Table:
         timeline = Timeline.load(self.storage, self.config)
         if operation == DELETE:
             deletes = client.prepare_deletes(data, timeline)
-            return client.write(DELETE, None, deletes, extra_metadata=extra_metadata)
-        records, deletes = client.prepare(data, timeline, dedupe=True)
-        return client.write(operation, records, deletes, extra_metadata=extra_metadata)
+            instant = client.write(DELETE, None, deletes, extra_metadata=extra_metadata)
+        else:
+            records, deletes = client.prepare(data, timeline, dedupe=True)
+            instant = client.write(operation, records, deletes, extra_metadata=extra_metadata)
+        from engine.services.table_services import run_inline
+        run_inline(client)  # compaction, clustering, cleaning, archival, as options say
+        return instant
 
     def upsert(self, data: pa.Table, *, extra_metadata: Mapping[str, str] | None = None) -> str:
         """Insert new records and update existing ones; returns the instant time."""

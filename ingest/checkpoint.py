@@ -33,6 +33,7 @@ from engine.timeline.commit_metadata import CommitMetadata
 from ingest.kafka_source import format_hudi_checkpoint, parse_hudi_checkpoint
 
 __all__ = [
+    "CHECKPOINT_KEYS",
     "DEFAULT_IDENTIFIER",
     "HUDI_STREAMER_CHECKPOINT_KEY",
     "QUERY_ID_KEY",
@@ -60,6 +61,11 @@ HUDI_STREAMER_CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
 """Hudi 1.x's V2 key; read (Kafka offsets in the same form), never written."""
 _OFFSET_KEYS = (STREAMER_CHECKPOINT_KEY, HUDI_STREAMER_CHECKPOINT_KEY_V2,
                 HUDI_STREAMER_CHECKPOINT_KEY)
+
+CHECKPOINT_KEYS = (SINK_CHECKPOINT_KEY, QUERY_ID_KEY, STREAMER_CHECKPOINT_KEY,
+                   HUDI_STREAMER_CHECKPOINT_KEY)
+"""What a streaming commit records; table-service commits carry these forward
+(``hoodie.write.rolling.metadata.keys``)."""
 
 Offsets = dict[str, dict[int, int]]
 

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
     InvalidRecordError,
     TableExistsError,
@@ -71,6 +72,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from ingest.checkpoint import (
+    CHECKPOINT_KEYS,
     DEFAULT_IDENTIFIER,
     checkpoint_metadata,
     is_committed,
@@ -99,6 +101,7 @@ from ingest.prepare import (
     prepared_schema,
     spark_schema,
 )
+from ingest.services import StreamingServices
 from ingest.spark_write import (
     InstantPlan,
     TaskReport,
@@ -222,6 +225,9 @@ class HudiStreamingSink:
     ``max_error_fraction`` (0 to 1, default 0.5): a batch of at least
     :data:`ERROR_GUARD_MIN_RECORDS` records with a larger share of bad records fails
     (:class:`TooManyBadRecordsError`) and commits nothing; 1 turns the check off.
+    ``services``: run the table services inside the job (:mod:`ingest.services`: compaction,
+    clustering, cleaning, archival as the table options say); False leaves them to another
+    process (``tidelake table compact|clean|...``).
 
     A missing table is defined here but created on storage only by the first batch with a
     valid record, just before its commit (:attr:`table_created`).
@@ -241,7 +247,8 @@ class HudiStreamingSink:
                  write_parallelism: int | None = None, state_api: str = "pandas",
                  conflict_retries: int = 10,
                  max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
-                 key_format: str = "string", key_schema: Any = None) -> None:
+                 key_format: str = "string", key_schema: Any = None,
+                 services: bool = True) -> None:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
@@ -274,6 +281,9 @@ class HudiStreamingSink:
         # The engine stores no _hoodie_* data column (it drops them from its input).
         stored = pa.schema([f for f in decoded if not f.name.startswith("_hoodie_")])
         self._folder_existed = os.path.exists(table_path)
+        # Service commits carry the checkpoint forward (a job without its Spark checkpoint
+        # resumes from the table's offsets after any number of compactions and archivals).
+        options = {ROLLING_METADATA_KEYS: ",".join(CHECKPOINT_KEYS), **(options or {})}
         self.table = self._open_or_create(table_path, table_name, table_type, record_key,
                                           precombine, partition_by, num_buckets, options,
                                           stored)
@@ -304,6 +314,9 @@ class HudiStreamingSink:
         """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
         self._checked_context: Any = None  # the SparkContext whose conf was checked
+        self.services = StreamingServices(self.table, enabled=services)
+        """Compaction, clustering, cleaning and archival beside ingestion
+        (:mod:`ingest.services`)."""
 
     @property
     def table_created(self) -> bool:
@@ -436,7 +449,10 @@ class HudiStreamingSink:
                 df.write.format("noop").mode("overwrite").save()
             self._done(BatchResult(batch_id, skipped=True))
             return
-        self._done(self._write_with_retries(self._prepared(df), batch_id, query_id, timeline))
+        result = self._write_with_retries(self._prepared(df), batch_id, query_id, timeline)
+        self._done(result)
+        if result.instant_time is not None:
+            self.services.after_commit(spark)
 
     def _check_session(self, spark: SparkSession) -> None:
         """Refuse unsafe Spark settings (:func:`~ingest.spark_write.check_spark_conf`), once

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import TerminalError
-from jobs.job_config import JobConfig, source_options
+from engine.errors import InvalidOptionError, TerminalError
+from jobs.job_config import SERVICE_OPTIONS, JobConfig, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,6 +66,8 @@ def build_spark(config: JobConfig, *, spark_log: str | None = None) -> SparkSess
     defaults = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR",
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
+                # table services run their Spark jobs in a pool of their own (ingest/services)
+                "spark.scheduler.mode": "FAIR",
                 # Spark's UI, event log and conf dumps hide what our printouts hide.
                 "spark.redaction.regex": spark_redaction_regex()}
     options = {**defaults, **config.spark_conf}
@@ -129,14 +131,32 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         precombine=config["table.precombine"], partition_by=config["table.partition_by"],
         table_name=config["table.name"], table_type=config["table.type"],
         index=config["index.type"], num_buckets=config["index.num_buckets"],
-        options=dict(config.table_options), error_table_path=errors,
+        options=service_options(config), error_table_path=errors,
         delete_column=config["table.delete_field"],
         update_partition_path=config["index.update_partition_path"],
         state_api=config["index.state_api"],
         checkpoint_identifier=config["checkpoint.identifier"],
         conflict_retries=config["table.conflict_retries"],
         max_error_fraction=config["errors.max_fraction"],
-        key_format=config["decode.key_format"], key_schema=config["decode.key_schema"])
+        key_format=config["decode.key_format"], key_schema=config["decode.key_schema"],
+        services=config["services.enabled"])
+
+
+def service_options(config: JobConfig) -> dict[str, Any]:
+    """``[table.options]`` plus the table-service settings of ``[services]`` as the Hudi
+    options they stand for (:data:`~jobs.job_config.SERVICE_OPTIONS`); a setting given both
+    ways with two values is an error naming both."""
+    options: dict[str, Any] = dict(config.table_options)
+    for name, key in SERVICE_OPTIONS.items():
+        value = config[name]
+        if value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if key in options and str(options[key]).strip().lower() != text.lower():
+            raise InvalidOptionError(name, f"{text!r} contradicts [table.options] {key} = "
+                                     f"{options[key]!r}; set one of them")
+        options[key] = text
+    return options
 
 
 def _checkpoint_has_offsets(location: str) -> bool:
@@ -178,6 +198,8 @@ class Progress:
     retries: int = 0
     """Micro-batches the sink replanned and wrote again after a commit conflict."""
     file_groups: int = 0
+    services: str = ""
+    """What the table services did so far (``ServicesState.describe``)."""
     started: float = 0.0
     lag: int | None = None
     """Records in Kafka not yet read (latest offsets minus the last batch's end offsets)."""
@@ -248,6 +270,8 @@ def format_progress(p: Progress) -> str:
         line += f", {p.skipped} replayed batches skipped"
     if p.retries:
         line += f", {p.retries} commit retries"
+    if p.services:
+        line += f"; services: {p.services}"
     return line
 
 
@@ -395,6 +419,7 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
         progress.errors = totals.errors - first.errors
         progress.skipped = totals.skipped - first.skipped
         progress.retries = totals.retries - first.retries
+        progress.services = sink.services.state.describe()
         if result is not None:
             progress.file_groups = len({(s.partition_path, s.file_id)
                                         for s in result.stats}) or progress.file_groups
@@ -490,6 +515,7 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
     try:
         progress = watch(query, sink, duration=duration, report=report, idle=idle)
     finally:
+        sink.services.stop()
         spark.stop()
     reason = progress.stopped_by
     if reason == "the query ended" and config["trigger.available_now"]:

@@ -161,6 +161,35 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("table", "conflict_retries", _int, 10,
             "How often a micro-batch refused because a concurrent writer touched the same "
             "file groups is replanned and written again before the job fails."),
+    Setting("services", "enabled", _bool, True,
+            "Run the table services inside the job (beside ingestion); false leaves them to "
+            "'tidelake table compact|clean|...' or another process."),
+    Setting("services", "compaction", _bool, None,
+            "MERGE_ON_READ: schedule compactions and execute them in the job (default true; "
+            "hoodie.datasource.compaction.async.enable)."),
+    Setting("services", "compaction_delta_commits", _int, None,
+            "Deltacommits after which a compaction is scheduled (default 5; "
+            "hoodie.compact.inline.max.delta.commits)."),
+    Setting("services", "max_pending_compactions", _int, None,
+            "With this many compactions pending the next micro-batch waits (default 2; "
+            "tidelake.services.max.pending.compactions)."),
+    Setting("services", "clean", _bool, None,
+            "Clean file slices no longer needed (default true; hoodie.clean.automatic)."),
+    Setting("services", "commits_retained", _int, None,
+            "Commits whose files the cleaner keeps readable for time travel and incremental "
+            "reads (default 10; hoodie.cleaner.commits.retained)."),
+    Setting("services", "archive", _bool, None,
+            "Archive old instants to the timeline history (default true; "
+            "hoodie.archive.automatic)."),
+    Setting("services", "clustering", _bool, None,
+            "Schedule and run clustering in the job (default false; "
+            "hoodie.clustering.async.enabled; not for BUCKET tables)."),
+    Setting("services", "clustering_commits", _int, None,
+            "Commits after which a clustering is scheduled (default 4; "
+            "hoodie.clustering.async.max.commits)."),
+    Setting("services", "parallelism", _int, None,
+            "Spark tasks a service runs at once (default: half the cores; "
+            "tidelake.services.parallelism)."),
     Setting("spark", "master", _str, "local[2]", "Spark master URL."),
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
     Setting("errors", "table_path", _location, None,
@@ -169,6 +198,19 @@ SETTINGS: tuple[Setting, ...] = (
             "A micro-batch (of 10 records or more) with a larger share of bad records fails "
             "and commits nothing, naming the most common reason; 1 turns the check off."),
 )
+
+SERVICE_OPTIONS = {
+    "services.compaction": "hoodie.datasource.compaction.async.enable",
+    "services.compaction_delta_commits": "hoodie.compact.inline.max.delta.commits",
+    "services.max_pending_compactions": "tidelake.services.max.pending.compactions",
+    "services.clean": "hoodie.clean.automatic",
+    "services.commits_retained": "hoodie.cleaner.commits.retained",
+    "services.archive": "hoodie.archive.automatic",
+    "services.clustering": "hoodie.clustering.async.enabled",
+    "services.clustering_commits": "hoodie.clustering.async.max.commits",
+    "services.parallelism": "tidelake.services.parallelism",
+}
+"""``[services]`` settings and the table option each one sets."""
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
 REQUIRED = ("source.bootstrap_servers", "source.topics", "table.path", "table.record_key",

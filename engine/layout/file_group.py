@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.storage import Storage
 from engine.timeline.active import HOODIE, Timeline, completion_key
+from engine.timeline.instant import Action
 
 
 @dataclass(frozen=True)
@@ -193,13 +194,31 @@ class Visibility(Mapping[str, str]):
 
 def visible_instants(timeline: Timeline, *, as_of: str | None = None,
                      end_completion: str | None = None) -> Visibility:
-    """Completed data instants a view sees: requested time → completion ordering key."""
+    """Completed data instants a view sees: requested time → completion ordering key.
+
+    ``as_of`` (time travel): the instants requested by then (Java's and hudi-rs's rule), but
+    not a replacecommit that completed after ``as_of`` did (after the time, for a time that
+    is no instant): a clustering carries writes that completed while it ran into its new
+    file groups, so its files may hold data of commits later than ``as_of``. Until it
+    completed, the groups it replaces held that view (the cleaner keeps them as long as a
+    readable view needs them: :mod:`engine.services.clean`). A compaction's base file only
+    holds logs that completed before its instant, so it stays in the view by its instant.
+    """
+    cut: str | None = None
+    if as_of is not None:
+        cut = timeline.completion_time_of(as_of)
+        if cut is None and as_of not in timeline.active_times:
+            cut = timeline.archived_completion_key(as_of)
+        cut = max(as_of, cut or as_of)
     visible: dict[str, str] = {}
     for instant in timeline.completed_data_instants:
         if as_of is not None and instant.requested_time > as_of:
             continue
         key = completion_key(instant)
         if end_completion is not None and key > end_completion:
+            continue
+        if (cut is not None and key > cut
+                and instant.action.completed_action is Action.REPLACE_COMMIT):
             continue
         visible[instant.requested_time] = key
     return Visibility(timeline, visible, as_of=as_of, end_completion=end_completion)

@@ -17,8 +17,13 @@
    file groups are cleaned before their replacecommit leaves the active timeline. Commits at
    or after the first savepoint stay too (``hoodie.archive.beyond.savepoint=true``: only the
    savepointed commits stay). Savepoints, pending instants and restores are never archived.
-   A deltacommit whose log files still exist may be archived: its completion time is in
-   the history row written first, where readers find it (:mod:`engine.layout.file_group`).
+   Nor is a deltacommit whose log files still exist, nor anything after it
+   (``hudi-table-services.md`` §2.3, §8.4): Java needs the completion time of every log on
+   storage from the active timeline or the history, and hudi-rs 0.5.0 — which reads no
+   history — drops versions of such logs when later logs of the same file slice are active
+   (found with two concurrent writers). The cleaner removes old logs once a compaction
+   rewrote them; their deltacommits are archived after that. (Our reader would cope: the
+   history row written first carries the completion time, :mod:`engine.layout.file_group`.)
 3. Completed cleans and rollbacks older than the newest archived commit go along.
 4. **Order**: the history rows are written and published (parquet, manifest, ``_version_``)
    before any active file is deleted; then all requested files, all inflight files, and the
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 
 from engine.config import CompactionTrigger, TableConfig, WriteConfig
 from engine.errors import CorruptTableError
+from engine.layout.file_group import list_table_files
 from engine.services.base import ServiceRun
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -110,8 +116,10 @@ def _replace_cutoff(timeline: Timeline, clean: LatestClean | None) -> str | None
 
 
 def archive_cutoff(timeline: Timeline, config: TableConfig,
-                   write_config: WriteConfig, clean: LatestClean | None) -> str | None:
-    """Requested time before which commits may be archived (None: no limit) — §8.2."""
+                   write_config: WriteConfig, clean: LatestClean | None,
+                   log_instants: frozenset[str] = frozenset()) -> str | None:
+    """Requested time before which commits may be archived (None: no limit) — §8.2;
+    ``log_instants``: the instants of the log files on storage."""
     commits = sorted(i.requested_time for i in timeline.completed_data_instants)
     candidates: list[str] = []
     pending = [i.requested_time for i in timeline.instants
@@ -127,6 +135,12 @@ def archive_cutoff(timeline: Timeline, config: TableConfig,
     replace = _replace_cutoff(timeline, clean)
     if replace is not None:
         candidates.append(replace)
+    if log_instants:
+        live = [i.requested_time for i in timeline.completed_data_instants
+                if i.action.completed_action is Action.DELTA_COMMIT
+                and i.requested_time in log_instants]
+        if live:
+            candidates.append(min(live))
     return min(candidates) if candidates else None
 
 
@@ -138,7 +152,9 @@ def archivable_commits(timeline: Timeline, config: TableConfig,
     commits = sorted(timeline.completed_data_instants, key=lambda i: i.requested_time)
     if len(commits) <= high:
         return []
-    cutoff = archive_cutoff(timeline, config, write_config, clean)
+    logs = frozenset(f.instant_time for f in list_table_files(timeline.storage).log_files) \
+        if config.is_mor else frozenset()
+    cutoff = archive_cutoff(timeline, config, write_config, clean, logs)
     savepoints = timeline.savepointed_times
     first_savepoint = min(savepoints, default=None)
     chosen = []
@@ -210,6 +226,9 @@ def run_archive(client: WriteClient) -> ServiceRun:
         from engine.errors import UnsupportedTableError
         raise UnsupportedTableError("archival writes the v8 LSM history; this table has "
                                     f"timeline layout {config.timeline_layout}")
+    active_commits = Timeline.load(storage, config).completed_data_instants
+    if len(active_commits) <= client.write_config.keep_max_commits:
+        return ServiceRun(SERVICE)  # not due: no lock taken (the common case after a write)
     with client.lock:
         timeline = Timeline.load(storage, config)
         chosen = instants_to_archive(timeline, config, client.write_config)

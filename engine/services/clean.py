@@ -49,7 +49,7 @@ from engine.layout.file_group import (
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.savepoint import savepointed_files, savepoints
 from engine.storage import Storage
-from engine.timeline.active import Timeline
+from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, format_instant_time
 from engine.write.write_client import WriteClient
@@ -242,16 +242,20 @@ def _pending_services(timeline: Timeline) -> _Pending:
 
 
 def _replaced_groups(timeline: Timeline) -> dict[Group, str]:
-    """Groups replaced by completed replacecommits → the (earliest) replacing instant."""
+    """Groups replaced by completed replacecommits → the (earliest) replacing instant's
+    completion time: time travel sees a replacecommit only once it completed
+    (:func:`~engine.layout.file_group.visible_instants`), so the groups it replaced serve
+    every view before that."""
     replaced: dict[Group, str] = {}
     for inst in timeline.completed_data_instants:
         if inst.action.completed_action is not Action.REPLACE_COMMIT:
             continue
+        done = completion_key(inst)
         meta = timeline.commit_metadata(inst)
         for partition, ids in meta.partition_to_replace_file_ids.items():
             for fid in ids:
                 key = (partition, fid)
-                replaced[key] = min(replaced.get(key, inst.requested_time), inst.requested_time)
+                replaced[key] = min(replaced.get(key, done), done)
     return replaced
 
 
@@ -298,6 +302,8 @@ def plan_clean(storage: Storage, timeline: Timeline, write_config: WriteConfig, 
 
         delete: list[FileSlice] = []
         if group in replaced:
+            # Java: replacecommit < ECR. Here it must have *completed* before the ECR was
+            # requested, so that every view from the ECR on sees it (and not these groups).
             if versions or replaced[group] < ecr_time:
                 delete = [s for s in newest_first if not (_names_of(s) & protected)]
                 if delete:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine import InstantNotReadableError, Table
+from engine.layout.file_group import list_table_files
 from engine.services import archive as archive_mod
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
@@ -49,6 +50,10 @@ class History:
         return [rows[k] for k in sorted(rows)]
 
 
+
+MANUAL = {"hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false"}
+"""Services run by the tests themselves, never after writes."""
+
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     if not table.num_rows:
         return []
@@ -58,7 +63,8 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _make(tmp_path: Path, table_type: str, commits: int, **options: Any) -> tuple[Table,
                                                                                    History]:
-    opts = {"hoodie.keep.min.commits": "20", "hoodie.keep.max.commits": "30", **options}
+    opts = {"hoodie.keep.min.commits": "20", "hoodie.keep.max.commits": "30", **MANUAL,
+            **options}
     table = Table.create(str(tmp_path / "t"), name="arch", record_key="key", precombine="ts",
                          partition_by="region", table_type=table_type, options=opts)
     oracle = History()
@@ -143,25 +149,29 @@ def test_archive_cow_42_commits_history_well_formed_and_reads_match(tmp_path: Pa
     assert not table.archive().did_something
 
 
-def test_archive_mor_log_files_of_archived_deltacommits_attach_by_history_completion(
+def test_archive_mor_keeps_deltacommits_with_live_logs_until_compacted_and_cleaned(
         tmp_path: Path) -> None:
-    table, oracle = _make(tmp_path, "MERGE_ON_READ", 42)
-    completion = {e.instant_time: e.completion_time for e in table.timeline()}
+    table, oracle = _make(tmp_path, "MERGE_ON_READ", 42,
+                          **{"hoodie.cleaner.commits.retained": "3"})
+    live = {f.instant_time for f in list_table_files(table.storage).log_files}
+    assert len(live) > 30, "the test needs many deltacommits with log files"
+    first = table.archive()
+    assert not set(first.completed) & live  # never archived while its logs exist
+    assert _completed_commits(table)[0] <= min(live)
+    table.compact()
+    for n in range(4):  # the cleaner's retained commits move past the compaction
+        batch = [{"key": f"k{n:03d}", "ts": 5_000 + n, "region": ["north", "south"][n % 2],
+                  "amount": 0.5}]
+        oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch)))
+    cleaned = table.clean()
+    assert cleaned.details["files_deleted"] > 0
+    still = {f.instant_time for f in list_table_files(table.storage).log_files}
     run = table.archive()
-    assert run.details["commits_archived"] == 22
-    archived = set(oracle.instants[:22])
-    logs = [log for s in table.file_slices() for log in s.log_files
-            if log.instant_time in archived]
-    assert logs, "the test needs log files of archived deltacommits"
-    # their completion time came from the history (not the requested time)
-    assert all(log.completion_time == completion[log.instant_time] for log in logs)
+    assert run.details["commits_archived"] > 0
+    assert not set(run.completed) & still
+    assert len(_completed_commits(table)) <= 30
     _check_snapshot(table, oracle)
-    t = oracle.instants[10]
-    assert _rows(table.read(as_of=t)) == oracle.snapshot(t)
-    rows = pq.read_table(Path(table.path) / HISTORY /
-                         f"{oracle.instants[0]}_{oracle.instants[21]}_0.parquet").to_pylist()
-    assert {r["action"] for r in rows} == {"deltacommit"}
-    # a write after archival updates records whose latest version is in archived files
+    # a write after archival updates records whose latest version is in compacted files
     batch = [{"key": "k000", "ts": 10_000, "region": "north", "amount": -1.0}]
     oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch)))
     _check_snapshot(table, oracle)
@@ -256,7 +266,7 @@ def _clean(table: Table, ecr: str, plan: bytes = b"") -> str:
 
 
 def test_archive_replacecommit_kept_until_the_cleaner_passed_it(tmp_path: Path) -> None:
-    opts = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4"}
+    opts = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4", **MANUAL}
     table, oracle = _make(tmp_path, "COPY_ON_WRITE", 4, **opts)
     replace = _replacecommit(table, {"north": ("no-such-group-0",)})
     for n in range(6):
@@ -282,7 +292,7 @@ def test_archive_replacecommit_kept_until_the_cleaner_passed_it(tmp_path: Path) 
 
 def test_archive_crash_before_deleting_active_files_next_run_no_duplicates(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    table, oracle = _make(tmp_path, "MERGE_ON_READ", 12, **{
+    table, oracle = _make(tmp_path, "COPY_ON_WRITE", 12, **{
         "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4"})
 
     def crash(*_: Any) -> None:
@@ -292,14 +302,13 @@ def test_archive_crash_before_deleting_active_files_next_run_no_duplicates(
         m.setattr(archive_mod, "_delete_active_files", crash)
         with pytest.raises(OSError):
             table.archive()
-    # MOR, no compaction yet: the last 5 deltacommits (the compaction trigger) stay
-    assert sorted(_history_rows(table)) == oracle.instants[:7]
+    assert sorted(_history_rows(table)) == oracle.instants[:10]
     assert len(_completed_commits(table)) == 12
     _check_snapshot(table, oracle)  # active and history both know the instants
     run = table.archive()
-    assert run.details["history_rows_written"] == 0 and run.details["commits_archived"] == 7
-    assert sorted(_history_rows(table)) == oracle.instants[:7]
-    assert _completed_commits(table) == oracle.instants[7:]
+    assert run.details["history_rows_written"] == 0 and run.details["commits_archived"] == 10
+    assert sorted(_history_rows(table)) == oracle.instants[:10]
+    assert _completed_commits(table) == oracle.instants[10:]
     _check_snapshot(table, oracle)
 
 
@@ -375,7 +384,7 @@ def test_archive_latest_schema_falls_back_to_the_history(tmp_path: Path) -> None
 
 def test_archive_rolling_metadata_found_in_the_history(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), name="arch", record_key="key", precombine="ts",
-                         table_type="COPY_ON_WRITE", options={
+                         table_type="COPY_ON_WRITE", options={**MANUAL,
                              "hoodie.keep.min.commits": "1", "hoodie.keep.max.commits": "2"})
     for n in range(4):
         extra = {"ckpt": f"v{n}"} if n < 2 else {}
@@ -386,7 +395,7 @@ def test_archive_rolling_metadata_found_in_the_history(tmp_path: Path) -> None:
 
 
 def test_archive_archived_replacecommit_still_hides_its_replaced_group(tmp_path: Path) -> None:
-    opts = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4"}
+    opts = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "4", **MANUAL}
     table, oracle = _make(tmp_path, "COPY_ON_WRITE", 4, **opts)
     (victim,) = [s for s in table.file_slices() if s.partition_path == "north"][:1]
     replace = _replacecommit(table, {"north": (victim.file_id,)})

@@ -64,7 +64,9 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _create(path: Path, table_type: str, **options: str) -> Table:
     return Table.create(str(path), name="t", table_type=table_type, record_key="k",
-                        precombine="ts", partition_by="p", options=dict(options))
+                        precombine="ts", partition_by="p",
+                        options={"hoodie.clean.automatic": "false",
+                                 "hoodie.archive.automatic": "false", **options})
 
 
 def _write_commits(table: Table, oracle: Oracle, n: int, keys: int = 3) -> list[str]:

@@ -69,7 +69,8 @@ def _pending(table: Table) -> list[str]:
 
 
 def _files_of_uncommitted(table: Table) -> list[str]:
-    done = {e.instant_time for e in table.timeline() if e.state == "completed"}
+    done = {e.instant_time for e in table.timeline(include_archived=True)
+            if e.state == "completed"}
     files = list_table_files(table.storage)
     found = [(f.instant_time, f.path) for f in files.base_files]
     found += [(f.instant_time, f.path) for f in files.log_files]
@@ -352,7 +353,8 @@ def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
     assert _rows(hudi_rs_read(table.path)) == expected
     assert _pending(table) == []
     assert _files_of_uncommitted(table) == []
-    done = {e.instant_time for e in table.timeline() if e.state == "completed"}
+    done = {e.instant_time for e in table.timeline(include_archived=True)
+            if e.state == "completed"}
     assert {str(r["ok"]) for r in committed} <= done
 
 

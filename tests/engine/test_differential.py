@@ -104,6 +104,8 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
                   block_format: str, steps: int) -> None:
     rng = random.Random(seed)
     options = {"hoodie.index.type": index, "hoodie.logfile.data.block.format": block_format,
+               # time travel to every commit: nothing cleaned or archived
+               "hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false",
                "hoodie.bucket.index.num.buckets": "2",
                # a base file carries a ~330 kB bloom filter: with these sizes a group takes
                # inserts while small, and some batches still open new groups

@@ -70,6 +70,42 @@ def armed(arm: str | None, point: str) -> bool:
         return False
 
 
+SERVICE_POINTS = {
+    # point: (module, function, runs in executors, what has happened by then)
+    "compaction_task": ("engine.services.compaction", "execute_compaction_task", True,
+                        "a compaction is inflight; its executor tasks are writing base files"),
+    "compaction_commit": ("engine.services.compaction", "_remove_strays", False,
+                          "every compaction task wrote its base file; the compaction is not "
+                          "committed"),
+    "clean": ("engine.services.clean", "execute_clean_task", False,
+              "a clean is inflight and deleting files"),
+    "archive": ("engine.services.archive", "_delete_active_files", False,
+                "archival wrote the history rows; the active timeline files are not deleted"),
+}
+"""Crash points inside the table services (the job's service thread, or its Spark tasks);
+armed like :data:`CRASH_POINTS`."""
+
+
+def install_service_crash_points(arm: str, signal_file: str, *, executors: bool) -> None:
+    """Stop at a table-service point when armed: the driver's points (``executors`` False)
+    or those that run in Spark tasks (``executors`` True, from ``sitecustomize``)."""
+    import importlib
+
+    for point, (module_name, name, in_executors, _) in SERVICE_POINTS.items():
+        if in_executors != executors:
+            continue
+        module = importlib.import_module(module_name)
+        original = getattr(module, name)
+
+        def stop_or_run(*args: Any, _original: Any = original, _point: str = point,
+                        **kwargs: Any) -> Any:
+            if armed(arm, _point):
+                stop_here(signal_file, _point)
+            return _original(*args, **kwargs)
+
+        setattr(module, name, stop_or_run)
+
+
 def install_decode_crash_point(arm: str, signal_file: str) -> None:
     """Inside an executor task, stop at ``decode`` when armed: the job's decoders are wrapped
     in the process that decodes (a Spark Python worker; see ``crash_site/sitecustomize.py``).
@@ -169,7 +205,9 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
         return original_start(*a, **kw)
 
     sink_module.start_ingest = start_ingest
-    # The ``decode`` point runs in the executors' Python workers: see ChildJob (harness).
+    install_service_crash_points(arm or "", signal_file, executors=False)
+    # The ``decode`` and ``compaction_task`` points run in the executors' Python workers:
+    # see ChildJob (harness) and crash_site/sitecustomize.py.
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         watch(query, sink, until=(lambda _: stop.exists()) if stop else None)
         report.data["executor_ids"] = _executor_ids(spark)
     finally:
+        sink.services.stop()
         spark.stop()
     report.data["finished"] = True
     report.write()

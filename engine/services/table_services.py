@@ -1,0 +1,118 @@
+"""Which table services are due after a write, and running them.
+
+Two callers:
+
+* the engine API (:meth:`engine.table.Table.upsert` and the other writes) runs
+  :func:`run_inline` right after its commit: compaction and clustering when
+  ``hoodie.compact.inline`` / ``hoodie.clustering.inline`` say so (or only scheduling them
+  with the ``schedule.inline`` keys), then cleaning (``hoodie.clean.automatic``) and archival
+  (``hoodie.archive.automatic``), in Hudi's order;
+* the streaming job schedules what is due after each micro-batch
+  (:func:`schedule_due`, under the lock) and executes it beside ingestion
+  (:mod:`ingest.services`), with :func:`execute_pending`.
+
+A service that fails after the write committed never undoes the write: :func:`run_inline`
+logs the failure and the next write tries again (a pending plan is picked up where it was
+left; a plan is never dropped).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+
+from engine.services.base import ServiceRun, TaskRunner, local_runner
+from engine.timeline.active import Timeline
+from engine.timeline.instant import Action
+from engine.write.write_client import WriteClient
+
+log = logging.getLogger(__name__)
+
+COMPACTION = "compaction"
+CLUSTERING = "clustering"
+CLEAN = "clean"
+ARCHIVE = "archive"
+
+
+def pending_compactions(timeline: Timeline) -> int:
+    """Compaction plans not completed yet (requested or inflight)."""
+    return len(timeline.pending([Action.COMPACTION]))
+
+
+def schedule_due(client: WriteClient, *, compaction: bool, clustering: bool,
+                 clustering_inline: bool = False,
+                 now: _dt.datetime | None = None) -> list[str]:
+    """Schedule a compaction and/or clustering plan if its trigger says one is due; returns
+    the scheduled instants. Cheap when nothing is due (one timeline listing)."""
+    from engine.services.clustering import clustering_due, schedule_clustering
+    from engine.services.compaction import compaction_due, schedule_compaction
+
+    scheduled: list[str] = []
+    timeline = Timeline.load(client.storage, client.config)
+    if compaction and client.config.is_mor and compaction_due(timeline, client.write_config,
+                                                               now):
+        instant = schedule_compaction(client)
+        if instant is not None:
+            scheduled.append(instant)
+    if clustering and clustering_due(timeline, client.write_config, inline=clustering_inline):
+        instant = schedule_clustering(client)
+        if instant is not None:
+            scheduled.append(instant)
+    return scheduled
+
+
+def execute_pending(client: WriteClient, service: str, *,
+                    runner: TaskRunner = local_runner) -> ServiceRun:
+    """Run one service: execute every pending compaction or clustering plan, or clean, or
+    archive."""
+    if service == COMPACTION:
+        from engine.services.compaction import run_compaction
+
+        return run_compaction(client, runner=runner)
+    if service == CLUSTERING:
+        from engine.services.clustering import run_clustering
+
+        return run_clustering(client, runner=runner)
+    if service == CLEAN:
+        from engine.services.clean import run_clean
+
+        return run_clean(client)
+    if service == ARCHIVE:
+        from engine.services.archive import run_archive
+
+        return run_archive(client)
+    raise ValueError(f"service: expected compaction, clustering, clean or archive, got "
+                     f"{service!r}")
+
+
+def run_inline(client: WriteClient) -> list[ServiceRun]:
+    """The services a write runs after its commit, as its options say (see the module doc).
+    Failures are logged, not raised: the write is committed whatever happens here."""
+    wc = client.write_config
+    runs: list[ServiceRun] = []
+    steps: list[tuple[str, bool]] = []
+    compaction = client.config.is_mor and (wc.compact_inline or wc.compact_schedule_inline)
+    clustering = wc.clustering_inline or wc.clustering_schedule_inline
+    if compaction or clustering:
+        try:
+            schedule_due(client, compaction=compaction, clustering=clustering,
+                         clustering_inline=True)
+        except Exception:
+            log.exception("%s: scheduling table services after the write failed; the next "
+                          "write tries again", client.storage.base_path)
+    steps.append((COMPACTION, client.config.is_mor and wc.compact_inline))
+    steps.append((CLUSTERING, wc.clustering_inline))
+    steps.append((CLEAN, wc.clean_automatic))
+    steps.append((ARCHIVE, wc.archive_automatic))
+    for service, wanted in steps:
+        if not wanted:
+            continue
+        try:
+            run = execute_pending(client, service)
+        except Exception:
+            log.exception("%s: %s after the write failed; the write is committed, the next "
+                          "write tries again", client.storage.base_path, service)
+            continue
+        if run.did_something:
+            runs.append(run)
+    return runs

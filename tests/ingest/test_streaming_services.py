@@ -1,0 +1,270 @@
+"""Table services inside the streaming job (``ingest/services.py``).
+
+* The sink schedules compactions after micro-batches and its service thread executes them in
+  Spark tasks, then cleans and archives; the table equals the oracle in tidelake and hudi-rs,
+  and service commits carry the streaming checkpoint forward.
+* A failing service is logged and retried at the next trigger; ingestion goes on.
+* Back-pressure: with too many compactions pending, the next micro-batch waits.
+* ``tidelake ingest`` with the defaults, 100 micro-batches of upserts into MERGE_ON_READ:
+  compaction, cleaning and archival ran inside the job, the table equals the oracle, and the
+  offsets recorded in the table resume the job exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import engine.services.compaction as compaction_module
+from engine import Table
+from engine.timeline.active import Timeline
+from ingest.checkpoint import STREAMER_CHECKPOINT_KEY, starting_offsets_from_table
+from ingest.sink import HudiStreamingSink
+from tests.ingest.job_harness import (
+    ChildJob,
+    KeyedStream,
+    job_settings,
+    pending_instants,
+    table_problems,
+    write_job,
+)
+from tests.ingest.test_sink import (
+    Event,
+    Oracle,
+    _frame,
+    decoder,
+    hudi_rs_rows,
+    kafka_rows,
+    random_batches,
+    table_rows,
+)
+from tests.kafka_broker import kafka_bootstrap  # noqa: F401
+from tests.spark_session import spark  # noqa: F401
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
+]
+
+FAST_SERVICES = {
+    "hoodie.compact.inline.max.delta.commits": "2",
+    "hoodie.cleaner.commits.retained": "2",
+    "hoodie.keep.min.commits": "4",
+    "hoodie.keep.max.commits": "6",
+}
+
+
+def _keyed(events: list[Event]) -> list[Event]:
+    """All versions of a key in one Kafka partition, as a keyed producer sends them."""
+    return [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
+            for e in events]
+
+
+def _actions(path: str) -> list[tuple[str, str]]:
+    """(action, state) of every instant on the active timeline."""
+    return [(e.action, e.state) for e in Table.open(path).timeline()]
+
+
+def _run_batches(session: Any, sink: HudiStreamingSink, oracle: Oracle,
+                 offsets: dict[int, int], batches: int, seed: int, first_batch: int = 0) -> None:
+    rng, clock = random.Random(seed), [first_batch * 10_000]
+    for n, events in enumerate(random_batches(rng, batches, 30, moves=False, tombstones=False,
+                                              clock=clock)):
+        events = _keyed(events)
+        sink.process_batch(_frame(session, kafka_rows(events, "trips", offsets)),
+                           first_batch + n)
+        oracle.apply(events)
+
+
+@pytest.mark.spark
+def test_sink_runs_compaction_clean_and_archival_beside_batches(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    path = str(tmp_path / "trips")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], num_buckets=2, options=FAST_SERVICES)
+    oracle, offsets = Oracle(), dict[int, int]()
+    _run_batches(spark, sink, oracle, offsets, 12, seed=11)
+    assert sink.services.drain(timeout=300), sink.services.state.describe()
+    sink.services.stop()
+    status = sink.services.state.services
+    assert status["compaction"].done >= 2 and status["compaction"].failures == 0
+    assert status["clean"].done >= 1 and status["archive"].done >= 1
+    table = Table.open(path)
+    timeline = Timeline.load(table.storage, table.config)
+    compactions = [i for i in timeline.instants if i.action.value == "compaction"]
+    assert compactions and all(i.is_completed for i in compactions)
+    assert not pending_instants(path)
+    assert (Path(path) / ".hoodie" / "timeline" / "history" / "_version_").is_file()
+    assert len(timeline.completed_data_instants) <= 6
+    assert table_rows(path) == oracle.rows
+    assert hudi_rs_rows(path) == oracle.rows
+    # The newest commit is a service's: it carries the checkpoint, and the job resumes there.
+    newest = timeline.completed_data_instants[-1]
+    assert STREAMER_CHECKPOINT_KEY in timeline.commit_metadata(newest).extra_metadata
+    assert starting_offsets_from_table(path) == {"trips": offsets}
+
+
+@pytest.mark.spark
+def test_failing_compaction_is_logged_retried_and_never_stops_ingestion(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    path = str(tmp_path / "trips")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], num_buckets=2,
+                             options={**FAST_SERVICES,
+                                      "tidelake.services.max.pending.compactions": "50"})
+    original = compaction_module.run_compaction
+    calls = [0]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(compaction_module, "run_compaction", broken)
+    oracle, offsets = Oracle(), dict[int, int]()
+    _run_batches(spark, sink, oracle, offsets, 8, seed=12)
+    deadline = time.monotonic() + 120
+    while sink.services.state.services["compaction"].failures < 3 and \
+            time.monotonic() < deadline:
+        sink.services.after_commit(spark)  # a trigger, as a micro-batch gives
+        time.sleep(0.5)
+    status = sink.services.state.services["compaction"]
+    assert status.failures >= 3 and "disk full" in (status.last_error or "")
+    assert "FAILED" in sink.services.state.describe()
+    assert table_rows(path) == oracle.rows  # every batch committed meanwhile
+    monkeypatch.setattr(compaction_module, "run_compaction", original)
+    _run_batches(spark, sink, oracle, offsets, 2, seed=13, first_batch=8)
+    assert sink.services.drain(timeout=300), sink.services.state.describe()
+    sink.services.stop()
+    assert status.done >= 1 and status.failures_in_a_row == 0
+    table = Table.open(path)
+    assert not table.timeline() or not [e for e in table.timeline()
+                                         if e.action == "compaction" and e.state != "completed"]
+    assert table_rows(path) == oracle.rows
+    assert hudi_rs_rows(path) == oracle.rows
+
+
+@pytest.mark.spark
+def test_too_many_pending_compactions_make_the_next_batch_wait(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    path = str(tmp_path / "trips")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"], num_buckets=2,
+                             options={**FAST_SERVICES,
+                                      "tidelake.services.max.pending.compactions": "1"})
+    original = compaction_module.run_compaction
+    gate = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(timeout=60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(compaction_module, "run_compaction", slow)
+    opener = threading.Timer(3.0, gate.set)
+    opener.start()
+    oracle, offsets = Oracle(), dict[int, int]()
+    started = time.monotonic()
+    _run_batches(spark, sink, oracle, offsets, 3, seed=14)
+    opener.join()
+    assert sink.services.state.waits >= 1
+    assert time.monotonic() - started >= 3.0  # the batch after the plan waited for the gate
+    assert sink.services.drain(timeout=300)
+    sink.services.stop()
+    assert table_rows(path) == oracle.rows
+
+
+@pytest.mark.slow
+def test_ingest_job_100_micro_batches_with_default_services(
+        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """``tidelake ingest`` with the defaults on MERGE_ON_READ: 100 micro-batches of upserts;
+    compaction, cleaning and archival run inside the job; the table equals the oracle; the
+    table's offsets are the topic's end."""
+    stream = KeyedStream(kafka_bootstrap, f"svc-{time.time_ns()}", 10_000, seed=31)
+    stream.send()
+    work = tmp_path
+    settings = job_settings(work, kafka_bootstrap, stream.topic, batch=100)
+    job = ChildJob(write_job(work / "job.toml", settings), work, "services")
+    try:
+        assert job.wait(timeout=1800) == 0, job.tail()
+    finally:
+        job.kill()
+    table = str(work / "trips")
+    assert len(job.batches()) >= 100
+    problems = table_problems(table, work / "trips_errors", stream)
+    assert not problems, problems
+    actions = _actions(table)
+    assert ("compaction", "completed") in actions, actions
+    assert ("clean", "completed") in actions, actions
+    assert (Path(table) / ".hoodie" / "timeline" / "history" / "_version_").is_file()
+    assert len([a for a in actions if a[1] == "completed" and a[0] in (
+        "commit", "deltacommit", "replacecommit", "compaction", "clustering")]) <= 30
+    assert starting_offsets_from_table(table) == {stream.topic: stream.end_offsets()}
+
+
+SERVICE_JOB_OPTIONS = {
+    "table.options.hoodie.compact.inline.max.delta.commits": "2",
+    "table.options.hoodie.cleaner.commits.retained": "2",
+    "table.options.hoodie.keep.min.commits": "4",
+    "table.options.hoodie.keep.max.commits": "6",
+    # a killed job's compaction heartbeat expires fast, so the restart re-executes it
+    "table.options.hoodie.client.heartbeat.interval_in_ms": "500",
+}
+
+
+@pytest.mark.slow
+def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
+        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """SIGKILL of the job while a compaction's tasks run, before its commit, while cleaning
+    and while archiving (named points), and at random moments; each restart finishes what
+    was interrupted, and the table ends equal to the oracle (tidelake and hudi-rs)."""
+    from tests.ingest.job_child import SERVICE_POINTS
+
+    rng = random.Random(int(time.time()) % 10_000)
+    stream = KeyedStream(kafka_bootstrap, f"svc-crash-{time.time_ns()}", 6_000, seed=41)
+    settings = {**job_settings(tmp_path, kafka_bootstrap, stream.topic, batch=100),
+                **SERVICE_JOB_OPTIONS, "trigger.available_now": False,
+                "trigger.processing_time": "200 milliseconds"}
+    job_file = write_job(tmp_path / "job.toml", settings)
+    table = tmp_path / "trips"
+    arm = tmp_path / "arm"
+    interrupted: list[tuple[str, str]] = []
+    for n, point in enumerate([*SERVICE_POINTS, "random", "random"]):
+        stream.send(800)
+        arm.write_text(point if point != "random" else "none")
+        job = ChildJob(job_file, tmp_path, f"run{n}", arm=arm)
+        try:
+            if point == "random":
+                time.sleep(rng.uniform(20, 40))
+            else:
+                job.wait_signal(timeout=600)
+                pending = [p for p in pending_instants(table)
+                           if p.split()[1] in ("compaction", "clean")]
+                interrupted += [(point, p.split()[0]) for p in pending]
+        finally:
+            job.kill()
+    arm.write_text("none")
+    stop = tmp_path / "stop"
+    final = ChildJob(job_file, tmp_path, "final", stop=stop)
+    try:
+        final.wait_for(lambda: starting_offsets_from_table(str(table)) == {
+            stream.topic: stream.end_offsets()}, 900, "the final run caught up")
+        table_obj = Table.open(str(table))
+        # the restarted job finishes every interrupted compaction and clean
+        final.wait_for(lambda: not [p for p in pending_instants(table)
+                                    if p.split()[0] in {t for _, t in interrupted}],
+                       600, f"interrupted services {interrupted} completed")
+        stop.touch()
+        assert final.wait(timeout=600) == 0, final.tail()
+    finally:
+        final.kill()
+    problems = table_problems(table, tmp_path / "trips_errors", stream)
+    assert not problems, problems
+    done = {e.instant_time for e in table_obj.timeline(include_archived=True)
+            if e.state == "completed"}
+    assert {t for _, t in interrupted} <= done, interrupted
+    # each named point stopped a service with its instant pending
+    assert {"compaction_task", "compaction_commit", "clean"} <= {p for p, _ in interrupted}
