@@ -148,8 +148,10 @@ class TidelakeEngine(Engine):
         from engine import Table
 
         self.path = path
+        # Nothing cleaned or archived, like the peers (no vacuum): sizes count every version.
         options = {"hoodie.index.type": "BUCKET",
-                   "hoodie.bucket.index.num.buckets": str(self.buckets)}
+                   "hoodie.bucket.index.num.buckets": str(self.buckets),
+                   "hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false"}
         if self.log_format is not None:
             options["hoodie.logfile.data.block.format"] = self.log_format
         self.table = Table.create(path, name="bench", table_type=self.table_type,
