@@ -192,6 +192,21 @@ class Visibility(Mapping[str, str]):
         return sorted(times)
 
 
+def delete_unreferenced(storage: Storage, instant_time: str,
+                        referenced: Iterable[str]) -> None:
+    """Delete the data files (base and log) named with ``instant_time`` that ``referenced``
+    (paths relative to the table) does not list: files of task attempts that failed and were
+    retried. A writer or table service calls it before its commit point, so no reader ever
+    sees them."""
+    keep = set(referenced)
+    files = list_table_files(storage)
+    named = [(f.instant_time, f.path) for f in files.base_files]
+    named += [(f.instant_time, f.path) for f in files.log_files]
+    for file_instant, path in named:
+        if file_instant == instant_time and path not in keep:
+            storage.delete(path)
+
+
 def visible_instants(timeline: Timeline, *, as_of: str | None = None,
                      end_completion: str | None = None) -> Visibility:
     """Completed data instants a view sees: requested time → completion ordering key.

@@ -51,6 +51,7 @@ from engine.format.naming import BaseFileName, new_file_id
 from engine.layout.file_group import (
     FileSlice,
     build_file_slices,
+    delete_unreferenced,
     list_table_files,
     visible_instants,
 )
@@ -471,13 +472,8 @@ class _Attempt:
 
     def delete_unreferenced(self) -> None:
         """Files named with this instant that no stat names (failed task attempts)."""
-        referenced = {s.path for stats in self.stats.values() for s in stats}
-        files = list_table_files(self.client.storage)
-        paths = [(f.instant_time, f.path) for f in files.base_files]
-        paths += [(f.instant_time, f.path) for f in files.log_files]
-        for instant_time, path in paths:
-            if instant_time == self.instant.requested_time and path not in referenced:
-                self.client.storage.delete(path)
+        delete_unreferenced(self.client.storage, self.instant.requested_time,
+                            (s.path for stats in self.stats.values() for s in stats))
 
 
 def _still_inflight(timeline: Timeline, instant: Instant) -> Instant:

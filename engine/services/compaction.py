@@ -46,6 +46,7 @@ from engine.layout.file_group import (
     FileSlice,
     LogFile,
     build_file_slices,
+    delete_unreferenced,
     list_table_files,
     visible_instants,
 )
@@ -378,10 +379,7 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
 
 def _remove_strays(storage: Storage, instant_time: str, stats: Sequence[WriteStat]) -> None:
     """Delete base files of this instant that no stat names (failed task attempts)."""
-    referenced = {stat.path for stat in stats}
-    for base in list_table_files(storage).base_files:
-        if base.instant_time == instant_time and base.path not in referenced:
-            storage.delete(base.path)
+    delete_unreferenced(storage, instant_time, (stat.path for stat in stats))
 
 
 @dataclass

@@ -30,6 +30,7 @@ from engine.index.simple import key_locations, tag
 from engine.layout.file_group import (
     FileSlice,
     build_file_slices,
+    delete_unreferenced,
     list_table_files,
     visible_instants,
 )
@@ -539,13 +540,8 @@ class WriteClient:
         otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
         raised.
         """
-        referenced = {stat.path for stat in stats}
-        files = list_table_files(self.storage)
-        paths = [(f.instant_time, f.path) for f in files.base_files] + [
-            (f.instant_time, f.path) for f in files.log_files]
-        for instant_time, path in paths:
-            if instant_time == instant.requested_time and path not in referenced:
-                self.storage.delete(path)
+        delete_unreferenced(self.storage, instant.requested_time,
+                            (stat.path for stat in stats))
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
