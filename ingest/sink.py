@@ -58,6 +58,7 @@ import pyarrow as pa
 
 from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
+    InvalidOptionError,
     InvalidRecordError,
     TableExistsError,
     TableNotFoundError,
@@ -314,6 +315,13 @@ class HudiStreamingSink:
         """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
         self._checked_context: Any = None  # the SparkContext whose conf was checked
+        if (services and self.index == GLOBAL_STATE and self.table.write_config.clustering_async
+                and self.table.config.num_buckets is None):
+            raise InvalidOptionError(
+                "hoodie.clustering.async.enabled",
+                "the GLOBAL_STATE index keeps each key's file group in the job's state and does "
+                "not follow keys that a clustering moves to new file groups yet: updates to "
+                "them would be refused until the job fails. Leave clustering off for this job")
         self.services = StreamingServices(self.table, enabled=services)
         """Compaction, clustering, cleaning and archival beside ingestion
         (:mod:`ingest.services`)."""

@@ -280,3 +280,17 @@ def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
     assert {t for _, t in interrupted} <= done, interrupted
     # each named point stopped a service with its instant pending
     assert {"compaction_task", "compaction_commit", "clean"} <= {p for p, _ in interrupted}
+
+
+def test_global_state_job_refuses_clustering_it_cannot_follow(tmp_path: Path) -> None:
+    """The GLOBAL_STATE index does not follow keys a clustering moves (yet): a job asked to
+    cluster such a table in the job is refused naming the option, before anything runs."""
+    from engine import InvalidOptionError
+
+    path = str(tmp_path / "t")
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="city",
+                 table_type="MERGE_ON_READ")  # the SIMPLE index: clustering applies
+    with pytest.raises(InvalidOptionError, match=r"hoodie\.clustering\.async\.enabled"):
+        HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE",
+                          options={"hoodie.clustering.async.enabled": "true"})
+    HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE")  # no clustering: fine
