@@ -68,7 +68,7 @@ from engine.schema import (
 )
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.curves import normalize_strategy, sort_table
-from engine.services.rollback import revert_inflight_service
+from engine.services.rollback import revert_inflight_service, rollback_failed_writes
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import (
@@ -514,6 +514,12 @@ def _start(client: WriteClient, instant_time: str,
     """Under the lock: revert a dead attempt, move the plan inflight, start the heartbeat."""
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
+        if timeline.pending([Action.ROLLBACK]) and is_expired(
+                client.storage, instant_time, client.write_config.heartbeat_expiry_seconds):
+            # a revert that died half-way is finished first (it targets a dead attempt)
+            rollback_failed_writes(client.storage, timeline, lambda _: False,
+                                   service_reverts=True)
+            timeline = Timeline.load(client.storage, client.config)
         instant = next((i for i in timeline.instants if i.requested_time == instant_time), None)
         if instant is None or instant.action is not Action.CLUSTERING:
             if explicit:

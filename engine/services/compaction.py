@@ -400,7 +400,8 @@ def _start(client: WriteClient, instant_time: str) -> _Attempt | None:
         timeline = Timeline.load(client.storage, client.config)
         if timeline.pending([Action.ROLLBACK]):
             # a revert that died half-way is finished first (it targets this instant's files)
-            rollback_failed_writes(client.storage, timeline, lambda _: False)
+            rollback_failed_writes(client.storage, timeline, lambda _: False,
+                                   service_reverts=True)
             timeline = Timeline.load(client.storage, client.config)
         instant = _find(timeline, instant_time)
         if instant is None or instant.is_completed:

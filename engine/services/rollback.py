@@ -68,13 +68,28 @@ def _delete_temp_files(storage: Storage, instant_times: set[str]) -> None:
 
 
 def rollback_failed_writes(storage: Storage, timeline: Timeline,
-                           is_failed: Callable[[Instant], bool]) -> list[str]:
+                           is_failed: Callable[[Instant], bool], *,
+                           service_reverts: bool = False) -> list[str]:
     """Finish pending rollbacks, then roll back every pending write instant that
-    ``is_failed`` judges failed; returns the rolled-back instant times. Hold the lock."""
+    ``is_failed`` judges failed; returns the rolled-back instant times. Hold the lock.
+
+    A pending rollback that reverts a compaction or clustering attempt is finished only
+    with ``service_reverts`` — by that service's executor, after it checked no live attempt
+    owns the plan (a writer finishing it could delete a live attempt's files)."""
     rolled: list[str] = []
     targets_done: set[str] = set()
+    pending_services = {i.requested_time for i in timeline.pending(
+        [Action.COMPACTION, Action.CLUSTERING, Action.LOG_COMPACTION])}
     for rb in timeline.pending([Action.ROLLBACK]):
         target = _rollback_target(storage, timeline, rb)
+        if target in pending_services and not service_reverts:
+            continue
+        if target in timeline.completed_times:
+            # A revert of a compaction or clustering attempt that died half-way, whose plan
+            # was executed and completed since: its files are committed data now. The stale
+            # rollback is dropped, never finished.
+            timeline.delete_instant_files(rb)
+            continue
         pending_target = next((i for i in timeline.pending(WRITE_ACTIONS)
                                if i.requested_time == target), None)
         _finish(storage, timeline, rb, pending_target, target)

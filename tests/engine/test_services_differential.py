@@ -189,12 +189,20 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
                 for row in payload:
                     if row["key"] in oracle.rows:
                         row["region"] = oracle.rows[row["key"]]["region"]
+            before = {e.instant_time for e in table.timeline() if e.state == "completed"}
             killed = _killed_child(table, action, options, rng.randint(1, 12), payload)
             what = f"{action} {'killed' if killed else 'not killed'}"
-            if not killed and payload is not None:
-                last = table.timeline()[-1].instant_time
-                oracle.upsert(payload, last)
-                history.append((last, oracle.snapshot()))
+            if payload is not None:
+                # killed after its commit point (deleting its heartbeat...), it is committed
+                new = [e.instant_time for e in table.timeline() if e.state == "completed"
+                       and e.instant_time not in before
+                       and e.action in ("commit", "deltacommit")]
+                assert len(new) <= 1, new
+                if new:
+                    oracle.upsert(payload, new[0])
+                    history.append((new[0], oracle.snapshot()))
+                else:
+                    assert killed, "an upsert that was not killed committed nothing"
         _check(table, oracle, f"{where} after {what}")
 
     # Finish what is pending; the table is unchanged by it.

@@ -162,12 +162,17 @@ def committed_offsets(path: str | Path, topic: str,
 
 
 def streaming_commits(path: str | Path) -> list[tuple[str | None, int]]:
-    """(query id, batch id) of every completed commit, oldest first."""
+    """(query id, batch id) of every completed commit of the sink, oldest first (commits of
+    table services — compactions, clusterings — carry the newest batch's checkpoint forward
+    and are not batches)."""
     table = Table.open(str(path))
     timeline = Timeline.load(table.storage, table.config)
     out = []
     for instant in timeline.completed_data_instants:
-        extra = timeline.commit_metadata(instant).extra_metadata
+        meta = timeline.commit_metadata(instant)
+        if meta.compacted or meta.operation_type in ("COMPACT", "CLUSTER"):
+            continue
+        extra = meta.extra_metadata
         batch = json.loads(extra[SINK_CHECKPOINT_KEY])["default_single_writer"]
         out.append((extra.get(QUERY_ID_KEY), int(batch)))
     return out
