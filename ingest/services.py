@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.services.base import local_runner
 from engine.services.table_services import (
     ARCHIVE,
     CLEAN,
@@ -44,6 +45,7 @@ from engine.services.table_services import (
     schedule_due,
 )
 from engine.timeline.active import Timeline
+from engine.timeline.instant import Action
 from engine.write.write_client import WriteClient
 
 if TYPE_CHECKING:
@@ -172,21 +174,13 @@ class StreamingServices:
             except Exception as exc:
                 self._failed(COMPACTION if self.compaction else CLUSTERING, exc, "scheduling")
                 scheduled = []
-            for instant in scheduled:
-                kind = self._kind_of(instant)
+            for kind, instant in scheduled:
                 self.state.services[kind].scheduled += 1
                 log.info("%s %s scheduled", kind, instant)
         self._wake.set()  # before the thread check: a thread about to idle out sees it
         self._ensure_thread()
         if self.compaction:
             self._backpressure()
-
-    def _kind_of(self, instant: str) -> str:
-        timeline = Timeline.load(self.table.storage, self.table.config)
-        for pending in timeline.pending():
-            if pending.requested_time == instant:
-                return CLUSTERING if pending.action.value == CLUSTERING else COMPACTION
-        return COMPACTION
 
     def _backpressure(self) -> None:
         started = time.monotonic()
@@ -224,8 +218,6 @@ class StreamingServices:
         """Run every due service now and wait until no compaction or clustering is pending
         and the thread is idle (tests, and a job that wants a compacted table before it
         stops); False if that did not happen within ``timeout``."""
-        from engine.timeline.instant import Action
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._wake.set()
@@ -286,9 +278,9 @@ class StreamingServices:
             status = self.state.services[service]
             status.running_since = time.monotonic()
             try:
-                runner = spark_runner(spark, self._parallelism(spark)) if spark else None
-                kwargs = {"runner": runner} if runner is not None else {}
-                run = execute_pending(self._client(), service, **kwargs)
+                runner = (spark_runner(spark, self._parallelism(spark)) if spark
+                          else local_runner)
+                run = execute_pending(self._client(), service, runner=runner)
             except Exception as exc:
                 self._failed(service, exc, "running")
                 continue
@@ -303,8 +295,6 @@ class StreamingServices:
                          status.last_seconds, dict(run.details))
 
     def _has_pending(self, service: str) -> bool:
-        from engine.timeline.instant import Action
-
         action = Action.COMPACTION if service == COMPACTION else Action.CLUSTERING
         return bool(Timeline.load(self.table.storage, self.table.config).pending([action]))
 

@@ -477,8 +477,7 @@ class _Attempt:
 
 
 def _still_inflight(timeline: Timeline, instant: Instant) -> Instant:
-    current = next((i for i in timeline.instants
-                    if i.requested_time == instant.requested_time), None)
+    current = timeline.find(instant.requested_time)
     if current is None or current.state is not State.INFLIGHT:
         state = "gone" if current is None else current.state.value
         raise ClusteringError(
@@ -520,7 +519,7 @@ def _start(client: WriteClient, instant_time: str,
             rollback_failed_writes(client.storage, timeline, lambda _: False,
                                    service_reverts=True)
             timeline = Timeline.load(client.storage, client.config)
-        instant = next((i for i in timeline.instants if i.requested_time == instant_time), None)
+        instant = timeline.find(instant_time)
         if instant is None or instant.action is not Action.CLUSTERING:
             if explicit:
                 raise ValueError(f"instant: {instant_time} is not a clustering instant of "
@@ -550,8 +549,7 @@ def _start(client: WriteClient, instant_time: str,
 def _revert(client: WriteClient, instant: Instant) -> None:
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
-        current = next((i for i in timeline.instants
-                        if i.requested_time == instant.requested_time), None)
+        current = timeline.find(instant.requested_time)
         if current is not None and current.state is State.INFLIGHT:
             revert_inflight_service(client.storage, timeline, current)
 

@@ -349,10 +349,6 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
 # -- execution: driver ------------------------------------------------------------------
 
 
-def _find(timeline: Timeline, instant_time: str) -> Instant | None:
-    return next((i for i in timeline.instants if i.requested_time == instant_time), None)
-
-
 def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
            plan: CompactionPlan, schema_json: str) -> list[CompactionTask]:
     tasks = []
@@ -403,7 +399,7 @@ def _start(client: WriteClient, instant_time: str) -> _Attempt | None:
             rollback_failed_writes(client.storage, timeline, lambda _: False,
                                    service_reverts=True)
             timeline = Timeline.load(client.storage, client.config)
-        instant = _find(timeline, instant_time)
+        instant = timeline.find(instant_time)
         if instant is None or instant.is_completed:
             return None
         if not is_expired(client.storage, instant_time,
@@ -446,7 +442,7 @@ def _abandon(client: WriteClient, attempt: _Attempt, stats: Sequence[WriteStat])
     the files it wrote and leave the instant to the executor that owns it now (False)."""
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
-        instant = _find(timeline, attempt.instant_time)
+        instant = timeline.find(attempt.instant_time)
         if instant is None or instant.is_completed:
             return False
         if _superseded(timeline, attempt):
@@ -481,7 +477,7 @@ def _execute(client: WriteClient, instant_time: str,
         client.storage.sync()  # every base file durable before the commit point
         with client.lock:
             now = Timeline.load(client.storage, client.config)
-            found = _find(now, instant_time)
+            found = now.find(instant_time)
             if (found is None or found.state is not State.INFLIGHT
                     or _superseded(now, attempt)):
                 raise _Superseded(
@@ -526,7 +522,7 @@ def run_compaction(client: WriteClient, instant: str | None = None, *,
     timeline = Timeline.load(client.storage, client.config)
     pending = sorted(i.requested_time for i in timeline.pending([Action.COMPACTION]))
     if instant is not None:
-        found = _find(timeline, instant)
+        found = timeline.find(instant)
         if found is None or found.action not in (Action.COMPACTION, Action.COMMIT):
             raise ValueError(f"instant: {instant} is not a compaction on the timeline")
         pending = [instant] if instant in pending else []

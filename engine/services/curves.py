@@ -149,14 +149,19 @@ def _decimal_long(arr: pa.Array, fill: int) -> np.ndarray:
     return out
 
 
-def zorder_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Each value's 8 z-order bytes (§6.2) as a big-endian ``uint64``."""
+def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous array, dictionary-decoded: what the per-type mappings take."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    return arr
+
+
+def zorder_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each value's 8 z-order bytes (§6.2) as a big-endian ``uint64``."""
+    arr = _plain(arr)
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.cast(t.value_type)
-        t = arr.type
     if pa.types.is_int64(t) or pa.types.is_uint32(t) or pa.types.is_uint64(t):
         values = _as_numpy(arr.cast(pa.int64()), _LONG_MAX, np.int64)
         return values.view(np.uint64) ^ _SIGN64
@@ -189,12 +194,8 @@ def zorder_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def hilbert_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each value's hilbert coordinate (§6.3) as a signed ``int64``."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = _plain(arr)
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.cast(t.value_type)
-        t = arr.type
     if pa.types.is_integer(t) and not (pa.types.is_int8(t) or pa.types.is_uint8(t)):
         return _as_numpy(arr.cast(pa.int64()), _LONG_MAX, np.int64)
     if pa.types.is_int8(t) or pa.types.is_uint8(t):

@@ -41,23 +41,24 @@ def pending_compactions(timeline: Timeline) -> int:
 
 def schedule_due(client: WriteClient, *, compaction: bool, clustering: bool,
                  clustering_inline: bool = False,
-                 now: _dt.datetime | None = None) -> list[str]:
+                 now: _dt.datetime | None = None) -> list[tuple[str, str]]:
     """Schedule a compaction and/or clustering plan if its trigger says one is due; returns
-    the scheduled instants. Cheap when nothing is due (one timeline listing)."""
+    (service, instant) of each plan written. Cheap when nothing is due (one timeline
+    listing)."""
     from engine.services.clustering import clustering_due, schedule_clustering
     from engine.services.compaction import compaction_due, schedule_compaction
 
-    scheduled: list[str] = []
+    scheduled: list[tuple[str, str]] = []
     timeline = Timeline.load(client.storage, client.config)
     if compaction and client.config.is_mor and compaction_due(timeline, client.write_config,
                                                                now):
         instant = schedule_compaction(client)
         if instant is not None:
-            scheduled.append(instant)
+            scheduled.append((COMPACTION, instant))
     if clustering and clustering_due(timeline, client.write_config, inline=clustering_inline):
         instant = schedule_clustering(client)
         if instant is not None:
-            scheduled.append(instant)
+            scheduled.append((CLUSTERING, instant))
     return scheduled
 
 
@@ -90,7 +91,6 @@ def run_inline(client: WriteClient) -> list[ServiceRun]:
     Failures are logged, not raised: the write is committed whatever happens here."""
     wc = client.write_config
     runs: list[ServiceRun] = []
-    steps: list[tuple[str, bool]] = []
     compaction = client.config.is_mor and (wc.compact_inline or wc.compact_schedule_inline)
     clustering = wc.clustering_inline or wc.clustering_schedule_inline
     if compaction or clustering:
@@ -100,10 +100,9 @@ def run_inline(client: WriteClient) -> list[ServiceRun]:
         except Exception:
             log.exception("%s: scheduling table services after the write failed; the next "
                           "write tries again", client.storage.base_path)
-    steps.append((COMPACTION, client.config.is_mor and wc.compact_inline))
-    steps.append((CLUSTERING, wc.clustering_inline))
-    steps.append((CLEAN, wc.clean_automatic))
-    steps.append((ARCHIVE, wc.archive_automatic))
+    steps = ((COMPACTION, client.config.is_mor and wc.compact_inline),
+             (CLUSTERING, wc.clustering_inline), (CLEAN, wc.clean_automatic),
+             (ARCHIVE, wc.archive_automatic))
     for service, wanted in steps:
         if not wanted:
             continue

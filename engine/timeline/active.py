@@ -162,6 +162,12 @@ class Timeline:
         return [i for i in self.instants
                 if not i.is_completed and (wanted is None or i.action in wanted)]
 
+    def find(self, requested_time: str) -> Instant | None:
+        """The instant requested at ``requested_time`` (a savepoint, which shares its
+        commit's time, is not it), in its furthest state; None if not on the timeline."""
+        return next((i for i in self.instants if i.requested_time == requested_time
+                     and i.action is not Action.SAVEPOINT), None)
+
     def completion_time_of(self, requested_time: str) -> str | None:
         """Completion time (v8) or requested time (v6) of a completed data instant."""
         for instant in self.completed_data_instants:

@@ -602,8 +602,7 @@ def _is_base_file(path: str) -> bool:
 def _check_still_inflight(timeline: Timeline, instant: Instant) -> None:
     """Raise if ``instant`` is no longer inflight on ``timeline`` (another writer judged it
     failed and rolled it back, or it completed already)."""
-    found = next((i for i in timeline.instants
-                  if i.requested_time == instant.requested_time), None)
+    found = timeline.find(instant.requested_time)
     if found is None or found.state is not State.INFLIGHT:
         state = "gone from the timeline" if found is None else found.state.value
         raise WriteConflictError(
