@@ -42,6 +42,18 @@ for that bucket at query start, else the deterministic id
 :func:`engine.write.write_client.new_bucket_file_id`), so retries and replays agree; the table's
 bucket layout stays valid for the BUCKET index.
 
+**Clustering.** On a table without the bucket layout a clustering (the job's own service
+thread, or another process) rewrites file groups into new ones, and the state still names the
+old group. Each task reads the table's replacecommits at its first key
+(:class:`engine.index.relocation.FileGroupLineage`); a key whose stored group was replaced is
+looked up in the groups that replaced it (:class:`~engine.index.relocation.MovedKeys`, which
+reads each clustering output's keys once per Python worker) and the state learns where it is
+now. A new key whose bucket group was replaced goes to the group holding it if a replayed batch
+wrote it before the clustering, else to the bucket's next group that was never replaced. If a
+clustering commits after a batch was tagged, the batch's commit is refused
+(``WriteConflictError``) and the sink's retry runs the plan again, state included, on the new
+layout.
+
 **Cost.** The operator calls Python once per key and batch. With
 ``transformWithStateInPandas`` pyspark builds a pandas frame for every key's input and output
 (and, with pandas 3, warns on each). Measured on a loaded 2-core machine, a micro-batch of
@@ -74,6 +86,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from engine.errors import InvalidOptionError, TerminalError
 from engine.index.bucket import bucket_id
+from engine.index.relocation import FileGroupLineage, MovedKeys
 from engine.index.simple import ORDERING as LOC_ORDERING
 from engine.index.simple import key_locations
 from engine.layout.file_group import (
@@ -172,6 +185,10 @@ class GlobalIndexSpec:
     update_partition_path: bool = True
     row_api: bool = False
     """Use ``transformWithState`` (rows) instead of ``transformWithStateInPandas``."""
+    table_path: str | None = None
+    table_config: TableConfig | None = None
+    """The table, read by tasks to follow keys that a clustering moved (tables without
+    the bucket layout; None: the table is never clustered)."""
 
     @property
     def state_ordering_type(self) -> pa.DataType:
@@ -187,9 +204,12 @@ class GlobalIndexSpec:
             pa.field("partition_path", pa.string()), pa.field("file_id", pa.string()),
             pa.field("ordering", self.state_ordering_type)]))
 
-    def file_group(self, key: str, partition: str) -> str:
-        """The file group a new key goes to in ``partition``: its bucket's."""
+    def file_group(self, key: str, partition: str, generation: int = 0) -> str:
+        """The file group a new key goes to in ``partition``: its bucket's (``generation``
+        > 0: the bucket's next group, once clusterings replaced the earlier ones)."""
         bucket = bucket_id(key, self.num_buckets)
+        if generation:
+            return new_bucket_file_id(self.table_name, partition, bucket, generation)
         return (self.bucket_groups.get((partition, bucket))
                 or new_bucket_file_id(self.table_name, partition, bucket))
 
@@ -242,6 +262,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                                 category=FutureWarning)
         self._location = handle.getValueState(STATE_NAME, self.spec.state_schema())
+        self._moves: _Moves | None = None  # the table's clusterings, read once per task
 
     def handleInitialState(self, key: Any, initialState: Any,
                            timerValues: TimerValues) -> None:
@@ -299,6 +320,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         else:
             orderings, nulls = [None] * len(ops), [True] * len(ops)
         stored = self._location.get()
+        if stored is not None and stored[0] is not None:  # where the key lives now
+            stored = (stored[0], self._current_group(key, stored[0], stored[1]), stored[2])
         if stored is None:
             before = KeyState()
         else:  # a deleted key keeps its ordering value, with no location
@@ -328,7 +351,7 @@ class GlobalIndexProcessor(StatefulProcessor):
             return records
         target = winner[col[PARTITION_PATH]]
         if stored is None or stored[0] is None:
-            fid = spec.file_group(key, target)
+            fid = self._new_key_group(key, target)
         elif target == stored[0] or not spec.update_partition_path:
             target, fid = stored[0], stored[1]
         else:  # moved: delete the old copy at its ordering value, insert the new one
@@ -337,11 +360,50 @@ class GlobalIndexProcessor(StatefulProcessor):
             if spec.event_time:
                 old[col[ORDERING]], old[col[ORDERING_NULL]] = stored[2], stored[2] is None
             records.append(old)
-            fid = spec.file_group(key, target)
+            fid = self._new_key_group(key, target)
         winner[col[OP]], winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = UPSERT, target, fid
         winner[col[VALUE]] = raw_values[outcome.winner]  # decoded again after tagging
         self._location.update((target, fid, after.ordering))
         return records
+
+    def _relocations(self) -> _Moves | None:
+        spec = self.spec
+        if spec.table_path is None or spec.table_config is None:
+            return None
+        if self._moves is None:
+            self._moves = _Moves.load(spec.table_path, spec.table_config)
+        return self._moves
+
+    def _current_group(self, key: str, partition: str, file_id: str) -> str:
+        """The group a key stored in ``(partition, file_id)`` is in now: that one, unless a
+        clustering replaced it; then the live group it moved to (the state learns it)."""
+        moves = self._relocations()
+        if moves is None or not moves.lineage.is_replaced(partition, file_id):
+            return file_id
+        found = moves.locate(partition, file_id, key)
+        if found is None:  # not in the table any more (another writer deleted it)
+            log.warning("record key %r: its file group %s/%s was replaced and no group that "
+                        "replaced it has the key; writing it as a new key", key, partition,
+                        file_id)
+            return self._new_key_group(key, partition)
+        return found
+
+    def _new_key_group(self, key: str, partition: str) -> str:
+        """The group a key without a location goes to: its bucket's group, or — that one
+        replaced by a clustering — the group holding the key if a replayed batch wrote it
+        there before the clustering, else the bucket's next group never replaced."""
+        group = self.spec.file_group(key, partition)
+        moves = self._relocations()
+        if moves is None or not moves.lineage.is_replaced(partition, group):
+            return group
+        found = moves.locate(partition, group, key)
+        if found is not None:
+            return found
+        generation = 1
+        while moves.lineage.is_replaced(partition, group := self.spec.file_group(
+                key, partition, generation)):
+            generation += 1
+        return group
 
     @functools.cached_property
     def _columns(self) -> dict[str, int]:
@@ -364,6 +426,29 @@ class GlobalIndexProcessor(StatefulProcessor):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+_MOVED_KEYS: dict[str, MovedKeys] = {}
+"""Per table path: the keys of clustering outputs, read once per Python worker."""
+
+
+@dataclass
+class _Moves:
+    """The table's replaced file groups as one task sees them (loaded at its first key)."""
+
+    timeline: Timeline
+    lineage: FileGroupLineage
+    moved: MovedKeys
+
+    @classmethod
+    def load(cls, path: str, config: TableConfig) -> _Moves:
+        storage = Storage(path)
+        timeline = Timeline.load(storage, config)
+        moved = _MOVED_KEYS.setdefault(path, MovedKeys(storage))
+        return cls(timeline, FileGroupLineage.of(timeline), moved)
+
+    def locate(self, partition: str, file_id: str, key: str) -> str | None:
+        return self.moved.locate(self.timeline, self.lineage, partition, file_id, [key])[0]
 
 
 def _pandas() -> Any:

@@ -58,7 +58,6 @@ import pyarrow as pa
 
 from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
-    InvalidOptionError,
     InvalidRecordError,
     TableExistsError,
     TableNotFoundError,
@@ -315,13 +314,6 @@ class HudiStreamingSink:
         """Everything this sink did since it was built (read by progress displays)."""
         self._tagged = False
         self._checked_context: Any = None  # the SparkContext whose conf was checked
-        if (services and self.index == GLOBAL_STATE and self.table.write_config.clustering_async
-                and self.table.config.num_buckets is None):
-            raise InvalidOptionError(
-                "hoodie.clustering.async.enabled",
-                "the GLOBAL_STATE index keeps each key's file group in the job's state and does "
-                "not follow keys that a clustering moves to new file groups yet: updates to "
-                "them would be refused until the job fails. Leave clustering off for this job")
         self.services = StreamingServices(self.table, enabled=services)
         """Compaction, clustering, cleaning and archival beside ingestion
         (:mod:`ingest.services`)."""
@@ -432,7 +424,10 @@ class HudiStreamingSink:
             slim_schema=prepared_schema(self.spec, with_data=False),
             event_time=self.spec.event_time, ordering_type=self.spec.ordering_type,
             update_partition_path=self.update_partition_path,
-            row_api=self.state_api == "rows")
+            row_api=self.state_api == "rows",
+            # a table without the bucket layout can be clustered: tasks follow moved keys
+            table_path=None if config.num_buckets else self.table.path,
+            table_config=None if config.num_buckets else config)
         self._tagged = True
         return tag_frame(prepared, spec, bootstrap_frame(spark, self.table, spec))
 

@@ -630,13 +630,17 @@ def _delete_marker(data: pa.Table) -> pa.Array | None:
     return pc.fill_null(flags, False)
 
 
-def new_bucket_file_id(table_name: str, partition: str, bucket: int) -> str:
+def new_bucket_file_id(table_name: str, partition: str, bucket: int,
+                       generation: int = 0) -> str:
     """File id of a new bucket's file group, the same for every writer of that bucket.
 
     Derived from (table, partition, bucket) so that a retried task, or another executor,
     names the group identically; Hudi does the same for its non-blocking bucket ids.
+    ``generation`` > 0 names the bucket's next group once a clustering replaced the
+    previous one (a replaced file id is never written again).
     """
-    seed = uuid.uuid5(uuid.NAMESPACE_URL, f"tidelake:{table_name}:{partition}:{bucket}")
+    name = f"tidelake:{table_name}:{partition}:{bucket}"
+    seed = uuid.uuid5(uuid.NAMESPACE_URL, f"{name}:{generation}" if generation else name)
     return bucket_file_id(bucket, str(seed))
 
 

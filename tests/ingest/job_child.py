@@ -81,6 +81,11 @@ SERVICE_POINTS = {
               "a clean is inflight and deleting files"),
     "archive": ("engine.services.archive", "_delete_active_files", False,
                 "archival wrote the history rows; the active timeline files are not deleted"),
+    "clustering_task": ("engine.services.clustering", "execute_clustering_task", True,
+                        "a clustering is inflight; its executor tasks are writing new groups"),
+    "clustering_commit": ("engine.services.clustering", "_commit", False,
+                          "every clustering task wrote its files; the replacecommit is not "
+                          "published"),
 }
 """Crash points inside the table services (the job's service thread, or its Spark tasks);
 armed like :data:`CRASH_POINTS`."""
@@ -206,7 +211,7 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
 
     sink_module.start_ingest = start_ingest
     install_service_crash_points(arm or "", signal_file, executors=False)
-    # The ``decode`` and ``compaction_task`` points run in the executors' Python workers:
+    # ``decode``, ``compaction_task`` and ``clustering_task`` run in the executors' workers:
     # see ChildJob (harness) and crash_site/sitecustomize.py.
 
 

@@ -24,6 +24,7 @@ import pytest
 import engine.services.compaction as compaction_module
 from engine import Table
 from engine.timeline.active import Timeline
+from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY, starting_offsets_from_table
 from ingest.sink import HudiStreamingSink
 from tests.ingest.job_harness import (
@@ -37,7 +38,9 @@ from tests.ingest.job_harness import (
 from tests.ingest.test_sink import (
     Event,
     Oracle,
+    ParquetStream,
     _frame,
+    _run,
     decoder,
     hudi_rs_rows,
     kafka_rows,
@@ -227,6 +230,60 @@ SERVICE_JOB_OPTIONS = {
 }
 
 
+SERVICE_ACTIONS = ("compaction", "clean", "clustering", "replacecommit")
+
+
+def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
+                        points: list[str], seed: int) -> set[str]:
+    """Run the job once per point, SIGKILL it there ("random": at a random moment), then run
+    it to the end of the topic: each interrupted service completes, and the table equals
+    the oracle (tidelake and hudi-rs). Returns the points that interrupted a service."""
+    rng = random.Random(int(time.time()) % 10_000)
+    stream = KeyedStream(bootstrap, f"svc-crash-{time.time_ns()}", 6_000, seed=seed)
+    settings = {**job_settings(work, bootstrap, stream.topic, batch=100),
+                **SERVICE_JOB_OPTIONS, "trigger.available_now": False,
+                "trigger.processing_time": "200 milliseconds", **settings}
+    job_file = write_job(work / "job.toml", settings)
+    table = work / "trips"
+    arm = work / "arm"
+    interrupted: list[tuple[str, str]] = []
+    for n, point in enumerate(points):
+        stream.send(800)
+        arm.write_text(point if point != "random" else "none")
+        job = ChildJob(job_file, work, f"run{n}", arm=arm)
+        try:
+            if point == "random":
+                time.sleep(rng.uniform(20, 40))
+            else:
+                job.wait_signal(timeout=600)
+                pending = [p for p in pending_instants(table)
+                           if p.split()[1] in SERVICE_ACTIONS]
+                interrupted += [(point, p.split()[0]) for p in pending]
+        finally:
+            job.kill()
+    arm.write_text("none")
+    stop = work / "stop"
+    final = ChildJob(job_file, work, "final", stop=stop)
+    try:
+        final.wait_for(lambda: starting_offsets_from_table(str(table)) == {
+            stream.topic: stream.end_offsets()}, 900, "the final run caught up")
+        table_obj = Table.open(str(table))
+        # the restarted job finishes every interrupted service
+        final.wait_for(lambda: not [p for p in pending_instants(table)
+                                    if p.split()[0] in {t for _, t in interrupted}],
+                       600, f"interrupted services {interrupted} completed")
+        stop.touch()
+        assert final.wait(timeout=600) == 0, final.tail()
+    finally:
+        final.kill()
+    problems = table_problems(table, work / "trips_errors", stream)
+    assert not problems, problems
+    done = {e.instant_time for e in table_obj.timeline(include_archived=True)
+            if e.state == "completed"}
+    assert {t for _, t in interrupted} <= done, interrupted
+    return {p for p, _ in interrupted}
+
+
 @pytest.mark.slow
 def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
         kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
@@ -235,62 +292,89 @@ def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
     was interrupted, and the table ends equal to the oracle (tidelake and hudi-rs)."""
     from tests.ingest.job_child import SERVICE_POINTS
 
-    rng = random.Random(int(time.time()) % 10_000)
-    stream = KeyedStream(kafka_bootstrap, f"svc-crash-{time.time_ns()}", 6_000, seed=41)
-    settings = {**job_settings(tmp_path, kafka_bootstrap, stream.topic, batch=100),
-                **SERVICE_JOB_OPTIONS, "trigger.available_now": False,
-                "trigger.processing_time": "200 milliseconds"}
-    job_file = write_job(tmp_path / "job.toml", settings)
-    table = tmp_path / "trips"
-    arm = tmp_path / "arm"
-    interrupted: list[tuple[str, str]] = []
-    for n, point in enumerate([*SERVICE_POINTS, "random", "random"]):
-        stream.send(800)
-        arm.write_text(point if point != "random" else "none")
-        job = ChildJob(job_file, tmp_path, f"run{n}", arm=arm)
-        try:
-            if point == "random":
-                time.sleep(rng.uniform(20, 40))
-            else:
-                job.wait_signal(timeout=600)
-                pending = [p for p in pending_instants(table)
-                           if p.split()[1] in ("compaction", "clean")]
-                interrupted += [(point, p.split()[0]) for p in pending]
-        finally:
-            job.kill()
-    arm.write_text("none")
-    stop = tmp_path / "stop"
-    final = ChildJob(job_file, tmp_path, "final", stop=stop)
-    try:
-        final.wait_for(lambda: starting_offsets_from_table(str(table)) == {
-            stream.topic: stream.end_offsets()}, 900, "the final run caught up")
-        table_obj = Table.open(str(table))
-        # the restarted job finishes every interrupted compaction and clean
-        final.wait_for(lambda: not [p for p in pending_instants(table)
-                                    if p.split()[0] in {t for _, t in interrupted}],
-                       600, f"interrupted services {interrupted} completed")
-        stop.touch()
-        assert final.wait(timeout=600) == 0, final.tail()
-    finally:
-        final.kill()
-    problems = table_problems(table, tmp_path / "trips_errors", stream)
-    assert not problems, problems
-    done = {e.instant_time for e in table_obj.timeline(include_archived=True)
-            if e.state == "completed"}
-    assert {t for _, t in interrupted} <= done, interrupted
+    points = [p for p in SERVICE_POINTS if not p.startswith("clustering")]
+    stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, {}, [*points, "random", "random"],
+                                  seed=41)
     # each named point stopped a service with its instant pending
-    assert {"compaction_task", "compaction_commit", "clean"} <= {p for p, _ in interrupted}
+    assert {"compaction_task", "compaction_commit", "clean"} <= stopped
 
 
-def test_global_state_job_refuses_clustering_it_cannot_follow(tmp_path: Path) -> None:
-    """The GLOBAL_STATE index does not follow keys a clustering moves (yet): a job asked to
-    cluster such a table in the job is refused naming the option, before anything runs."""
-    from engine import InvalidOptionError
+@pytest.mark.slow
+def test_global_state_job_sigkilled_inside_clustering_restarts_to_oracle(
+        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """The GLOBAL_STATE index on a table without the bucket layout, clustered by the job:
+    SIGKILL while the clustering's tasks run, before its commit, and at a random moment; the
+    restarted job re-executes the clustering from its plan, follows the keys it moved, and
+    the table equals the oracle."""
+    settings = {"index.type": "GLOBAL_STATE", "index.state_api": "rows",
+                "table.options.hoodie.index.type": "SIMPLE",
+                "table.options.hoodie.clustering.async.enabled": "true",
+                "table.options.hoodie.clustering.async.max.commits": "2",
+                "table.options.hoodie.clustering.plan.strategy.sort.columns": "fare"}
+    stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, settings,
+                                  ["clustering_task", "clustering_commit", "random"], seed=43)
+    assert {"clustering_task", "clustering_commit"} <= stopped
+    assert [e for e in Table.open(str(tmp_path / "trips")).timeline(include_archived=True)
+            if e.action == "replacecommit" and e.state == "completed"]
 
+
+def _replacecommits(path: str) -> list[str]:
+    return [e.instant_time for e in Table.open(path).timeline(include_archived=True)
+            if e.action == "replacecommit" and e.state == "completed"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_global_state_index_follows_keys_that_clustering_moved(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    """GLOBAL_STATE on a table without the bucket layout, clustered by the job's service
+    thread, offline between runs, and once between a batch's tagging and its commit: every
+    update, delete and partition move reaches the file group its key lives in now — none is
+    lost or stored twice — in tidelake and hudi-rs."""
     path = str(tmp_path / "t")
     Table.create(path, name="t", record_key="id", precombine="ts", partition_by="city",
                  table_type="MERGE_ON_READ")  # the SIMPLE index: clustering applies
-    with pytest.raises(InvalidOptionError, match=r"hoodie\.clustering\.async\.enabled"):
-        HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE",
-                          options={"hoodie.clustering.async.enabled": "true"})
-    HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE")  # no clustering: fine
+    options = {**FAST_SERVICES, "hoodie.clustering.async.enabled": "true",
+               "hoodie.clustering.async.max.commits": "2",
+               "hoodie.clustering.plan.strategy.sort.columns": "fare"}
+    sink = HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE", options=options,
+                             state_api="rows")
+    stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
+    source = random_batches(random.Random(17), 1_000, 40, moves=True, tombstones=True,
+                            clock=clock)
+
+    def run(batches: int) -> None:
+        for _ in range(batches):
+            events = next(source)
+            stream.add(events)
+            oracle.apply(events)
+        _run(spark, stream, sink, tmp_path / "ck")
+        assert sink.services.drain(timeout=300), sink.services.state.describe()
+        assert table_rows(path) == oracle.rows
+        assert hudi_rs_rows(path) == oracle.rows
+
+    run(6)  # the job's own clusterings, between and beside its micro-batches
+    in_job = _replacecommits(path)
+    assert in_job, sink.services.state.describe()
+    Table.open(path).cluster()  # offline, while the query is stopped: its state is stale
+    run(4)
+
+    # A clustering commits after a batch was tagged, before its commit: the batch is
+    # refused, and its retry tags again from the new layout.
+    original = WriteClient.finish
+    clustered: list[str] = []
+
+    def cluster_first(client: Any, *args: Any, **kwargs: Any) -> Any:
+        if not clustered:
+            clustered.extend(Table.open(path).cluster().completed)
+        return original(client, *args, **kwargs)
+
+    retries = sink.totals.retries
+    WriteClient.finish = cluster_first  # type: ignore[method-assign]
+    try:
+        run(2)
+    finally:
+        WriteClient.finish = original  # type: ignore[method-assign]
+    assert clustered and sink.totals.retries > retries
+    sink.services.stop()
+    assert len(_replacecommits(path)) > len(in_job) + 1

@@ -1,5 +1,5 @@
-"""Test-only: arms the executor-side crash points (``decode``, ``compaction_task``) in every
-Python process of a crash-test job.
+"""Test-only: arms the executor-side crash points (``decode``, ``compaction_task``,
+``clustering_task``) in every Python process of a crash-test job.
 
 The crash test puts this folder on ``PYTHONPATH`` of the job it starts (and so of Spark's
 Python workers, which inherit the job's environment) with ``TIDELAKE_TEST_CRASH_ARM`` and
