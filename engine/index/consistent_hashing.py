@@ -1,0 +1,338 @@
+"""Consistent-hashing bucket index (RFC-42): hash, ring and hashing metadata files.
+
+With ``hoodie.index.type=BUCKET`` and ``hoodie.index.bucket.engine=CONSISTENT_HASHING`` each
+partition's key space ``[0, 2^31)`` is cut into ranges, the *nodes* of a ring; every node is
+one file group, and a clustering resizes them (splits big ones, merges small neighbours)
+without rehashing the rest (``../shared/docs/hudi-table-services.md`` §9).
+
+* **Hash** (``ConsistentBucketIdentifier.getBucket``): ``xxh32(UTF-8(join("", hash keys)),
+  seed 0) & 0x7fffffff``. The hash keys are the bucket index's
+  (:func:`engine.index.bucket.hash_keys`), joined without a separator as Java's
+  ``String.join`` does — a null value joins as ``"null"``.
+* **Ring**: nodes sorted by value; a hash goes to the first node whose value is at least the
+  hash, wrapping to the first node.
+* **Initial nodes** for ``n`` buckets: values ``min(step * i, 2^31 - 1)`` for ``i = 1..n`` with
+  ``step = ceil((2^31 - 1) / n)``; file id prefix ``UUID.nameUUIDFromBytes(BE int64 start ‖
+  BE int64 end ‖ UTF-8 partition)``; file id ``<prefix>-0``.
+* **Metadata files**: ``.hoodie/.bucket_index/consistent_hashing_metadata/<partition>/``
+  ``<instant>.hashing_meta`` (Jackson's pretty-printed JSON, field order as declared) and an
+  empty ``<instant>.commit`` marker once that metadata is committed. :func:`load_metadata`
+  follows ``ConsistentBucketIndexUtils.loadMetadata``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.errors import CorruptTableError
+from engine.index.bucket import hash_keys
+from engine.storage import Storage
+from engine.timeline.active import Timeline
+
+__all__ = [
+    "HASH_VALUE_MASK",
+    "INIT_INSTANT",
+    "METADATA_FOLDER",
+    "HashingMetadata",
+    "Node",
+    "hash_record_keys",
+    "load_metadata",
+    "xxh32",
+    "xxh32_array",
+]
+
+HASH_VALUE_MASK = 0x7FFFFFFF
+INIT_INSTANT = "00000000000000"
+"""Instant of a partition's first hashing metadata (``HoodieTimeline.INIT_INSTANT_TS``)."""
+METADATA_FOLDER = ".hoodie/.bucket_index/consistent_hashing_metadata"
+METADATA_SUFFIX = ".hashing_meta"
+COMMIT_SUFFIX = ".commit"
+NORMAL, REPLACE, DELETE = "NORMAL", "REPLACE", "DELETE"
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+# -- xxh32 ---------------------------------------------------------------------------------
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """The 32-bit xxHash of ``data`` (unsigned), as lz4-java's ``XXHash32``."""
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        v = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32,
+             (seed - _P1) & _M32]
+        while pos + 16 <= n:
+            for i in range(4):
+                lane = int.from_bytes(data[pos + 4 * i:pos + 4 * i + 4], "little")
+                v[i] = (_rotl((v[i] + lane * _P2) & _M32, 13) * _P1) & _M32
+            pos += 16
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while pos + 4 <= n:
+        word = int.from_bytes(data[pos:pos + 4], "little")
+        h = (_rotl((h + word * _P3) & _M32, 17) * _P4) & _M32
+        pos += 4
+    while pos < n:
+        h = (_rotl((h + data[pos] * _P5) & _M32, 11) * _P1) & _M32
+        pos += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    return h ^ (h >> 16)
+
+
+_U = np.uint32
+
+
+def _vrotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << _U(r)) | (x >> _U(32 - r))
+
+
+def xxh32_array(values: pa.Array | pa.ChunkedArray, seed: int = 0) -> np.ndarray:
+    """:func:`xxh32` of every value's UTF-8 bytes (nulls hash as ``b""``), vectorized."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    arr = pc.fill_null(arr.cast(pa.large_binary()), b"")
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint32)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] else \
+        np.zeros(0, np.uint8)
+    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
+    width = int(-(-max(int(lengths.max()), 1) // 16) * 16) + 16
+    matrix = np.zeros((n, width), np.uint8)
+    total = int(lengths.sum())
+    if total:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        matrix[rows, cols] = data[offsets[0] + np.arange(total)]
+    words = matrix.view("<u4")  # (n, width / 4), little-endian 32-bit words
+    seed_u = _U(seed & _M32)
+    with np.errstate(over="ignore"):
+        stripes = lengths // 16
+        v = [np.full(n, (seed + _P1 + _P2) & _M32, _U), np.full(n, (seed + _P2) & _M32, _U),
+             np.full(n, seed_u, _U), np.full(n, (seed - _P1) & _M32, _U)]
+        for s in range(int(stripes.max())):
+            active = stripes > s
+            for i in range(4):
+                step = _vrotl(v[i] + words[:, 4 * s + i] * _U(_P2), 13) * _U(_P1)
+                v[i] = np.where(active, step, v[i])
+        long_h = _vrotl(v[0], 1) + _vrotl(v[1], 7) + _vrotl(v[2], 12) + _vrotl(v[3], 18)
+        h = np.where(lengths >= 16, long_h, _U((seed + _P5) & _M32)).astype(_U)
+        h = h + lengths.astype(_U)
+        pos = stripes * 16
+        rows_idx = np.arange(n)
+        for _ in range(3):  # at most three 4-byte words after the stripes
+            active = pos + 4 <= lengths
+            if not active.any():
+                break
+            word = words[rows_idx, np.minimum(pos // 4, words.shape[1] - 1)]
+            if (pos % 4).any():  # never: stripes and words keep 4-byte alignment
+                raise AssertionError("unaligned xxh32 word")
+            h = np.where(active, _vrotl(h + word * _U(_P3), 17) * _U(_P4), h)
+            pos = np.where(active, pos + 4, pos)
+        for _ in range(3):  # at most three bytes after the words
+            active = pos < lengths
+            if not active.any():
+                break
+            byte = matrix[rows_idx, np.minimum(pos, width - 1)].astype(_U)
+            h = np.where(active, _vrotl(h + byte * _U(_P5), 11) * _U(_P1), h)
+            pos = np.where(active, pos + 1, pos)
+        h ^= h >> _U(15)
+        h *= _U(_P2)
+        h ^= h >> _U(13)
+        h *= _U(_P3)
+        h ^= h >> _U(16)
+    return h.astype(np.uint32)
+
+
+def hash_record_keys(keys: pa.Array | pa.ChunkedArray,
+                     hash_fields: Sequence[str] | str | None = None) -> np.ndarray:
+    """The consistent-hashing value (``[0, 2^31)``, int64) of each record key."""
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    arr = arr.cast(pa.string())
+    simple = pc.invert(pc.and_(pc.match_substring(arr, ","), pc.match_substring(arr, ":")))
+    simple = pc.fill_null(simple, True)
+    hashed = xxh32_array(arr)
+    complex_rows = np.flatnonzero(~simple.to_numpy(zero_copy_only=False))
+    if len(complex_rows):  # field:value keys: the hash fields' values, joined
+        joined = ["".join("null" if v is None else v for v in hash_keys(arr[int(i)].as_py(),
+                                                                        hash_fields))
+                  for i in complex_rows]
+        hashed[complex_rows] = xxh32_array(pa.array(joined, pa.string()))
+    return (hashed & _U(HASH_VALUE_MASK)).astype(np.int64)
+
+
+# -- nodes and metadata --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """One range of the ring: hashes in (previous value, value] belong to file group
+    ``<file_id_prefix>-0``."""
+
+    value: int
+    file_id_prefix: str
+    tag: str = NORMAL
+
+    @property
+    def file_id(self) -> str:
+        return f"{self.file_id_prefix}-0"
+
+
+def _name_uuid(data: bytes) -> str:
+    """Java ``UUID.nameUUIDFromBytes``: an MD5 name-based (version 3) UUID."""
+    return str(uuid.UUID(bytes=hashlib.md5(data).digest(), version=3))
+
+
+def initial_nodes(partition_path: str, num_buckets: int) -> list[Node]:
+    """The ring of a partition's first metadata (``constructDefaultHashingNodes``)."""
+    if num_buckets < 1:
+        raise ValueError(f"num_buckets must be at least 1, got {num_buckets}")
+    step = (HASH_VALUE_MASK + num_buckets - 1) // num_buckets
+    nodes, start = [], 0
+    for i in range(1, num_buckets + 1):
+        end = min(step * i, HASH_VALUE_MASK)
+        seed = start.to_bytes(8, "big") + end.to_bytes(8, "big") + partition_path.encode()
+        nodes.append(Node(end, _name_uuid(seed)))
+        start = end
+    return nodes
+
+
+@dataclass(frozen=True)
+class HashingMetadata:
+    """``HoodieConsistentHashingMetadata``: one partition's ring as of an instant."""
+
+    partition_path: str
+    instant: str
+    num_buckets: int
+    """The initially configured count (Java never updates it after resizes)."""
+    seq_no: int
+    nodes: tuple[Node, ...]
+    version: int = 0
+    _values: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.nodes, key=lambda n: n.value))
+        if len({n.value for n in ordered}) != len(ordered) or not ordered:
+            raise CorruptTableError(f"hashing metadata of partition {self.partition_path!r} "
+                                    f"at {self.instant}: node values must be distinct, and "
+                                    "there must be at least one node")
+        object.__setattr__(self, "nodes", ordered)
+        object.__setattr__(self, "_values", np.array([n.value for n in ordered], np.int64))
+
+    @classmethod
+    def initial(cls, partition_path: str, num_buckets: int) -> HashingMetadata:
+        return cls(partition_path, INIT_INSTANT, num_buckets, 0,
+                   tuple(initial_nodes(partition_path, num_buckets)))
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.instant}{METADATA_SUFFIX}"
+
+    def node_indices(self, hashes: np.ndarray) -> np.ndarray:
+        """Index into :attr:`nodes` of each hash's node (first value ≥ hash, wrapping)."""
+        at = np.searchsorted(self._values, hashes, side="left")
+        return np.where(at >= len(self._values), 0, at)
+
+    def file_ids(self, keys: pa.Array | pa.ChunkedArray,
+                 hash_fields: Sequence[str] | str | None = None) -> list[str]:
+        """The file group of each record key."""
+        ids = [n.file_id for n in self.nodes]
+        return [ids[i] for i in self.node_indices(hash_record_keys(keys, hash_fields))]
+
+    def to_json(self) -> bytes:
+        """The file's bytes as Jackson's default pretty printer writes them."""
+        nodes = ", ".join(
+            "{\n" f'    "value" : {n.value},\n'
+            f'    "fileIdPrefix" : {json.dumps(n.file_id_prefix)},\n'
+            f'    "tag" : "{n.tag}"\n' "  }" for n in self.nodes)
+        text = ("{\n"
+                f'  "version" : {self.version},\n'
+                f'  "partitionPath" : {json.dumps(self.partition_path, ensure_ascii=False)},\n'
+                f'  "instant" : {json.dumps(self.instant)},\n'
+                f'  "numBuckets" : {self.num_buckets},\n'
+                f'  "seqNo" : {self.seq_no},\n'
+                f'  "nodes" : [ {nodes} ]\n'
+                "}")
+        return text.encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str = "hashing metadata") -> HashingMetadata:
+        """Parse a ``.hashing_meta`` file (0.11/0.12's ``fileIdPfx`` and missing tags too)."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            nodes = tuple(Node(int(n["value"]), str(n.get("fileIdPrefix") or n["fileIdPfx"]),
+                               str(n.get("tag") or NORMAL)) for n in raw["nodes"])
+            return cls(str(raw.get("partitionPath") or ""), str(raw["instant"]),
+                       int(raw["numBuckets"]), int(raw.get("seqNo") or 0), nodes,
+                       int(raw.get("version") or 0))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptTableError(f"{where}: {exc}") from exc
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+_FILE = re.compile(r"^(\d+)\.(hashing_meta|commit)$")
+
+
+def metadata_folder(partition_path: str) -> str:
+    return f"{METADATA_FOLDER}/{partition_path}" if partition_path else METADATA_FOLDER
+
+
+def load_metadata(storage: Storage, timeline: Timeline,
+                  partition_path: str) -> HashingMetadata | None:
+    """The partition's committed ring (``ConsistentBucketIndexUtils.loadMetadata``).
+
+    The newest metadata file with a ``.commit`` marker counts; a newer one without a marker
+    is committed now (its marker written) when its instant completed on the timeline — a
+    resize whose marker was lost after its replacecommit — or it is the initial file;
+    otherwise it belongs to a pending resize and is ignored. None: no metadata yet.
+
+    Not done here: Java's "recommit" of a metadata file whose instant is neither pending nor
+    completed but whose nodes name latest base files (an archived resize whose marker was
+    lost); such a file is ignored.
+    """
+    folder = metadata_folder(partition_path)
+    metas: dict[str, str] = {}
+    markers: set[str] = set()
+    for status in storage.list_dir(folder):
+        m = _FILE.match(status.name)
+        if m is None:
+            continue
+        if m.group(2) == "commit":
+            markers.add(m.group(1))
+        else:
+            metas[m.group(1)] = status.name
+    if not metas:
+        return None
+    committed = [t for t in metas if t in markers]
+    chosen = max(committed) if committed else None
+    completed = {i.requested_time for i in timeline.completed_data_instants}
+    for instant in sorted(t for t in metas if chosen is None or t > chosen):
+        if instant == INIT_INSTANT or instant in completed:
+            storage.write_replace(f"{folder}/{instant}{COMMIT_SUFFIX}", b"")
+            chosen = instant
+    if chosen is None:
+        return None
+    rel = f"{folder}/{metas[chosen]}"
+    return HashingMetadata.from_json(storage.read(rel), rel)
