@@ -77,23 +77,21 @@ def _processor(kind: str, timings: str) -> Any:
                            for rec in frame[["key", "v"]].itertuples(index=False)]
             started = time.perf_counter()
             if listed:  # two bulk calls per shard: read every entry, append the batch's
-                stored = sum(1 for _ in self.state.get())
+                for _ in self.state.get():
+                    pass
                 self.state.appendList([(k, "p", f"f{v}", int(v)) for k, v in records])
                 self.calls += 2
-                del stored
-                records_done: list[Any] = []
-            else:
-                records_done = records
-            for k, v in records_done:
-                if per_shard:
-                    old = self.state.getValue((k,)) if self.state.containsKey((k,)) else None
+            elif per_shard:
+                for k, v in records:
+                    if self.state.containsKey((k,)):
+                        self.state.getValue((k,))
                     self.state.updateValue((k,), ("p", f"f{v}", int(v)))
                     self.calls += 3
-                else:
-                    old = self.state.get()
+            else:
+                for _, v in records:
+                    self.state.get()
                     self.state.update(("p", f"f{v}", int(v)))
                     self.calls += 2
-                del old
             self.seconds += time.perf_counter() - started
             count = len(records)
             if rows_api:

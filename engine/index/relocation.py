@@ -57,6 +57,7 @@ class FileGroupLineage:
 
     def __init__(self, replaced: Mapping[tuple[str, str], Replacement]) -> None:
         self._replaced = dict(replaced)
+        self._successors: dict[tuple[str, str], dict[str, str]] = {}
 
     @classmethod
     def of(cls, timeline: Timeline) -> FileGroupLineage:
@@ -87,7 +88,11 @@ class FileGroupLineage:
 
     def live_successors(self, partition: str, file_id: str) -> dict[str, str]:
         """The live groups that hold the records of a replaced group (none for a live one):
-        file id → the base file the replacecommit that made it wrote, by file id."""
+        file id → the base file the replacecommit that made it wrote, by file id (walked
+        once per group: the lineage does not change)."""
+        cached = self._successors.get((partition, file_id))
+        if cached is not None:
+            return cached
         found: dict[str, str] = {}
         todo, seen = [file_id], {file_id}
         while todo:
@@ -102,7 +107,8 @@ class FileGroupLineage:
                     todo.append(successor)
                 else:
                     found[successor] = path
-        return dict(sorted(found.items()))
+        result = self._successors[(partition, file_id)] = dict(sorted(found.items()))
+        return result
 
 
 class MovedKeys:
@@ -126,11 +132,13 @@ class MovedKeys:
             return [file_id] * len(keys)
         found: list[str | None] = [None] * len(keys)
         wanted = np.array([k.encode("utf-8") for k in keys], dtype=object)
+        if not len(wanted):
+            return found
         for successor, path in lineage.live_successors(partition, file_id).items():
             stored = self._sorted_keys(timeline, partition, successor, path)
             if not len(stored):
                 continue
-            probe = wanted.astype(stored.dtype) if len(wanted) else wanted
+            probe = wanted.astype(stored.dtype)
             at = np.searchsorted(stored, probe)
             hit = (at < len(stored)) & (stored[np.minimum(at, len(stored) - 1)] == probe)
             for i in np.flatnonzero(hit):
@@ -140,20 +148,23 @@ class MovedKeys:
 
     def _sorted_keys(self, timeline: Timeline, partition: str, file_id: str,
                      written: str) -> np.ndarray:
+        """The keys moved into ``file_id``, cached under ``written`` (the replacecommit's
+        file) whichever file they were read from: any base file of the group since then
+        holds them, so a hit costs no I/O even after the cleaner removed ``written``."""
+        with self._lock:
+            hit = self._keys.get(written)
+            if hit is not None:
+                self._keys.move_to_end(written)
+                return hit
         path = written if self.storage.exists(written) else \
             _latest_base_file(self.storage, timeline, partition, file_id)
         if path is None:
             return np.array([], dtype="S1")
-        with self._lock:
-            hit = self._keys.get(path)
-            if hit is not None:
-                self._keys.move_to_end(path)
-                return hit
         column = read_base_file(self.storage.full(path), columns=[RECORD_KEY]).column(0)
         keys = _sorted_bytes(column)
         with self._lock:
-            if path not in self._keys:
-                self._keys[path] = keys
+            if written not in self._keys:
+                self._keys[written] = keys
                 self._bytes += keys.nbytes
                 while self._bytes > self.max_bytes and len(self._keys) > 1:
                     _, dropped = self._keys.popitem(last=False)
