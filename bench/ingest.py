@@ -83,8 +83,7 @@ if sys.path[0] != str(REPO_ROOT):
 
 TARGET_BUCKET = 50_000.0  # records/s, MOR + bucket index, 2 cores (the target)
 FULL_RECORDS = 1_000_000
-INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE", "global-rows": "GLOBAL_STATE"}
-STATE_APIS = {"global-rows": "rows"}  # index.state_api per run name (default: pandas)
+INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE"}
 SCHEMA_DDL = ", ".join(
     ["key STRING, ts BIGINT, partition STRING"]
     + [f"{c} BIGINT" for c in INT_COLUMNS] + [f"{c} DOUBLE" for c in FLOAT_COLUMNS]
@@ -524,7 +523,7 @@ class RunResult:
 
 def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offsets: int,
                buckets: int, log_format: str, available_now: bool, interval: str,
-               shuffle: int, state_api: str = "pandas") -> Any:
+               shuffle: int, state_shards: int = 32) -> Any:
     from jobs.job_config import load
 
     return load(None, {
@@ -542,7 +541,7 @@ def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offs
         "table.options.hoodie.logfile.data.block.format": log_format,
         "index.type": index,
         "index.num_buckets": buckets,
-        "index.state_api": state_api,
+        "index.state_shards": state_shards,
         "trigger.available_now": available_now,
         "trigger.processing_time": interval,
         "checkpoint.location": str(folder / "checkpoint"),
@@ -626,8 +625,7 @@ def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, i
 
 def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder: Path,
                    index: str, max_offsets: int, stream: Stream, expected: dict[int, int],
-                   args: argparse.Namespace, check_keys: Sequence[int],
-                   state_api: str = "pandas") -> RunResult:
+                   args: argparse.Namespace, check_keys: Sequence[int]) -> RunResult:
     from jobs.ingest_job import start
 
     result = RunResult(name, index, max_offsets, stream.records, stream.distinct_keys,
@@ -636,9 +634,9 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
                         max_offsets=max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=True,
                         interval=args.trigger_interval, shuffle=args.shuffle_partitions,
-                        state_api=state_api)
+                        state_shards=args.state_shards)
     table_path = str(folder / "table")
-    api = f" (state_api {state_api})" if index == "GLOBAL_STATE" else ""
+    api = f" ({args.state_shards} key shards)" if index == "GLOBAL_STATE" else ""
     log(f"{name}: index {index}{api}, maxOffsetsPerTrigger {max_offsets:,}, into {table_path}")
     query = None
     with SinkTimer() as timer, CpuMeter() as cpu:
@@ -1365,8 +1363,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=None,
                    help="records to pre-produce (default 1,000,000; --quick 50,000)")
     p.add_argument("--index", default="bucket,global",
-                   help="comma-separated: bucket, global (GLOBAL_STATE, pandas state API), "
-                        "global-rows (GLOBAL_STATE, row state API); empty: skip")
+                   help="comma-separated: bucket, global (GLOBAL_STATE); empty: skip")
+    p.add_argument("--state-shards", type=int, default=32,
+                   help="index.state_shards of the global run (default 32, the job's)")
     p.add_argument("--max-offsets", default="200000",
                    help="source.max_offsets_per_trigger; a comma-separated list runs the "
                         "bucket index once per value (the global index uses the first)")
@@ -1494,7 +1493,7 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
                     label = name + (f"-{limit // 1000}k" if len(limits) > 1 else "")
                     report.runs.append(run_throughput(
                         spark, name=label, folder=out / label, index=index, max_offsets=limit,
-                        state_api=STATE_APIS.get(name, "pandas"), **common))
+                        **common))
             if args.worker_profile and "bucket" in args.indexes:
                 _, report.worker = run_worker_profile(
                     spark, top=args.profile_top or 25, name="bucket-profiled",

@@ -8,15 +8,18 @@ tombstone — which carries only the key — finds the partition to delete from.
 ``transformWithStateInPandas`` is a streaming operator, so it cannot run inside
 ``foreachBatch``; it sits in the streaming plan, before the sink::
 
-    source → prepare (keys; slim rows) → groupBy(key).transformWithStateInPandas → foreachBatch
+    source → prepare (keys; slim rows) → groupBy(shard).transformWithStateInPandas → foreachBatch
 
-:class:`GlobalIndexProcessor` sees all versions of a key in the batch (executor side, one call
-per key), applies them to the stored state (:func:`ingest.resolve.resolve_key`: a tombstone
-deletes the live version at its ordering value), emits the rows to write — each naming its
-partition and file group — and updates the state. Under event time a deleted key keeps its
-ordering value in state, without a location, so that an older version arriving in a later
-batch loses as it would in the same batch. Error rows bypass the state: they are
-grouped by ``(True, topic-partition)`` while records are grouped by ``(False, key)``.
+:class:`GlobalIndexProcessor` is entered once per *shard* of the keys (``xxhash64(key) mod
+shards``) and batch, executor side. It looks the shard's keys up in this worker's image of the
+shard's state (:mod:`ingest.state_index`: base chunks + per-batch deltas in the state store,
+an in-memory copy checked against them), applies each key's versions to its stored entry
+(:func:`ingest.resolve.resolve_key`: a tombstone deletes the live version at its ordering
+value), emits the rows to write — each naming its partition and file group — and writes the
+entries that changed as the batch's delta. Under event time a deleted key keeps its ordering
+value in state, without a location, so that an older version arriving in a later batch loses
+as it would in the same batch. Error rows bypass the state: they are grouped by
+``(True, topic-partition)`` while records are grouped by ``(False, shard)``.
 
 **Exactly once.** Spark commits a state store version with the micro-batch: batch *N* always
 starts from the version committed by batch *N-1*, and the query only moves past *N* once the
@@ -29,11 +32,12 @@ of that batch is committed, equal to the one the first attempt computed.
 
 **Bootstrapping.** When the query starts without a checkpoint, the state is seeded from the
 table (``initialState``, applied by Spark in the first batch only): a Spark job reads every
-live key's partition, file group and ordering value, one task per file slice. The cost is one
-scan of the table's key columns per *new* query — proportional to the table, paid once, in
-parallel — after which tagging costs one state lookup per key in a batch, however large the
-table. The alternative, looking keys without state up in the table in every batch, costs a
-scan per batch, since every new key is a key without state. A restarted query (same
+live key's partition, file group and ordering value, one task per file slice, and each
+shard's keys become its base chunks. The cost is one scan of the table's key columns per
+*new* query — proportional to the table, paid once, in parallel — after which tagging costs
+an in-memory lookup per key and a few state calls per shard, however large the table. The
+alternative, looking keys without state up in the table in every batch, costs a scan per
+batch, since every new key is a key without state. A restarted query (same
 checkpoint) ignores the initial state: its state already holds every key. Single writer: a
 table written by anyone else while the query runs is not seen by the state.
 
@@ -54,13 +58,10 @@ clustering commits after a batch was tagged, the batch's commit is refused
 (``WriteConflictError``) and the sink's retry runs the plan again, state included, on the new
 layout.
 
-**Cost.** The operator calls Python once per key and batch. With
-``transformWithStateInPandas`` pyspark builds a pandas frame for every key's input and output
-(and, with pandas 3, warns on each). Measured on a loaded 2-core machine, a micro-batch of
-5,000 new single-row keys took 36-76 s through the sink with ``transformWithStateInPandas`` and
-11-17 s with the row-based ``transformWithState`` (pyspark 4.1+) — the same operator, state
-store and guarantees. The sink defaults to the pandas API and offers the row API as
-``state_api="rows"``; the choice is fixed for a checkpoint.
+**Cost.** pyspark's pandas state operator builds its input frames row by row (about 10 µs a
+row on this machine), and the processor works on whole columns of a shard; state calls are a
+handful per shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py``
+measure it (``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
 
 Requirements: ``spark.sql.streaming.stateStore.providerClass`` must be the RocksDB provider
 (:func:`ensure_state_store`), and pyspark's state API needs ``protobuf`` (plus pandas and
@@ -71,9 +72,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import functools
 import importlib.util
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from engine.errors import InvalidOptionError, TerminalError
-from engine.index.bucket import bucket_id
+from engine.index.bucket import bucket_id, bucket_ids
 from engine.index.relocation import FileGroupLineage, MovedKeys
 from engine.index.simple import ORDERING as LOC_ORDERING
 from engine.index.simple import key_locations
@@ -117,15 +118,31 @@ from ingest.prepare import (
     spark_schema,
 )
 from ingest.resolve import DELETED, LIVE, KeyState, resolve_key
+from ingest.state_index import (
+    CHUNK_ROWS,
+    FOLD_MIN_ROWS,
+    MAX_DELTAS,
+    Entry,
+    Meta,
+    ShardImage,
+    base_slot,
+    decode_blob,
+    delta_slot,
+    encode_blob,
+    entries_table,
+    key_digests,
+    new_token,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from engine.config import TableConfig
     from engine.table import Table
 
 __all__ = [
+    "DEFAULT_SHARDS",
+    "MAX_SHARDS",
     "ROCKSDB_PROVIDER",
     "STATE_STORE_PROVIDER_KEY",
     "GlobalIndexProcessor",
@@ -133,6 +150,7 @@ __all__ = [
     "bootstrap_frame",
     "check_dependencies",
     "ensure_state_store",
+    "shard_column",
     "tag_frame",
 ]
 
@@ -142,7 +160,15 @@ STATE_STORE_PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 IS_ERROR = "_tl_is_error"
 GROUP = "_tl_group"
-STATE_NAME = "location"
+DEFAULT_SHARDS = 32
+MAX_SHARDS = 4096
+META_STATE = "shard_meta"
+BLOB_STATE = "shard_blobs"
+META_SCHEMA = pa.schema([pa.field("base_token", pa.string()), pa.field("base_chunks", pa.int32()),
+                         pa.field("base_rows", pa.int64()), pa.field("next_delta", pa.int64()),
+                         pa.field("deltas", pa.string())])
+BLOB_KEY_SCHEMA = pa.schema([pa.field("slot", pa.int64())])
+BLOB_VALUE_SCHEMA = pa.schema([pa.field("data", pa.binary())])
 
 
 def check_dependencies() -> None:
@@ -183,8 +209,13 @@ class GlobalIndexSpec:
     event_time: bool
     ordering_type: pa.DataType | None
     update_partition_path: bool = True
-    row_api: bool = False
-    """Use ``transformWithState`` (rows) instead of ``transformWithStateInPandas``."""
+    shards: int = DEFAULT_SHARDS
+    """Key shards (fixed for a checkpoint): the operator is entered once per shard and batch."""
+    index_id: str = ""
+    """Names this index (table and writer) for the workers' shard images."""
+    fold_min_rows: int = FOLD_MIN_ROWS
+    max_deltas: int = MAX_DELTAS
+    """When a shard's deltas are folded into a new base (:meth:`Meta.due_for_fold`)."""
     table_path: str | None = None
     table_config: TableConfig | None = None
     """The table, read by tasks to follow keys that a clustering moved (tables without
@@ -198,16 +229,10 @@ class GlobalIndexSpec:
             return pa.int64()
         return t
 
-    def state_schema(self) -> StructType:
-        """Spark schema of the state value: where the key lives and its ordering value."""
-        return spark_schema(pa.schema([
-            pa.field("partition_path", pa.string()), pa.field("file_id", pa.string()),
-            pa.field("ordering", self.state_ordering_type)]))
-
-    def file_group(self, key: str, partition: str, generation: int = 0) -> str:
-        """The file group a new key goes to in ``partition``: its bucket's (``generation``
-        > 0: the bucket's next group, once clusterings replaced the earlier ones)."""
-        bucket = bucket_id(key, self.num_buckets)
+    def file_group(self, partition: str, bucket: int, generation: int = 0) -> str:
+        """The file group a new key of ``bucket`` (:func:`engine.index.bucket.bucket_ids`)
+        goes to in ``partition``: its bucket's (``generation`` > 0: the bucket's next group,
+        once clusterings replaced the earlier ones)."""
         if generation:
             return new_bucket_file_id(self.table_name, partition, bucket, generation)
         return (self.bucket_groups.get((partition, bucket))
@@ -242,129 +267,243 @@ def comparable(value: Any) -> Any:
 
 
 class GlobalIndexProcessor(StatefulProcessor):
-    """Tags each key's versions with their file group and keeps the key's location in state.
+    """Tags a shard's keys with their file groups and keeps their locations in state.
 
-    Executor side (one instance per task, built from a pickled :class:`GlobalIndexSpec`).
-    Output rows (the slim schema): for each input row either the row to write — op
-    ``UPSERT``/``DELETE`` with ``_hoodie_partition_path`` and the file group set — or op
-    ``SKIP`` (a version that lost; kept for its Kafka offset); a key that moved partitions
-    adds a ``DELETE`` of its old copy at the stored ordering value. Error rows pass through
-    unchanged. Deterministic for a given input and state, so replays tag identically.
+    Executor side (one instance per task, built from a pickled :class:`GlobalIndexSpec`),
+    entered once per shard and batch (:mod:`ingest.state_index`: the shard's state is a meta
+    value plus blobs; the worker's image of it answers the lookups). Output rows (the slim
+    schema): for each input row either the row to write — op ``UPSERT``/``DELETE`` with
+    ``_hoodie_partition_path`` and the file group set — or op ``SKIP`` (a version that lost;
+    kept for its Kafka offset); a key that moved partitions adds a ``DELETE`` of its old copy
+    at the stored ordering value. Error rows pass through unchanged. Deterministic for a given
+    input and state, so replays tag identically.
     """
 
     def __init__(self, spec: GlobalIndexSpec) -> None:
         self.spec = spec
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the value state (executor, and once on the driver for the schema)."""
-        # pyspark warns that pandas >= 3 is not fully supported on every frame it converts,
-        # i.e. once per key here: a stderr line and a stack walk per key. Silence just that.
+        """Declare the shard's state (executor, and once on the driver for the schema)."""
+        # pyspark warns that pandas >= 3 is not fully supported on every frame it converts.
         warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                                 category=FutureWarning)
-        self._location = handle.getValueState(STATE_NAME, self.spec.state_schema())
+        self._meta = handle.getValueState(META_STATE, spark_schema(META_SCHEMA))
+        self._blobs = handle.getMapState(BLOB_STATE, spark_schema(BLOB_KEY_SCHEMA),
+                                         spark_schema(BLOB_VALUE_SCHEMA))
         self._moves: _Moves | None = None  # the table's clusterings, read once per task
+        self._groups: dict[tuple[str, int, int], str] = {}
 
     def handleInitialState(self, key: Any, initialState: Any,
                            timerValues: TimerValues) -> None:
-        """Seed a key's location from the table scan (first batch of a new query only).
+        """Seed a shard from the table scan (first batch of a new query only), a chunk a call.
 
         Columns by position, as :func:`bootstrap_frame` makes them: key, partition path,
         file id, ordering value (then the grouping columns).
         """
-        if self.spec.row_api:  # one Row per call
-            row = list(initialState)
-        else:
-            if len(initialState) > 1:
-                log.warning("record key %r is stored %d times in the table; the global index "
-                            "tracks one copy", key[1], len(initialState))
-            row = [initialState.iat[len(initialState) - 1, i] for i in range(4)]
-        ordering = row[3]
-        self._location.update((str(row[1]), str(row[2]),
-                               None if _is_missing(ordering) else comparable(ordering)))
+        if not len(initialState):
+            return
+        shard = str(key[1])
+        values = initialState.iloc[:, :4].to_numpy(dtype=object).tolist()
+        digests = key_digests(str(r[0]) for r in values)
+        entries: list[Entry | None] = [
+            (str(r[1]), str(r[2]), None if _is_missing(r[3]) else comparable(r[3]))
+            for r in values]
+        meta = Meta.from_row(self._meta.get())
+        image = self._image(shard, meta)
+        table = entries_table(image.schema, digests, entries)
+        for start in range(0, table.num_rows, CHUNK_ROWS):
+            piece = table.slice(start, CHUNK_ROWS)
+            self._blobs.updateValue((base_slot(meta.base_chunks),), (encode_blob(piece),))
+            meta.base_chunks += 1
+            meta.base_rows += piece.num_rows
+        # The state is empty in the first batch but for earlier chunks: these join the base.
+        token = new_token()
+        meta.base_token = token
+        image.add(table)
+        image.token = token
+        self._meta.update(meta.to_row())
 
     def handleInputRows(self, key: Any, rows: Iterator[Any],
                         timerValues: TimerValues) -> Iterator[Any]:
-        """Tag one key's versions of this batch and update its location.
+        """Tag one shard's rows of this batch and record the locations that changed.
 
-        Called once per key, so it stays in plain Python: one conversion of the input to
-        row lists, one output frame (per-key pandas operations would dominate the cost).
+        Column-wise: every column becomes one Python list, tagging rewrites some in place, a
+        move's delete of the old copy is appended; one output frame per shard.
         """
-        width = len(self.spec.slim_schema)
-        records: list[list[Any]] = []
-        # Columns arrive in the input's order (pyspark may name them _0, _1, ...): the slim
-        # schema, then the two grouping columns, dropped here.
-        if self.spec.row_api:
-            records = [list(row)[:width] for row in rows]
-        else:
-            for frame in rows:
-                if len(frame):
-                    records.extend(r[:width] for r in frame.to_numpy(dtype=object).tolist())
-        if not records:
+        frame = self._input_frame(rows)
+        if frame is None:
             return
-        if not bool(key[0]):  # error rows pass through, without state
-            records = self._tag(str(key[1]), records)
-        if self.spec.row_api:
-            make = self._row_type
-            yield from (make(*r) for r in records)
-        else:
-            yield self._frame(records)
+        names = self.spec.slim_schema.names
+        cols: dict[str, list[Any]] = {name: frame[name].tolist() for name in names}
+        if bool(key[0]):  # error rows pass through, without state
+            yield _pandas().DataFrame(cols, columns=names, dtype=object)
+            return
+        shard = str(key[1])
+        meta = Meta.from_row(self._meta.get())
+        image = self._image(shard, meta)
+        by_key: dict[str, list[int]] = {}
+        for i, k in enumerate(cols[RECORD_KEY]):
+            by_key.setdefault(k, []).append(i)
+        keys = list(by_key)
+        digests = key_digests(keys)
+        buckets = self._buckets(keys)
+        changed: list[bytes] = []
+        changes: list[Entry | None] = []
+        for k, bucket, digest, stored in zip(keys, buckets, digests, image.lookup(digests),
+                                             strict=True):
+            change = self._tag(k, bucket, by_key[k], stored, cols)
+            if change is not UNCHANGED:
+                changed.append(digest)
+                changes.append(change)  # type: ignore[arg-type]
+        if changed:
+            delta = entries_table(image.schema, changed, changes)
+            token, seq = new_token(), meta.next_delta
+            self._blobs.updateValue((delta_slot(seq),), (encode_blob(delta),))
+            meta.deltas.append((seq, token, delta.num_rows))
+            meta.next_delta += 1
+            image.add(delta)
+            image.token = token
+            if meta.due_for_fold(self.spec.fold_min_rows, self.spec.max_deltas):
+                self._fold(meta, image)
+            self._meta.update(meta.to_row())
+        # object columns: pyspark converts them to the declared types (NaN and None as null)
+        yield _pandas().DataFrame(cols, columns=names, dtype=object)
 
-    def _tag(self, key: str, records: list[list[Any]]) -> list[list[Any]]:
-        spec, col = self.spec, self._columns
-        if len(records) > 1:
-            records.sort(key=lambda r: (r[col[TOPIC]], r[col[KAFKA_PARTITION]], r[col[OFFSET]]))
-        ops = [int(r[col[OP]]) for r in records]
+    def _buckets(self, keys: list[str]) -> list[int | None]:
+        """Every key's bucket (vectorized); None for keys only the scalar rule can judge —
+        computed (or refused, naming the key) where one is needed."""
+        try:
+            return bucket_ids(pa.array(keys, pa.string()), self.spec.num_buckets).tolist()
+        except ValueError:
+            return [None] * len(keys)
+
+    def _input_frame(self, rows: Iterator[Any]) -> Any:
+        """The shard's input as one pandas frame with the slim schema's column names (pyspark
+        may name them _0, _1, ...; the two grouping columns after them are dropped)."""
+        names = self.spec.slim_schema.names
+        frames = [f.iloc[:, :len(names)] for f in rows if len(f)]
+        if not frames:
+            return None
+        frame = frames[0] if len(frames) == 1 else _pandas().concat(frames, ignore_index=True)
+        return frame.set_axis(names, axis=1)
+
+    # -- the shard's state and this worker's image of it ------------------------------------
+
+    def _image(self, shard: str, meta: Meta) -> ShardImage:
+        """This worker's image of ``shard``, brought up to the state's version ``meta``:
+        the deltas it has not applied, or — its token unknown to ``meta`` — rebuilt."""
+        image = _IMAGES.get(self.spec.index_id, shard)
+        if image is not None:
+            missing = _missing_deltas(image.token, meta)
+            if missing is not None:
+                for seq, token, _ in missing:
+                    image.add(decode_blob(self._blob(shard, delta_slot(seq))))
+                    image.token = token
+                return image
+        image = ShardImage(self.spec.state_ordering_type)
+        for chunk in range(meta.base_chunks):
+            image.add(decode_blob(self._blob(shard, base_slot(chunk))))
+        for seq, _, _ in meta.deltas:
+            image.add(decode_blob(self._blob(shard, delta_slot(seq))))
+        image.token = meta.token
+        _IMAGES.put(self.spec.index_id, shard, image)
+        return image
+
+    def _blob(self, shard: str, slot: int) -> bytes:
+        value = self._blobs.getValue((slot,))
+        if value is None or value[0] is None:
+            raise TerminalError(
+                f"GLOBAL_STATE index: blob {slot} of shard {shard} is missing from the "
+                "query's state (the checkpoint is damaged); start the query from a new "
+                "checkpoint: its state is bootstrapped from the table")
+        return bytes(value[0])
+
+    def _fold(self, meta: Meta, image: ShardImage) -> None:
+        """Write the image as the shard's new base and drop the deltas folded into it."""
+        snapshot = image.snapshot()
+        chunks = 0
+        for start in range(0, snapshot.num_rows, CHUNK_ROWS):
+            self._blobs.updateValue((base_slot(chunks),),
+                                    (encode_blob(snapshot.slice(start, CHUNK_ROWS)),))
+            chunks += 1
+        for chunk in range(chunks, meta.base_chunks):
+            self._blobs.removeKey((base_slot(chunk),))
+        for seq, _, _ in meta.deltas:
+            self._blobs.removeKey((delta_slot(seq),))
+        meta.base_token, meta.base_chunks, meta.base_rows = image.token, chunks, snapshot.num_rows
+        meta.deltas = []
+
+    # -- tagging one key --------------------------------------------------------------------
+
+    def _tag(self, key: str, bucket: int | None, rows: list[int], stored: Entry | None,
+             cols: dict[str, list[Any]]) -> object:
+        """Tag one key's versions (rows ``rows`` of ``cols``, rewritten in place) against its
+        stored entry; return its new entry (None: the key leaves the state) or
+        :data:`UNCHANGED`. A move's delete of the old copy is appended to ``cols``."""
+        spec = self.spec
+        op, part, fid_col = cols[OP], cols[PARTITION_PATH], cols[FILE_ID]
+        value, ordering, ordering_null = cols[VALUE], cols[ORDERING], cols[ORDERING_NULL]
+        if len(rows) > 1:
+            topic, kp, offset = cols[TOPIC], cols[KAFKA_PARTITION], cols[OFFSET]
+            rows = sorted(rows, key=lambda i: (topic[i], kp[i], offset[i]))
+        ops = [int(op[i]) for i in rows]
         if spec.event_time:
-            orderings = [comparable(r[col[ORDERING]]) for r in records]
-            nulls = [bool(r[col[ORDERING_NULL]]) for r in records]
+            orderings = [comparable(ordering[i]) for i in rows]
+            nulls = [bool(ordering_null[i]) for i in rows]
         else:
             orderings, nulls = [None] * len(ops), [True] * len(ops)
-        stored = self._location.get()
+        original = stored
         if stored is not None and stored[0] is not None:  # where the key lives now
-            stored = (stored[0], self._current_group(key, stored[0], stored[1]), stored[2])
+            assert stored[1] is not None
+            stored = (stored[0], self._current_group(key, bucket, stored[0], stored[1]),
+                      stored[2])
         if stored is None:
             before = KeyState()
         else:  # a deleted key keeps its ordering value, with no location
             kind = LIVE if stored[0] is not None else DELETED
             before = KeyState(kind, stored[2] if spec.event_time else None)
         outcome = resolve_key(ops, orderings, nulls, event_time=spec.event_time, stored=before)
-        raw_values = [r[col[VALUE]] for r in records]
-        for r in records:  # every version but the winner writes nothing
-            r[col[OP]], r[col[VALUE]] = SKIP, None
+        raw_value = value[rows[outcome.winner]] if outcome.winner >= 0 else None
+        for i in rows:  # every version but the winner writes nothing
+            op[i], value[i] = SKIP, None
         after = outcome.state
+        change: object = UNCHANGED
         if after.kind != LIVE:
             # Event time: a deleted key keeps the ordering value it was deleted at, so that an
             # older version arriving later loses, as it does in the table's readers.
             if after.kind == DELETED and spec.event_time:
-                self._location.update((None, None, after.ordering))
+                change = (None, None, after.ordering)
             else:
-                self._location.clear()
+                change = None
+            if change == original:
+                change = UNCHANGED
         if outcome.winner < 0:  # nothing to write (a live key is unchanged)
-            return records
-        winner = records[outcome.winner]
+            return change
+        w = rows[outcome.winner]
         if spec.event_time:  # a tombstone deletes at the deleted version's ordering value
-            winner[col[ORDERING]], winner[col[ORDERING_NULL]] = outcome.ordering, False
+            ordering[w], ordering_null[w] = outcome.ordering, False
         if after.kind == DELETED:  # the stored live copy is deleted where it is
             assert stored is not None and stored[0] is not None
-            winner[col[OP]] = DELETE
-            winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = stored[0], stored[1]
-            return records
-        target = winner[col[PARTITION_PATH]]
+            op[w], part[w], fid_col[w] = DELETE, stored[0], stored[1]
+            return change
+        target = part[w]
+        fid: str | None
         if stored is None or stored[0] is None:
-            fid = self._new_key_group(key, target)
+            fid = self._new_key_group(key, bucket, target)
         elif target == stored[0] or not spec.update_partition_path:
             target, fid = stored[0], stored[1]
         else:  # moved: delete the old copy at its ordering value, insert the new one
-            old = list(winner)
-            old[col[OP]], old[col[PARTITION_PATH]], old[col[FILE_ID]] = DELETE, stored[0], stored[1]
+            old = {name: column[w] for name, column in cols.items()}
+            old.update({OP: DELETE, PARTITION_PATH: stored[0], FILE_ID: stored[1]})
             if spec.event_time:
-                old[col[ORDERING]], old[col[ORDERING_NULL]] = stored[2], stored[2] is None
-            records.append(old)
-            fid = self._new_key_group(key, target)
-        winner[col[OP]], winner[col[PARTITION_PATH]], winner[col[FILE_ID]] = UPSERT, target, fid
-        winner[col[VALUE]] = raw_values[outcome.winner]  # decoded again after tagging
-        self._location.update((target, fid, after.ordering))
-        return records
+                old[ORDERING], old[ORDERING_NULL] = stored[2], stored[2] is None
+            for name, column in cols.items():
+                column.append(old[name])
+            fid = self._new_key_group(key, bucket, target)
+        op[w], part[w], fid_col[w] = UPSERT, target, fid
+        value[w] = raw_value  # decoded again after tagging
+        entry = (target, fid, after.ordering)
+        return UNCHANGED if entry == original else entry
 
     def _relocations(self) -> _Moves | None:
         spec = self.spec
@@ -374,7 +513,8 @@ class GlobalIndexProcessor(StatefulProcessor):
             self._moves = _Moves.load(spec.table_path, spec.table_config)
         return self._moves
 
-    def _current_group(self, key: str, partition: str, file_id: str) -> str:
+    def _current_group(self, key: str, bucket: int | None, partition: str,
+                       file_id: str) -> str:
         """The group a key stored in ``(partition, file_id)`` is in now: that one, unless a
         clustering replaced it; then the live group it moved to (the state learns it)."""
         moves = self._relocations()
@@ -385,14 +525,16 @@ class GlobalIndexProcessor(StatefulProcessor):
             log.warning("record key %r: its file group %s/%s was replaced and no group that "
                         "replaced it has the key; writing it as a new key", key, partition,
                         file_id)
-            return self._new_key_group(key, partition)
+            return self._new_key_group(key, bucket, partition)
         return found
 
-    def _new_key_group(self, key: str, partition: str) -> str:
+    def _new_key_group(self, key: str, bucket: int | None, partition: str) -> str:
         """The group a key without a location goes to: its bucket's group, or — that one
         replaced by a clustering — the group holding the key if a replayed batch wrote it
         there before the clustering, else the bucket's next group never replaced."""
-        group = self.spec.file_group(key, partition)
+        if bucket is None:
+            bucket = bucket_id(key, self.spec.num_buckets)
+        group = self._bucket_group(partition, bucket)
         moves = self._relocations()
         if moves is None or not moves.lineage.is_replaced(partition, group):
             return group
@@ -400,32 +542,59 @@ class GlobalIndexProcessor(StatefulProcessor):
         if found is not None:
             return found
         generation = 1
-        while moves.lineage.is_replaced(partition, group := self.spec.file_group(
-                key, partition, generation)):
+        while moves.lineage.is_replaced(partition, group := self._bucket_group(
+                partition, bucket, generation)):
             generation += 1
         return group
 
-    @functools.cached_property
-    def _columns(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.spec.slim_schema.names)}
-
-    @functools.cached_property
-    def _row_type(self) -> Any:
-        from pyspark.sql import Row
-
-        return Row(*self.spec.slim_schema.names)
-
-    def _frame(self, records: list[list[Any]]) -> Any:
-        """The output frame: plain Python objects, None for missing (pyspark converts them to
-        the declared types; pandas' own string and NaN handling would get in the way)."""
-        for r in records:
-            for i, v in enumerate(r):
-                if _is_missing(v):
-                    r[i] = None
-        return _pandas().DataFrame(records, columns=self.spec.slim_schema.names, dtype=object)
+    def _bucket_group(self, partition: str, bucket: int, generation: int = 0) -> str:
+        """:meth:`GlobalIndexSpec.file_group`, remembered per task (the id is a hash)."""
+        cache = self._groups
+        found = cache.get((partition, bucket, generation))
+        if found is None:
+            found = cache[(partition, bucket, generation)] = self.spec.file_group(
+                partition, bucket, generation)
+        return found
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+UNCHANGED = object()
+"""A key's entry stays as it is."""
+
+
+class _ImageCache:
+    """The shard images of this Python worker, for one index at a time (workers are reused
+    across tasks and batches; an image is checked against the state before every use)."""
+
+    def __init__(self) -> None:
+        self._owner = ""
+        self._images: dict[str, ShardImage] = {}
+
+    def get(self, index_id: str, shard: str) -> ShardImage | None:
+        return self._images.get(shard) if index_id == self._owner else None
+
+    def put(self, index_id: str, shard: str, image: ShardImage) -> None:
+        if index_id != self._owner:
+            self._owner, self._images = index_id, {}
+        self._images[shard] = image
+
+
+_IMAGES = _ImageCache()
+
+
+def _missing_deltas(token: str | None, meta: Meta) -> list[tuple[int, str, int]] | None:
+    """The deltas an image at ``token`` lacks to be at ``meta``; None: it cannot catch up
+    (its token is from a discarded state version, a folded delta or another query)."""
+    if token == meta.token:
+        return []
+    if token is not None and token == meta.base_token:
+        return meta.deltas
+    for i, (_, delta_token, _) in enumerate(meta.deltas):
+        if delta_token == token:
+            return meta.deltas[i + 1:]
+    return None
 
 
 _MOVED_KEYS: dict[str, MovedKeys] = {}
@@ -468,23 +637,56 @@ def _is_missing(value: Any) -> bool:
 
 
 def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) -> DataFrame:
-    """The streaming plan's tagging step: ``groupBy(key).transformWithStateInPandas``.
+    """The streaming plan's tagging step: ``groupBy(shard).transformWithStateInPandas``.
 
-    The grouping key is (is error, record key) — error rows use ``topic-partition`` instead of
-    a key, and never touch the state.
+    The grouping key is (is error, shard of the record key) — error rows use
+    ``topic-partition`` instead of a shard, and never touch the state.
     """
     from pyspark.sql import functions as F
 
     keyed = prepared.withColumn(IS_ERROR, F.col(OP) == ERROR).withColumn(
         GROUP, F.when(F.col(OP) == ERROR, F.concat_ws("-", F.col(TOPIC),
                                                       F.col(KAFKA_PARTITION).cast("string")))
-        .otherwise(F.col(RECORD_KEY)))
-    seeded = initial.withColumn(IS_ERROR, F.lit(False)).withColumn(GROUP, F.col(RECORD_KEY))
-    grouped = keyed.groupBy(IS_ERROR, GROUP)
-    operator = grouped.transformWithState if spec.row_api else \
-        grouped.transformWithStateInPandas
-    return operator(GlobalIndexProcessor(spec), spark_schema(spec.slim_schema), "Append", "None",
-                    initialState=seeded.groupBy(IS_ERROR, GROUP))
+        .otherwise(shard_column(F.col(RECORD_KEY), spec.shards)))
+    seeded = initial.withColumn(IS_ERROR, F.lit(False)).withColumn(
+        GROUP, shard_column(F.col(RECORD_KEY), spec.shards))
+    return keyed.groupBy(IS_ERROR, GROUP).transformWithStateInPandas(
+        GlobalIndexProcessor(spec), spark_schema(spec.slim_schema), "Append", "None",
+        initialState=seeded.groupBy(IS_ERROR, GROUP))
+
+
+def shard_column(key: Column, shards: int) -> Column:
+    """The shard of a record key: Spark's ``xxhash64`` (seed 42, stable across versions)
+    modulo ``shards``, as a string (the grouping column also holds error rows' groups)."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(key), F.lit(shards)).cast("string")
+
+
+def check_state_layout(checkpoint: str) -> None:
+    """Refuse a checkpoint whose state the per-key operator of earlier tidelake versions wrote.
+
+    Its state (one ``location`` value per record key) means nothing to the shard layout;
+    Spark would start the shards empty and every stored key would look new. Checked on local
+    checkpoints (the state schema files Spark keeps under ``state/<operator>/_stateSchema``).
+    """
+    root = checkpoint[len("file://"):] if checkpoint.startswith("file://") else checkpoint
+    if "://" in root or not os.path.isdir(os.path.join(root, "state")):
+        return
+    schemas = ours = 0
+    for folder, _, files in os.walk(os.path.join(root, "state")):
+        if os.path.basename(os.path.dirname(folder)) != "_stateSchema":
+            continue
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                schemas += 1
+                ours += META_STATE.encode() in f.read()
+    if schemas and not ours:
+        raise TerminalError(
+            f"checkpoint {checkpoint}: its GLOBAL_STATE index state was written by an earlier "
+            "tidelake (one state value per key), which this version cannot read; start the job "
+            "on a new checkpoint location: the new query bootstraps its state from the table "
+            "and resumes from the offsets the table records")
 
 
 # --- bootstrapping from the table ---------------------------------------------------------

@@ -84,9 +84,12 @@ from ingest.checkpoint import (
 from ingest.decode import Decoder
 from ingest.error_table import ERROR_SCHEMA, ErrorStaging, open_error_table, read_staged
 from ingest.global_index import (
+    DEFAULT_SHARDS,
+    MAX_SHARDS,
     GlobalIndexSpec,
     bootstrap_frame,
     check_dependencies,
+    check_state_layout,
     ensure_state_store,
     live_bucket_groups,
     tag_frame,
@@ -110,6 +113,7 @@ from ingest.spark_write import (
     start_instant,
     write_rows,
 )
+from ingest.state_index import FOLD_MIN_ROWS, MAX_DELTAS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -216,9 +220,9 @@ class HudiStreamingSink:
     fields of the table) or ``"avro"`` (an Avro record written with ``key_schema``, an
     ``.avsc`` path, JSON text or dict). A Kafka key that cannot be mapped sends the tombstone
     to the error table with the reason.
-    ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_api`` (GLOBAL_STATE)
-    picks the state operator: ``"pandas"`` (``transformWithStateInPandas``) or ``"rows"``
-    (``transformWithState``, several times cheaper per key); it is fixed for a checkpoint.
+    ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_shards``
+    (GLOBAL_STATE): how many shards the keys are hashed into (the state operator is entered
+    once per shard and batch; :mod:`ingest.state_index`); fixed for a checkpoint.
     ``conflict_retries``: how often a batch refused because a concurrent writer's commit
     touched the same file groups is replanned and written again before the query fails.
     Every job writing the same table needs its own ``checkpoint_identifier``.
@@ -244,7 +248,7 @@ class HudiStreamingSink:
                  delete_column: str | None = "_hoodie_is_deleted",
                  update_partition_path: bool = True,
                  checkpoint_identifier: str = DEFAULT_IDENTIFIER,
-                 write_parallelism: int | None = None, state_api: str = "pandas",
+                 write_parallelism: int | None = None, state_shards: int = DEFAULT_SHARDS,
                  conflict_retries: int = 10,
                  max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
                  key_format: str = "string", key_schema: Any = None,
@@ -252,15 +256,13 @@ class HudiStreamingSink:
         self.index = str(index).upper()
         if self.index not in (BUCKET, GLOBAL_STATE):
             raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
-        if state_api not in ("pandas", "rows"):
-            raise ValueError(f"state_api: expected 'pandas' or 'rows', got {state_api!r}")
-        if state_api == "rows" and self.index == GLOBAL_STATE:
-            from pyspark.sql import GroupedData
-
-            if not hasattr(GroupedData, "transformWithState"):
-                raise ValueError("state_api: 'rows' needs pyspark 4.1 or newer "
-                                 "(transformWithState); use 'pandas'")
-        self.state_api = state_api
+        if isinstance(state_shards, bool) or not isinstance(state_shards, int) \
+                or not 1 <= state_shards <= MAX_SHARDS:
+            raise ValueError(f"state_shards: expected an integer from 1 to {MAX_SHARDS}, got "
+                             f"{state_shards!r}")
+        self.state_shards = state_shards
+        # When a shard's state deltas fold into a new base (ingest.state_index); tests lower them.
+        self.state_fold = (FOLD_MIN_ROWS, MAX_DELTAS)
         if not checkpoint_identifier:
             raise ValueError("checkpoint_identifier: must not be empty")
         if conflict_retries < 0:
@@ -424,7 +426,9 @@ class HudiStreamingSink:
             slim_schema=prepared_schema(self.spec, with_data=False),
             event_time=self.spec.event_time, ordering_type=self.spec.ordering_type,
             update_partition_path=self.update_partition_path,
-            row_api=self.state_api == "rows",
+            shards=self.state_shards,
+            fold_min_rows=self.state_fold[0], max_deltas=self.state_fold[1],
+            index_id=f"{self.table.path}#{self.identifier}",
             # a table without the bucket layout can be clustered: tasks follow moved keys
             table_path=None if config.num_buckets else self.table.path,
             table_config=None if config.num_buckets else config)
@@ -705,6 +709,8 @@ def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingS
     start the source from :func:`starting_offsets_from_table`.
     """
     del spark  # the source's session runs the query; the argument mirrors Spark's API
+    if sink.index == GLOBAL_STATE:
+        check_state_layout(checkpoint)
     frame = sink.streaming_frame(source_df)
     writer = frame.writeStream.foreachBatch(sink.process_batch) \
         .option("checkpointLocation", checkpoint)

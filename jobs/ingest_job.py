@@ -134,7 +134,7 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
         options=service_options(config), error_table_path=errors,
         delete_column=config["table.delete_field"],
         update_partition_path=config["index.update_partition_path"],
-        state_api=config["index.state_api"],
+        state_shards=config["index.state_shards"],
         checkpoint_identifier=config["checkpoint.identifier"],
         conflict_retries=config["table.conflict_retries"],
         max_error_fraction=config["errors.max_fraction"],

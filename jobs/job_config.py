@@ -146,9 +146,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("index", "num_buckets", _int, 4, "Buckets per partition (BUCKET)."),
     Setting("index", "update_partition_path", _bool, True,
             "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
-    Setting("index", "state_api", _choice("pandas", "rows"), "pandas",
-            "GLOBAL_STATE operator: pandas (transformWithStateInPandas) or rows "
-            "(transformWithState, several times faster per key); fixed for a checkpoint."),
+    Setting("index", "state_shards", _int, 32,
+            "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
+            "state operator runs once per shard and micro-batch."),
     Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
     Setting("trigger", "available_now", _bool, False,
             "Process what is in the topics now, then stop."),

@@ -45,6 +45,14 @@ CRASH_POINTS = {
 }
 """Where an armed job stops, and what has happened by then."""
 
+GLOBAL_STATE_POINTS = {
+    "tagging": "GLOBAL_STATE: the state operator's tasks are tagging a shard (its state store "
+               "version is being written, not committed)",
+}
+"""Crash points only a GLOBAL_STATE job reaches (armed like :data:`CRASH_POINTS`). Its
+``before_error_commit``, ``after_error_commit`` and ``before_commit`` points come after the
+state stores committed the batch's version: between the state commit and the table commit."""
+
 _WAIT_LIMIT_S = 900.0  # a point is never left waiting forever if the parent is gone
 
 
@@ -109,6 +117,21 @@ def install_service_crash_points(arm: str, signal_file: str, *, executors: bool)
             return _original(*args, **kwargs)
 
         setattr(module, name, stop_or_run)
+
+
+def install_tagging_crash_point(arm: str, signal_file: str) -> None:
+    """Inside a state operator task, stop at ``tagging`` when armed (a Spark Python worker;
+    see ``crash_site/sitecustomize.py``)."""
+    from ingest.global_index import GlobalIndexProcessor
+
+    original = GlobalIndexProcessor.handleInputRows
+
+    def tag_or_stop(self: Any, key: Any, rows: Any, timer: Any) -> Any:
+        if not bool(key[0]) and armed(arm, "tagging"):
+            stop_here(signal_file, "tagging", shard=str(key[1]))
+        return original(self, key, rows, timer)
+
+    GlobalIndexProcessor.handleInputRows = tag_or_stop  # type: ignore[method-assign]
 
 
 def install_decode_crash_point(arm: str, signal_file: str) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ingest.job_child import CRASH_POINTS
+from tests.ingest.job_child import CRASH_POINTS, GLOBAL_STATE_POINTS
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
@@ -74,18 +74,22 @@ def batches_logged(work: Path) -> int:
     return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
 
 
+@pytest.mark.parametrize("index", ["BUCKET", "GLOBAL_STATE"])
 def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
-        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+        kafka_bootstrap: str, tmp_path: Path, index: str) -> None:  # noqa: F811
     """SIGKILL at each crash point of a micro-batch and at random moments, restart with the
     same checkpoint: after every kill the table holds exactly the batches it committed, and
     after every restart it equals the oracle (tidelake and hudi-rs), with the error table
-    holding exactly the malformed records and no batch committed twice."""
+    holding exactly the malformed records and no batch committed twice. With the GLOBAL_STATE
+    index also during tagging (and its later points fall between the state stores' commit
+    of the batch and the table's commit)."""
     seed = int(os.environ.get("TIDELAKE_CRASH_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     topic = unique_topic("crash")
-    points = [*CRASH_POINTS, *["random"] * RANDOM_KILLS]
+    extra = list(GLOBAL_STATE_POINTS) if index == "GLOBAL_STATE" else []
+    points = [*CRASH_POINTS, *extra, *["random"] * RANDOM_KILLS]
     stream = KeyedStream(kafka_bootstrap, topic, SLICE * (len(points) + 1), seed=seed)
-    settings = job_settings(tmp_path, kafka_bootstrap, topic, batch=1_000)
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, batch=1_000, index=index)
     settings.update({"trigger.available_now": False, "trigger.processing_time": "500 milliseconds",
                      # a killed job's instants count as failed 1 s after its last beat, so
                      # that the restarted job rolls them back before this test ends

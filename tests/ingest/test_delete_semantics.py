@@ -164,7 +164,7 @@ def test_deletes_any_micro_batch_cut_gives_the_oracle_table_in_ours_and_hudi_rs(
         path = str(tmp_path / f"t{n}")
         sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
                                  partition_by=["city"], table_type=table_type, index=index,
-                                 num_buckets=2, state_api="rows")
+                                 num_buckets=2)
         if global_index:
             stream = ParquetStream(tmp_path / f"s{n}", "ev")
             for batch in _batches(events, sizes):

@@ -76,18 +76,17 @@ def first_start_offsets(progress: list[dict[str, Any]], topic: str) -> dict[int,
 
 
 # Runtime: 50,000 records for MOR+bucket and COW+global, 10,000 for the two other combinations
-# (the same code paths). GLOBAL_STATE's state operator costs milliseconds per key, so the 50k
-# GLOBAL_STATE run uses the row API (transformWithState, several times cheaper per key) and the
-# 10k one the pandas API (transformWithStateInPandas, the default): both operators are tested.
-@pytest.mark.parametrize(("table_type", "index", "count", "state_api"), [
-    pytest.param("MERGE_ON_READ", "BUCKET", 50_000, "pandas", id="mor-bucket-50k"),
-    pytest.param("COPY_ON_WRITE", "GLOBAL_STATE", 50_000, "rows", id="cow-global-rows-50k"),
-    pytest.param("COPY_ON_WRITE", "BUCKET", 10_000, "pandas", id="cow-bucket-10k"),
-    pytest.param("MERGE_ON_READ", "GLOBAL_STATE", 10_000, "pandas", id="mor-global-pandas-10k"),
+# (the same code paths). The GLOBAL_STATE runs use the default 32 key shards and 2 (many keys
+# per shard, folds of the shard state).
+@pytest.mark.parametrize(("table_type", "index", "count", "shards"), [
+    pytest.param("MERGE_ON_READ", "BUCKET", 50_000, 32, id="mor-bucket-50k"),
+    pytest.param("COPY_ON_WRITE", "GLOBAL_STATE", 50_000, 32, id="cow-global-50k"),
+    pytest.param("COPY_ON_WRITE", "BUCKET", 10_000, 32, id="cow-bucket-10k"),
+    pytest.param("MERGE_ON_READ", "GLOBAL_STATE", 10_000, 2, id="mor-global-2-shards-10k"),
 ])
 def test_job_sample_stream_equals_oracle_in_table_hudi_rs_and_error_table(
         spark: Any, kafka_bootstrap: str, tmp_path: Path,  # noqa: F811
-        table_type: str, index: str, count: int, state_api: str) -> None:
+        table_type: str, index: str, count: int, shards: int) -> None:
     """30% updates, 5% deletes, 1% malformed: the table equals the oracle, hudi-rs reads the
     same, the error table holds exactly the malformed records with their reasons, and the
     table records the topic's end offsets."""
@@ -100,7 +99,7 @@ def test_job_sample_stream_equals_oracle_in_table_hudi_rs_and_error_table(
 
     settings = job_settings(tmp_path, kafka_bootstrap, topic, table_type=table_type,
                             index=index)
-    settings["index.state_api"] = state_api
+    settings["index.state_shards"] = shards
     progress = run_job(spark, settings)
 
     assert rows_read(progress) == count

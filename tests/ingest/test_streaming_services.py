@@ -306,7 +306,7 @@ def test_global_state_job_sigkilled_inside_clustering_restarts_to_oracle(
     SIGKILL while the clustering's tasks run, before its commit, and at a random moment; the
     restarted job re-executes the clustering from its plan, follows the keys it moved, and
     the table equals the oracle."""
-    settings = {"index.type": "GLOBAL_STATE", "index.state_api": "rows",
+    settings = {"index.type": "GLOBAL_STATE", "index.state_shards": 4,
                 "table.options.hoodie.index.type": "SIMPLE",
                 "table.options.hoodie.clustering.async.enabled": "true",
                 "table.options.hoodie.clustering.async.max.commits": "2",
@@ -338,7 +338,7 @@ def test_global_state_index_follows_keys_that_clustering_moved(
                "hoodie.clustering.async.max.commits": "2",
                "hoodie.clustering.plan.strategy.sort.columns": "fare"}
     sink = HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE", options=options,
-                             state_api="rows")
+                             state_shards=3)
     stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
     source = random_batches(random.Random(17), 1_000, 40, moves=True, tombstones=True,
                             clock=clock)

@@ -1,5 +1,5 @@
-"""Test-only: arms the executor-side crash points (``decode``, ``compaction_task``,
-``clustering_task``) in every Python process of a crash-test job.
+"""Test-only: arms the executor-side crash points (``decode``, ``tagging``,
+``compaction_task``, ``clustering_task``) in every Python process of a crash-test job.
 
 The crash test puts this folder on ``PYTHONPATH`` of the job it starts (and so of Spark's
 Python workers, which inherit the job's environment) with ``TIDELAKE_TEST_CRASH_ARM`` and
@@ -15,11 +15,14 @@ if os.environ.get("TIDELAKE_TEST_CRASH_ARM"):
         from tests.ingest.job_child import (
             install_decode_crash_point,
             install_service_crash_points,
+            install_tagging_crash_point,
         )
     except ImportError:  # not a process of the repo's job
         pass
     else:
         install_decode_crash_point(os.environ["TIDELAKE_TEST_CRASH_ARM"],
                                    os.environ["TIDELAKE_TEST_CRASH_SIGNAL"])
+        install_tagging_crash_point(os.environ["TIDELAKE_TEST_CRASH_ARM"],
+                                    os.environ["TIDELAKE_TEST_CRASH_SIGNAL"])
         install_service_crash_points(os.environ["TIDELAKE_TEST_CRASH_ARM"],
                                      os.environ["TIDELAKE_TEST_CRASH_SIGNAL"], executors=True)
