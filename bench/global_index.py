@@ -222,7 +222,7 @@ def check(path: str, source: Source, rng: np.random.Generator) -> list[str]:
     return problems[:5]
 
 
-def spark_session(shuffle: int) -> Any:
+def spark_session(shuffle: int, changelog: bool) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warnings.filterwarnings("ignore", message=".*does not yet fully support pandas",
@@ -234,6 +234,8 @@ def spark_session(shuffle: int) -> Any:
              .config("spark.ui.enabled", "false")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.driver.memory", "6g")
+             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                     str(changelog).lower())
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -248,6 +250,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--shards", type=int, default=32, help="index.state_shards (default 32)")
     p.add_argument("--shuffle", type=int, default=4,
                    help="spark.sql.shuffle.partitions (state partitions; the job's default 4)")
+    p.add_argument("--changelog", action="store_true",
+                   help="RocksDB changelog checkpointing (Spark's "
+                        "stateStore.rocksdb.changelogCheckpointing.enabled)")
     p.add_argument("--quick", action="store_true", help="100k and 1M keys, 4 x 10,000")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default=None, help="keep the tables in this new folder")
@@ -269,8 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {key:<14}{value}")
     print(f"\nGLOBAL_STATE index: tables of {', '.join(f'{k:,}' for k in args.sizes)} keys; "
           f"{args.batches} batches of {args.batch:,} records (half updates); "
-          f"{args.shards} key shards, {args.shuffle} state partitions, local[2]\n", flush=True)
-    spark = spark_session(args.shuffle)
+          f"{args.shards} key shards, {args.shuffle} state partitions, local[2], RocksDB "
+          f"changelog checkpointing {'on' if args.changelog else 'off'}\n", flush=True)
+    spark = spark_session(args.shuffle, args.changelog)
     results = []
     try:
         for keys in args.sizes:

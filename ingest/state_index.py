@@ -155,7 +155,7 @@ class ShardImage:
 
     ``token`` is the token of the last blob applied (None: empty and never written).
     Changes are added as tables (later ones win); they are merged into the sorted arrays when
-    they grow past an eighth of them, else looked up through a dict.
+    they grow past a sixteenth of them (or 8,192), else looked up through a dict.
     """
 
     def __init__(self, ordering_type: pa.DataType) -> None:
@@ -220,7 +220,7 @@ class ShardImage:
         """Make pending changes visible: into the dict if few, else merged into the arrays."""
         if not self._pending:
             return
-        if self._pending_rows + len(self._recent) > max(50_000, len(self._digests) // 8):
+        if self._pending_rows + len(self._recent) > max(8_192, len(self._digests) // 16):
             self._merge()
             return
         for table in self._pending:
