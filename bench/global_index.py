@@ -250,9 +250,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--shards", type=int, default=32, help="index.state_shards (default 32)")
     p.add_argument("--shuffle", type=int, default=4,
                    help="spark.sql.shuffle.partitions (state partitions; the job's default 4)")
-    p.add_argument("--changelog", action="store_true",
+    p.add_argument("--changelog", choices=("on", "off"), default="on",
                    help="RocksDB changelog checkpointing (Spark's "
-                        "stateStore.rocksdb.changelogCheckpointing.enabled)")
+                        "stateStore.rocksdb.changelogCheckpointing.enabled; on: the job's "
+                        "default)")
     p.add_argument("--quick", action="store_true", help="100k and 1M keys, 4 x 10,000")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default=None, help="keep the tables in this new folder")
@@ -275,8 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nGLOBAL_STATE index: tables of {', '.join(f'{k:,}' for k in args.sizes)} keys; "
           f"{args.batches} batches of {args.batch:,} records (half updates); "
           f"{args.shards} key shards, {args.shuffle} state partitions, local[2], RocksDB "
-          f"changelog checkpointing {'on' if args.changelog else 'off'}\n", flush=True)
-    spark = spark_session(args.shuffle, args.changelog)
+          f"changelog checkpointing {args.changelog}\n", flush=True)
+    spark = spark_session(args.shuffle, args.changelog == "on")
     results = []
     try:
         for keys in args.sizes:
