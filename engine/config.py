@@ -52,6 +52,15 @@ class IndexType(str, Enum):
     GLOBAL_SIMPLE = "GLOBAL_SIMPLE"
 
 
+class BucketEngine(str, Enum):
+    """How the BUCKET index maps keys to file groups (``hoodie.index.bucket.engine``)."""
+
+    SIMPLE = "SIMPLE"
+    """A fixed number of buckets per partition (Java ``List.hashCode`` of the key)."""
+    CONSISTENT_HASHING = "CONSISTENT_HASHING"
+    """RFC-42: a hash ring per partition (``engine/index/consistent_hashing.py``)."""
+
+
 class ConcurrencyMode(str, Enum):
     """How concurrent writers of one table are kept apart (``hoodie.write.concurrency.mode``)."""
 
@@ -232,6 +241,11 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
               "Write-side index: BUCKET (hash of the key picks the file group), SIMPLE "
               "(join with the keys of the partition), GLOBAL_SIMPLE (join with all keys).",
               attr="index_type"),
+    ConfigKey("hoodie.index.bucket.engine", _enum_parser(BucketEngine), BucketEngine.SIMPLE,
+              "BUCKET index engine: SIMPLE (a fixed number of buckets per partition) or "
+              "CONSISTENT_HASHING (RFC-42: a hash ring per partition, starting from "
+              "hoodie.bucket.index.num.buckets buckets; MERGE_ON_READ only). Stored in "
+              "hoodie.properties; fixed for the table's life.", attr="bucket_engine"),
     ConfigKey("hoodie.bucket.index.num.buckets", _parse_positive_int, 4,
               "Fixed number of buckets (file groups) per partition for the BUCKET index. "
               "Hudi's own default is 256; tidelake defaults to 4, right for tables up to a few "
@@ -422,6 +436,7 @@ class WriteConfig:
     """Typed writer options; build with :meth:`from_options`."""
 
     index_type: IndexType = IndexType.SIMPLE
+    bucket_engine: BucketEngine = BucketEngine.SIMPLE
     num_buckets: int = 4
     log_block_format: LogBlockFormat = LogBlockFormat.AVRO
     max_file_size: int = 120 * 1024 * 1024
@@ -543,6 +558,7 @@ P_CDC = "hoodie.table.cdc.enabled"
 P_CHECKSUM = "hoodie.table.checksum"
 P_BUCKETS = "hoodie.bucket.index.num.buckets"
 P_INDEX_TYPE = "hoodie.index.type"
+P_BUCKET_ENGINE = "hoodie.index.bucket.engine"
 
 
 def table_checksum(database: str, name: str) -> int:
@@ -583,7 +599,13 @@ class TableConfig:
     timeline_path: str = "timeline"
     index_type: IndexType | None = None
     num_buckets: int | None = None
+    bucket_engine: BucketEngine | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def consistent_hashing(self) -> bool:
+        """True for a BUCKET table with the consistent-hashing engine (RFC-42)."""
+        return self.bucket_engine is BucketEngine.CONSISTENT_HASHING
 
     @property
     def is_mor(self) -> bool:
@@ -617,6 +639,12 @@ class TableConfig:
         keygen = _keygen_of(props, record_keys, partition_fields)
         index_raw = props.get(P_INDEX_TYPE)
         buckets_raw = props.get(P_BUCKETS)
+        engine_raw = props.get(P_BUCKET_ENGINE)
+        try:
+            engine = BucketEngine(engine_raw.upper()) if engine_raw else None
+        except ValueError:
+            raise UnsupportedTableError(f"bucket index engine {engine_raw!r} is not "
+                                        "supported") from None
         return cls(
             name=name, table_type=table_type, version=version,
             record_key_fields=record_keys, partition_fields=partition_fields,
@@ -630,6 +658,7 @@ class TableConfig:
             timeline_path=props.get(P_TIMELINE_PATH, "timeline"),
             index_type=IndexType(index_raw) if index_raw else None,
             num_buckets=int(buckets_raw) if buckets_raw else None,
+            bucket_engine=engine,
             raw=dict(props),
         )
 
@@ -673,6 +702,8 @@ class TableConfig:
             props[P_INDEX_TYPE] = self.index_type.value
         if self.num_buckets is not None:
             props[P_BUCKETS] = str(self.num_buckets)
+        if self.bucket_engine is not None:
+            props[P_BUCKET_ENGINE] = self.bucket_engine.value
         props[P_CHECKSUM] = str(table_checksum(self.database, self.name))
         return props
 

@@ -21,10 +21,12 @@ from typing import Any
 import pyarrow as pa
 
 from engine.config import (
+    P_BUCKET_ENGINE,
     P_HIVE_STYLE,
     P_INDEX_TYPE,
     P_MERGE_MODE,
     P_URL_ENCODE,
+    BucketEngine,
     IndexType,
     KeyGeneratorType,
     MergeMode,
@@ -80,6 +82,14 @@ def _fields(arg: str, value: str | Sequence[str] | None) -> tuple[str, ...]:
     if len(set(items)) != len(items):
         raise ValueError(f"{arg}: column named twice in {value!r}")
     return tuple(items)
+
+
+def _check_bucket_engine(config: TableConfig) -> None:
+    """Consistent hashing is for MERGE_ON_READ tables only (Java's copy-on-write path
+    rejects it: a resize would have to rewrite base files under every writer)."""
+    if config.consistent_hashing and not config.is_mor:
+        raise InvalidOptionError(
+            P_BUCKET_ENGINE, "CONSISTENT_HASHING needs a MERGE_ON_READ table (as in Hudi)")
 
 
 def _check_instant_arg(arg: str, value: str | None) -> None:
@@ -197,7 +207,10 @@ class Table:
             index_type=write_config.index_type,
             num_buckets=(write_config.num_buckets
                          if write_config.index_type is IndexType.BUCKET else None),
+            bucket_engine=(write_config.bucket_engine
+                           if write_config.index_type is IndexType.BUCKET else None),
         )
+        _check_bucket_engine(config)
         return cls(path, config, write_config)
 
     def materialize(self) -> None:
@@ -235,7 +248,16 @@ class Table:
             merged["hoodie.index.type"] = config.index_type.value
         if config.num_buckets is not None:
             merged["hoodie.bucket.index.num.buckets"] = str(config.num_buckets)
+        recorded_engine = config.bucket_engine or (
+            BucketEngine.SIMPLE if config.index_type is IndexType.BUCKET else None)
+        if recorded_engine is not None:
+            merged[P_BUCKET_ENGINE] = recorded_engine.value
         for key, value in (options or {}).items():
+            if (key == P_BUCKET_ENGINE and recorded_engine is not None
+                    and str(value).strip().upper() != recorded_engine.value):
+                raise InvalidOptionError(
+                    key, f"the table records {key}={recorded_engine.value}; the engine "
+                    "decides where every key lives and cannot change")
             if (key == "hoodie.bucket.index.num.buckets" and config.num_buckets is not None
                     and str(value) != str(config.num_buckets)):
                 raise InvalidOptionError(

@@ -58,6 +58,7 @@ import pyarrow as pa
 
 from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
+    InvalidOptionError,
     InvalidRecordError,
     TableExistsError,
     TableNotFoundError,
@@ -341,9 +342,12 @@ class HudiStreamingSink:
             opts = {"hoodie.index.type": "BUCKET",
                     "hoodie.bucket.index.num.buckets": str(num_buckets), **(options or {})}
             # Created on storage by the first batch with a valid record (_write_batch).
-            return Table.define(path, name=name or _default_name(path), table_type=table_type,
-                                record_key=record_key, precombine=precombine,
-                                partition_by=partition_by, options=opts, schema=schema)
+            defined = Table.define(path, name=name or _default_name(path),
+                                   table_type=table_type, record_key=record_key,
+                                   precombine=precombine, partition_by=partition_by,
+                                   options=opts, schema=schema)
+            _check_streamable(defined)
+            return defined
         config = table.config
         for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
                                     ("partition_by", _fields(partition_by),
@@ -358,6 +362,7 @@ class HudiStreamingSink:
                              "index (hoodie.index.type=BUCKET); use index=GLOBAL_STATE")
         if options:
             table = Table.open(path, options)
+        _check_streamable(table)
         return table
 
     @staticmethod
@@ -696,6 +701,17 @@ def key_decoder(key_format: str, key_schema: Any, config: Any,
 
 def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b, strict=True))
+
+
+def _check_streamable(table: Table) -> None:
+    """The streaming job places keys with the simple bucket engine (or its own state);
+    consistent-hashing tables are written by the engine API only, for now."""
+    if table.config.consistent_hashing:
+        raise InvalidOptionError(
+            "hoodie.index.bucket.engine",
+            f"the table at {table.path} uses CONSISTENT_HASHING, which the streaming job does "
+            "not write yet (the engine API does: Table.upsert); use a table with the SIMPLE "
+            "bucket engine")
 
 
 def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,

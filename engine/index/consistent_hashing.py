@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -335,3 +335,40 @@ def load_metadata(storage: Storage, timeline: Timeline,
         return None
     rel = f"{folder}/{metas[chosen]}"
     return HashingMetadata.from_json(storage.read(rel), rel)
+
+
+def load_or_create_metadata(storage: Storage, timeline: Timeline, partition_path: str,
+                            num_buckets: int) -> HashingMetadata:
+    """The partition's committed ring; for a partition without one, its initial ring,
+    written first (``ConsistentBucketIndexUtils.loadOrCreateMetadata``): every writer
+    writes the same bytes, so no lock is needed, and the marker follows once it is there."""
+    found = load_metadata(storage, timeline, partition_path)
+    if found is not None:
+        return found
+    initial = HashingMetadata.initial(partition_path, num_buckets)
+    folder = metadata_folder(partition_path)
+    storage.makedirs(folder)
+    storage.write_replace(f"{folder}/{initial.file_name}", initial.to_json())
+    storage.write_replace(f"{folder}/{INIT_INSTANT}{COMMIT_SUFFIX}", b"")
+    return initial
+
+
+def route(records_keys: pa.Array | pa.ChunkedArray, partitions: pa.Array | pa.ChunkedArray,
+          ring_of: Callable[[str], HashingMetadata]) -> list[tuple[str, str, np.ndarray]]:
+    """Group rows by the file group their key's hash falls in, partition by partition:
+    ``(partition, file id, row indices)`` in partition then ring order."""
+    hashes = hash_record_keys(records_keys)
+    parts = partitions.combine_chunks() if isinstance(partitions, pa.ChunkedArray) \
+        else partitions
+    encoded = parts.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    out = []
+    for code, partition in enumerate(encoded.dictionary.to_pylist()):
+        rows = np.flatnonzero(codes == code)
+        if not len(rows):
+            continue
+        ring = ring_of(partition)
+        nodes = ring.node_indices(hashes[rows])
+        for node in np.unique(nodes).tolist():
+            out.append((partition, ring.nodes[node].file_id, rows[nodes == node]))
+    return out

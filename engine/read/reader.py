@@ -404,7 +404,8 @@ class TableReader:
 
     def _prune_for_keys(self, slices: list[FileSlice], keys: pa.Array) -> list[FileSlice]:
         """Slices that may hold one of ``keys``: by bucket id, then by base file footers."""
-        if self.config.index_type is IndexType.BUCKET and self.config.num_buckets:
+        if (self.config.index_type is IndexType.BUCKET and self.config.num_buckets
+                and not self.config.consistent_hashing):  # ring file ids name no bucket
             try:
                 buckets = set(bucket_ids(keys, self.config.num_buckets).tolist())
             except ValueError:  # a key no writer can have stored: prune by footers only

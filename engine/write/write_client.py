@@ -26,6 +26,7 @@ from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictE
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
 from engine.index.bucket import bucket_file_id, bucket_from_file_id, bucket_ids
+from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata, route
 from engine.index.simple import key_locations, tag
 from engine.layout.file_group import (
     FileSlice,
@@ -85,7 +86,8 @@ def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> Concurre
     under commit-time ordering always, under event-time ordering only on equal ordering
     values. Hence the default only where the ordering field decides.
     """
-    bucket_mor = config.is_mor and write_config.index_type is IndexType.BUCKET
+    bucket_mor = (config.is_mor and write_config.index_type is IndexType.BUCKET
+                  and not config.consistent_hashing)
     mode = write_config.concurrency_mode
     if mode is None:
         event_time = config.merge_mode is MergeMode.EVENT_TIME_ORDERING
@@ -95,7 +97,7 @@ def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> Concurre
         raise InvalidOptionError(
             "hoodie.write.concurrency.mode",
             "NON_BLOCKING_CONCURRENCY_CONTROL needs a MERGE_ON_READ table written with the "
-            "BUCKET index (hoodie.index.type=BUCKET)")
+            "BUCKET index (hoodie.index.type=BUCKET) and its SIMPLE engine")
     return mode
 
 
@@ -260,14 +262,26 @@ class WriteClient:
         group_updates: dict[tuple[str, str], int] = {}
         index = self.write_config.index_type
 
+        rings: dict[str, HashingMetadata] = {}
+
+        def ring_of(partition: str) -> HashingMetadata:
+            if partition not in rings:
+                rings[partition] = load_or_create_metadata(
+                    self.storage, timeline, partition, self.write_config.num_buckets)
+            return rings[partition]
+
         if deletes is not None and deletes.num_rows:
-            located = self._locate(deletes, reader, slices, by_partition)
+            located = self._locate(deletes, reader, slices, by_partition, ring_of)
             for group, part in _split_by_group(located):
                 if group in by_group:
                     group_deletes.setdefault(group, []).append(part)
 
         if records is not None and records.num_rows:
-            if index is IndexType.BUCKET:
+            if index is IndexType.BUCKET and self.config.consistent_hashing:
+                for part, fid, rows in _routed(records, ring_of):
+                    group_records.setdefault((part, fid), []).append(
+                        records.take(pa.array(rows)))
+            elif index is IndexType.BUCKET:
                 self._place_bucket(records, by_partition, group_records, group_updates)
             else:
                 self._place_simple(timeline, operation, records, reader, slices,
@@ -317,9 +331,17 @@ class WriteClient:
         return WritePlan(instant, context, tasks, operation, extra)
 
     def _locate(self, deletes: pa.Table, reader: SliceReader, slices: list[FileSlice],
-                by_partition: Mapping[str, list[FileSlice]]) -> pa.Table:
+                by_partition: Mapping[str, list[FileSlice]],
+                ring_of: Callable[[str], HashingMetadata]) -> pa.Table:
         """Deletes with the partition and file group their key lives in (found ones only)."""
         known_partition = PARTITION_PATH in deletes.column_names
+        if (self.write_config.index_type is IndexType.BUCKET and known_partition
+                and self.config.consistent_hashing):
+            routed: list[str | None] = [None] * deletes.num_rows
+            for _, group_id, rows in _routed(deletes, ring_of):
+                for i in rows.tolist():
+                    routed[i] = group_id
+            return deletes.append_column("_file_id", pa.array(routed, pa.string()))
         if (self.write_config.index_type is IndexType.BUCKET and known_partition):
             buckets = _record_buckets(deletes.column(RECORD_KEY),
                                       self.write_config.num_buckets)
@@ -642,6 +664,17 @@ def new_bucket_file_id(table_name: str, partition: str, bucket: int,
     name = f"tidelake:{table_name}:{partition}:{bucket}"
     seed = uuid.uuid5(uuid.NAMESPACE_URL, f"{name}:{generation}" if generation else name)
     return bucket_file_id(bucket, str(seed))
+
+
+def _routed(data: pa.Table, ring_of: Callable[[str], HashingMetadata]
+            ) -> list[tuple[str, str, np.ndarray]]:
+    """Consistent hashing: rows by the file group their key's hash falls in
+    (:func:`engine.index.consistent_hashing.route`); a key Java cannot parse is a bad
+    record."""
+    try:
+        return route(data.column(RECORD_KEY), data.column(PARTITION_PATH), ring_of)
+    except ValueError as exc:
+        raise InvalidRecordError(f"consistent hashing bucket index: {exc}") from None
 
 
 def _record_buckets(keys: pa.Array | pa.ChunkedArray, num_buckets: int) -> np.ndarray:
