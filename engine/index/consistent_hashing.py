@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -372,3 +372,134 @@ def route(records_keys: pa.Array | pa.ChunkedArray, partitions: pa.Array | pa.Ch
         for node in np.unique(nodes).tolist():
             out.append((partition, ring.nodes[node].file_id, rows[nodes == node]))
     return out
+
+
+# -- resizing (planned as a clustering; §9.3-9.4 of the table-services doc) ------------------
+
+
+@dataclass(frozen=True)
+class ResizeGroup:
+    """One group of a resize plan: the file groups it reads and the ring nodes it writes
+    (``clustering.group.child.node``); ``outputs`` file groups (2: a split, 1: a merge or a
+    re-sort)."""
+
+    file_ids: tuple[str, ...]
+    children: tuple[Node, ...]
+    outputs: int
+
+
+def split_point(former: int, value: int) -> int | None:
+    """The boundary that halves the range (former, value], wrapping for the ring's first
+    node; None when the range is too small to split."""
+    wrap = (HASH_VALUE_MASK + 1) if former > value else 0
+    mid = ((former + value + wrap) >> 1) & HASH_VALUE_MASK
+    return None if mid in (former, value) else mid
+
+
+def plan_resize(ring: HashingMetadata, sizes: Mapping[str, int], *, max_file_size: int,
+                split_threshold: float, merge_threshold: float, min_buckets: int,
+                max_buckets: int, new_prefix: Callable[[], str]) -> list[ResizeGroup]:
+    """Java's ``BaseConsistentHashingBucketClusteringPlanStrategy`` for one partition:
+    split the file groups above ``max_file_size x split_threshold`` bytes while the ring
+    stays within ``max_buckets``, merge runs of small ring-adjacent groups while it stays
+    above ``min_buckets``, and re-sort every other group (a new file id at the same node).
+
+    ``sizes``: file id → bytes of its latest slice (base and logs), for the groups of the
+    partition that are not under a pending clustering. ``new_prefix`` makes new file id
+    prefixes (random UUIDs in Java).
+    """
+    nodes = list(ring.nodes)
+    position = {n.file_id: i for i, n in enumerate(nodes)}
+    groups: list[ResizeGroup] = []
+    split_size = int(max_file_size * split_threshold)
+    slots = max_buckets - len(nodes)
+    untouched: list[str] = []
+    for file_id in sorted(sizes, key=lambda f: position.get(f, -1)):
+        if file_id not in position:
+            continue  # not a node of the committed ring (written by nobody we know)
+        i = position[file_id]
+        mid = split_point(nodes[i - 1].value, nodes[i].value) if len(nodes) > 1 else None
+        if sizes[file_id] <= split_size or slots == 0 or mid is None:
+            untouched.append(file_id)
+            continue
+        slots -= 1
+        groups.append(ResizeGroup((file_id,), (Node(mid, new_prefix(), REPLACE),
+                                               Node(nodes[i].value, new_prefix(), REPLACE)), 2))
+    splits = (max_buckets - len(nodes)) - slots
+    merge_slots = len(nodes) - min_buckets + splits
+    merged, groups_merged = _plan_merges(nodes, position, untouched, sizes,
+                                         int(max_file_size * merge_threshold), merge_slots,
+                                         new_prefix)
+    groups.extend(groups_merged)
+    for file_id in untouched:
+        if file_id not in merged:
+            node = nodes[position[file_id]]
+            groups.append(ResizeGroup((file_id,), (Node(node.value, new_prefix(), REPLACE),), 1))
+    return groups
+
+
+def _plan_merges(nodes: list[Node], position: Mapping[str, int], candidates: list[str],
+                 sizes: Mapping[str, int], merge_size: int, slots: int,
+                 new_prefix: Callable[[], str]) -> tuple[set[str], list[ResizeGroup]]:
+    """Java's ``buildMergeClusteringGroup``: from every small group, grow a run backwards,
+    then forwards, over ring-adjacent small groups while slots remain. As in Java, a step
+    is taken while the run's size so far is within the threshold (the step's own group must
+    be too), and both directions check adjacency against the *former* node — so only
+    backward steps (and the ring's wrap) ever join."""
+    if len(candidates) <= 1:
+        return set(), []
+    files = sorted(candidates, key=lambda f: nodes[position[f]].value)
+    added = [False] * len(files)
+    groups: list[ResizeGroup] = []
+    n = len(files)
+    for i in range(n):
+        if added[i] or sizes[files[i]] > merge_size:
+            continue
+        bounds = [i, i]
+        total = sizes[files[i]]
+        for k in (0, 1):
+            forward = k == 1
+            while True:
+                at = bounds[k]
+                nxt = (at + 1) % n if forward else (at - 1) % n
+                former = nodes[position[files[at]] - 1]
+                neighbour = nodes[position[files[nxt]]] == former
+                if (slots == 0 or added[nxt] or not neighbour or total > merge_size
+                        or sizes[files[nxt]] > merge_size):
+                    break
+                total += sizes[files[nxt]]
+                bounds[k] = nxt
+                slots -= 1
+                if bounds[k] == i:
+                    break
+        start, end = bounds
+        if start == i and end == i:
+            continue
+        run = []
+        while True:
+            added[start] = True
+            run.append(files[start])
+            if start == end:
+                break
+            start = (start + 1) % n
+        last = nodes[position[run[-1]]]
+        children = tuple(Node(nodes[position[f]].value, nodes[position[f]].file_id_prefix,
+                              DELETE) for f in run[:-1])
+        groups.append(ResizeGroup(tuple(run),
+                                  (*children, Node(last.value, new_prefix(), REPLACE)), 1))
+    return {f for f, a in zip(files, added, strict=True) if a}, groups
+
+
+def apply_children(ring: HashingMetadata, children: Sequence[Node],
+                   instant: str) -> HashingMetadata:
+    """The ring after a resize committed at ``instant``: ``REPLACE`` children take (or add)
+    their value's node, ``DELETE`` children remove theirs; every node ``NORMAL``, ``seqNo``
+    + 1, ``numBuckets`` unchanged (§9.4)."""
+    by_value = {n.value: n for n in ring.nodes}
+    for child in children:
+        if child.tag == DELETE:
+            by_value.pop(child.value, None)
+        else:
+            by_value[child.value] = Node(child.value, child.file_id_prefix, NORMAL)
+    return HashingMetadata(ring.partition_path, instant, ring.num_buckets, ring.seq_no + 1,
+                           tuple(by_value.values()), ring.version)

@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from engine import Table
 from engine.errors import CorruptTableError
 from engine.index.consistent_hashing import (
+    DELETE,
     INIT_INSTANT,
+    NORMAL,
+    REPLACE,
     HashingMetadata,
     Node,
+    ResizeGroup,
+    apply_children,
     hash_record_keys,
     initial_nodes,
     load_metadata,
     metadata_folder,
+    plan_resize,
+    split_point,
     xxh32,
     xxh32_array,
 )
@@ -192,3 +201,68 @@ def test_engine_is_recorded_and_fixed_and_mor_only(tmp_path: Path) -> None:
                  options={"hoodie.index.type": "BUCKET"}).upsert(pa.table({"id": ["a"]}))
     with pytest.raises(InvalidOptionError, match=r"hoodie\.index\.bucket\.engine"):
         Table.open(str(tmp_path / "s"), {"hoodie.index.bucket.engine": "CONSISTENT_HASHING"})
+
+
+# -- resize planning ---------------------------------------------------------------------------
+
+MB = 1024 * 1024
+
+
+def _prefixes() -> Callable[[], str]:
+    names = iter(f"new-{i}" for i in range(100))
+    return lambda: next(names)
+
+
+def _plan(ring: HashingMetadata, sizes: dict[str, int], **bounds: int) -> list[ResizeGroup]:
+    return plan_resize(ring, sizes, max_file_size=100 * MB, split_threshold=2.0,
+                       merge_threshold=0.2, new_prefix=_prefixes(),
+                       min_buckets=bounds.get("min_buckets", 4),
+                       max_buckets=bounds.get("max_buckets", 8))
+
+
+def test_resize_splits_the_first_node_as_the_doc_example() -> None:
+    """§9.5: node 1 of the §9.2 ring splits at 268435455; the committed ring has 5 nodes,
+    seqNo 1, numBuckets still 4; the other groups are re-sorted in place."""
+    ring = HashingMetadata.initial("2024/01/01", 4)
+    ids = [n.file_id for n in ring.nodes]
+    groups = _plan(ring, {ids[0]: 250 * MB, ids[1]: 50 * MB, ids[2]: 50 * MB, ids[3]: 50 * MB})
+    split = groups[0]
+    assert split.file_ids == (ids[0],) and split.outputs == 2
+    assert split.children == (Node(268435455, "new-0", REPLACE), Node(536870912, "new-1",
+                                                                      REPLACE))
+    assert [g.children[0].value for g in groups[1:]] == [n.value for n in ring.nodes[1:]]
+    assert all(g.outputs == 1 and g.children[0].tag == REPLACE for g in groups[1:])
+    after = apply_children(ring, split.children, "20260101000000000")
+    assert [n.value for n in after.nodes] == [268435455, 536870912, 1073741824, 1610612736,
+                                              2147483647]
+    assert (after.seq_no, after.num_buckets, after.instant) == (1, 4, "20260101000000000")
+    assert all(n.tag == NORMAL for n in after.nodes)
+    # no split beyond max_buckets, nor of a range too small to halve
+    assert all(g.outputs == 1 for g in _plan(ring, {ids[0]: 250 * MB}, max_buckets=4))
+    assert split_point(5, 6) is None and split_point(2147483647, 0) is None
+
+
+def test_resize_merges_small_neighbours_within_the_slots() -> None:
+    """Java's merge rule: runs grow backwards over the former node (wrapping), within the
+    merge slots (current - min buckets); the run's last node is replaced, the others
+    deleted, and every hash still lands on a node of the new ring."""
+    ring = HashingMetadata.initial("p", 4)
+    ids = [n.file_id for n in ring.nodes]
+    small = {f: 1 * MB for f in ids}
+    groups = _plan(ring, small, min_buckets=2)  # 2 slots: three groups become one
+    merges = [g for g in groups if len(g.file_ids) > 1]
+    assert len(merges) == 1
+    merge = merges[0]
+    assert merge.file_ids == (ids[2], ids[3], ids[0])  # backwards from the first, wrapping
+    assert [c.tag for c in merge.children] == [DELETE, DELETE, REPLACE]
+    assert merge.children[-1].value == ring.nodes[0].value
+    after = apply_children(ring, [c for g in groups for c in g.children], "20260101000000000")
+    assert [n.value for n in after.nodes] == [ring.nodes[0].value, ring.nodes[1].value]
+    hashes = np.array([0, 5, ring.nodes[0].value, ring.nodes[0].value + 1, 2147483647])
+    assert [after.nodes[i].value for i in after.node_indices(hashes)] == [
+        536870912, 536870912, 536870912, 1073741824, 536870912]
+    # nothing merges at the minimum, and a large neighbour stops a run
+    assert all(len(g.file_ids) == 1 for g in _plan(ring, small, min_buckets=4))
+    big_last = {**small, ids[3]: 50 * MB}
+    runs = [g.file_ids for g in _plan(ring, big_last, min_buckets=1) if len(g.file_ids) > 1]
+    assert runs == [(ids[0], ids[1])]  # from node 1 backwards; node 4 is too large
