@@ -141,6 +141,16 @@ def _parse_positive_int(key: str, raw: str) -> int:
     return value
 
 
+def _parse_positive_float(key: str, raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a number, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise InvalidOptionError(key, f"must be a positive number, got {raw!r}")
+    return value
+
+
 def _parse_minutes(key: str, raw: str) -> float:
     try:
         value = float(str(raw).strip())
@@ -416,6 +426,22 @@ WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
     ConfigKey("hoodie.clustering.plan.strategy.single.group.clustering.enabled", _parse_bool,
               True, "Cluster a partition even when it yields a single one-slice group.",
               attr="clustering_single_group"),
+    ConfigKey("hoodie.bucket.index.max.num.buckets", _parse_positive_int, None,
+              "CONSISTENT_HASHING: most buckets a partition may grow to by splits (unset: "
+              "hoodie.bucket.index.num.buckets, i.e. no split, as in Hudi).",
+              attr="bucket_max_num_buckets"),
+    ConfigKey("hoodie.bucket.index.min.num.buckets", _parse_positive_int, None,
+              "CONSISTENT_HASHING: fewest buckets a partition may shrink to by merges (unset: "
+              "hoodie.bucket.index.num.buckets, i.e. no merge, as in Hudi).",
+              attr="bucket_min_num_buckets"),
+    ConfigKey("hoodie.bucket.index.split.threshold", _parse_positive_float, 2.0,
+              "CONSISTENT_HASHING: a bucket whose file slice exceeds this times "
+              "hoodie.parquet.max.file.size splits in two at the next resize.",
+              attr="bucket_split_threshold"),
+    ConfigKey("hoodie.bucket.index.merge.threshold", _parse_positive_float, 0.2,
+              "CONSISTENT_HASHING: adjacent buckets whose file slices are together below this "
+              "times hoodie.parquet.max.file.size merge at the next resize.",
+              attr="bucket_merge_threshold"),
     ConfigKey("hoodie.layout.optimize.strategy", _parse_layout_strategy, "linear",
               "How clustering orders the sort columns: linear, z-order or hilbert.",
               attr="layout_optimize_strategy"),
@@ -489,6 +515,10 @@ class WriteConfig:
     clustering_partition_regex: str = ""
     clustering_single_group: bool = True
     layout_optimize_strategy: str = "linear"
+    bucket_max_num_buckets: int | None = None
+    bucket_min_num_buckets: int | None = None
+    bucket_split_threshold: float = 2.0
+    bucket_merge_threshold: float = 0.2
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property

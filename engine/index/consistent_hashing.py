@@ -503,3 +503,18 @@ def apply_children(ring: HashingMetadata, children: Sequence[Node],
             by_value[child.value] = Node(child.value, child.file_id_prefix, NORMAL)
     return HashingMetadata(ring.partition_path, instant, ring.num_buckets, ring.seq_no + 1,
                            tuple(by_value.values()), ring.version)
+
+
+def nodes_json(nodes: Sequence[Node]) -> str:
+    """``ConsistentHashingNode.toJsonString``: the nodes as a compact JSON array."""
+    return json.dumps([{"value": n.value, "fileIdPrefix": n.file_id_prefix, "tag": n.tag}
+                       for n in nodes], separators=(",", ":"))
+
+
+def nodes_from_json(text: str) -> tuple[Node, ...]:
+    """The nodes of a resize plan group's ``clustering.group.child.node``."""
+    try:
+        return tuple(Node(int(n["value"]), str(n["fileIdPrefix"]), str(n.get("tag") or NORMAL))
+                     for n in json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptTableError(f"clustering.group.child.node: {exc}") from exc

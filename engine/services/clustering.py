@@ -38,16 +38,31 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.config import IndexType, TableConfig, WriteConfig
 from engine.errors import CorruptTableError, InstantStateError, InvalidOptionError
 from engine.format.base_file import write_base_file
 from engine.format.naming import BaseFileName, new_file_id
+from engine.index.consistent_hashing import (
+    COMMIT_SUFFIX,
+    DELETE,
+    HashingMetadata,
+    Node,
+    apply_children,
+    hash_record_keys,
+    load_metadata,
+    metadata_folder,
+    nodes_from_json,
+    nodes_json,
+    plan_resize,
+)
 from engine.layout.file_group import (
     FileSlice,
     build_file_slices,
@@ -87,6 +102,11 @@ if TYPE_CHECKING:
 CLUSTER = "CLUSTER"
 EXECUTION_STRATEGY = ("org.apache.hudi.client.clustering.run.strategy."
                       "SparkSortAndSizeExecutionStrategy")
+RESIZE_STRATEGY = ("org.apache.hudi.client.clustering.run.strategy."
+                   "SparkConsistentBucketClusteringExecutionStrategy")
+PARTITION_KEY = "clustering.group.partition"
+CHILD_NODES_KEY = "clustering.group.child.node"
+SEQUENCE_NO_KEY = "clustering.group.sequence.no"
 SORT_COLUMNS_PARAM = "hoodie.clustering.plan.strategy.sort.columns"
 OPTIMISTIC_ROUNDS = 2
 """Carry-over rounds run outside the lock before the last one runs under it."""
@@ -136,6 +156,8 @@ class PlannedGroup:
     partition_path: str
     slices: tuple[FileSlice, ...]
     num_output_groups: int
+    extra: Mapping[str, str] = field(default_factory=dict)
+    """The group's ``extraMetadata`` (a consistent-hashing resize: its child nodes)."""
 
 
 def _slice_size(slc: FileSlice, write_config: WriteConfig) -> int:
@@ -223,14 +245,16 @@ def plan_record(storage: Storage, groups: Sequence[PlannedGroup],
                 "bootstrapFilePath": "", "version": 1} for s in group.slices],
             "metrics": _metrics(group.slices),
             "numOutputFileGroups": group.num_output_groups,
-            "extraMetadata": {}, "version": 1})
+            "extraMetadata": dict(group.extra), "version": 1})
     params = ({SORT_COLUMNS_PARAM: ",".join(write_config.clustering_sort_columns)}
               if write_config.clustering_sort_columns else {})
+    resize = any(CHILD_NODES_KEY in g.extra for g in groups)
     return {
         "operationType": CLUSTER,
         "clusteringPlan": {
             "inputGroups": input_groups,
-            "strategy": {"strategyClassName": EXECUTION_STRATEGY, "strategyParams": params,
+            "strategy": {"strategyClassName": RESIZE_STRATEGY if resize else EXECUTION_STRATEGY,
+                         "strategyParams": params,
                          "version": 1},
             "extraMetadata": {}, "version": 1, "preserveHoodieMetadata": True,
             "missingSchedulePartitions": []},
@@ -241,9 +265,12 @@ def schedule_clustering(client: WriteClient) -> str | None:
     """Write a clustering plan if any file group qualifies; returns its instant time.
 
     BUCKET-index tables are never clustered: a key's file group is its bucket, which a
-    rewrite into new file ids would break; nor are tables without meta fields
-    (``hoodie.populate.meta.fields=false``), whose rows carry no key or commit time to
-    preserve. Driver only; takes the table lock."""
+    rewrite into new file ids would break — except with consistent hashing, whose
+    clustering resizes the ring (:func:`schedule_resize`); nor are tables without meta
+    fields (``hoodie.populate.meta.fields=false``), whose rows carry no key or commit time
+    to preserve. Driver only; takes the table lock."""
+    if client.config.consistent_hashing:
+        return schedule_resize(client)
     if client.write_config.index_type is IndexType.BUCKET or not client.config.populate_meta_fields:
         return None
     with client.lock:
@@ -253,6 +280,61 @@ def schedule_clustering(client: WriteClient) -> str | None:
         if not groups:
             return None
         record = plan_record(client.storage, groups, client.write_config)
+        content = write_avro_ocf("HoodieRequestedReplaceMetadata", record)
+        instant_time = new_instant_time(timeline.latest_instant_time())
+        client.lock.verify()
+        timeline.create_requested(Action.CLUSTERING, instant_time, content)
+    return instant_time
+
+
+def schedule_resize(client: WriteClient) -> str | None:
+    """Plan a consistent-hashing resize (§9.3): per partition, split large buckets and merge
+    small adjacent ones within ``hoodie.bucket.index.{max,min}.num.buckets``; returns the
+    clustering instant, or None when no partition needs one.
+
+    As Java: nothing is planned while a deltacommit is pending, and a partition with a file
+    group under a pending service is skipped. Unlike Java, a partition is rewritten only when
+    a bucket splits or merges in it (Java re-sorts every other bucket of the partition too);
+    with sort columns set the other buckets are re-sorted as in Java.
+    """
+    wc = client.write_config
+    max_buckets = wc.bucket_max_num_buckets or wc.num_buckets
+    min_buckets = wc.bucket_min_num_buckets or wc.num_buckets
+    with client.lock:
+        timeline = Timeline.load(client.storage, client.config)
+        if timeline.pending((Action.DELTA_COMMIT,)):
+            return None
+        visible = visible_instants(timeline)
+        slices = build_file_slices(list_table_files(client.storage), timeline, visible)
+        excluded = _excluded_groups(timeline)
+        busy = {partition for partition, _ in excluded}
+        by_partition: dict[str, dict[str, FileSlice]] = {}
+        for slc in slices:
+            by_partition.setdefault(slc.partition_path, {})[slc.file_id] = slc
+        groups: list[PlannedGroup] = []
+        for partition in sorted(by_partition):
+            if partition in busy:
+                continue
+            ring = load_metadata(client.storage, timeline, partition)
+            if ring is None:
+                continue
+            members = by_partition[partition]
+            planned = plan_resize(
+                ring, {f: s.total_size() for f, s in members.items()},
+                max_file_size=wc.max_file_size, split_threshold=wc.bucket_split_threshold,
+                merge_threshold=wc.bucket_merge_threshold, min_buckets=min_buckets,
+                max_buckets=max_buckets, new_prefix=lambda: str(uuid.uuid4()))
+            resized = [g for g in planned if g.outputs == 2 or len(g.file_ids) > 1]
+            if not resized:
+                continue
+            for g in planned if wc.clustering_sort_columns else resized:
+                groups.append(PlannedGroup(
+                    partition, tuple(members[f] for f in g.file_ids), g.outputs,
+                    {PARTITION_KEY: partition, CHILD_NODES_KEY: nodes_json(g.children),
+                     SEQUENCE_NO_KEY: str(ring.seq_no)}))
+        if not groups:
+            return None
+        record = plan_record(client.storage, groups, wc)
         content = write_avro_ocf("HoodieRequestedReplaceMetadata", record)
         instant_time = new_instant_time(timeline.latest_instant_time())
         client.lock.verify()
@@ -297,6 +379,30 @@ def _plan_members(record: Mapping[str, object]) -> list[tuple[list[FileGroupId],
     return members
 
 
+def _plan_children(record: Mapping[str, object]) -> list[tuple[Node, ...] | None]:
+    """Each clustering group's child ring nodes (a consistent-hashing resize), else None."""
+    plan = record["clusteringPlan"]
+    assert isinstance(plan, dict)
+    out: list[tuple[Node, ...] | None] = []
+    for group in plan.get("inputGroups") or []:
+        extra = group.get("extraMetadata") or {}
+        raw = extra.get(CHILD_NODES_KEY)
+        out.append(None if raw is None else nodes_from_json(str(raw)))
+    return out
+
+
+def _plan_sequence(record: Mapping[str, object]) -> dict[str, int]:
+    """Partition → the ring's seqNo a resize plan was made from."""
+    plan = record["clusteringPlan"]
+    assert isinstance(plan, dict)
+    out = {}
+    for group in plan.get("inputGroups") or []:
+        extra = group.get("extraMetadata") or {}
+        if CHILD_NODES_KEY in extra:
+            out[str(extra.get(PARTITION_KEY) or "")] = int(extra.get(SEQUENCE_NO_KEY) or 0)
+    return out
+
+
 # -- execution ------------------------------------------------------------------------------
 
 
@@ -324,6 +430,9 @@ class ClusteringTask:
     attempt: int = 0
     sync: bool = False
     output_file_ids: tuple[str, ...] = field(default=())
+    ring: tuple[Node, ...] = field(default=())
+    """A consistent-hashing resize: the partition's ring with this group's children
+    applied; rows go to the child their key hashes to (``output_file_ids``)."""
 
 
 def _output_schema(schema_json: str) -> pa.Schema:
@@ -361,16 +470,20 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
     if rows.num_rows == 0:
         return []
     write_partition_metadata(storage, task.partition_path, task.instant_time)
-    outputs = max(1, min(task.num_output_groups, rows.num_rows))
-    file_ids = list(task.output_file_ids) or [new_file_id() for _ in range(outputs)]
-    bounds = [round(i * rows.num_rows / outputs) for i in range(outputs + 1)]
+    if task.ring:
+        chunks = _route_to_children(rows, task)
+    else:
+        outputs = max(1, min(task.num_output_groups, rows.num_rows))
+        file_ids = list(task.output_file_ids) or [new_file_id() for _ in range(outputs)]
+        bounds = [round(i * rows.num_rows / outputs) for i in range(outputs + 1)]
+        chunks = [(file_ids[i], rows.slice(bounds[i], bounds[i + 1] - bounds[i]))
+                  for i in range(outputs)]
     token = f"{task.task_partition}-0-{task.attempt}"
     dictionary_columns = [f.name for f in schema if f.name not in (COMMIT_SEQNO, RECORD_KEY)
                           and (pa.types.is_string(f.type) or f.name in LOW_CARDINALITY_META)]
     stats = []
-    for i in range(outputs):
-        chunk = rows.slice(bounds[i], bounds[i + 1] - bounds[i])
-        name = BaseFileName(file_ids[i], token, task.instant_time).name
+    for file_id, chunk in chunks:
+        name = BaseFileName(file_id, token, task.instant_time).name
         rel = f"{task.partition_path}/{name}" if task.partition_path else name
         chunk = chunk.set_column(chunk.schema.get_field_index(FILE_NAME), FILE_NAME,
                                  pa.array([name] * chunk.num_rows, pa.string()))
@@ -378,10 +491,26 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
                                  compression=task.compression,
                                  dictionary_columns=dictionary_columns, fsync=task.sync)
         stats.append(WriteStat(
-            file_id=file_ids[i], path=rel, partition_path=task.partition_path,
+            file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
             total_write_bytes=result.file_size, file_size_in_bytes=result.file_size))
     return stats
+
+
+def _route_to_children(rows: pa.Table, task: ClusteringTask) -> list[tuple[str, pa.Table]]:
+    """A resize group's rows by the child node their key hashes to (sorted order kept)."""
+    ring = HashingMetadata(task.partition_path, task.instant_time, 1, 0, task.ring)
+    targets = [ring.nodes[i].file_id for i in ring.node_indices(
+        hash_record_keys(rows.column(RECORD_KEY)))]
+    outputs = set(task.output_file_ids)
+    strays = sorted(set(targets) - outputs)
+    if strays:
+        raise CorruptTableError(f"resize {task.instant_time}: rows of partition "
+                                f"{task.partition_path!r} hash outside the group's children "
+                                f"(to {strays[0]}); the plan does not match the ring")
+    column = pa.array(targets, pa.string())
+    return [(file_id, rows.filter(pc.equal(column, file_id)))
+            for file_id in task.output_file_ids if file_id in set(targets)]
 
 
 class _Attempt:
@@ -392,6 +521,8 @@ class _Attempt:
         self.client = client
         self.instant = instant
         self.members = _plan_members(record)
+        self.children = _plan_children(record)
+        self.sequence = _plan_sequence(record)
         self.runner = runner
         self.stats: dict[int, list[WriteStat]] = {}
         self.seen: frozenset[str] = frozenset()
@@ -414,10 +545,19 @@ class _Attempt:
             raise CorruptTableError("the table has no schema (no commit records one); "
                                     "nothing to cluster")
         tasks = []
+        rings: dict[str, HashingMetadata] = {}
         for index in which:
             ids, outputs = self.members[index]
             slices = tuple(live[g] for g in ids if g in live)
             partition = ids[0][0] if ids else ""
+            children = self.children[index]
+            ring: tuple[Node, ...] = ()
+            output_ids: tuple[str, ...] = ()
+            if children is not None:
+                if partition not in rings:
+                    rings[partition] = self._committed_ring(timeline, partition)
+                ring = apply_children(rings[partition], children, "0").nodes
+                output_ids = tuple(c.file_id for c in children if c.tag != DELETE)
             tasks.append(ClusteringTask(
                 base_path=client.storage.base_path, config=client.config,
                 instant_time=self.instant.requested_time, partition_path=partition,
@@ -426,8 +566,37 @@ class _Attempt:
                 strategy=normalize_strategy(client.write_config.layout_optimize_strategy),
                 num_output_groups=outputs, compression=client.write_config.compression,
                 write_bloom_filter=client.write_config.write_bloom_filter,
-                task_partition=index, attempt=self.rounds))
+                task_partition=index, attempt=self.rounds, ring=ring,
+                output_file_ids=output_ids))
         return tasks
+
+    def _committed_ring(self, timeline: Timeline, partition: str) -> HashingMetadata:
+        """The partition's committed ring, which must still be the one the plan was made
+        from (its seqNo): a resize applies its children to exactly that ring."""
+        ring = load_metadata(self.client.storage, timeline, partition)
+        planned = self.sequence.get(partition)
+        if ring is None or ring.seq_no != planned:
+            found = "none" if ring is None else f"seqNo {ring.seq_no}"
+            raise ClusteringError(
+                f"resize {self.instant.requested_time}: the hashing metadata of partition "
+                f"{partition!r} is {found}, the plan was made from seqNo {planned}")
+        return ring
+
+    def write_rings(self, timeline: Timeline) -> list[str]:
+        """Write each resized partition's new ring as ``T.hashing_meta`` (before the
+        replacecommit completes; its ``.commit`` marker after). Returns their folders."""
+        by_partition: dict[str, list[Node]] = {}
+        for (ids, _), children in zip(self.members, self.children, strict=True):
+            if children is not None and ids:
+                by_partition.setdefault(ids[0][0], []).extend(children)
+        folders = []
+        for partition, nodes in sorted(by_partition.items()):
+            ring = apply_children(self._committed_ring(timeline, partition), nodes,
+                                  self.instant.requested_time)
+            folder = metadata_folder(partition)
+            self.client.storage.write_replace(f"{folder}/{ring.file_name}", ring.to_json())
+            folders.append(folder)
+        return folders
 
     def execute(self, timeline: Timeline, which: Sequence[int]) -> None:
         """(Re)write the outputs of the given groups from ``timeline``."""
@@ -500,10 +669,15 @@ def _commit(attempt: _Attempt) -> Instant:
                 touched = []
             if not touched:
                 attempt.delete_unreferenced()
+                rings = attempt.write_rings(now)
                 client.storage.sync()
                 content = attempt.metadata(now)
                 client.lock.verify()
-                return now.complete(inflight, content)
+                done = now.complete(inflight, content)
+                for folder in rings:  # lost on a crash: loading commits it (completed T)
+                    client.storage.write_replace(
+                        f"{folder}/{inflight.requested_time}{COMMIT_SUFFIX}", b"")
+                return done
         attempt.execute(now, touched)
     raise AssertionError("unreachable")
 

@@ -266,3 +266,144 @@ def test_resize_merges_small_neighbours_within_the_slots() -> None:
     big_last = {**small, ids[3]: 50 * MB}
     runs = [g.file_ids for g in _plan(ring, big_last, min_buckets=1) if len(g.file_ids) > 1]
     assert runs == [(ids[0], ids[1])]  # from node 1 backwards; node 4 is too large
+
+
+# -- resizing through clustering ---------------------------------------------------------------
+
+
+def _ch_rows(ids: list[int], ts: int, part: str = "p0") -> pa.Table:
+    return pa.table({"id": [f"key-{i:06d}" for i in ids], "ts": [ts] * len(ids),
+                     "p": [part] * len(ids), "pad": [f"{i:x}" * 12 for i in ids]})
+
+
+def _check_reads(path: str, oracle: dict[str, int]) -> list[dict[str, object]]:
+    from tests.conftest import hudi_rs_read
+
+    ours = Table.open(path).read().to_pylist()
+    assert {r["id"]: r["ts"] for r in ours} == oracle and len(ours) == len(oracle)
+    theirs = hudi_rs_read(path).to_pylist()
+    assert {r["id"]: r["ts"] for r in theirs} == oracle and len(theirs) == len(oracle)
+    return ours
+
+
+def test_resize_splits_large_buckets_and_writes_follow_the_new_ring(tmp_path: Path) -> None:
+    """A partition outgrows its buckets: a clustering splits every bucket above the split
+    threshold (within max buckets), writes the new ring as T.hashing_meta with its marker and
+    replaces the parents; reads (ours, hudi-rs) equal the oracle before and after, and later
+    writes land in the children the new ring names."""
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.parquet.max.file.size": "20000",
+               "hoodie.bucket.index.max.num.buckets": "8",
+               "hoodie.compact.inline": "false", "hoodie.clean.automatic": "false"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    oracle: dict[str, int] = {}
+    for batch in range(3):
+        ids = list(range(batch * 2000, (batch + 1) * 2000))
+        Table.open(path, options).upsert(_ch_rows(ids, batch))
+        oracle.update({f"key-{i:06d}": batch for i in ids})
+    Table.open(path, options).compact()
+    _check_reads(path, oracle)
+    before = load_metadata(Table.open(path).storage,
+                           Timeline.load(Table.open(path).storage, Table.open(path).config), "p0")
+    assert before is not None and len(before.nodes) == 4
+
+    run = Table.open(path, options).cluster()
+    assert run.scheduled and run.completed == (run.scheduled,)
+    table = Table.open(path, options)
+    storage = table.storage
+    after = load_metadata(storage, Timeline.load(storage, table.config), "p0")
+    assert after is not None and after.instant == run.scheduled
+    assert len(after.nodes) == 8 and after.seq_no == 1 and after.num_buckets == 4
+    assert storage.exists(f"{metadata_folder('p0')}/{run.scheduled}.commit")
+    ours = _check_reads(path, oracle)
+    ring_ids = {n.file_id for n in after.nodes}
+    assert {r["_hoodie_file_name"].split("_")[0] for r in ours} <= ring_ids
+
+    # later writes (updates and new keys) follow the new ring
+    update = list(range(0, 6000, 7)) + list(range(6000, 6100))
+    Table.open(path, options).upsert(_ch_rows(update, 9))
+    oracle.update({f"key-{i:06d}": 9 for i in update})
+    ours = _check_reads(path, oracle)
+    for r in ours:
+        h = xxh32(r["id"].encode()) & 0x7FFFFFFF
+        node = next((n for n in after.nodes if n.value >= h), after.nodes[0])
+        assert r["_hoodie_file_name"].split("_")[0] == node.file_id
+
+
+def test_resize_merges_small_buckets(tmp_path: Path) -> None:
+    """Small buckets merge down to the minimum; reads stay equal to the oracle."""
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.bucket.index.min.num.buckets": "2"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    Table.open(path, options).upsert(_ch_rows(list(range(200)), 1))
+    oracle = {f"key-{i:06d}": 1 for i in range(200)}
+    run = Table.open(path, options).cluster()
+    assert run.completed
+    table = Table.open(path, options)
+    after = load_metadata(table.storage, Timeline.load(table.storage, table.config), "p0")
+    assert after is not None and len(after.nodes) == 2 and after.seq_no == 1
+    ours = _check_reads(path, oracle)
+    assert {r["_hoodie_file_name"].split("_")[0] for r in ours} <= {n.file_id
+                                                                     for n in after.nodes}
+    assert Table.open(path, options).cluster().scheduled is None  # at the minimum now
+
+
+def test_writes_while_a_resize_is_pending_are_carried_over(tmp_path: Path) -> None:
+    """Writers keep using the committed ring while a resize is planned (their updates and
+    deletes go to the parent groups); executing the resize carries them into the children,
+    and a crash-like restart (the plan re-executed from scratch) changes nothing."""
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.parquet.max.file.size": "20000",
+               "hoodie.bucket.index.max.num.buckets": "8"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    Table.open(path, options).upsert(_ch_rows(list(range(4000)), 1))
+    oracle = {f"key-{i:06d}": 1 for i in range(4000)}
+    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
+    assert planned is not None
+    Table.open(path, options).upsert(_ch_rows(list(range(0, 4000, 3)), 2))
+    oracle.update({f"key-{i:06d}": 2 for i in range(0, 4000, 3)})
+    gone = [f"key-{i:06d}" for i in range(1, 4000, 10)]
+    Table.open(path, options).delete(pa.table({"id": gone, "p": ["p0"] * len(gone)}))
+    for key in gone:
+        del oracle[key]
+    _check_reads(path, oracle)
+    run = Table.open(path, options).cluster(instant=planned)
+    assert run.completed == (planned,)
+    assert run.details["carried_over_groups"] == 0  # the writes completed before execution
+    _check_reads(path, oracle)
+    table = Table.open(path, options)
+    ring = load_metadata(table.storage, Timeline.load(table.storage, table.config), "p0")
+    assert ring is not None and ring.instant == planned and len(ring.nodes) > 4
+
+
+def test_a_write_committing_during_a_resize_is_carried_into_the_children(
+        tmp_path: Path) -> None:
+    """A writer commits updates to the parent groups while the resize's tasks run (its
+    runner lets it in first): the resize executes the touched groups again before it
+    commits, so no update is lost."""
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.parquet.max.file.size": "20000",
+               "hoodie.bucket.index.max.num.buckets": "8"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    Table.open(path, options).upsert(_ch_rows(list(range(4000)), 1))
+    oracle = {f"key-{i:06d}": 1 for i in range(4000)}
+    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
+    assert planned is not None
+    concurrent = list(range(0, 4000, 5))
+    calls = []
+
+    def runner(fn: Callable[..., object], tasks: list[object]) -> list[object]:
+        if not calls:  # the first round: another writer commits meanwhile
+            Table.open(path, options).upsert(_ch_rows(concurrent, 3))
+        calls.append(len(tasks))
+        return [fn(t) for t in tasks]
+
+    run = Table.open(path, options).cluster(instant=planned, runner=runner)
+    oracle.update({f"key-{i:06d}": 3 for i in concurrent})
+    assert run.completed == (planned,) and run.details["carried_over_groups"] > 0
+    assert len(calls) >= 2
+    _check_reads(path, oracle)
