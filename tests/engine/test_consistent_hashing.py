@@ -407,3 +407,73 @@ def test_a_write_committing_during_a_resize_is_carried_into_the_children(
     assert run.completed == (planned,) and run.details["carried_over_groups"] > 0
     assert len(calls) >= 2
     _check_reads(path, oracle)
+
+
+RESIZE_CHILD = """
+import importlib, os, signal, sys
+from engine import Table
+module_name, cls_name, attr, path, instant, after = sys.argv[1:7]
+module = importlib.import_module(module_name)
+owner = module if cls_name == "-" else getattr(module, cls_name)
+original = getattr(owner, attr)
+calls = [0]
+def crashing(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] > int(after):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+setattr(owner, attr, crashing)
+Table.open(path, {"hoodie.parquet.max.file.size": "20000",
+                  "hoodie.bucket.index.max.num.buckets": "8"}).cluster(instant=instant)
+print("not killed")
+"""
+
+
+@pytest.mark.parametrize(("point", "target", "after"), [
+    ("a resize task wrote its children", ("engine.services.clustering", "-",
+                                          "execute_clustering_task"), 1),
+    ("T.hashing_meta written, replacecommit not", ("engine.timeline.active", "Timeline",
+                                                   "complete"), 0),
+])
+def test_a_resize_killed_midway_leaves_the_old_ring_and_completes_on_retry(
+        tmp_path: Path, point: str, target: tuple[str, str, str], after: int) -> None:
+    """SIGKILL inside a resize: readers (ours, hudi-rs) and writers keep the committed ring
+    and see every row; once the dead attempt's heartbeat expired the plan is executed again
+    from the same plan and the new ring is committed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.parquet.max.file.size": "20000",
+               "hoodie.bucket.index.max.num.buckets": "8"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    Table.open(path, options).upsert(_ch_rows(list(range(4000)), 1))
+    oracle = {f"key-{i:06d}": 1 for i in range(4000)}
+    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
+    assert planned is not None
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", RESIZE_CHILD, *target, path, planned,
+                           str(after)], env=dict(os.environ, PYTHONPATH=str(root)),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, point + proc.stdout + proc.stderr
+    table = Table.open(path, options)
+    ring = load_metadata(table.storage, Timeline.load(table.storage, table.config), "p0")
+    assert ring is not None and ring.seq_no == 0, point  # the pending resize is not visible
+    _check_reads(path, oracle)
+    # the kill may have held the table lock: let the next writers take it over soon
+    options["hoodie.write.lock.filesystem.expire"] = "0.02"
+    Table.open(path, options).upsert(_ch_rows(list(range(0, 4000, 9)), 2))  # writers go on
+    oracle.update({f"key-{i:06d}": 2 for i in range(0, 4000, 9)})
+    time.sleep(0.3)
+    retry = {**options, "hoodie.client.heartbeat.interval_in_ms": "100",
+             "hoodie.client.heartbeat.tolerable.misses": "2"}
+    run = Table.open(path, retry).cluster(instant=planned)
+    assert run.completed == (planned,), point
+    table = Table.open(path, options)
+    ring = load_metadata(table.storage, Timeline.load(table.storage, table.config), "p0")
+    assert ring is not None and ring.instant == planned and len(ring.nodes) == 8
+    _check_reads(path, oracle)
