@@ -477,3 +477,63 @@ def test_a_resize_killed_midway_leaves_the_old_ring_and_completes_on_retry(
     ring = load_metadata(table.storage, Timeline.load(table.storage, table.config), "p0")
     assert ring is not None and ring.instant == planned and len(ring.nodes) == 8
     _check_reads(path, oracle)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_writes_and_resizes_equal_the_oracle_after_every_step(
+        tmp_path: Path, seed: int) -> None:
+    """Random upserts (new keys and updates), deletes, compactions and resizes (splits as
+    partitions grow, merges as deletes shrink them) on two partitions: after every step our
+    reader and hudi-rs equal a dict oracle, and every row sits in a group of its partition's
+    committed ring."""
+    rng = random.Random(seed)
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.parquet.max.file.size": "30000",
+               "hoodie.bucket.index.max.num.buckets": "16",
+               "hoodie.bucket.index.min.num.buckets": "2",
+               "hoodie.bucket.index.merge.threshold": "0.5"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    oracle: dict[str, int] = {}
+    where: dict[str, str] = {}
+    sizes: dict[str, set[int]] = {}
+    next_id = 0
+    for step in range(14):
+        action = rng.choice(["insert", "insert", "update", "delete", "resize", "compact"])
+        table = Table.open(path, options)
+        if action == "insert" or not oracle:
+            ids = list(range(next_id, next_id + rng.choice([300, 1500])))
+            next_id = ids[-1] + 1
+            part = rng.choice(["p0", "p1"])
+            table.upsert(_ch_rows(ids, step, part))
+            for i in ids:
+                oracle[f"key-{i:06d}"], where[f"key-{i:06d}"] = step, part
+        elif action == "update":
+            keys = rng.sample(sorted(oracle), min(400, len(oracle)))
+            for part in ("p0", "p1"):
+                ids = [int(k[4:]) for k in keys if where[k] == part]
+                if ids:
+                    table.upsert(_ch_rows(ids, step, part))
+            oracle.update({k: step for k in keys})
+        elif action == "delete":
+            keys = rng.sample(sorted(oracle), len(oracle) // 2)
+            table.delete(pa.table({"id": keys, "p": [where[k] for k in keys]}))
+            for k in keys:
+                del oracle[k]
+        elif action == "resize":
+            table.cluster()
+        else:
+            table.compact()
+        ours = _check_reads(path, oracle)
+        table = Table.open(path, options)
+        timeline = Timeline.load(table.storage, table.config)
+        for part in ("p0", "p1"):
+            ring = load_metadata(table.storage, timeline, part)
+            if ring is None:
+                continue
+            ids = {n.file_id for n in ring.nodes}
+            assert {r["_hoodie_file_name"].split("_")[0] for r in ours if r["p"] == part} \
+                <= ids, (step, action, part)
+            sizes.setdefault(part, set()).add(len(ring.nodes))
+    # the sequence resized: some partition's ring grew past 4 buckets or shrank below it
+    assert any(n != 4 for seen in sizes.values() for n in seen), sizes
