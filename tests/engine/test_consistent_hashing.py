@@ -350,10 +350,9 @@ def test_resize_merges_small_buckets(tmp_path: Path) -> None:
     assert Table.open(path, options).cluster().scheduled is None  # at the minimum now
 
 
-def test_writes_while_a_resize_is_pending_are_carried_over(tmp_path: Path) -> None:
-    """Writers keep using the committed ring while a resize is planned (their updates and
-    deletes go to the parent groups); executing the resize carries them into the children,
-    and a crash-like restart (the plan re-executed from scratch) changes nothing."""
+def _planned_resize(tmp_path: Path) -> tuple[str, dict[str, str], dict[str, int], str]:
+    """A partition of 4,000 keys in 4 buckets of ~40 kB and a resize planned to split them
+    (max file size 20 kB): (path, options, oracle, the resize's instant)."""
     path = str(tmp_path / "t")
     options = {**CH, "hoodie.parquet.max.file.size": "20000",
                "hoodie.bucket.index.max.num.buckets": "8"}
@@ -363,6 +362,13 @@ def test_writes_while_a_resize_is_pending_are_carried_over(tmp_path: Path) -> No
     oracle = {f"key-{i:06d}": 1 for i in range(4000)}
     planned = Table.open(path, options).cluster(schedule_only=True).scheduled
     assert planned is not None
+    return path, options, oracle, planned
+
+
+def test_writes_while_a_resize_is_pending_are_carried_over(tmp_path: Path) -> None:
+    """Writers keep using the committed ring while a resize is planned (their updates and
+    deletes go to the parent groups); executing the resize carries them into the children."""
+    path, options, oracle, planned = _planned_resize(tmp_path)
     Table.open(path, options).upsert(_ch_rows(list(range(0, 4000, 3)), 2))
     oracle.update({f"key-{i:06d}": 2 for i in range(0, 4000, 3)})
     gone = [f"key-{i:06d}" for i in range(1, 4000, 10)]
@@ -384,15 +390,7 @@ def test_a_write_committing_during_a_resize_is_carried_into_the_children(
     """A writer commits updates to the parent groups while the resize's tasks run (its
     runner lets it in first): the resize executes the touched groups again before it
     commits, so no update is lost."""
-    path = str(tmp_path / "t")
-    options = {**CH, "hoodie.parquet.max.file.size": "20000",
-               "hoodie.bucket.index.max.num.buckets": "8"}
-    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
-                 table_type="MERGE_ON_READ", options=options)
-    Table.open(path, options).upsert(_ch_rows(list(range(4000)), 1))
-    oracle = {f"key-{i:06d}": 1 for i in range(4000)}
-    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
-    assert planned is not None
+    path, options, oracle, planned = _planned_resize(tmp_path)
     concurrent = list(range(0, 4000, 5))
     calls = []
 
@@ -446,15 +444,7 @@ def test_a_resize_killed_midway_leaves_the_old_ring_and_completes_on_retry(
     import sys
     import time
 
-    path = str(tmp_path / "t")
-    options = {**CH, "hoodie.parquet.max.file.size": "20000",
-               "hoodie.bucket.index.max.num.buckets": "8"}
-    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
-                 table_type="MERGE_ON_READ", options=options)
-    Table.open(path, options).upsert(_ch_rows(list(range(4000)), 1))
-    oracle = {f"key-{i:06d}": 1 for i in range(4000)}
-    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
-    assert planned is not None
+    path, options, oracle, planned = _planned_resize(tmp_path)
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-c", RESIZE_CHILD, *target, path, planned,
                            str(after)], env=dict(os.environ, PYTHONPATH=str(root)),
