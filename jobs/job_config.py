@@ -142,7 +142,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("table", "delete_field", _str, "_hoodie_is_deleted",
             "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
     Setting("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "BUCKET",
-            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
+            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index). Tables with "
+            "the consistent-hashing bucket engine are written by the engine API only for now: "
+            "the job refuses them, naming `hoodie.index.bucket.engine`."),
     Setting("index", "num_buckets", _int, 4, "Buckets per partition (BUCKET)."),
     Setting("index", "update_partition_path", _bool, True,
             "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
