@@ -24,12 +24,54 @@ def test_compose_commands_are_valid_tidelake_commands() -> None:
     services = compose["services"]
     assert {"kafka", "producer", "job", "inspect"} <= set(services)
     parser = build_parser()
-    for name in ("producer", "job", "inspect"):
+    for name in ("producer", "job"):
         command = [str(c) for c in services[name]["command"]]
         if command[0] == "ingest":
             command[1] = str(DOCKER / "job.toml")
         parser.parse_args(command)  # exits (SystemExit) on an unknown flag
     assert services["kafka"]["image"].startswith("apache/kafka")
+    assert services["inspect"]["build"]["target"] == "inspect"
+
+
+def test_compose_file_runs_on_compose_v1_and_restarts_the_job() -> None:
+    """No top-level ``name:`` (docker-compose 1.29 refuses it); the job restarts on failure
+    under an init that passes signals on; the producer waits for the topic."""
+    import yaml
+
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    assert set(compose) == {"services", "volumes"}
+    job = compose["services"]["job"]
+    assert job["restart"] == "on-failure" and job["init"] is True
+    assert job["volumes"] == ["tables:/data"]
+    for name in ("producer", "job"):
+        assert compose["services"][name]["depends_on"] == {
+            "topics": {"condition": "service_completed_successfully"}}
+
+
+def test_test_override_replaces_every_image_that_cannot_be_pulled() -> None:
+    """tests/docker/compose.test.yaml: no service of the merged files keeps the Kafka image."""
+    import yaml
+
+    base = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    override = yaml.safe_load(
+        (ROOT / "tests" / "docker" / "compose.test.yaml").read_text())["services"]
+    for name, service in base.items():
+        image = override.get(name, {}).get("image", service.get("image"))
+        assert image.startswith("tidelake"), (name, image)
+    command = [re.sub(r"\$\{\w+:-(\w+)\}", r"\1", str(c))
+               for c in override["producer"]["command"]]
+    build_parser().parse_args(command)
+
+
+def test_dockerfile_runs_unprivileged_with_a_healthcheck() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    runtime = text.split("AS inspect")[0]
+    users = re.findall(r"^USER (\S+)$", runtime, flags=re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r"^HEALTHCHECK .*\n\s+CMD \[\"python3\", \"/opt/tidelake/healthcheck.py\"\]",
+                     runtime, flags=re.M)
+    last_stage = text.rsplit("\nFROM ", 1)[1]
+    assert last_stage.split()[0] == "runtime"  # the default target is the job image
 
 
 def test_dockerfile_copies_existing_paths_and_runs_tidelake() -> None:
