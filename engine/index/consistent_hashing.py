@@ -302,7 +302,8 @@ def load_metadata(storage: Storage, timeline: Timeline,
                   partition_path: str) -> HashingMetadata | None:
     """The partition's committed ring (``ConsistentBucketIndexUtils.loadMetadata``).
 
-    The newest metadata file with a ``.commit`` marker counts; a newer one without a marker
+    The newest metadata file with a ``.commit`` marker counts — as of ``timeline``: one whose
+    instant is pending there, or newer than the snapshot, is ignored; a newer one without a marker
     is committed now (its marker written) when its instant completed on the timeline — a
     resize whose marker was lost after its replacecommit — or it is the initial file;
     otherwise it belongs to a pending resize and is ignored. None: no metadata yet.
@@ -324,6 +325,14 @@ def load_metadata(storage: Storage, timeline: Timeline,
             metas[m.group(1)] = status.name
     if not metas:
         return None
+    # As of ``timeline``: a resize still pending there, or newer than anything on it, does not
+    # count even when its marker is there already (it committed after the snapshot was
+    # taken): the file groups a writer sees in that snapshot are the parents, not its
+    # children (a CREATE into a child would shadow the resize's base file).
+    pending = {i.requested_time for i in timeline.instants if not i.is_completed}
+    latest = timeline.latest_instant_time()
+    metas = {t: name for t, name in metas.items() if t == INIT_INSTANT or (
+        t not in pending and (t <= latest or timeline.find(t) is not None))}
     committed = [t for t in metas if t in markers]
     chosen = max(committed) if committed else None
     completed = {i.requested_time for i in timeline.completed_data_instants}

@@ -308,14 +308,20 @@ def test_resize_splits_large_buckets_and_writes_follow_the_new_ring(tmp_path: Pa
                            Timeline.load(Table.open(path).storage, Table.open(path).config), "p0")
     assert before is not None and len(before.nodes) == 4
 
-    run = Table.open(path, options).cluster()
-    assert run.scheduled and run.completed == (run.scheduled,)
+    planned = Table.open(path, options).cluster(schedule_only=True).scheduled
+    assert planned
     table = Table.open(path, options)
     storage = table.storage
+    snapshot = Timeline.load(storage, table.config)  # the resize pending in it
+    run = Table.open(path, options).cluster()
+    assert run.completed == (planned,)
     after = load_metadata(storage, Timeline.load(storage, table.config), "p0")
-    assert after is not None and after.instant == run.scheduled
+    assert after is not None and after.instant == run.completed[0]
+    # a writer that took its snapshot while the resize was pending keeps the parents' ring
+    # (the file groups it sees), although the resize has committed and marked its ring since
+    assert load_metadata(storage, snapshot, "p0") == before
     assert len(after.nodes) == 8 and after.seq_no == 1 and after.num_buckets == 4
-    assert storage.exists(f"{metadata_folder('p0')}/{run.scheduled}.commit")
+    assert storage.exists(f"{metadata_folder('p0')}/{planned}.commit")
     ours = _check_reads(path, oracle)
     ring_ids = {n.file_id for n in after.nodes}
     assert {r["_hoodie_file_name"].split("_")[0] for r in ours} <= ring_ids
