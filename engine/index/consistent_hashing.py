@@ -44,8 +44,11 @@ __all__ = [
     "METADATA_FOLDER",
     "HashingMetadata",
     "Node",
+    "committed_ring",
+    "ensure_initial_metadata",
     "hash_record_keys",
     "load_metadata",
+    "locate_nodes",
     "xxh32",
     "xxh32_array",
 ]
@@ -352,8 +355,10 @@ def load_or_create_metadata(storage: Storage, timeline: Timeline, partition_path
     written first (``ConsistentBucketIndexUtils.loadOrCreateMetadata``): every writer
     writes the same bytes, so no lock is needed, and the marker follows once it is there."""
     found = load_metadata(storage, timeline, partition_path)
-    if found is not None:
-        return found
+    return found if found is not None else _write_initial(storage, partition_path, num_buckets)
+
+
+def _write_initial(storage: Storage, partition_path: str, num_buckets: int) -> HashingMetadata:
     initial = HashingMetadata.initial(partition_path, num_buckets)
     folder = metadata_folder(partition_path)
     storage.makedirs(folder)
@@ -362,10 +367,13 @@ def load_or_create_metadata(storage: Storage, timeline: Timeline, partition_path
     return initial
 
 
-def route(records_keys: pa.Array | pa.ChunkedArray, partitions: pa.Array | pa.ChunkedArray,
-          ring_of: Callable[[str], HashingMetadata]) -> list[tuple[str, str, np.ndarray]]:
-    """Group rows by the file group their key's hash falls in, partition by partition:
-    ``(partition, file id, row indices)`` in partition then ring order."""
+def locate_nodes(records_keys: pa.Array | pa.ChunkedArray,
+                 partitions: pa.Array | pa.ChunkedArray,
+                 ring_of: Callable[[str], HashingMetadata]
+                 ) -> list[tuple[HashingMetadata, np.ndarray, np.ndarray]]:
+    """Where each row's key falls, partition by partition: ``(the partition's ring, row
+    indices, the index in ``ring.nodes`` of each of those rows' node)``. The one rule that
+    places a key (the engine's writes and the streaming job's prepare both use it)."""
     hashes = hash_record_keys(records_keys)
     parts = partitions.combine_chunks() if isinstance(partitions, pa.ChunkedArray) \
         else partitions
@@ -374,13 +382,55 @@ def route(records_keys: pa.Array | pa.ChunkedArray, partitions: pa.Array | pa.Ch
     out = []
     for code, partition in enumerate(encoded.dictionary.to_pylist()):
         rows = np.flatnonzero(codes == code)
-        if not len(rows):
-            continue
-        ring = ring_of(partition)
-        nodes = ring.node_indices(hashes[rows])
-        for node in np.unique(nodes).tolist():
-            out.append((partition, ring.nodes[node].file_id, rows[nodes == node]))
+        if len(rows):
+            ring = ring_of(partition)
+            out.append((ring, rows, ring.node_indices(hashes[rows])))
     return out
+
+
+def route(records_keys: pa.Array | pa.ChunkedArray, partitions: pa.Array | pa.ChunkedArray,
+          ring_of: Callable[[str], HashingMetadata]) -> list[tuple[str, str, np.ndarray]]:
+    """Group rows by the file group their key's hash falls in, partition by partition:
+    ``(partition, file id, row indices)`` in partition then ring order."""
+    out = []
+    for ring, rows, nodes in locate_nodes(records_keys, partitions, ring_of):
+        for node in np.unique(nodes).tolist():
+            out.append((ring.partition_path, ring.nodes[node].file_id, rows[nodes == node]))
+    return out
+
+
+_SEEN: dict[tuple[str, str], tuple[str, HashingMetadata]] = {}
+"""(base path, partition) → (metadata file name, its ring): :func:`committed_ring`'s cache."""
+
+
+def committed_ring(storage: Storage, partition_path: str, num_buckets: int) -> HashingMetadata:
+    """The partition's ring as committed on storage right now, read without a timeline and
+    never written: the newest metadata file with a ``.commit`` marker, else the initial file,
+    else the initial ring. For tasks that only need to agree with the ring a writer's
+    snapshot holds (the streaming job's prepare tasks: a write task checks that they did,
+    see ``ingest.spark_write.place_rows``); one listing per call, a file read when it
+    changed."""
+    names = {s.name for s in storage.list_dir(metadata_folder(partition_path))}
+    marked = [m.group(1) for m in map(_FILE.match, names)
+              if m is not None and m.group(2) == "hashing_meta"
+              and f"{m.group(1)}{COMMIT_SUFFIX}" in names]
+    if not marked and f"{INIT_INSTANT}{METADATA_SUFFIX}" not in names:
+        return HashingMetadata.initial(partition_path, num_buckets)
+    name = f"{max(marked) if marked else INIT_INSTANT}{METADATA_SUFFIX}"
+    key = (storage.base_path, partition_path)
+    seen = _SEEN.get(key)
+    if seen is None or seen[0] != name:
+        rel = f"{metadata_folder(partition_path)}/{name}"
+        seen = (name, HashingMetadata.from_json(storage.read(rel), rel))
+        _SEEN[key] = seen
+    return seen[1]
+
+
+def ensure_initial_metadata(storage: Storage, partition_path: str, num_buckets: int) -> None:
+    """Write a partition's initial ring and its marker unless the partition has metadata
+    (a write task's first write into a new partition; the bytes are the same from anyone)."""
+    if not any(_FILE.match(s.name) for s in storage.list_dir(metadata_folder(partition_path))):
+        _write_initial(storage, partition_path, num_buckets)
 
 
 # -- resizing (planned as a clustering; §9.3-9.4 of the table-services doc) ------------------
@@ -399,8 +449,9 @@ class ResizeGroup:
 
 def split_point(former: int, value: int) -> int | None:
     """The boundary that halves the range (former, value], wrapping for the ring's first
-    node; None when the range is too small to split."""
-    wrap = (HASH_VALUE_MASK + 1) if former > value else 0
+    node (and the whole ring for a ring of one node, its own former); None when the range is
+    too small to split (``ConsistentBucketIdentifier.splitBucket``)."""
+    wrap = 0 if former < value else (HASH_VALUE_MASK + 1)
     mid = ((former + value + wrap) >> 1) & HASH_VALUE_MASK
     return None if mid in (former, value) else mid
 
@@ -427,7 +478,7 @@ def plan_resize(ring: HashingMetadata, sizes: Mapping[str, int], *, max_file_siz
         if file_id not in position:
             continue  # not a node of the committed ring (written by nobody we know)
         i = position[file_id]
-        mid = split_point(nodes[i - 1].value, nodes[i].value) if len(nodes) > 1 else None
+        mid = split_point(nodes[i - 1].value, nodes[i].value)  # nodes[-1]: wraps
         if sizes[file_id] <= split_size or slots == 0 or mid is None:
             untouched.append(file_id)
             continue

@@ -240,6 +240,12 @@ def test_resize_splits_the_first_node_as_the_doc_example() -> None:
     # no split beyond max_buckets, nor of a range too small to halve
     assert all(g.outputs == 1 for g in _plan(ring, {ids[0]: 250 * MB}, max_buckets=4))
     assert split_point(5, 6) is None and split_point(2147483647, 0) is None
+    # a ring of one node is its own former: its range is the whole ring (Java wraps when
+    # former >= value), so it halves at 2^30 - 1
+    single = HashingMetadata.initial("p", 1)
+    assert split_point(2147483647, 2147483647) == 1073741823
+    (one,) = _plan(single, {single.nodes[0].file_id: 250 * MB})
+    assert one.outputs == 2 and [n.value for n in one.children] == [1073741823, 2147483647]
 
 
 def test_resize_merges_small_neighbours_within_the_slots() -> None:
