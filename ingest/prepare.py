@@ -43,8 +43,10 @@ import pyarrow.compute as pc
 from engine.config import MergeMode, TableConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
+from engine.index.consistent_hashing import committed_ring, locate_nodes
 from engine.layout.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
+from engine.storage import Storage
 from ingest.decode import (
     Decoder,
     DecoderError,
@@ -97,6 +99,8 @@ ORDERING = "_tl_ordering"
 ORDERING_NULL = "_tl_ordering_null"
 FILE_ID = "_tl_file_id"
 BUCKET = "_tl_bucket"
+RING = "_tl_ring"
+"""Consistent hashing: the instant of the ring prepare placed the row's key with."""
 ROWS = "_tl_rows"
 """Packed rows: an Arrow IPC stream of prepared rows of one file group (see :func:`pack_rows`)."""
 SPREAD = "_tl_spread"
@@ -125,7 +129,8 @@ class PrepareSpec:
     ``"none"`` (non-partitioned table: ``""``), ``"state"`` (the global-state index fills it
     in: left null here), ``"bucket"`` (bucket index on a partitioned table: left null; the
     write tasks deliver the tombstone to the key's bucket in every partition, see
-    :func:`ingest.spark_write.place_rows`) or ``"unknown"`` (the tombstone is an error).
+    :func:`ingest.spark_write.place_rows`) or ``"unknown"`` (the tombstone is an error; so
+    on a partitioned consistent-hashing table, whose rings are per partition).
     """
 
     decoder: Decoder
@@ -145,6 +150,11 @@ class PrepareSpec:
     pack: bool = False
     """Emit packed rows (:func:`pack_rows`): one row per file group and task, for the shuffle.
     Needs ``num_buckets``."""
+    ring_table: str | None = None
+    """Base path of a consistent-hashing table (with ``num_buckets``, its initial count):
+    :data:`BUCKET` is then the index of the key's node in its partition's committed ring
+    (read from the table), and :data:`RING` that ring's instant, which the write tasks check
+    against the ring of their instant's snapshot."""
 
     @property
     def ordering_type(self) -> pa.DataType | None:
@@ -320,6 +330,8 @@ def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
         fields += [pa.field(ORDERING, ordering), pa.field(ORDERING_NULL, pa.bool_())]
     if spec.num_buckets is not None:
         fields.append(pa.field(BUCKET, pa.int32()))
+        if spec.ring_table is not None:
+            fields.append(pa.field(RING, pa.string()))
     return fields
 
 
@@ -507,13 +519,19 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
             elif spec.tombstone_partition == "unknown":
                 op[row], reasons[row] = ERROR, (
                     "tombstone on a partitioned table: its partition is unknown to the BUCKET "
-                    "index (use the GLOBAL_STATE index)")
+                    "index (put the partition fields in a json or avro Kafka key, or use the "
+                    "GLOBAL_STATE index)")
             # "bucket" / "state": left null, for the write tasks / the state index.
         key_col = pa.array(key_list, pa.string())
         path_col = pa.array(path_list, pa.string())
 
-    buckets = (_buckets(key_col, op, spec.num_buckets)
-               if spec.num_buckets is not None else None)
+    rings = None
+    if spec.num_buckets is None:
+        buckets = None
+    elif spec.ring_table is None:
+        buckets = _buckets(key_col, op, spec.num_buckets)
+    else:
+        buckets, rings = _ring_nodes(key_col, path_col, op, spec.ring_table, spec.num_buckets)
     error = op == ERROR
     keep_raw = error | ((op == UPSERT) & (not spec.with_data))
     columns: dict[str, pa.Array] = {}
@@ -543,6 +561,8 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         columns[ORDERING_NULL] = is_null
     if buckets is not None:
         columns[BUCKET] = buckets
+    if rings is not None:
+        columns[RING] = rings
     return pa.table(columns, schema=prepared_schema(spec))
 
 
@@ -639,6 +659,29 @@ def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
     keyed = np.flatnonzero(op != ERROR)
     ids = bucket_ids(keys.take(pa.array(keyed, pa.int64())), num_buckets)
     return _scatter(pa.array(ids, pa.int32()), keyed, len(keys))
+
+
+def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, base_path: str,
+                num_buckets: int) -> tuple[pa.Array, pa.Array]:
+    """Consistent hashing: the index of every keyed row's node in its partition's committed
+    ring, and that ring's instant (nulls for errors)."""
+    n = len(keys)
+    nodes = np.zeros(n, np.int32)
+    which = np.full(n, -1, np.int32)  # index into `instants` of each row's ring
+    instants: list[str] = []
+    keyed = np.flatnonzero(op != ERROR)
+    if len(keyed):
+        storage = Storage(base_path)
+        where = pa.array(keyed, pa.int64())
+        for ring, rows, at in locate_nodes(
+                keys.take(where), paths.take(where),
+                lambda part: committed_ring(storage, part, num_buckets)):
+            nodes[keyed[rows]] = at
+            which[keyed[rows]] = len(instants)
+            instants.append(ring.instant)
+    missing = which < 0
+    return (pa.array(nodes, pa.int32(), mask=missing),
+            pa.array(instants, pa.string()).take(pa.array(which, pa.int32(), mask=missing)))
 
 
 def _zero(arrow_type: pa.DataType) -> pa.Scalar:

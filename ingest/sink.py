@@ -297,17 +297,23 @@ class HudiStreamingSink:
                 raise ValueError(f"delete_column: {delete_column!r} must be a boolean column")
         else:
             delete_column = None
+        rings = config.consistent_hashing
         if not config.partition_fields:
             tombstones = "none"
-        else:
-            tombstones = "state" if self.index == GLOBAL_STATE else "bucket"
+        elif self.index == GLOBAL_STATE:
+            tombstones = "state"
+        else:  # a ring per partition: a tombstone must name its partition
+            tombstones = "unknown" if rings else "bucket"
         self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 key_decoder=key_decoder(key_format, key_schema, config,
                                                         self.data_schema),
                                 with_data=self.index == BUCKET,
-                                num_buckets=config.num_buckets if self.index == BUCKET else None,
-                                pack=self.index == BUCKET)
+                                num_buckets=(config.num_buckets
+                                             or self.table.write_config.num_buckets)
+                                if self.index == BUCKET else None,
+                                pack=self.index == BUCKET,
+                                ring_table=self.table.storage.base_path if rings else None)
         self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
                                              partitioned=error_table_partitioned,
                                              options=options)
@@ -346,7 +352,7 @@ class HudiStreamingSink:
                                    table_type=table_type, record_key=record_key,
                                    precombine=precombine, partition_by=partition_by,
                                    options=opts, schema=schema)
-            _check_streamable(defined)
+            self._check_index(defined)
             return defined
         config = table.config
         for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
@@ -362,8 +368,15 @@ class HudiStreamingSink:
                              "index (hoodie.index.type=BUCKET); use index=GLOBAL_STATE")
         if options:
             table = Table.open(path, options)
-        _check_streamable(table)
+        self._check_index(table)
         return table
+
+    def _check_index(self, table: Table) -> None:
+        if self.index == GLOBAL_STATE and table.config.consistent_hashing:
+            raise InvalidOptionError(
+                "hoodie.index.bucket.engine",
+                f"the table at {table.path} uses CONSISTENT_HASHING, whose rings place every "
+                "key; the GLOBAL_STATE index cannot write it (use index BUCKET)")
 
     @staticmethod
     def _check_reserved(decoded: pa.Schema) -> None:
@@ -525,6 +538,11 @@ class HudiStreamingSink:
                                  by_bucket=self.spec.tombstone_partition == "bucket",
                                  attach=None if self.spec.with_data else self.spec,
                                  errors=staging)
+            if written.stale_rings:
+                raise WriteConflictError(
+                    f"batch {batch_id}: the bucket ring of partition "
+                    f"{written.stale_rings[0]!r} changed while the batch was prepared (a "
+                    "resize committed); nothing was committed")
             if not written.records:
                 plan.abort()
                 if uncreated:
@@ -701,17 +719,6 @@ def key_decoder(key_format: str, key_schema: Any, config: Any,
 
 def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b, strict=True))
-
-
-def _check_streamable(table: Table) -> None:
-    """The streaming job places keys with the simple bucket engine (or its own state);
-    consistent-hashing tables are written by the engine API only, for now."""
-    if table.config.consistent_hashing:
-        raise InvalidOptionError(
-            "hoodie.index.bucket.engine",
-            f"the table at {table.path} uses CONSISTENT_HASHING, which the streaming job does "
-            "not write yet (the engine API does: Table.upsert); use a table with the SIMPLE "
-            "bucket engine")
 
 
 def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,

@@ -41,6 +41,11 @@ from engine.config import TableConfig
 from engine.errors import InvalidOptionError
 from engine.format.delete_block import ordering_kind
 from engine.index.bucket import bucket_from_file_id, bucket_ids
+from engine.index.consistent_hashing import (
+    HashingMetadata,
+    ensure_initial_metadata,
+    load_metadata,
+)
 from engine.layout.file_group import (
     FileSlice,
     build_file_slices,
@@ -74,6 +79,7 @@ from ingest.prepare import (
     ORDERING,
     ORDERING_NULL,
     REASON,
+    RING,
     ROWS,
     SPREAD,
     TOPIC,
@@ -101,6 +107,7 @@ __all__ = [
     "WriteOutcome",
     "WriteResult",
     "check_spark_conf",
+    "place_on_rings",
     "place_rows",
     "start_instant",
     "write_rows",
@@ -119,9 +126,13 @@ class TableLayout:
     """(partition, bucket) → file id, for live groups whose id names a bucket."""
     log_files: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     """(partition, file id) → names of its latest slice's log files (for write stats)."""
+    rings: Mapping[str, HashingMetadata] | None = None
+    """Consistent hashing: partition → its committed ring as of the instant's snapshot (a
+    partition without one gets its initial ring); None for other tables."""
 
     @classmethod
-    def of(cls, slices: Sequence[FileSlice], *, bucketed: bool) -> TableLayout:
+    def of(cls, slices: Sequence[FileSlice], *, bucketed: bool,
+           rings: Mapping[str, HashingMetadata] | None = None) -> TableLayout:
         """Layout of the latest slices; ``bucketed``: the table uses the bucket layout."""
         groups: dict[tuple[str, str], tuple[str | None, str]] = {}
         buckets: dict[tuple[str, int], str] = {}
@@ -137,7 +148,7 @@ class TableLayout:
                                        s.file_id)
                 except ValueError:
                     continue
-        return cls(groups, buckets, logs)
+        return cls(groups, buckets, logs, rings)
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,12 @@ def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     slices = build_file_slices(list_table_files(table.storage), timeline,
                                visible_instants(timeline))
     bucketed = table.config.num_buckets is not None
-    layout = TableLayout.of(slices, bucketed=bucketed)
+    rings = None
+    if table.config.consistent_hashing:  # as of the snapshot the slices come from
+        found = {p: load_metadata(table.storage, timeline, p)
+                 for p in sorted({s.partition_path for s in slices})}
+        rings = {p: ring for p, ring in found.items() if ring is not None}
+    layout = TableLayout.of(slices, bucketed=bucketed, rings=rings)
     return InstantPlan(table, client, timeline, instant, layout,
                        write_context(table, instant, data_schema), data_schema)
 
@@ -277,6 +293,47 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
     placed = pa.array(ids, pa.string()).take(labels.indices)
     return rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(fids, placed))
+
+
+def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
+                   rings: Mapping[str, HashingMetadata]) -> tuple[pa.Table, tuple[str, ...]]:
+    """Consistent hashing: fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes from the
+    node prepare found (:data:`~ingest.prepare.BUCKET`) in the ring of the instant's snapshot
+    (``rings``; a partition without one gets its initial ring, written now).
+
+    Prepare read the rings itself (:data:`~ingest.prepare.RING` names the one it used), and
+    the rows of one file group reach one task only if it used the snapshot's ring: rows of a
+    partition whose ring differs (a resize committed in between) are left out, and their
+    partitions returned — the instant must then be written again (the driver raises a
+    :class:`~engine.errors.WriteConflictError`, and the sink replans). Executor side.
+    """
+    ops = rows.column(OP).combine_chunks()
+    rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
+    if not rows.num_rows:
+        return rows, ()
+    parts = rows.column(PARTITION_PATH).combine_chunks()
+    nodes = rows.column(BUCKET).combine_chunks().cast(pa.int32())
+    used = rows.column(RING).combine_chunks()
+    labels = pc.binary_join_element_wise(parts, used, nodes.cast(pa.string()), "/")
+    encoded = labels.dictionary_encode()
+    storage = Storage(base_path)
+    ids: list[str | None] = []
+    stale: set[str] = set()
+    for part, instant, node in (label.rsplit("/", 2) for label in
+                                encoded.dictionary.to_pylist()):
+        ring = rings.get(part)
+        if ring is None:
+            ensure_initial_metadata(storage, part, num_buckets)
+            ring = HashingMetadata.initial(part, num_buckets)
+        if instant != ring.instant:
+            stale.add(part)
+            ids.append(None)
+        else:
+            ids.append(ring.nodes[int(node)].file_id)
+    placed = pa.array(ids, pa.string()).take(encoded.indices)
+    rows = rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
+                           pc.coalesce(rows.column(FILE_ID).combine_chunks(), placed))
+    return rows.filter(pc.is_valid(rows.column(FILE_ID))), tuple(sorted(stale))
 
 
 def _spread_tombstones(rows: pa.Table, num_buckets: int,
@@ -366,6 +423,9 @@ class TaskResult:
     first_error: FirstError | None
     reasons: tuple[tuple[str, int], ...] = ()
     """Error rows by kind of reason (:func:`reason_histogram`), most common first."""
+    stale_rings: tuple[str, ...] = ()
+    """Partitions whose rows prepare placed with another ring than the snapshot's
+    (:func:`place_on_rings`): not written."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +441,9 @@ class WriteResult:
     first_error: FirstError | None = None
     reasons: Mapping[str, int] = field(default_factory=dict)
     """Error rows by kind of reason (:func:`reason_histogram`), over all tasks."""
+    stale_rings: tuple[str, ...] = ()
+    """Partitions some task could not write (:func:`place_on_rings`): the instant must not
+    commit."""
 
     @property
     def most_common_reason(self) -> tuple[str, int] | None:
@@ -422,8 +485,9 @@ class WriteResult:
             if r.first_error is not None:
                 errors.append(r.first_error)
         first = min(errors, key=lambda e: (e.topic, e.partition, e.offset), default=None)
+        stale = tuple(sorted({p for r in results for p in r.stale_rings}))
         return cls(tuple(stats), tuple(tasks), sources,
-                   tuple(r.staged for r in results if r.staged), first, reasons)
+                   tuple(r.staged for r in results if r.staged), first, reasons, stale)
 
 
 def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -598,8 +662,13 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
         staged = (spec.errors.stage(rows, token)
                   if spec.errors is not None and first_error is not None else None)
         layout = layout_of()
-        placed = place_rows(rows, table_name=spec.table_name, num_buckets=spec.num_buckets,
-                            live=layout.buckets)
+        stale: tuple[str, ...] = ()
+        if layout.rings is not None:
+            placed, stale = place_on_rings(rows, base_path=spec.context.base_path,
+                                           num_buckets=spec.num_buckets, rings=layout.rings)
+        else:
+            placed = place_rows(rows, table_name=spec.table_name,
+                                num_buckets=spec.num_buckets, live=layout.buckets)
         stats: list[WriteStat] = []
         groups: list[str] = []
         for (partition, file_id), group in _groups(placed):
@@ -610,7 +679,7 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
         result = TaskResult(tuple(stats), tuple(groups),
                             (*token, ctx.taskAttemptId(), os.getpid(), socket.gethostname()),
                             sources, staged, first_error,
-                            reason_histogram(rows) if first_error is not None else ())
+                            reason_histogram(rows) if first_error is not None else (), stale)
         yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
                                          schema=RESULT_SCHEMA)
     return run

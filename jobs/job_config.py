@@ -142,10 +142,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("table", "delete_field", _str, "_hoodie_is_deleted",
             "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
     Setting("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "BUCKET",
-            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index). Tables with "
-            "the consistent-hashing bucket engine are written by the engine API only for now: "
-            "the job refuses them, naming `hoodie.index.bucket.engine`."),
-    Setting("index", "num_buckets", _int, 4, "Buckets per partition (BUCKET)."),
+            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
+    Setting("index", "bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"), None,
+            "BUCKET: SIMPLE (a fixed bucket count) or CONSISTENT_HASHING (buckets split and "
+            "merge as partitions grow and shrink; MERGE_ON_READ only; resizes run with "
+            "[services] clustering). Fixed when the table is created (default SIMPLE; "
+            "hoodie.index.bucket.engine)."),
+    Setting("index", "num_buckets", _int, 4,
+            "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
     Setting("index", "update_partition_path", _bool, True,
             "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
     Setting("index", "state_shards", _int, 32,
@@ -185,7 +189,8 @@ SETTINGS: tuple[Setting, ...] = (
             "hoodie.archive.automatic)."),
     Setting("services", "clustering", _bool, None,
             "Schedule and run clustering in the job (default false; "
-            "hoodie.clustering.async.enabled; not for BUCKET tables)."),
+            "hoodie.clustering.async.enabled; not for SIMPLE bucket tables; on "
+            "CONSISTENT_HASHING tables a clustering resizes the buckets)."),
     Setting("services", "clustering_commits", _int, None,
             "Commits after which a clustering is scheduled (default 4; "
             "hoodie.clustering.async.max.commits)."),
@@ -211,8 +216,9 @@ SERVICE_OPTIONS = {
     "services.clustering": "hoodie.clustering.async.enabled",
     "services.clustering_commits": "hoodie.clustering.async.max.commits",
     "services.parallelism": "tidelake.services.parallelism",
+    "index.bucket_engine": "hoodie.index.bucket.engine",
 }
-"""``[services]`` settings and the table option each one sets."""
+"""``[services]`` settings (and ``index.bucket_engine``) and the table option each sets."""
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
 REQUIRED = ("source.bootstrap_servers", "source.topics", "table.path", "table.record_key",

@@ -898,22 +898,6 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
 
 
 
-def test_sink_refuses_a_consistent_hashing_table_naming_the_option(tmp_path: Path) -> None:
-    """The streaming job does not place keys on a hash ring yet: new or existing table."""
-    from engine.errors import InvalidOptionError
-
-    ch = {"hoodie.index.bucket.engine": "CONSISTENT_HASHING"}
-    with pytest.raises(InvalidOptionError, match=r"hoodie\.index\.bucket\.engine"):
-        HudiStreamingSink(str(tmp_path / "new"), decoder=decoder(), record_key="id",
-                          precombine="ts", options=ch)
-    Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
-                 table_type="MERGE_ON_READ", options={"hoodie.index.type": "BUCKET", **ch})
-    for index in ("BUCKET", "GLOBAL_STATE"):
-        with pytest.raises(InvalidOptionError, match="CONSISTENT_HASHING"):
-            HudiStreamingSink(str(tmp_path / "t"), decoder=decoder(), index=index)
-    assert not (tmp_path / "new").exists()
-
-
 def test_sink_refuses_key_field_without_java_text_at_setup(tmp_path: Path) -> None:
     from engine.errors import InvalidRecordError
 

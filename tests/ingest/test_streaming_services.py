@@ -318,6 +318,23 @@ def test_global_state_job_sigkilled_inside_clustering_restarts_to_oracle(
             if e.action == "replacecommit" and e.state == "completed"]
 
 
+@pytest.mark.slow
+def test_consistent_hashing_job_sigkilled_inside_a_resize_restarts_to_oracle(
+        kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+    """``index.bucket_engine = CONSISTENT_HASHING`` with ``[services] clustering``: the job
+    resizes its rings beside its micro-batches. SIGKILL while a resize's tasks run, before its
+    commit, and at a random moment; the restarted job finishes the resize from its plan and
+    the table equals the oracle."""
+    settings = {"index.bucket_engine": "CONSISTENT_HASHING", "index.num_buckets": 1,
+                "services.clustering": True, "services.clustering_commits": 2,
+                "table.options.hoodie.parquet.max.file.size": "8000",
+                "table.options.hoodie.bucket.index.max.num.buckets": "8"}
+    stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, settings,
+                                  ["clustering_task", "clustering_commit", "random"], seed=44)
+    assert {"clustering_task", "clustering_commit"} <= stopped
+    assert _replacecommits(str(tmp_path / "trips"))
+
+
 def _replacecommits(path: str) -> list[str]:
     return [e.instant_time for e in Table.open(path).timeline(include_archived=True)
             if e.action == "replacecommit" and e.state == "completed"]
