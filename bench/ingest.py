@@ -83,7 +83,9 @@ if sys.path[0] != str(REPO_ROOT):
 
 TARGET_BUCKET = 50_000.0  # records/s, MOR + bucket index, 2 cores (the issue's target)
 FULL_RECORDS = 1_000_000
-INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE"}
+INDEXES = {"bucket": "BUCKET", "global": "GLOBAL_STATE", "consistent": "CONSISTENT_HASHING"}
+"""--index names → the index a run uses (consistent: BUCKET with the consistent-hashing
+engine, as many initial buckets as the simple run and no resize: the placement's cost)."""
 SCHEMA_DDL = ", ".join(
     ["key STRING, ts BIGINT, partition STRING"]
     + [f"{c} BIGINT" for c in INT_COLUMNS] + [f"{c} DOUBLE" for c in FLOAT_COLUMNS]
@@ -539,7 +541,9 @@ def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offs
         "table.precombine": "ts",
         "table.partition_by": "partition",
         "table.options.hoodie.logfile.data.block.format": log_format,
-        "index.type": index,
+        "index.type": "BUCKET" if index == "CONSISTENT_HASHING" else index,
+        **({"index.bucket_engine": "CONSISTENT_HASHING"} if index == "CONSISTENT_HASHING"
+           else {}),
         "index.num_buckets": buckets,
         "index.state_shards": state_shards,
         "trigger.available_now": available_now,
@@ -1264,6 +1268,13 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
             out.append(f"{r.name}: failed, {r.error}")
         out.extend(f"{r.name}: check failed: {p}" for p in r.problems)
         out.append(f"{r.name}: load average before: {r.load_before}")
+    simple = next((r for r in runs if r.index == "BUCKET" and r.rate and not r.error), None)
+    ring = next((r for r in runs if r.index == "CONSISTENT_HASHING" and r.rate and not r.error),
+                None)
+    if simple is not None and ring is not None and simple.rate and ring.rate:
+        out.append(f"consistent hashing vs the simple bucket index in this run: "
+                   f"{ring.rate / simple.rate:.2f}x ({fmt_rate(ring.rate)} vs "
+                   f"{fmt_rate(simple.rate)} records/s; goal: within 10%)")
     if lat is not None:
         if lat.error:
             out.append(f"latency: failed, {lat.error}")
@@ -1362,8 +1373,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     "records/s per index, then produce→visible latency.")
     p.add_argument("--records", type=int, default=None,
                    help="records to pre-produce (default 1,000,000; --quick 50,000)")
-    p.add_argument("--index", default="bucket,global",
-                   help="comma-separated: bucket, global (GLOBAL_STATE); empty: skip")
+    p.add_argument("--index", default="bucket,global,consistent",
+                   help="comma-separated: bucket, global (GLOBAL_STATE), consistent (BUCKET "
+                        "with consistent hashing); empty: skip")
     p.add_argument("--state-shards", type=int, default=32,
                    help="index.state_shards of the global run (default 32, the job's)")
     p.add_argument("--max-offsets", default="200000",
