@@ -311,9 +311,9 @@ def load_metadata(storage: Storage, timeline: Timeline,
     resize whose marker was lost after its replacecommit — or it is the initial file;
     otherwise it belongs to a pending resize and is ignored. None: no metadata yet.
 
-    Not done here: Java's "recommit" of a metadata file whose instant is neither pending nor
-    completed but whose nodes name latest base files (an archived resize whose marker was
-    lost); such a file is ignored.
+    A resize whose marker was lost and whose replacecommit has been archived since is found
+    in the timeline history and committed too (Java "recommits" such a file when its nodes
+    name latest base files; the history is the direct evidence).
     """
     folder = metadata_folder(partition_path)
     metas: dict[str, str] = {}
@@ -340,13 +340,22 @@ def load_metadata(storage: Storage, timeline: Timeline,
     chosen = max(committed) if committed else None
     completed = {i.requested_time for i in timeline.completed_data_instants}
     for instant in sorted(t for t in metas if chosen is None or t > chosen):
-        if instant == INIT_INSTANT or instant in completed:
+        if instant == INIT_INSTANT or instant in completed or _archived_resize(timeline, instant):
             storage.write_replace(f"{folder}/{instant}{COMMIT_SUFFIX}", b"")
             chosen = instant
     if chosen is None:
         return None
     rel = f"{folder}/{metas[chosen]}"
     return HashingMetadata.from_json(storage.read(rel), rel)
+
+
+def _archived_resize(timeline: Timeline, instant: str) -> bool:
+    """True if ``instant`` is a replacecommit the timeline history holds (archived, so
+    completed). Only asked for metadata files the active timeline does not know."""
+    if instant in timeline.active_times:
+        return False
+    row = timeline.archived().get(instant)
+    return row is not None and row.action == "replacecommit"
 
 
 def load_or_create_metadata(storage: Storage, timeline: Timeline, partition_path: str,

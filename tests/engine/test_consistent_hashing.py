@@ -343,6 +343,34 @@ def test_resize_splits_large_buckets_and_writes_follow_the_new_ring(tmp_path: Pa
         assert r["_hoodie_file_name"].split("_")[0] == node.file_id
 
 
+def test_archived_resize_whose_marker_was_lost_still_counts(tmp_path: Path) -> None:
+    """A resize crashed between its replacecommit and its ``.commit`` marker, and nobody
+    loaded that partition's ring until the replacecommit was archived: the history says it
+    completed, so its ring counts (and its marker is written), not the parents' ring, whose
+    file groups are replaced."""
+    path = str(tmp_path / "t")
+    options = {**CH, "hoodie.bucket.index.min.num.buckets": "2",
+               "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
+               "hoodie.cleaner.commits.retained": "1", "hoodie.compact.inline": "false"}
+    Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
+                 table_type="MERGE_ON_READ", options=options)
+    Table.open(path, options).upsert(_ch_rows(list(range(200)), 1))
+    resize = Table.open(path, options).cluster().completed[0]
+    table = Table.open(path, options)
+    marker = f"{metadata_folder('p0')}/{resize}.commit"
+    table.storage.delete(marker)
+    for ts in range(2, 8):  # other partitions' writes, then archival of the resize
+        Table.open(path, options).upsert(_ch_rows([1000 + ts], ts, part="p1"))
+        Table.open(path, options).compact()
+        Table.open(path, options).clean()
+    Table.open(path, options).archive()
+    timeline = Timeline.load(table.storage, table.config)
+    assert resize not in timeline.active_times and timeline.archived().get(resize) is not None
+    ring = load_metadata(table.storage, timeline, "p0")
+    assert ring is not None and ring.instant == resize and len(ring.nodes) == 2
+    assert table.storage.exists(marker)
+
+
 def test_resize_merges_small_buckets(tmp_path: Path) -> None:
     """Small buckets merge down to the minimum; reads stay equal to the oracle."""
     path = str(tmp_path / "t")
