@@ -997,7 +997,7 @@ def stage_rates(bootstrap: str, topic: str, folder: Path, records: int, top: int
         out.read_rate = out.records / read_seconds
         out.read_profile = _top(profile, top)
         config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
-                            max_offsets=records, buckets=4, log_format="avro",
+                            max_offsets=records, buckets=4, log_format="parquet",
                             available_now=True, interval="1 second", shuffle=2)
         sink = build_sink(config, build_decoder(config))
         # The source's rows reach prepare as Spark hands them to mapInArrow (no headers).
@@ -1398,8 +1398,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="spark.sql.shuffle.partitions: write tasks per batch (4, the job's "
                         "default)")
     p.add_argument("--buckets", type=int, default=4, help="buckets per partition (4)")
-    p.add_argument("--log-format", choices=("avro", "parquet"), default="avro",
-                   help="MOR log data block format (avro, the default of tables)")
+    p.add_argument("--log-format", choices=("avro", "parquet"), default="parquet",
+                   help="MOR log data block format (parquet, the default of tables)")
     p.add_argument("--no-stages", action="store_true",
                    help="skip the single-core Kafka read / decode rates")
     p.add_argument("--worker-profile", action="store_true",

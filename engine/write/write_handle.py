@@ -60,7 +60,7 @@ class WriteContext:
     ordering_field: str | None
     ordering_avro_type: str | None
     """Ordering kind of the ordering field in delete blocks (``delete_block.ordering_kind``)."""
-    log_block_format: LogBlockFormat = LogBlockFormat.AVRO
+    log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     compression: str = "snappy"
     write_bloom_filter: bool = True
 
