@@ -98,7 +98,7 @@ class DegradationRun:
     error: str | None = None
 
 
-READS = 3
+READS = 7
 """Timed snapshot reads per measurement; the fastest counts (one read swings by 30% on a
 2-core machine: a first read after writing, a collection, another process)."""
 

@@ -191,7 +191,8 @@ def decode_parquet_data_block(block: LogBlock, arrow_schema: pa.Schema | None = 
     """Read a Parquet data block; with ``arrow_schema``, conform the result to it."""
     if block.block_type is not BlockType.PARQUET_DATA:
         raise ValueError(f"not a Parquet data block: {block.block_type.name}")
-    table = pq.read_table(pa.BufferReader(block.content))
+    with pq.ParquetFile(pa.BufferReader(block.content)) as file:  # not read_table: ~2x faster
+        table = file.read()
     table = table.replace_schema_metadata(None)
     return table if arrow_schema is None else conform_table(table, arrow_schema)
 

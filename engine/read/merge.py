@@ -75,6 +75,11 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
     if not active:
         return _conform(base, schema) if base is not None else schema.empty_table()
     event_time = mode is MergeMode.EVENT_TIME_ORDERING and ordering_field is not None
+    if base is not None and base.num_rows and len(active) == 1 \
+            and isinstance(active[0], DataLayer):
+        merged = _merge_one_layer(base, active[0].table, ordering_field, schema, event_time)
+        if merged is not None:
+            return merged
 
     # One row per version: key, ordering, sequence, delete/natural flags, where to find it.
     keys: list[pa.Array] = []
@@ -161,6 +166,46 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
     if not pieces:
         return schema.empty_table()
     return pa.concat_tables(pieces)
+
+
+def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None,
+                     schema: pa.Schema, event_time: bool) -> pa.Table | None:
+    """The common slice of a streaming table — a base file and one data block whose keys
+    are distinct — merged without sorting versions: a log row replaces the base row of its
+    key unless the base row's ordering value is greater (event time; a tie goes to the log
+    row), other log rows are inserts. The result holds the same rows as the general rule's
+    (base rows first, in base order). None when the shortcut does not apply (repeated keys,
+    null or NaN ordering values), for the general rule to decide."""
+    log_keys = _combine(layer.column(KEY))
+    if pc.count_distinct(log_keys).as_py() != len(log_keys) or log_keys.null_count:
+        return None
+    base_keys = _combine(base.column(KEY))
+    where = pc.index_in(base_keys, value_set=log_keys)  # each base row's log row, or null
+    hit = pc.is_valid(where)
+    base_hit = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    log_row = where.filter(hit).to_numpy(zero_copy_only=False).astype(np.int64)
+    log_wins = np.ones(len(base_hit), bool)
+    if event_time and len(base_hit):
+        ordering_type = _ordering_type(base, [DataLayer(layer)], ordering_field, schema)
+        if ordering_field not in base.column_names or ordering_field not in layer.column_names:
+            return None
+        base_o, log_o = (_combine(t.column(ordering_field)).take(pa.array(rows))
+                         for t, rows in ((base, base_hit), (layer, log_row)))
+        if ordering_type is not None:
+            base_o, log_o = base_o.cast(ordering_type), log_o.cast(ordering_type)
+        for values in (base_o, log_o):
+            if values.null_count or (pa.types.is_floating(values.type)
+                                     and pc.any(pc.is_nan(values)).as_py()):
+                return None
+        log_wins = pc.greater_equal(log_o, base_o).to_numpy(zero_copy_only=False)
+    keep_base = np.ones(base.num_rows, bool)
+    keep_base[base_hit[log_wins]] = False
+    log_keep = np.ones(layer.num_rows, bool)
+    log_keep[log_row[~log_wins]] = False
+    pieces = [_conform(base.filter(pa.array(keep_base)), schema)]
+    if log_keep.any():
+        pieces.append(_conform(layer.filter(pa.array(log_keep)), schema))
+    return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
 
 def _pick_winners(versions: pa.Table) -> pa.Table:
