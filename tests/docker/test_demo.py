@@ -209,6 +209,7 @@ def test_compose_demo_ingests_survives_sigkill_and_tears_down(engine: DockerEngi
     ensure_base_images()
     demo = Demo(engine)
     try:
+        demo.compose("config", "-q", timeout=60, tools=True)  # the files as compose reads them
         demo.compose("build", "job", "inspect", timeout=1800, tools=True)
         demo.compose("up", "-d", timeout=300)
 
