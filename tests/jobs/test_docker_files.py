@@ -76,7 +76,7 @@ def test_dockerfile_runs_unprivileged_with_a_healthcheck() -> None:
 
 def test_dockerfile_copies_existing_paths_and_runs_tidelake() -> None:
     text = (DOCKER / "Dockerfile").read_text()
-    for source in re.findall(r"^COPY (\S+(?: \S+)*?) \S+$", text, flags=re.M):
+    for source in re.findall(r"^COPY (?!--from=)(\S+(?: \S+)*?) \S+$", text, flags=re.M):
         for item in source.split():
             assert (ROOT / item).exists(), item
     assert 'ENTRYPOINT ["tidelake"]' in text
@@ -159,6 +159,18 @@ def test_dockerignore_keeps_venv_and_git_out_but_copied_paths_in() -> None:
     for path in (".venv", ".git", "engine/__pycache__", "demo-output"):
         assert ignored(path), path
     text = (DOCKER / "Dockerfile").read_text()
-    for source in re.findall(r"^COPY (\S+(?: \S+)*?) \S+$", text, flags=re.M):
+    for source in re.findall(r"^COPY (?!--from=)(\S+(?: \S+)*?) \S+$", text, flags=re.M):
         for item in source.split():
             assert not ignored(item), item
+
+
+def test_dockerfile_dependency_layer_does_not_depend_on_the_whole_pyproject() -> None:
+    """The runtime dependencies are installed from a list made in a stage of its own, before
+    pyproject.toml and README.md are copied: an edit of either (a test tool, a doc line) does
+    not reinstall Spark and pyarrow."""
+    text = (DOCKER / "Dockerfile").read_text()
+    runtime = text.split("AS runtime", 1)[1].split("AS inspect", 1)[0]
+    install = runtime.index("pip install --no-cache-dir -r /tmp/runtime-requirements.txt")
+    assert "COPY --from=requirements /tmp/runtime-requirements.txt" in runtime[:install]
+    assert "COPY pyproject.toml" not in runtime[:install]
+    assert "COPY pyproject.toml README.md ./" in runtime[install:]
