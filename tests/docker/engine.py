@@ -159,3 +159,16 @@ def ensure_base_images() -> list[str]:
         run(["bash", str(ROOT / "scripts" / "docker-standins.sh")], timeout=900)
         built.append(image)
     return built
+
+
+IMAGE_LABEL = "org.opencontainers.image.title=tidelake"
+"""The label docker/Dockerfile puts on its stages' images."""
+
+
+def prune_replaced_images() -> str:
+    """Remove the dangling images of docker/Dockerfile's stages (the ones a rebuild replaced),
+    and no other image: on a machine that keeps its engine, each change of the code would
+    otherwise leave about 150 MB behind. Returns the engine's summary line."""
+    done = run(["docker", "image", "prune", "-f", "--filter", f"label={IMAGE_LABEL}"],
+               timeout=300, check=False)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()
