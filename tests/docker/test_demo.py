@@ -8,7 +8,9 @@ job's main process inside its container once, while a commit is in flight, and c
 container comes back by itself (restart policy) and that nothing is lost or duplicated; checks
 the healthcheck, runs ``inspect``, and ``down -v`` leaves no container, network or volume.
 
-Select it alone with ``pytest -m docker``. It needs a Docker engine: one that answers, or root
+The compose CLI is driven directly: testcontainers' compose support runs ``docker compose``
+(v2) only, and Debian 12 packages Compose v1 (``docker-compose``); the harness uses whichever
+answers (tests/docker/engine.py). Select it alone with ``pytest -m docker``. It needs a Docker engine: one that answers, or root
 on Debian (the harness installs and starts one, and stops it afterwards; tests/docker/engine.py).
 """
 
