@@ -10,8 +10,9 @@ the healthcheck, runs ``inspect``, and ``down -v`` leaves no container, network 
 
 The compose CLI is driven directly: testcontainers' compose support runs ``docker compose``
 (v2) only, and Debian 12 packages Compose v1 (``docker-compose``); the harness uses whichever
-answers (tests/docker/engine.py). Select it alone with ``pytest -m docker``. It needs a Docker engine: one that answers, or root
-on Debian (the harness installs and starts one, and stops it afterwards; tests/docker/engine.py).
+answers. Select the test alone with ``pytest -m docker``. It needs a Docker engine: one that
+answers, or root on Debian (the harness installs and starts one, and stops it afterwards;
+tests/docker/engine.py).
 """
 
 from __future__ import annotations
