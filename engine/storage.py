@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -182,13 +182,18 @@ class Storage:
         except FileNotFoundError:
             return []
 
-    def walk_files(self, rel: str = "") -> Iterator[tuple[str, list[FileStatus]]]:
-        """Yield (folder relative to base, files) for every folder below ``rel``."""
+    def walk_files(self, rel: str = "", *,
+                   skip: Collection[str] = ()) -> Iterator[tuple[str, list[FileStatus]]]:
+        """Yield (folder relative to base, files) for every folder below ``rel``, except the
+        folders named in ``skip`` (relative to base) and everything below them."""
         root = self.full(rel)
         for folder, dirs, files in os.walk(root):
-            dirs.sort()
             rel_folder = os.path.relpath(folder, self.base_path)
             rel_folder = "" if rel_folder == "." else rel_folder.replace(os.sep, "/")
+            if skip:
+                dirs[:] = [d for d in dirs
+                           if (f"{rel_folder}/{d}" if rel_folder else d) not in skip]
+            dirs.sort()
             stats = []
             for name in files:
                 try:

@@ -153,13 +153,17 @@ def read_base_file(
     columns: Sequence[str] | None = None,
     filters: pc.Expression | list[Any] | None = None,
     dictionary_columns: Sequence[str] | None = None,
+    use_threads: bool = True,
 ) -> pa.Table:
     """Read a base file (all columns or ``columns``), optionally filtered.
 
     ``filters`` is a pyarrow expression or a DNF list as :func:`pyarrow.parquet.read_table`
     takes it. No partition columns are inferred from the file's folder names.
     ``dictionary_columns`` come back as ``dictionary<string>`` (much faster for columns
-    with few distinct values, such as the commit time or file name).
+    with few distinct values, such as the commit time or file name). ``use_threads=False``
+    decodes on the calling thread alone, for callers that read several files at once
+    (pyarrow's column threads would contend with theirs and leave cores idle while a
+    caller merges).
     """
     dictionary = list(dictionary_columns) if dictionary_columns else None
     if filters is None:
@@ -168,13 +172,15 @@ def read_base_file(
         with pq.ParquetFile(path, read_dictionary=dictionary) as file:
             names = set(file.schema_arrow.names)
             if columns is None or all(c in names for c in columns):
-                return file.read(columns=list(columns) if columns is not None else None)
+                return file.read(columns=list(columns) if columns is not None else None,
+                                 use_threads=use_threads)
     return pq.read_table(
         path,
         columns=list(columns) if columns is not None else None,
         filters=filters,
         partitioning=None,
         read_dictionary=dictionary,
+        use_threads=use_threads,
     )
 
 

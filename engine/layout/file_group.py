@@ -99,9 +99,7 @@ def list_table_files(storage: Storage) -> TableFiles:
     bases: list[BaseFile] = []
     logs: list[LogFile] = []
     partitions: list[str] = []
-    for folder, files in storage.walk_files(""):
-        if folder == HOODIE or folder.startswith(HOODIE + "/"):
-            continue
+    for folder, files in storage.walk_files("", skip=(HOODIE,)):
         found = False
         for status in files:
             base = parse_base_file(status.name)

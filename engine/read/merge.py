@@ -203,7 +203,9 @@ def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None
     log_keep = np.ones(layer.num_rows, bool)
     log_keep[log_row[~log_wins]] = False
     pieces = [_conform(base.filter(pa.array(keep_base)), schema)]
-    if log_keep.any():
+    if log_keep.all():
+        pieces.append(_conform(layer, schema))
+    elif log_keep.any():
         pieces.append(_conform(layer.filter(pa.array(log_keep)), schema))
     return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 

@@ -9,6 +9,7 @@ slice — base file, plus for merge-on-read its log blocks merged by key
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ from engine.schema import (
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 
-READ_THREADS = 2
+READ_THREADS = min(max(os.cpu_count() or 2, 2), 16)
+"""Slices a read decodes and merges at once, one per core: each slice is decoded on its own
+thread (not by pyarrow's column threads), so one slice's merge overlaps another's decode."""
 Filters: TypeAlias = "pc.Expression | Sequence[Any] | None"
 
 
@@ -145,12 +148,15 @@ class SliceReader:
     """Reads file slices of one table under a fixed set of visible instants."""
 
     def __init__(self, storage: Storage, timeline: Timeline, visible: Mapping[str, str],
-                 schema: pa.Schema | None) -> None:
+                 schema: pa.Schema | None, *, use_threads: bool = True) -> None:
         self.storage = storage
         self.timeline = timeline
         self.config = timeline.config
         self.visible = visible
         self.schema = schema
+        self.use_threads = use_threads
+        """False when the caller reads several slices at once: parquet is then decoded on the
+        calling thread (see :func:`engine.format.base_file.read_base_file`)."""
 
     def read_slice(self, slc: FileSlice, *, read_optimized: bool = False,
                    columns: Sequence[str] | None = None,
@@ -167,7 +173,8 @@ class SliceReader:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
             key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
             base = read_base_file(self.storage.full(slc.base_file.path), columns=columns,
-                                  dictionary_columns=wanted, filters=key_filter)
+                                  dictionary_columns=wanted, filters=key_filter,
+                                  use_threads=self.use_threads)
         schema = base.schema if base is not None else self.schema
         if read_optimized or not slc.log_files:
             if base is None:
@@ -202,6 +209,10 @@ class SliceReader:
         v6 = self.config.timeline_layout < 2
         rolled_back = {b.header.get(HeaderKey.TARGET_INSTANT_TIME) for b in blocks
                        if b.block_type is BlockType.COMMAND}
+        # Meta columns the merge wants as dictionaries (as the base file is read) are decoded
+        # as such, instead of decoded as strings and cast.
+        dictionary = [f.name for f in schema or () if f.name in LOW_CARDINALITY_META
+                      and pa.types.is_dictionary(f.type)]
         layers: list[Layer] = []
         for block in blocks:
             if block.block_type is BlockType.COMMAND:
@@ -214,7 +225,8 @@ class SliceReader:
             if block.block_type is BlockType.AVRO_DATA:
                 layers.append(DataLayer(decode_avro_data_block(block, schema)))
             elif block.block_type is BlockType.PARQUET_DATA:
-                layers.append(DataLayer(decode_parquet_data_block(block)))
+                layers.append(DataLayer(decode_parquet_data_block(
+                    block, use_threads=self.use_threads, dictionary_columns=dictionary)))
             elif block.block_type is BlockType.DELETE:
                 keys, ordering = delete_columns(block)
                 layers.append(DeleteLayer(keys, ordering))
@@ -367,20 +379,22 @@ class TableReader:
             slices = [s for s in slices
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]
         read_columns = self._read_columns(spec, schema)
-        reader = SliceReader(self.storage, self.timeline, visible, schema)
         wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
         keys = lookup_keys(spec.filters, self.config, schema)
         if keys is not None:
             wanted = self._prune_for_keys(wanted, keys)
+        parallel = len(wanted) > 1
+        reader = SliceReader(self.storage, self.timeline, visible, schema,
+                             use_threads=not parallel)
 
         def read_one(slc: FileSlice) -> pa.Table:
             part = reader.read_slice(slc, read_optimized=spec.read_optimized,
                                      columns=read_columns, keys=keys)
             return _dictionary_meta(part) if part.num_rows else part
 
-        # Parquet decoding and Arrow kernels release the GIL: two slices at a time.
-        if len(wanted) > 1:
-            with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        # Parquet decoding and Arrow kernels release the GIL: a slice per core at a time.
+        if parallel:
+            with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(wanted))) as pool:
                 parts = list(pool.map(read_one, wanted))
         else:
             parts = [read_one(s) for s in wanted]

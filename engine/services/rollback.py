@@ -58,9 +58,7 @@ def _instant_of_temp(name: str) -> str | None:
 
 def _delete_temp_files(storage: Storage, instant_times: set[str]) -> None:
     """Temporary data files left by the rolled-back instants (never another writer's)."""
-    for folder, stats in storage.walk_files(""):
-        if folder == HOODIE or folder.startswith(HOODIE + "/"):
-            continue
+    for folder, stats in storage.walk_files("", skip=(HOODIE,)):
         for status in stats:
             if (status.name.startswith(TEMP_PREFIX)
                     and _instant_of_temp(status.name) in instant_times):

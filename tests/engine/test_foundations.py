@@ -167,3 +167,14 @@ def test_storage_write_new_is_exclusive(tmp_path: Path) -> None:
         storage.write_new("f", b"two")
     assert storage.read("f") == b"one"
     assert [s.name for s in storage.list_dir("")] == ["f"]
+
+
+def test_storage_walk_files_skips_the_named_folders_and_below(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    for rel in ("a/f", ".hoodie/timeline/t", ".hoodie/g", "b/.hoodie/h", "b/c/i"):
+        storage.write_new(rel, b"x")
+    walked = {folder: sorted(s.name for s in stats)
+              for folder, stats in storage.walk_files("", skip=(".hoodie",))}
+    assert walked == {"": [], "a": ["f"], "b": [], "b/.hoodie": ["h"], "b/c": ["i"]}
+    everything = {folder for folder, _ in storage.walk_files("")}
+    assert {".hoodie", ".hoodie/timeline"} <= everything
