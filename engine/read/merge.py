@@ -98,23 +98,33 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
             layer_keys.append(_combine(layer.table.column(KEY)))
         else:
             layer_keys.append(_combine(layer.keys).cast(pa.string()))
-    touched = pc.unique(pa.concat_arrays(layer_keys)) if layer_keys else pa.array([], pa.string())
+    # Versions are grouped and sorted by a dense integer id of their key (one hash pass over
+    # the layers' keys, one probe of the base's), not by the key string: string comparisons
+    # made the sort the merge's main cost.
+    encoded = pc.dictionary_encode(pa.concat_arrays(layer_keys))
+    touched = encoded.dictionary
+    layer_ids: list[pa.Array] = []
+    start = 0
+    for lkeys in layer_keys:
+        layer_ids.append(encoded.indices.slice(start, len(lkeys)))
+        start += len(lkeys)
 
     base_pass: pa.Table | None = None
     if base is not None and base.num_rows:
         base_keys = _combine(base.column(KEY))
-        hit = pc.is_in(base_keys, value_set=touched)
+        where = pc.index_in(base_keys, value_set=touched)  # each base row's key id, or null
+        hit = pc.is_valid(where)
         base_pass = base.filter(pc.invert(hit))
         hit_idx = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
         n = len(hit_idx)
-        keys.append(pc.take(base_keys, pa.array(hit_idx)))
+        keys.append(where.filter(hit))
         orders.append(_ordering_of(base, hit_idx, ordering_field, ordering_type, event_time))
         seqs.append(np.full(n, -1, dtype=np.int64))
         is_delete.append(np.zeros(n, bool))
         natural.append(np.full(n, not event_time))
         source.append(np.zeros(n, np.int64))
         row_idx.append(hit_idx.astype(np.int64))
-    for layer, lkeys in zip(active, layer_keys, strict=True):
+    for layer, lkeys in zip(active, layer_ids, strict=True):
         n = len(lkeys)
         seq_block = np.arange(seq, seq + n, dtype=np.int64)
         seq += n
@@ -162,7 +172,12 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
     for t_index in np.unique(src):
         picked = rows[src == t_index]
         table = data_tables[int(t_index)]
-        pieces.append(_conform(table.take(pa.array(np.sort(picked))), schema))
+        if len(picked) == table.num_rows:  # every row of the table won: keep it whole
+            pieces.append(_conform(table, schema))
+            continue
+        mask = np.zeros(table.num_rows, bool)
+        mask[picked] = True  # a filter keeps row order and costs less than a take
+        pieces.append(_conform(table.filter(pa.array(mask)), schema))
     if not pieces:
         return schema.empty_table()
     return pa.concat_tables(pieces)

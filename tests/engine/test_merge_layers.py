@@ -1,7 +1,8 @@
-"""``merge_layers`` on the slice shape a streaming table reads most: a base file and one data
-block with distinct keys (the shortcut in ``engine/read/merge.py``), judged against a dict
-oracle of the merge rule in the module docstring — in random order, with every log key in the
-base or only some, ties, and both merge modes."""
+"""``merge_layers`` on the slice shapes a streaming table reads most: a base file and one data
+block with distinct keys (the shortcut in ``engine/read/merge.py``), and a base file with
+several such blocks, judged against a dict oracle of the merge rule in the module docstring —
+in random order, with every log key in the base or only some, keys repeated across blocks,
+ties, and both merge modes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from engine.config import MergeMode
-from engine.read.merge import KEY, DataLayer, merge_layers
+from engine.read.merge import KEY, DataLayer, DeleteLayer, merge_layers
 
 SCHEMA = pa.schema([pa.field(KEY, pa.string()), pa.field("ts", pa.int64()),
                     pa.field("v", pa.string())])
@@ -58,3 +59,35 @@ def test_repeated_keys_take_the_general_rule() -> None:
     merged = merge_layers(base, [DataLayer(twice)], mode=MergeMode.EVENT_TIME_ORDERING,
                           ordering_field="ts", schema=SCHEMA)
     assert merged.to_pylist() == [{KEY: "a", "ts": 7, "v": "second"}]
+
+
+def _table(rows: list[tuple[str, int, str]]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in rows],
+                                schema=SCHEMA)
+
+
+@pytest.mark.parametrize("mode", [MergeMode.EVENT_TIME_ORDERING, MergeMode.COMMIT_TIME_ORDERING])
+@pytest.mark.parametrize("seed", range(25))
+def test_base_and_several_blocks_match_the_rule(
+        mode: MergeMode, seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randrange(0, 40)
+    base = [(f"k{i:03d}", rng.randrange(5), f"b{i}") for i in range(n)]
+    pool = [k for k, _, _ in base] + [f"n{i:03d}" for i in range(rng.randrange(1, 15))]
+    blocks = []
+    for b in range(rng.randrange(2, 6)):
+        chosen = rng.sample(pool, rng.randrange(1, len(pool) + 1))  # distinct in the block
+        blocks.append([(k, rng.randrange(5), f"l{b}.{j}") for j, k in enumerate(chosen)])
+    event_time = mode is MergeMode.EVENT_TIME_ORDERING
+    expected: set[tuple[str, int, str]] = set(base)
+    for block in blocks:
+        expected = _oracle(sorted(expected), block, event_time)
+    layers = [DataLayer(_table(block)) for block in blocks]
+    base_table = _table(base) if base else None
+    merged = merge_layers(base_table, layers, mode=mode, ordering_field="ts", schema=SCHEMA)
+    got = [tuple(r.values()) for r in merged.to_pylist()]
+    assert len(got) == len(set(got))
+    assert set(got) == expected
+    with_delete = merge_layers(base_table, [*layers, DeleteLayer(pa.array(["absent"]))],
+                               mode=mode, ordering_field="ts", schema=SCHEMA)
+    assert {tuple(r.values()) for r in with_delete.to_pylist()} == expected
