@@ -1528,7 +1528,7 @@ def render(report: Report, args: argparse.Namespace, argv: Sequence[str] | None,
     notes = run_notes(report.runs, report.produced,
                       (report.session_seconds, report.warmup_seconds), report.latency,
                       report.stream, args, end_load)
-    profile = profile_notes([r for r in report.runs if r.index == "BUCKET"], report.stages,
+    profile = profile_notes(report.runs, report.stages,
                             report.worker)
     print()
     print(render_text(report.runs, report.latency, notes, profile), flush=True)

@@ -8,7 +8,9 @@ tombstone — which carries only the key — finds the partition to delete from.
 ``transformWithStateInPandas`` is a streaming operator, so it cannot run inside
 ``foreachBatch``; it sits in the streaming plan, before the sink::
 
-    source → prepare (keys; slim rows) → groupBy(shard).transformWithStateInPandas → foreachBatch
+    source → prepare (keys; slim rows packed by shard)
+           → groupBy(shard).transformWithStateInPandas (rows packed by file group)
+           → foreachBatch (unpacked in the write tasks)
 
 :class:`GlobalIndexProcessor` is entered once per *shard* of the keys (``xxhash64(key) mod
 shards``) and batch, executor side. It looks the shard's keys up in this worker's image of the
@@ -18,8 +20,8 @@ an in-memory copy checked against them), applies each key's versions to its stor
 value), emits the rows to write — each naming its partition and file group — and writes the
 entries that changed as the batch's delta. Under event time a deleted key keeps its ordering
 value in state, without a location, so that an older version arriving in a later batch loses
-as it would in the same batch. Error rows bypass the state: they are grouped by
-``(True, topic-partition)`` while records are grouped by ``(False, shard)``.
+as it would in the same batch. Error rows bypass the state: their packs are grouped by
+``(True, "error-<first offset>")`` while records are grouped by ``(False, shard)``.
 
 **Exactly once.** Spark commits a state store version with the micro-batch: batch *N* always
 starts from the version committed by batch *N-1*, and the query only moves past *N* once the
@@ -58,10 +60,14 @@ clustering commits after a batch was tagged, the batch's commit is refused
 (``WriteConflictError``) and the sink's retry runs the plan again, state included, on the new
 layout.
 
-**Cost.** pyspark's pandas state operator builds its input frames row by row (about 10 µs a
-row on this machine), and the processor works on whole columns of a shard; state calls are a
-handful per shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py``
-measure it (``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
+**Cost.** pyspark's pandas state operator builds its input frames row by row (about 20 µs a
+row with our columns) and converts its output cell by cell, so rows cross it packed: the read
+tasks pack their rows by shard (:func:`ingest.prepare.pack_by_shard`), the operator unpacks
+a shard's blobs, tags them column-wise (keys with one version in the batch through
+:func:`ingest.resolve.resolve_single`, the others key by key) and emits them packed by file
+group (:data:`TAGGED_SCHEMA`); the write tasks unpack them. State calls are a handful per
+shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py`` measure it
+(``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
 
 Requirements: ``spark.sql.streaming.stateStore.providerClass`` must be the RocksDB provider
 (:func:`ensure_state_store`), and pyspark's state API needs ``protobuf`` (plus pandas and
@@ -82,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
@@ -103,21 +110,26 @@ from engine.timeline.active import Timeline
 from engine.write.write_client import new_bucket_file_id
 from ingest.prepare import (
     DELETE,
-    ERROR,
     FILE_ID,
     KAFKA_PARTITION,
     OFFSET,
     OP,
     ORDERING,
     ORDERING_NULL,
+    ROWS,
+    SHARD,
     SKIP,
+    SPREAD,
     TOPIC,
     UPSERT,
     VALUE,
     ordering_column,
+    pack_rows,
+    packed_schema,
+    shard_packed_schema,
     spark_schema,
 )
-from ingest.resolve import DELETED, LIVE, KeyState, resolve_key
+from ingest.resolve import DELETED, KIND_CODES, LIVE, KeyState, resolve_key, resolve_single
 from ingest.state_index import (
     CHUNK_ROWS,
     FOLD_MIN_ROWS,
@@ -333,34 +345,24 @@ class GlobalIndexProcessor(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[Any]:
         """Tag one shard's rows of this batch and record the locations that changed.
 
-        Column-wise: every column becomes one Python list, tagging rewrites some in place, a
-        move's delete of the old copy is appended; one output frame per shard.
+        The rows come packed (:func:`ingest.prepare.pack_by_shard`: a few Arrow IPC streams
+        per shard) and leave packed by file group (:data:`TAGGED_SCHEMA`), so that pyspark
+        converts a handful of values per shard instead of every row's every column. Error
+        rows pass through, packs unchanged, without state.
         """
         frame = self._input_frame(rows)
         if frame is None:
             return
-        names = self.spec.slim_schema.names
-        cols: dict[str, list[Any]] = {name: frame[name].tolist() for name in names}
-        if bool(key[0]):  # error rows pass through, without state
-            yield _pandas().DataFrame(cols, columns=names, dtype=object)
+        spreads, blobs = frame[SPREAD].tolist(), frame[ROWS].tolist()
+        if bool(key[0]):
+            yield _pandas().DataFrame({PARTITION_PATH: [None] * len(blobs),
+                                       FILE_ID: [None] * len(blobs), SPREAD: spreads,
+                                       ROWS: blobs}, columns=TAGGED_SCHEMA.names, dtype=object)
             return
         shard = str(key[1])
         meta = Meta.from_row(self._meta.get())
         image = self._image(shard, meta)
-        by_key: dict[str, list[int]] = {}
-        for i, k in enumerate(cols[RECORD_KEY]):
-            by_key.setdefault(k, []).append(i)
-        keys = list(by_key)
-        digests = key_digests(keys)
-        buckets = self._buckets(keys)
-        changed: list[bytes] = []
-        changes: list[Entry | None] = []
-        for k, bucket, digest, stored in zip(keys, buckets, digests, image.lookup(digests),
-                                             strict=True):
-            change = self._tag(k, bucket, by_key[k], stored, cols)
-            if change is not UNCHANGED:
-                changed.append(digest)
-                changes.append(change)  # type: ignore[arg-type]
+        tagged, changed, changes = self._tag_rows(_unpack(blobs), image)
         if changed:
             delta = entries_table(image.schema, changed, changes)
             token, seq = new_token(), meta.next_delta
@@ -372,21 +374,171 @@ class GlobalIndexProcessor(StatefulProcessor):
             if meta.due_for_fold(self.spec.fold_min_rows, self.spec.max_deltas):
                 self._fold(meta, image)
             self._meta.update(meta.to_row())
-        # object columns: pyspark converts them to the declared types (NaN and None as null)
-        yield _pandas().DataFrame(cols, columns=names, dtype=object)
+        packed = pack_rows(tagged, keys={PARTITION_PATH: tagged.column(PARTITION_PATH),
+                                         FILE_ID: tagged.column(FILE_ID)})
+        # object columns: pyspark converts them to the declared types (None as null)
+        yield _pandas().DataFrame({name: packed.column(name).to_pylist()
+                                   for name in TAGGED_SCHEMA.names},
+                                  columns=TAGGED_SCHEMA.names, dtype=object)
 
-    def _buckets(self, keys: list[str]) -> list[int | None]:
+    def _tag_rows(self, rows: pa.Table, image: ShardImage
+                  ) -> tuple[pa.Table, list[bytes], list[Entry | None]]:
+        """Tag a shard's rows against its image: the rows to write (every input row, its op,
+        partition, file group, ordering and value rewritten; a move's delete of the old copy
+        appended) and the digests and entries of the keys whose entry changed.
+
+        The rows are sorted by key and arrival (topic, Kafka partition, offset), so each
+        key's versions are one run; the columns tagging rewrites become Python lists, the
+        others stay Arrow."""
+        spec = self.spec
+        rows = rows.sort_by([(RECORD_KEY, "ascending"), (TOPIC, "ascending"),
+                             (KAFKA_PARTITION, "ascending"), (OFFSET, "ascending")])
+        n = rows.num_rows
+        keys = rows.column(RECORD_KEY).combine_chunks()
+        first = np.ones(n, dtype=bool)
+        if n > 1:
+            first[1:] = pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(
+                zero_copy_only=False)
+        starts = np.flatnonzero(first)
+        ends = np.append(starts[1:], n)
+        unique = keys.take(pa.array(starts))
+        cols: dict[str, np.ndarray] = {
+            OP: rows.column(OP).to_numpy(zero_copy_only=False).copy(),
+            PARTITION_PATH: _objects(rows.column(PARTITION_PATH)),
+            FILE_ID: _objects(rows.column(FILE_ID))}
+        if spec.event_time:
+            cols[ORDERING] = _objects(rows.column(ORDERING))
+            cols[ORDERING_NULL] = rows.column(ORDERING_NULL).to_numpy(
+                zero_copy_only=False).copy()
+        key_list = unique.to_pylist()
+        digests = key_digests(key_list)
+        stored = image.lookup(digests)
+        buckets = self._buckets(unique)
+        moves: list[tuple[int, str, str, Any]] = []
+        changed: list[bytes] = []
+        changes: list[Entry | None] = []
+        single = self._single_versions(rows, starts, ends, stored, buckets, cols)
+        if len(single):
+            self._tag_single(rows, single, starts[single], stored, buckets, cols, moves,
+                             digests, changed, changes)
+        rest = np.ones(len(starts), dtype=bool)
+        rest[single] = False
+        for j in np.flatnonzero(rest).tolist():
+            change = self._tag(key_list[j], buckets[j], int(starts[j]), int(ends[j]),
+                               stored[j], cols, moves)
+            if change is not UNCHANGED:
+                changed.append(digests[j])
+                changes.append(change)  # type: ignore[arg-type]
+        return _tagged_table(rows, cols, moves, event_time=spec.event_time), changed, changes
+
+    def _single_versions(self, rows: pa.Table, starts: np.ndarray, ends: np.ndarray,
+                         stored: list[Entry | None], buckets: list[int | None],
+                         cols: dict[str, np.ndarray]) -> np.ndarray:
+        """The keys :meth:`_tag_single` tags (indices into the keys): one version in the batch,
+        a bucket the vectorized rule judged, an ordering value if it is an upsert under event
+        time, and — on a table that was clustered — neither their stored group nor their
+        bucket's group replaced. The others go through :meth:`_tag`, key by key."""
+        fast = (ends - starts == 1) & np.array([b is not None for b in buckets], dtype=bool)
+        if self.spec.event_time:
+            fast &= ~((cols[OP][starts] == UPSERT) & cols[ORDERING_NULL][starts])
+        moves = self._relocations()
+        if moves is not None and moves.lineage.replaced_count:
+            parts = cols[PARTITION_PATH]
+            for j in np.flatnonzero(fast).tolist():
+                entry, part = stored[j], parts[starts[j]]
+                bucket = buckets[j]
+                assert bucket is not None
+                if (entry is not None and entry[0] is not None and entry[1] is not None
+                        and moves.lineage.is_replaced(entry[0], entry[1])) or (
+                        part is not None and moves.lineage.is_replaced(
+                            part, self._bucket_group(part, bucket))):
+                    fast[j] = False
+        return np.flatnonzero(fast)
+
+    def _tag_single(self, rows: pa.Table, keys: np.ndarray, at: np.ndarray,
+                    stored: list[Entry | None], buckets: list[int | None],
+                    cols: dict[str, np.ndarray], moves: list[tuple[int, str, str, Any]],
+                    digests: list[bytes], changed: list[bytes],
+                    changes: list[Entry | None]) -> None:
+        """:meth:`_tag` for keys with one version each (:meth:`_single_versions`; ``at``:
+        their rows), column-wise: :func:`ingest.resolve.resolve_single` decides, the
+        placement follows the same rules."""
+        spec = self.spec
+        entries = [stored[j] for j in keys.tolist()]
+        kind = np.array([0 if e is None else 1 if e[0] is not None else 2 for e in entries],
+                        dtype=np.int8)
+        stored_part = np.array([None if e is None else e[0] for e in entries], dtype=object)
+        stored_fid = np.array([None if e is None else e[1] for e in entries], dtype=object)
+        stored_ordering = pa.array([None if e is None else e[2] for e in entries],
+                                   spec.state_ordering_type) if spec.event_time else None
+        orderings = None
+        if spec.event_time:
+            orderings = rows.column(ORDERING).take(pa.array(at)).combine_chunks().cast(
+                spec.state_ordering_type)
+        out = resolve_single(cols[OP][at], orderings,
+                             cols[ORDERING_NULL][at] if spec.event_time else
+                             np.ones(len(at), dtype=bool),
+                             kind, stored_ordering, event_time=spec.event_time)
+        live = kind == KIND_CODES[LIVE]
+        upsert_wins = out.winner & (out.kind == KIND_CODES[LIVE])
+        delete_wins = out.winner & (out.kind == KIND_CODES[DELETED])  # where it is stored
+        target = cols[PARTITION_PATH][at]
+        if spec.update_partition_path:
+            stays = upsert_wins & live & (target == stored_part)
+        else:
+            stays = upsert_wins & live
+        moved = upsert_wins & live & ~stays
+        in_place = stays | delete_wins
+        part = np.where(in_place, stored_part, target)
+        fid = np.where(in_place, stored_fid, cols[FILE_ID][at])
+        for i in np.flatnonzero(upsert_wins & ~stays).tolist():  # new keys and moved ones
+            bucket = buckets[keys[i]]
+            assert bucket is not None
+            fid[i] = self._bucket_group(target[i], bucket)
+        op = np.full(len(at), SKIP, dtype=cols[OP].dtype)
+        op[upsert_wins] = UPSERT
+        op[delete_wins] = DELETE
+        cols[OP][at] = op
+        cols[PARTITION_PATH][at] = part
+        cols[FILE_ID][at] = fid
+        after: list[Any] = [None] * len(at)
+        if spec.event_time:  # a winner is written at its (for a tombstone: the deleted) value
+            assert out.ordering is not None and out.state_ordering is not None
+            won = np.flatnonzero(out.winner)
+            cols[ORDERING][at[won]] = _objects(out.ordering.take(pa.array(won)))
+            cols[ORDERING_NULL][at[won]] = False
+            after = out.state_ordering.to_pylist()
+        for i in np.flatnonzero(moved).tolist():
+            moves.append((int(at[i]), stored_part[i], stored_fid[i], entries[i][2]))
+        deleted = KIND_CODES[DELETED]
+        for i, (j, original, state, wins) in enumerate(zip(
+                keys.tolist(), entries, out.kind.tolist(), upsert_wins.tolist(),
+                strict=True)):
+            if wins:
+                entry: Entry | None = (part[i], fid[i], after[i])
+            elif state == KIND_CODES[LIVE]:
+                continue  # a version that lost to the live stored one
+            elif state == deleted and spec.event_time:
+                entry = (None, None, after[i])
+            else:
+                entry = None
+            if entry != original:
+                changed.append(digests[j])
+                changes.append(entry)
+
+    def _buckets(self, keys: pa.Array) -> list[int | None]:
         """Every key's bucket (vectorized); None for keys only the scalar rule can judge —
         computed (or refused, naming the key) where one is needed."""
         try:
-            return bucket_ids(pa.array(keys, pa.string()), self.spec.num_buckets).tolist()
+            return bucket_ids(keys, self.spec.num_buckets).tolist()
         except ValueError:
             return [None] * len(keys)
 
     def _input_frame(self, rows: Iterator[Any]) -> Any:
-        """The shard's input as one pandas frame with the slim schema's column names (pyspark
-        may name them _0, _1, ...; the two grouping columns after them are dropped)."""
-        names = self.spec.slim_schema.names
+        """The shard's input as one pandas frame with the packed schema's column names
+        (pyspark may name them _0, _1, ...; the two grouping columns after them are
+        dropped)."""
+        names = shard_packed_schema().names
         frames = [f.iloc[:, :len(names)] for f in rows if len(f)]
         if not frames:
             return None
@@ -441,21 +593,20 @@ class GlobalIndexProcessor(StatefulProcessor):
 
     # -- tagging one key --------------------------------------------------------------------
 
-    def _tag(self, key: str, bucket: int | None, rows: list[int], stored: Entry | None,
-             cols: dict[str, list[Any]]) -> object:
-        """Tag one key's versions (rows ``rows`` of ``cols``, rewritten in place) against its
-        stored entry; return its new entry (None: the key leaves the state) or
-        :data:`UNCHANGED`. A move's delete of the old copy is appended to ``cols``."""
+    def _tag(self, key: str, bucket: int | None, first: int, end: int, stored: Entry | None,
+             cols: dict[str, np.ndarray], moves: list[tuple[int, str, str, Any]]) -> object:
+        """Tag one key's versions (rows ``first`` to ``end`` of ``cols``, in arrival order,
+        rewritten in place) against its stored entry; return its new entry (None: the key
+        leaves the state) or :data:`UNCHANGED`. A move (the key changed partitions) is
+        appended to ``moves``: (winning row, stored partition, file id, ordering value)."""
         spec = self.spec
         op, part, fid_col = cols[OP], cols[PARTITION_PATH], cols[FILE_ID]
-        value, ordering, ordering_null = cols[VALUE], cols[ORDERING], cols[ORDERING_NULL]
-        if len(rows) > 1:
-            topic, kp, offset = cols[TOPIC], cols[KAFKA_PARTITION], cols[OFFSET]
-            rows = sorted(rows, key=lambda i: (topic[i], kp[i], offset[i]))
-        ops = [int(op[i]) for i in rows]
+        ops: list[int] = op[first:end].tolist()
+        orderings: list[Any]
+        nulls: list[bool]
         if spec.event_time:
-            orderings = [comparable(ordering[i]) for i in rows]
-            nulls = [bool(ordering_null[i]) for i in rows]
+            orderings = cols[ORDERING][first:end].tolist()
+            nulls = cols[ORDERING_NULL][first:end].tolist()
         else:
             orderings, nulls = [None] * len(ops), [True] * len(ops)
         original = stored
@@ -469,9 +620,8 @@ class GlobalIndexProcessor(StatefulProcessor):
             kind = LIVE if stored[0] is not None else DELETED
             before = KeyState(kind, stored[2] if spec.event_time else None)
         outcome = resolve_key(ops, orderings, nulls, event_time=spec.event_time, stored=before)
-        raw_value = value[rows[outcome.winner]] if outcome.winner >= 0 else None
-        for i in rows:  # every version but the winner writes nothing
-            op[i], value[i] = SKIP, None
+        for i in range(first, end):  # every version but the winner writes nothing
+            op[i] = SKIP
         after = outcome.state
         change: object = UNCHANGED
         if after.kind != LIVE:
@@ -485,11 +635,11 @@ class GlobalIndexProcessor(StatefulProcessor):
                 change = UNCHANGED
         if outcome.winner < 0:  # nothing to write (a live key is unchanged)
             return change
-        w = rows[outcome.winner]
+        w = first + outcome.winner
         if spec.event_time:  # a tombstone deletes at the deleted version's ordering value
-            ordering[w], ordering_null[w] = outcome.ordering, False
+            cols[ORDERING][w], cols[ORDERING_NULL][w] = outcome.ordering, False
         if after.kind == DELETED:  # the stored live copy is deleted where it is
-            assert stored is not None and stored[0] is not None
+            assert stored is not None and stored[0] is not None and stored[1] is not None
             op[w], part[w], fid_col[w] = DELETE, stored[0], stored[1]
             return change
         target = part[w]
@@ -499,15 +649,10 @@ class GlobalIndexProcessor(StatefulProcessor):
         elif target == stored[0] or not spec.update_partition_path:
             target, fid = stored[0], stored[1]
         else:  # moved: delete the old copy at its ordering value, insert the new one
-            old = {name: column[w] for name, column in cols.items()}
-            old.update({OP: DELETE, PARTITION_PATH: stored[0], FILE_ID: stored[1]})
-            if spec.event_time:
-                old[ORDERING], old[ORDERING_NULL] = stored[2], stored[2] is None
-            for name, column in cols.items():
-                column.append(old[name])
+            assert stored[1] is not None
+            moves.append((w, stored[0], stored[1], stored[2]))
             fid = self._new_key_group(key, bucket, target)
         op[w], part[w], fid_col[w] = UPSERT, target, fid
-        value[w] = raw_value  # decoded again after tagging
         entry = (target, fid, after.ordering)
         return UNCHANGED if entry == original else entry
 
@@ -568,6 +713,51 @@ class GlobalIndexProcessor(StatefulProcessor):
 
 UNCHANGED = object()
 """A key's entry stays as it is."""
+
+TAGGED_SCHEMA = packed_schema([pa.field(PARTITION_PATH, pa.string()),
+                               pa.field(FILE_ID, pa.string())])
+"""What the state operator emits: tagged rows packed by file group (null: rows without one —
+errors, versions that lost — spread by their first offset)."""
+
+
+def _objects(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A column as a numpy array of Python values (None for nulls), to rewrite in place."""
+    values = np.empty(len(column), dtype=object)
+    values[:] = column.to_pylist()
+    return values
+
+
+def _unpack(blobs: list[bytes]) -> pa.Table:
+    """The rows of a shard's packs (Arrow IPC streams)."""
+    return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs])
+
+
+def _tagged_table(rows: pa.Table, cols: dict[str, np.ndarray],
+                  moves: list[tuple[int, str, str, Any]], *, event_time: bool) -> pa.Table:
+    """``rows`` with the tagged columns of ``cols``, values kept for upserts only (a version
+    that lost or a delete writes no data), and a delete of the old copy per move."""
+    def replaced(table: pa.Table, name: str, values: Any) -> pa.Table:
+        i = table.schema.get_field_index(name)
+        field = table.schema.field(i)
+        return table.set_column(i, field, pa.array(values, field.type))
+
+    for name, values in cols.items():
+        rows = replaced(rows, name, values)
+    upsert = pc.equal(rows.column(OP), UPSERT)
+    value_at = rows.schema.get_field_index(VALUE)
+    rows = rows.set_column(value_at, rows.schema.field(value_at),
+                           pc.if_else(upsert, rows.column(VALUE), pa.scalar(None, pa.binary())))
+    if not moves:
+        return rows
+    old = rows.take(pa.array([m[0] for m in moves], pa.int64()))
+    old = replaced(old, OP, [DELETE] * len(moves))
+    old = replaced(old, PARTITION_PATH, [m[1] for m in moves])
+    old = replaced(old, FILE_ID, [m[2] for m in moves])
+    old = replaced(old, VALUE, [None] * len(moves))
+    if event_time:  # the old copy is deleted at its own ordering value
+        old = replaced(old, ORDERING, [m[3] for m in moves])
+        old = replaced(old, ORDERING_NULL, [m[3] is None for m in moves])
+    return pa.concat_tables([rows, old])
 
 
 class _ImageCache:
@@ -645,25 +835,27 @@ def _is_missing(value: Any) -> bool:
 def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) -> DataFrame:
     """The streaming plan's tagging step: ``groupBy(shard).transformWithStateInPandas``.
 
-    The grouping key is (is error, shard of the record key) — error rows use
-    ``topic-partition`` instead of a shard, and never touch the state.
+    ``prepared``: rows packed by key shard (:func:`ingest.prepare.pack_by_shard`). The
+    grouping key is (is error, shard) — error packs use ``error-<first offset>`` instead of
+    a shard, and never touch the state. The result is packed by file group
+    (:data:`TAGGED_SCHEMA`).
     """
     from pyspark.sql import functions as F
 
-    keyed = prepared.withColumn(IS_ERROR, F.col(OP) == ERROR).withColumn(
-        GROUP, F.when(F.col(OP) == ERROR, F.concat_ws("-", F.col(TOPIC),
-                                                      F.col(KAFKA_PARTITION).cast("string")))
-        .otherwise(shard_column(F.col(RECORD_KEY), spec.shards)))
+    keyed = prepared.withColumn(IS_ERROR, F.col(SHARD).isNull()).withColumn(
+        GROUP, F.coalesce(F.col(SHARD).cast("string"),
+                          F.concat(F.lit("error-"), F.col(SPREAD).cast("string"))))
     seeded = initial.withColumn(IS_ERROR, F.lit(False)).withColumn(
         GROUP, shard_column(F.col(RECORD_KEY), spec.shards))
     return keyed.groupBy(IS_ERROR, GROUP).transformWithStateInPandas(
-        GlobalIndexProcessor(spec), spark_schema(spec.slim_schema), "Append", "None",
+        GlobalIndexProcessor(spec), spark_schema(TAGGED_SCHEMA), "Append", "None",
         initialState=seeded.groupBy(IS_ERROR, GROUP))
 
 
 def shard_column(key: Column, shards: int) -> Column:
     """The shard of a record key: Spark's ``xxhash64`` (seed 42, stable across versions)
-    modulo ``shards``, as a string (the grouping column also holds error rows' groups)."""
+    modulo ``shards``, as a string (the grouping column also holds error rows' groups);
+    :func:`ingest.state_index.key_shards` is the same rule in Python."""
     from pyspark.sql import functions as F
 
     return F.pmod(F.xxhash64(key), F.lit(shards)).cast("string")

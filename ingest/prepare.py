@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ from ingest.decode import (
     arrow_schema_to_text,
     decoder_from_spec,
 )
+from ingest.state_index import key_shards
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -68,12 +69,14 @@ __all__ = [
     "PrepareSpec",
     "attach_data",
     "is_prepared",
+    "pack_by_shard",
     "pack_rows",
     "packed_schema",
     "prepare_batch",
     "prepare_frame",
     "prepare_stream",
     "prepared_schema",
+    "shard_packed_schema",
     "spark_schema",
     "spec_from_json",
     "spec_to_json",
@@ -104,6 +107,9 @@ RING = "_tl_ring"
 ROWS = "_tl_rows"
 """Packed rows: an Arrow IPC stream of prepared rows of one file group (see :func:`pack_rows`)."""
 SPREAD = "_tl_spread"
+SHARD = "_tl_shard"
+"""Rows packed for the GLOBAL_STATE index's state operator: the shard of their keys
+(:func:`ingest.state_index.key_shards`; null for error rows)."""
 PACK_ROWS = 65_536
 """Prepared rows packed at a time, and at most per packed row."""
 PACK_BYTES = 256 << 20
@@ -149,7 +155,10 @@ class PrepareSpec:
     mapped make the tombstone an error row with the reason."""
     pack: bool = False
     """Emit packed rows (:func:`pack_rows`): one row per file group and task, for the shuffle.
-    Needs ``num_buckets``."""
+    Needs ``num_buckets`` or ``state_shards``."""
+    state_shards: int | None = None
+    """GLOBAL_STATE index: with ``pack``, rows are packed by the shard of their key (one row
+    per shard and task, :data:`SHARD`) for the state operator, instead of by file group."""
     ring_table: str | None = None
     """Base path of a consistent-hashing table (with ``num_buckets``, its initial count):
     :data:`BUCKET` is then the index of the key's node in its partition's committed ring
@@ -724,48 +733,80 @@ def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
     return pa.table(columns, schema=full)
 
 
-def packed_schema() -> pa.Schema:
-    """Arrow schema of packed rows: the file group's partition and bucket (null for error
-    rows), a number spreading the file-group-less rows over tasks, the rows themselves."""
-    return pa.schema([pa.field(PARTITION_PATH, pa.string()), pa.field(BUCKET, pa.int32()),
-                      pa.field(SPREAD, pa.int64()), pa.field(ROWS, pa.binary())])
+def packed_schema(keys: Sequence[pa.Field] | None = None) -> pa.Schema:
+    """Arrow schema of packed rows: what they are packed by — by default the file group's
+    partition and bucket (null for error rows) —, a number spreading the packs of rows
+    without a file group over tasks, the rows themselves."""
+    if keys is None:
+        keys = (pa.field(PARTITION_PATH, pa.string()), pa.field(BUCKET, pa.int32()))
+    return pa.schema([*keys, pa.field(SPREAD, pa.int64()), pa.field(ROWS, pa.binary())])
 
 
-def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS) -> pa.Table:
-    """Prepared rows (with :data:`BUCKET`) packed by file group: one row per (partition,
-    bucket) and up to ``max_rows`` rows, holding them as an Arrow IPC stream.
+def shard_packed_schema() -> pa.Schema:
+    """Arrow schema of rows packed by key shard (:func:`pack_by_shard`)."""
+    return packed_schema([pa.field(SHARD, pa.int32())])
+
+
+def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
+              keys: Mapping[str, pa.Array] | None = None) -> pa.Table:
+    """Rows packed by ``keys`` (name → one value per row; by default the rows' partition and
+    :data:`BUCKET`, their file group): one row per distinct key and up to ``max_rows`` rows,
+    holding them as an Arrow IPC stream.
 
     The shuffle to the write tasks then moves a few large values per file group instead of
     every record: Spark's per-row work (converting Arrow to its rows, serializing, converting
-    back) is what dominated a micro-batch. Rows without a file group (errors) are packed
-    together; :data:`SPREAD` (their first offset) spreads such packs over the write tasks.
-    Row order within a pack is the input order. Executor side.
+    back) is what dominated a micro-batch. Rows whose last key is null (no file group: errors)
+    are packed together; :data:`SPREAD` (their first offset) spreads such packs over the
+    write tasks. Row order within a pack is the input order. Executor side.
     """
+    if keys is None:
+        keys = {PARTITION_PATH: prepared.column(PARTITION_PATH),
+                BUCKET: prepared.column(BUCKET)}
     n = prepared.num_rows
-    index = pa.table({"p": prepared.column(PARTITION_PATH), "b": prepared.column(BUCKET),
+    names = list(keys)
+    index = pa.table({**{f"k{i}": keys[name] for i, name in enumerate(names)},
                       "i": pa.array(np.arange(n, dtype=np.int64))})
-    grouped = index.group_by(["p", "b"], use_threads=False).aggregate([("i", "list")])
-    parts, buckets, spreads, ends = [], [], [], [0]
-    offsets = prepared.column(OFFSET)
+    grouped = index.group_by([f"k{i}" for i in range(len(names))],
+                             use_threads=False).aggregate([("i", "list")])
+    lists = grouped.column("i_list").combine_chunks()
+    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    # each row's group: the rows are taken once, by group and in input order within one
+    group_of = np.empty(n, dtype=np.int64)
+    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
+    ordered = prepared.take(pa.array(np.argsort(group_of, kind="stable")))
+    group_keys = [grouped.column(f"k{i}").to_pylist() for i in range(len(names))]
+    values: list[list[Any]] = [[] for _ in names]
+    spreads: list[int | None] = []
+    ends = [0]
+    offsets = ordered.column(OFFSET)
     sink = pa.BufferOutputStream()  # every pack back to back: one binary column, no copies
-    for part, bucket, rows in zip(grouped.column("p").to_pylist(),
-                                  grouped.column("b").to_pylist(),
-                                  grouped.column("i_list").to_pylist(), strict=True):
-        rows.sort()
-        for begin in range(0, len(rows), max_rows):
-            chunk = pa.array(rows[begin:begin + max_rows], pa.int64())
+    first = 0
+    for g, size in enumerate(sizes.tolist()):
+        last = group_keys[-1][g]
+        for begin in range(first, first + size, max_rows):
+            length = min(max_rows, first + size - begin)
             with pa.ipc.new_stream(sink, prepared.schema) as writer:
-                writer.write_table(prepared.take(chunk))
+                writer.write_table(ordered.slice(begin, length))
             ends.append(sink.tell())
-            parts.append(part)
-            buckets.append(bucket)
-            spreads.append(None if bucket is not None else offsets[chunk[0].as_py()].as_py())
+            for column, found in zip(values, group_keys, strict=True):
+                column.append(found[g])
+            spreads.append(None if last is not None else offsets[begin].as_py())
+        first += size
     if ends[-1] >= 2**31:
         raise ValueError(f"pack_rows: {ends[-1]} bytes do not fit one binary column")
-    blobs = pa.Array.from_buffers(pa.binary(), len(parts), [
+    blobs = pa.Array.from_buffers(pa.binary(), len(spreads), [
         None, pa.py_buffer(np.asarray(ends, dtype=np.int32)), sink.getvalue()])
-    return pa.table([pa.array(parts, pa.string()), pa.array(buckets, pa.int32()),
-                     pa.array(spreads, pa.int64()), blobs], schema=packed_schema())
+    schema = packed_schema([pa.field(name, keys[name].type) for name in names])
+    return pa.table([*(pa.array(v, schema.field(i).type) for i, v in enumerate(values)),
+                     pa.array(spreads, pa.int64()), blobs], schema=schema)
+
+
+def pack_by_shard(prepared: pa.Table, shards: int, max_rows: int = PACK_ROWS) -> pa.Table:
+    """Prepared rows packed by the shard of their key (error rows: by none), for the
+    GLOBAL_STATE index's state operator (:mod:`ingest.global_index`). Executor side."""
+    shard = key_shards(prepared.column(RECORD_KEY), shards)
+    shard = pc.if_else(pc.equal(prepared.column(OP), ERROR), pa.scalar(None, pa.int32()), shard)
+    return pack_rows(prepared, max_rows, keys={SHARD: shard})
 
 
 def unpack_rows(packed: pa.Table) -> pa.Table:
@@ -785,7 +826,9 @@ def is_prepared(columns: Sequence[str]) -> bool:
 
 def output_schema(spec: PrepareSpec) -> pa.Schema:
     """Schema of what :func:`prepare_stream` yields for ``spec``."""
-    return packed_schema() if spec.pack else prepared_schema(spec)
+    if not spec.pack:
+        return prepared_schema(spec)
+    return shard_packed_schema() if spec.state_shards else packed_schema()
 
 
 def prepare_stream(batches: Iterator[pa.RecordBatch], spec: PrepareSpec
@@ -808,10 +851,16 @@ def prepare_stream(batches: Iterator[pa.RecordBatch], spec: PrepareSpec
         count += batch.num_rows
         size += prepared.nbytes
         if count >= PACK_ROWS or size >= PACK_BYTES:
-            yield from pack_rows(pa.concat_tables(pending)).to_batches()
+            yield from _pack(pa.concat_tables(pending), spec).to_batches()
             pending, count, size = [], 0, 0
     if pending:
-        yield from pack_rows(pa.concat_tables(pending)).to_batches()
+        yield from _pack(pa.concat_tables(pending), spec).to_batches()
+
+
+def _pack(prepared: pa.Table, spec: PrepareSpec) -> pa.Table:
+    if spec.state_shards:
+        return pack_by_shard(prepared, spec.state_shards)
+    return pack_rows(prepared)
 
 
 def prepare_frame(df: DataFrame, spec: PrepareSpec) -> DataFrame:

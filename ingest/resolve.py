@@ -26,7 +26,9 @@ changes nothing.
 order whenever a batch is replayed.
 
 :func:`resolve` is vectorized for keys without tombstones (write tasks); :func:`resolve_key`
-is the same rule for the versions of one key (tombstones; the state operator). Both are pure.
+is the same rule for the versions of one key (tombstones; the state operator), and
+:func:`resolve_single` for many keys of one version each against their stored states (the
+state operator's common case). All are pure; a property test holds the last two equal.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ import pyarrow.compute as pc
 from engine.schema import RECORD_KEY
 from ingest.prepare import DELETE, KAFKA_PARTITION, OFFSET, OP, ORDERING, ORDERING_NULL, TOPIC
 
-__all__ = ["ABSENT", "DELETED", "LIVE", "KeyOutcome", "KeyState", "Resolved", "arrival_order",
-           "resolve", "resolve_key"]
+__all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "KeyOutcome", "KeyState", "Resolved",
+           "SingleOutcomes", "arrival_order", "resolve", "resolve_key", "resolve_single"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,59 @@ def resolve_key(ops: Sequence[int], orderings: Sequence[Any], ordering_null: Seq
     return KeyOutcome(winner, win_ordering, state)
 
 
+KIND_CODES = {ABSENT: 0, LIVE: 1, DELETED: 2}
+"""The kinds of :class:`KeyState` as the codes :func:`resolve_single` takes and gives."""
+_ABSENT, _LIVE, _DELETED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SingleOutcomes:
+    """:class:`KeyOutcome` of many keys at once (:func:`resolve_single`), one entry a key."""
+
+    winner: np.ndarray
+    """True where the key's version is written."""
+    ordering: pa.Array | None
+    """Ordering value the winner is written with (event time; None without)."""
+    kind: np.ndarray
+    """:data:`KIND_CODES` of the state afterwards."""
+    state_ordering: pa.Array | None
+    """Ordering value of the state afterwards (event time; None without)."""
+
+
+def resolve_single(ops: np.ndarray, orderings: pa.Array | None, ordering_null: np.ndarray,
+                   stored_kind: np.ndarray, stored_ordering: pa.Array | None, *,
+                   event_time: bool) -> SingleOutcomes:
+    """:func:`resolve_key` for keys that have one version each, vectorized.
+
+    ``ops`` (UPSERT/DELETE), ``orderings`` and ``ordering_null`` are the versions;
+    ``stored_kind`` (:data:`KIND_CODES`) and ``stored_ordering`` the keys' stored states
+    (orderings are used with ``event_time`` only, and must then have one type). With event
+    time an upsert must carry an ordering value (:func:`resolve_key` cannot compare a null
+    one with a stored value either).
+    """
+    is_delete = ops == DELETE
+    live = stored_kind == _LIVE
+    if not event_time:  # every version is natural: an upsert wins; a delete of a live key
+        winner = ~is_delete | live
+        kind = np.where(is_delete, np.where(live, _DELETED, stored_kind), _LIVE)
+        return SingleOutcomes(winner, None, kind.astype(np.int8), None)
+    assert orderings is not None and stored_ordering is not None
+    newer = pc.fill_null(pc.or_kleene(pc.is_null(stored_ordering),
+                                      pc.greater_equal(orderings, stored_ordering)), True)
+    newer_np = newer.to_numpy(zero_copy_only=False)
+    upsert_wins = ~is_delete & newer_np
+    marker_wins = is_delete & ~ordering_null & newer_np
+    tombstone_hits = is_delete & ordering_null & live  # deletes at the stored value
+    kind = np.where(upsert_wins, _LIVE,
+                    np.where(marker_wins | tombstone_hits, _DELETED, stored_kind))
+    takes_own = pa.array(upsert_wins | marker_wins)
+    return SingleOutcomes(
+        upsert_wins | ((marker_wins | tombstone_hits) & live),
+        pc.if_else(pa.array(tombstone_hits), stored_ordering, orderings),
+        kind.astype(np.int8),
+        pc.if_else(takes_own, orderings, stored_ordering))
+
+
 def resolve(rows: pa.Table, *, event_time: bool, stored: dict[str, Any] | None = None,
             decided: bool = False) -> Resolved:
     """Split ``rows`` (in arrival order; ops UPSERT and DELETE) into the winners per key.
@@ -131,8 +186,8 @@ def resolve(rows: pa.Table, *, event_time: bool, stored: dict[str, Any] | None =
     """
     if not rows.num_rows:
         return _split(rows, np.zeros(0, bool))
-    if decided:
-        return _resolve_vectorized(rows, event_time=event_time)
+    if decided:  # one row per key: its op says what to write
+        return _split(rows, pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False))
     is_delete = pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False)
     if event_time:
         tomb = is_delete & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)

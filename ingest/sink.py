@@ -170,8 +170,8 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class SinkTotals:
-    """Running totals of a sink's micro-batches (Kafka records as the sink counted them: with
-    the BUCKET index Spark's ``numInputRows`` counts packed rows instead)."""
+    """Running totals of a sink's micro-batches (Kafka records as the sink counted them:
+    Spark's ``numInputRows`` counts packed rows instead)."""
 
     batches: int = 0
     skipped: int = 0
@@ -312,7 +312,9 @@ class HudiStreamingSink:
                                 num_buckets=(config.num_buckets
                                              or self.table.write_config.num_buckets)
                                 if self.index == BUCKET else None,
-                                pack=self.index == BUCKET,
+                                pack=True,
+                                state_shards=self.state_shards
+                                if self.index == GLOBAL_STATE else None,
                                 ring_table=self.table.storage.base_path if rings else None)
         self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
                                              partitioned=error_table_partitioned,

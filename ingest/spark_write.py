@@ -511,10 +511,10 @@ def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: s
     """Resolve one file group's rows and run its write handle; None if nothing to write."""
     ctx = spec.context
     existing = layout.groups.get((partition, file_id))
-    rows = arrival_order(rows)
     if spec.attach is not None:  # the global-state index decided every key already
         resolved = resolve(rows, event_time=spec.event_time, decided=True)
     else:
+        rows = arrival_order(rows)
         stored = (_stored_orderings(spec, partition, file_id, _tombstone_keys(rows, spec))
                   if existing is not None else {})
         resolved = resolve(rows, event_time=spec.event_time, stored=stored)
@@ -686,26 +686,37 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
 
 
 def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+    """``rows`` by file group, in input order within a group (one take, then slices)."""
     if not rows.num_rows:
         return
     index = pa.table({"p": rows.column(PARTITION_PATH), "f": rows.column(FILE_ID),
                       "i": pa.array(np.arange(rows.num_rows))})
     grouped = index.group_by(["p", "f"], use_threads=False).aggregate([("i", "list")])
-    for part, fid, idx in zip(grouped.column("p").to_pylist(), grouped.column("f").to_pylist(),
-                              grouped.column("i_list").to_pylist(), strict=True):
-        yield (part, fid), rows.take(pa.array(sorted(idx)))
+    lists = grouped.column("i_list").combine_chunks()
+    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    group_of = np.empty(rows.num_rows, dtype=np.int64)
+    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
+    ordered = rows.take(pa.array(np.argsort(group_of, kind="stable")))
+    first = 0
+    for part, fid, size in zip(grouped.column("p").to_pylist(), grouped.column("f").to_pylist(),
+                               sizes.tolist(), strict=True):
+        yield (part, fid), ordered.slice(first, size)
+        first += size
 
 
 def shuffle_keys(columns: Sequence[str], *, by_bucket: bool = False) -> list[Column]:
     """What rows are repartitioned by: their file group — (partition, file id) as the
     global-state index tagged it, or (partition, bucket) — and, for error rows (no file
-    group), their offset, which spreads them over the tasks. Packed rows (BUCKET index) name
-    their file group the same way. With ``by_bucket`` rows go by their bucket alone, so that
+    group), their offset, which spreads them over the tasks. Packed rows name their file
+    group the same way (BUCKET index: partition and bucket; global-state index: partition and
+    file id). With ``by_bucket`` rows go by their bucket alone, so that
     one task holds every partition's rows of a bucket (tombstones on partitioned BUCKET
     tables, see :func:`place_rows`)."""
     from pyspark.sql import functions as F
 
     if ROWS in columns:  # packed rows: one per file group, or error rows spread
+        if FILE_ID in columns:  # tagged by the global-state index
+            return [F.col(PARTITION_PATH), F.col(FILE_ID), F.col(SPREAD)]
         if by_bucket:
             return [F.col(BUCKET), F.col(SPREAD)]
         return [F.col(PARTITION_PATH), F.col(BUCKET), F.col(SPREAD)]

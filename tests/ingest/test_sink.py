@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -56,15 +57,27 @@ from ingest.prepare import (
     ORDERING,
     ORDERING_NULL,
     REASON,
+    SHARD,
     SPREAD,
     UPSERT,
     PrepareSpec,
+    pack_by_shard,
     pack_rows,
     packed_schema,
     prepare_batch,
+    shard_packed_schema,
     unpack_rows,
 )
-from ingest.resolve import DELETED, LIVE, KeyState, resolve, resolve_key
+from ingest.resolve import (
+    ABSENT,
+    DELETED,
+    KIND_CODES,
+    LIVE,
+    KeyState,
+    resolve,
+    resolve_key,
+    resolve_single,
+)
 from ingest.sink import GLOBAL_STATE, HudiStreamingSink, TooManyBadRecordsError, start_ingest
 from tests.conftest import hudi_rs_read
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
@@ -296,6 +309,35 @@ def test_resolve_key_tombstone_deletes_at_the_live_ordering_then_older_version_l
     assert resolve_key([UPSERT, UPSERT], [9, 1], [False, False], event_time=False).winner == 1
 
 
+@pytest.mark.parametrize("event_time", [True, False])
+def test_resolve_single_is_resolve_key_for_every_single_version(event_time: bool) -> None:
+    cases = []  # every version against every stored state, orderings tied, older and newer
+    for op in (UPSERT, DELETE):
+        for r in (None, 1, 2, 3):
+            if event_time and op == UPSERT and r is None:
+                continue  # an upsert without ordering value: refused by both
+            for kind in (ABSENT, LIVE, DELETED):
+                stored_orderings = (None,) if kind == ABSENT or not event_time else \
+                    (None, 1, 2, 3)
+                cases += [(op, r, kind, so) for so in stored_orderings]
+    out = resolve_single(
+        np.array([c[0] for c in cases], np.int8), pa.array([c[1] for c in cases], pa.int64()),
+        np.array([c[1] is None for c in cases]),
+        np.array([KIND_CODES[c[2]] for c in cases], np.int8),
+        pa.array([c[3] for c in cases], pa.int64()), event_time=event_time)
+    for i, (op, r, kind, so) in enumerate(cases):
+        one = resolve_key([op], [r], [r is None], event_time=event_time,
+                          stored=KeyState(kind, so))
+        assert bool(out.winner[i]) == (one.winner == 0), cases[i]
+        assert out.kind[i] == KIND_CODES[one.state.kind], cases[i]
+        if event_time:
+            assert out.state_ordering is not None and out.ordering is not None
+            assert out.state_ordering[i].as_py() == one.state.ordering, cases[i]
+            if one.winner == 0:
+                assert out.ordering[i].as_py() == one.ordering, cases[i]
+    assert len(cases) >= 24
+
+
 def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
                          partition_by=["city"], options={"hoodie.index.type": "BUCKET"})
@@ -380,6 +422,43 @@ def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
     per_group = Counter((r[PARTITION_PATH], r[BUCKET]) for r in prepared.to_pylist()
                         if r[BUCKET] is not None)
     assert Counter(keyed) == {g: -(-n // 40) for g, n in per_group.items()}  # 40 rows a pack
+
+
+@pytest.mark.spark
+def test_rows_packed_by_shard_hold_the_keys_of_sparks_shard(
+        tmp_path: Path, spark: Any) -> None:  # noqa: F811
+    from pyspark.sql import functions as F
+
+    from ingest.global_index import shard_column
+
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
+                         partition_by=["city"])
+    rng = random.Random(8)
+    ids = [f"k{rng.randrange(400)}" for _ in range(600)] + ["", "ключ", "😀" * 9, "x" * 40]
+    events = [Event(k, i, rng.choice(["oslo", "rome"]), 1.0) for i, k in enumerate(ids)]
+    events += [Event("x", raw=b"[") for _ in range(5)]
+    spec = PrepareSpec(decoder(), table.config, JsonDecoder(DDL).schema,
+                       tombstone_partition="state", with_data=False, pack=True,
+                       state_shards=7)
+    prepared = prepare_batch(kafka_rows(events, "t", {}), spec)
+    packed = pack_by_shard(prepared, 7, max_rows=50)
+    assert packed.schema == shard_packed_schema()
+    assert None in packed.column(SHARD).to_pylist()  # the malformed records
+    # Spark's rule (the bootstrap's rows are grouped by it) is the oracle
+    frame = spark.createDataFrame([(k,) for k in set(ids)], "k string")
+    expected = {r["k"]: int(r["s"]) for r in frame.select(
+        "k", shard_column(F.col("k"), 7).alias("s")).collect()}
+    for i in range(packed.num_rows):
+        rows = unpack_rows(packed.slice(i, 1))
+        shard = packed.column(SHARD)[i].as_py()
+        assert rows.num_rows <= 50
+        if shard is None:  # the error rows, spread by their first offset
+            assert set(rows.column(OP).to_pylist()) == {ERROR}
+            assert packed.column(SPREAD)[i].as_py() == min(rows.column(OFFSET).to_pylist())
+        else:
+            assert {expected[k] for k in rows.column("_hoodie_record_key").to_pylist()} == \
+                {shard}
+    assert unpack_rows(packed).sort_by(OFFSET).equals(prepared.sort_by(OFFSET))
 
 
 def test_prepare_batch_gives_keyed_rows_their_bucket(tmp_path: Path) -> None:
