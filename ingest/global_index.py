@@ -128,8 +128,9 @@ from ingest.prepare import (
     packed_schema,
     shard_packed_schema,
     spark_schema,
+    unpack_blobs,
 )
-from ingest.resolve import DELETED, KIND_CODES, LIVE, KeyState, resolve_key, resolve_single
+from ingest.resolve import ABSENT, DELETED, KIND_CODES, LIVE, KeyState, resolve_key, resolve_single
 from ingest.state_index import (
     CHUNK_ROWS,
     FOLD_MIN_ROWS,
@@ -362,7 +363,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         shard = str(key[1])
         meta = Meta.from_row(self._meta.get())
         image = self._image(shard, meta)
-        tagged, changed, changes = self._tag_rows(_unpack(blobs), image)
+        tagged, changed, changes = self._tag_rows(unpack_blobs(blobs), image)
         if changed:
             delta = entries_table(image.schema, changed, changes)
             token, seq = new_token(), meta.next_delta
@@ -417,7 +418,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         moves: list[tuple[int, str, str, Any]] = []
         changed: list[bytes] = []
         changes: list[Entry | None] = []
-        single = self._single_versions(rows, starts, ends, stored, buckets, cols)
+        single = self._single_versions(starts, ends, stored, buckets, cols)
         if len(single):
             self._tag_single(rows, single, starts[single], stored, buckets, cols, moves,
                              digests, changed, changes)
@@ -431,7 +432,7 @@ class GlobalIndexProcessor(StatefulProcessor):
                 changes.append(change)  # type: ignore[arg-type]
         return _tagged_table(rows, cols, moves, event_time=spec.event_time), changed, changes
 
-    def _single_versions(self, rows: pa.Table, starts: np.ndarray, ends: np.ndarray,
+    def _single_versions(self, starts: np.ndarray, ends: np.ndarray,
                          stored: list[Entry | None], buckets: list[int | None],
                          cols: dict[str, np.ndarray]) -> np.ndarray:
         """The keys :meth:`_tag_single` tags (indices into the keys): one version in the batch,
@@ -442,7 +443,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         if self.spec.event_time:
             fast &= ~((cols[OP][starts] == UPSERT) & cols[ORDERING_NULL][starts])
         moves = self._relocations()
-        if moves is not None and moves.lineage.replaced_count:
+        if moves is not None and moves.lineage:  # the table was clustered
             parts = cols[PARTITION_PATH]
             for j in np.flatnonzero(fast).tolist():
                 entry, part = stored[j], parts[starts[j]]
@@ -465,8 +466,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         placement follows the same rules."""
         spec = self.spec
         entries = [stored[j] for j in keys.tolist()]
-        kind = np.array([0 if e is None else 1 if e[0] is not None else 2 for e in entries],
-                        dtype=np.int8)
+        kind = np.array([KIND_CODES[ABSENT if e is None else LIVE if e[0] is not None
+                                    else DELETED] for e in entries], dtype=np.int8)
         stored_part = np.array([None if e is None else e[0] for e in entries], dtype=object)
         stored_fid = np.array([None if e is None else e[1] for e in entries], dtype=object)
         stored_ordering = pa.array([None if e is None else e[2] for e in entries],
@@ -725,11 +726,6 @@ def _objects(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     values = np.empty(len(column), dtype=object)
     values[:] = column.to_pylist()
     return values
-
-
-def _unpack(blobs: list[bytes]) -> pa.Table:
-    """The rows of a shard's packs (Arrow IPC streams)."""
-    return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs])
 
 
 def _tagged_table(rows: pa.Table, cols: dict[str, np.ndarray],

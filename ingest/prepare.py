@@ -68,6 +68,7 @@ __all__ = [
     "UPSERT",
     "PrepareSpec",
     "attach_data",
+    "group_rows",
     "is_prepared",
     "pack_by_shard",
     "pack_rows",
@@ -80,6 +81,7 @@ __all__ = [
     "spark_schema",
     "spec_from_json",
     "spec_to_json",
+    "unpack_blobs",
     "unpack_rows",
 ]
 
@@ -762,26 +764,15 @@ def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
     if keys is None:
         keys = {PARTITION_PATH: prepared.column(PARTITION_PATH),
                 BUCKET: prepared.column(BUCKET)}
-    n = prepared.num_rows
     names = list(keys)
-    index = pa.table({**{f"k{i}": keys[name] for i, name in enumerate(names)},
-                      "i": pa.array(np.arange(n, dtype=np.int64))})
-    grouped = index.group_by([f"k{i}" for i in range(len(names))],
-                             use_threads=False).aggregate([("i", "list")])
-    lists = grouped.column("i_list").combine_chunks()
-    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    # each row's group: the rows are taken once, by group and in input order within one
-    group_of = np.empty(n, dtype=np.int64)
-    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
-    ordered = prepared.take(pa.array(np.argsort(group_of, kind="stable")))
-    group_keys = [grouped.column(f"k{i}").to_pylist() for i in range(len(names))]
+    ordered, group_keys, sizes = group_rows(prepared, [keys[name] for name in names])
     values: list[list[Any]] = [[] for _ in names]
     spreads: list[int | None] = []
     ends = [0]
     offsets = ordered.column(OFFSET)
     sink = pa.BufferOutputStream()  # every pack back to back: one binary column, no copies
     first = 0
-    for g, size in enumerate(sizes.tolist()):
+    for g, size in enumerate(sizes):
         last = group_keys[-1][g]
         for begin in range(first, first + size, max_rows):
             length = min(max_rows, first + size - begin)
@@ -801,6 +792,24 @@ def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
                      pa.array(spreads, pa.int64()), blobs], schema=schema)
 
 
+def group_rows(rows: pa.Table, keys: Sequence[pa.Array | pa.ChunkedArray]
+               ) -> tuple[pa.Table, list[list[Any]], list[int]]:
+    """``rows`` taken once, grouped by ``keys`` (one value per row each) and in input order
+    within a group: the reordered rows, every group's key values (one list per key) and every
+    group's row count — group *g* is the slice after the first *g* counts."""
+    index = pa.table({**{f"k{i}": key for i, key in enumerate(keys)},
+                      "i": pa.array(np.arange(rows.num_rows, dtype=np.int64))})
+    grouped = index.group_by([f"k{i}" for i in range(len(keys))],
+                             use_threads=False).aggregate([("i", "list")])
+    lists = grouped.column("i_list").combine_chunks()
+    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    group_of = np.empty(rows.num_rows, dtype=np.int64)
+    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
+    ordered = rows.take(pa.array(np.argsort(group_of, kind="stable")))
+    return (ordered, [grouped.column(f"k{i}").to_pylist() for i in range(len(keys))],
+            sizes.tolist())
+
+
 def pack_by_shard(prepared: pa.Table, shards: int, max_rows: int = PACK_ROWS) -> pa.Table:
     """Prepared rows packed by the shard of their key (error rows: by none), for the
     GLOBAL_STATE index's state operator (:mod:`ingest.global_index`). Executor side."""
@@ -812,11 +821,16 @@ def pack_by_shard(prepared: pa.Table, shards: int, max_rows: int = PACK_ROWS) ->
 def unpack_rows(packed: pa.Table) -> pa.Table:
     """The prepared rows of (at least one) packed row (:func:`pack_rows`), pack by pack.
     Executor side."""
-    tables = [pa.ipc.open_stream(chunk[i].as_buffer()).read_all()
-              for chunk in packed.column(ROWS).chunks for i in range(len(chunk))]
-    if not tables:
+    return unpack_blobs([chunk[i].as_buffer() for chunk in packed.column(ROWS).chunks
+                         for i in range(len(chunk))])
+
+
+def unpack_blobs(blobs: Sequence[bytes | pa.Buffer]) -> pa.Table:
+    """The rows of (at least one) pack, given as its Arrow IPC bytes. Executor side."""
+    if not blobs:
         raise ValueError("unpack_rows: no packed rows")
-    return pa.concat_tables(tables)
+    return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b) if isinstance(b, bytes) else b)
+                             .read_all() for b in blobs])
 
 
 def is_prepared(columns: Sequence[str]) -> bool:

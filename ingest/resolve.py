@@ -120,7 +120,7 @@ def resolve_key(ops: Sequence[int], orderings: Sequence[Any], ordering_null: Seq
 
 KIND_CODES = {ABSENT: 0, LIVE: 1, DELETED: 2}
 """The kinds of :class:`KeyState` as the codes :func:`resolve_single` takes and gives."""
-_ABSENT, _LIVE, _DELETED = 0, 1, 2
+_LIVE, _DELETED = KIND_CODES[LIVE], KIND_CODES[DELETED]
 
 
 @dataclass(frozen=True)

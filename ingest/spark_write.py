@@ -87,6 +87,7 @@ from ingest.prepare import (
     PrepareSpec,
     attach_data,
     field_ordering,
+    group_rows,
     ordering_column,
     spark_schema,
     unpack_rows,
@@ -689,17 +690,10 @@ def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
     """``rows`` by file group, in input order within a group (one take, then slices)."""
     if not rows.num_rows:
         return
-    index = pa.table({"p": rows.column(PARTITION_PATH), "f": rows.column(FILE_ID),
-                      "i": pa.array(np.arange(rows.num_rows))})
-    grouped = index.group_by(["p", "f"], use_threads=False).aggregate([("i", "list")])
-    lists = grouped.column("i_list").combine_chunks()
-    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    group_of = np.empty(rows.num_rows, dtype=np.int64)
-    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
-    ordered = rows.take(pa.array(np.argsort(group_of, kind="stable")))
+    ordered, (parts, fids), sizes = group_rows(
+        rows, [rows.column(PARTITION_PATH), rows.column(FILE_ID)])
     first = 0
-    for part, fid, size in zip(grouped.column("p").to_pylist(), grouped.column("f").to_pylist(),
-                               sizes.tolist(), strict=True):
+    for part, fid, size in zip(parts, fids, sizes, strict=True):
         yield (part, fid), ordered.slice(first, size)
         first += size
 

@@ -83,11 +83,6 @@ class FileGroupLineage:
     def __bool__(self) -> bool:
         return bool(self._replaced)
 
-    @property
-    def replaced_count(self) -> int:
-        """How many file groups were replaced (0: the table was never clustered)."""
-        return len(self._replaced)
-
     def is_replaced(self, partition: str, file_id: str) -> bool:
         return (partition, file_id) in self._replaced
 
