@@ -31,6 +31,7 @@ from engine.format.avro_codec import (
     decode_records,
     encode_records,
 )
+from engine.format.base_file import parquet_dictionary_columns
 from engine.format.delete_block import (
     DELETE_BLOCK_VERSION,
     DeleteRecord,
@@ -82,7 +83,6 @@ __all__ = [
 ]
 
 AVRO_DATA_BLOCK_VERSION = 3
-_BLOCK_DICTIONARY_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name")
 
 
 def _schema_dict(avro_schema: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -178,11 +178,9 @@ def encode_parquet_data_block(
     }
     conformed = conformed.replace_schema_metadata(metadata)
     sink = pa.BufferOutputStream()
-    # A block is read whole, so column statistics buy nothing; dictionaries pay off only
-    # for the meta columns that hold one value per block (about 3x faster to write).
-    low_cardinality = [c for c in _BLOCK_DICTIONARY_COLUMNS if c in conformed.column_names]
-    pq.write_table(conformed, sink, compression=compression, use_dictionary=low_cardinality,
-                   write_statistics=False)
+    # A block is read whole, so column statistics buy nothing.
+    pq.write_table(conformed, sink, compression=compression,
+                   use_dictionary=parquet_dictionary_columns(conformed), write_statistics=False)
     header = _data_header(instant_time, avro_schema)
     return frame_parts(BlockType.PARQUET_DATA, header, [sink.getvalue()], None)
 

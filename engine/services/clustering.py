@@ -73,9 +73,7 @@ from engine.layout.file_group import (
 from engine.layout.partition import write_partition_metadata
 from engine.read.reader import SliceReader
 from engine.schema import (
-    COMMIT_SEQNO,
     FILE_NAME,
-    LOW_CARDINALITY_META,
     RECORD_KEY,
     arrow_from_avro_json,
     data_schema_of,
@@ -479,8 +477,6 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
         chunks = [(file_ids[i], rows.slice(bounds[i], bounds[i + 1] - bounds[i]))
                   for i in range(outputs)]
     token = f"{task.task_partition}-0-{task.attempt}"
-    dictionary_columns = [f.name for f in schema if f.name not in (COMMIT_SEQNO, RECORD_KEY)
-                          and (pa.types.is_string(f.type) or f.name in LOW_CARDINALITY_META)]
     stats = []
     for file_id, chunk in chunks:
         name = BaseFileName(file_id, token, task.instant_time).name
@@ -488,8 +484,7 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
         chunk = chunk.set_column(chunk.schema.get_field_index(FILE_NAME), FILE_NAME,
                                  pa.array([name] * chunk.num_rows, pa.string()))
         result = write_base_file(storage.full(rel), chunk, bloom=task.write_bloom_filter,
-                                 compression=task.compression,
-                                 dictionary_columns=dictionary_columns, fsync=task.sync)
+                                 compression=task.compression, fsync=task.sync)
         stats.append(WriteStat(
             file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,

@@ -53,7 +53,6 @@ from engine.layout.file_group import (
 from engine.read.merge import DataLayer, DeleteLayer, merge_layers
 from engine.read.reader import SliceReader
 from engine.schema import (
-    COMMIT_SEQNO,
     FILE_NAME,
     LOW_CARDINALITY_META,
     RECORD_KEY,
@@ -297,8 +296,6 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
                           ordering_field=config.precombine_field,
                           schema=base.schema if base is not None else plain)
     merged = _conform(merged, schema)
-    dictionary_columns = [f.name for f in schema if f.name not in (COMMIT_SEQNO, RECORD_KEY)
-                          and (pa.types.is_dictionary(f.type) or pa.types.is_string(f.type))]
     attempt = 0
     while True:
         name = BaseFileName(op.file_id, f"{task.task_partition}-0-{attempt}",
@@ -310,8 +307,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
         try:
             result = write_base_file(storage.full(_rel(op.partition_path, name)), out,
                                      bloom=task.write_bloom_filter,
-                                     compression=task.compression,
-                                     dictionary_columns=dictionary_columns, fsync=True)
+                                     compression=task.compression, fsync=True)
             break
         except FileExistsError:
             attempt += 1  # an earlier attempt of this task left its file: the next name

@@ -32,7 +32,6 @@ from engine.format.naming import BaseFileName, LogFileName
 from engine.layout.partition import write_partition_metadata
 from engine.read.merge import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
-    COMMIT_SEQNO,
     FILE_NAME,
     LOW_CARDINALITY_META,
     META_FIELDS,
@@ -210,15 +209,8 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
                 bloom.add_many(new_keys)
     else:
         out = incoming if incoming is not None else schema.empty_table()
-    # Dictionaries pay off for strings with repeats (meta columns, categories); trying them
-    # on numeric or unique columns costs 2-3x the write time for nothing.
-    dictionary_columns = [
-        f.name for f in out.schema
-        if f.name not in (COMMIT_SEQNO, RECORD_KEY)
-        and (pa.types.is_dictionary(f.type) or pa.types.is_string(f.type))]
     result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
-                             compression=ctx.compression, bloom_filter=bloom,
-                             dictionary_columns=dictionary_columns, fsync=sync)
+                             compression=ctx.compression, bloom_filter=bloom, fsync=sync)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     return WriteStat(

@@ -76,6 +76,33 @@ def test_write_base_file_round_trip_rows_equal(tmp_path: Path) -> None:
     assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
 
 
+def dictionary_encoded(path: Path | str | pa.NativeFile) -> dict[str, bool]:
+    """Whether each column chunk of a Parquet file is dictionary encoded, from its footer."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    return {meta.column(i).path_in_schema: "RLE_DICTIONARY" in meta.column(i).encodings
+            for i in range(meta.num_columns)}
+
+
+def _columns_of_mixed_cardinality(n: int) -> dict[str, list[object]]:
+    return {"city": [f"city-{i % 7}" for i in range(n)],        # 7 values: a dictionary
+            "uuid": [f"uuid-{i:06d}" for i in range(n)],        # unique: plain
+            "half": [f"h-{i // 2}" for i in range(n)],          # each twice: a dictionary
+            "n": list(range(n))}                                # numeric: plain
+
+
+def test_write_base_file_dictionary_encodes_repeated_strings_only(tmp_path: Path) -> None:
+    n = 3000
+    path = tmp_path / NAME
+    write_base_file(str(path), _table([f"k{i}" for i in range(n)],
+                                      **_columns_of_mixed_cardinality(n)))
+    assert dictionary_encoded(path) == {
+        "_hoodie_commit_time": True, "_hoodie_commit_seqno": False,
+        "_hoodie_record_key": False, "_hoodie_partition_path": True,
+        "_hoodie_file_name": True, "city": True, "uuid": False, "half": True, "n": False}
+    assert read_base_file(str(path)).column("city").to_pylist()[:8] == [
+        f"city-{i % 7}" for i in range(8)]
+
+
 def test_write_base_file_bloom_false_writes_no_hudi_keys(tmp_path: Path) -> None:
     path = tmp_path / NAME
     result = write_base_file(str(path), _table([None, None]), bloom=False)

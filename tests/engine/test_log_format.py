@@ -39,6 +39,7 @@ from engine.format.log_format import (
     read_log_file,
 )
 from tests.conftest import SAMPLES
+from tests.engine.test_base_file import dictionary_encoded
 
 V8_TRIPS = "quickstart_trips_table__mor__avro__v8_trips_8i3u1d"
 ROLLBACK = "sample_table__mor__parquet__v6_nonpartitioned_rollback"
@@ -403,6 +404,22 @@ def test_encode_parquet_data_block_round_trip_equal() -> None:
     (block,) = iter_blocks(data)
     assert block.block_type is BlockType.PARQUET_DATA
     assert block.content[:4] == b"PAR1" and block.content[-4:] == b"PAR1"
+    assert decode_parquet_data_block(block, table.schema).equals(table)
+
+
+def test_encode_parquet_data_block_dictionary_encodes_repeated_strings_only() -> None:
+    n = 3000
+    table = pa.table({
+        "_hoodie_commit_time": ["20250101000000001"] * n,
+        "_hoodie_record_key": [f"k{i}" for i in range(n)],
+        "city": [f"city-{i % 7}" for i in range(n)],
+        "uuid": [f"uuid-{i:06d}" for i in range(n)],
+        "n": list(range(n))})
+    schema = arrow_schema_to_avro(table.schema, "r", "n")
+    (block,) = iter_blocks(encode_parquet_data_block(table, schema, "20250101000000001"))
+    assert dictionary_encoded(pa.BufferReader(block.content)) == {
+        "_hoodie_commit_time": True, "_hoodie_record_key": False,
+        "city": True, "uuid": False, "n": False}
     assert decode_parquet_data_block(block, table.schema).equals(table)
 
 
