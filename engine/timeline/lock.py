@@ -11,6 +11,13 @@ Writers of one table hold it only briefly: to take an instant time and start an 
   quarter of ``hoodie.write.lock.filesystem.expire`` from a daemon thread; a lock not
   renewed for the whole expiry belongs to a dead holder and is broken: renamed to a unique
   name, checked to still be the stale lock that was observed (else put back), deleted.
+  A lock whose holder provably ended is broken the same way without waiting for the
+  expiry: the record names the machine's boot, the process's pid namespace and start time,
+  and when those are this machine's and this namespace's and the process no longer exists
+  (or the pid now belongs to a later process), the holder was killed (a writer killed
+  while starting or committing an instant; its restart takes the lock at once). Holders on
+  other machines or in other containers wait for the expiry. A writer that waits more
+  than two seconds says whom it waits for.
   A holder re-checks that the lock is still its own right before its commit point
   (:meth:`TableLock.verify`).
 * :class:`InProcessLock` (Hudi's ``InProcessLockProvider``): a lock per table path inside
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import socket
@@ -38,6 +46,10 @@ from engine.storage import Storage
 from engine.timeline.active import HOODIE
 
 LOCK_FILE = f"{HOODIE}/lock"
+WAIT_NOTICE_SECONDS = 2.0
+"""A writer waiting this long for the lock logs whom it waits for."""
+
+log = logging.getLogger(__name__)
 
 
 class TableLock:
@@ -95,6 +107,58 @@ def _pause(attempt: int) -> None:
     time.sleep(min(0.2, 0.005 * (2 ** min(attempt, 6))) * (0.5 + random.random()))
 
 
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _process_state(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks since boot) of process ``pid`` from
+    ``/proc/<pid>/stat`` (fields 3 and 22); None when it cannot be read."""
+    stat = _read_text(f"/proc/{pid}/stat")
+    fields = stat[stat.rfind(")") + 2:].split() if ")" in stat else []
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def _this_process() -> dict[str, object]:
+    """What identifies this process for :func:`_holder_gone` (empty values off Linux)."""
+    state = _process_state(os.getpid())
+    return {"boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
+            "pid_ns": _pid_namespace(), "started": state[1] if state else ""}
+
+
+def _holder_gone(info: dict[str, object]) -> bool:
+    """True only when the process that took the lock provably ended: it ran on this boot of
+    this machine, in this pid namespace, and its pid is free, a zombie, or now a process
+    started later. Anything unknown (another machine or container, no ``/proc``, another
+    user's process whose start time cannot be read) counts as alive."""
+    me = _this_process()
+    pid, started = info.get("pid"), info.get("started")
+    if not (me["boot_id"] and me["pid_ns"] and isinstance(pid, int) and pid > 0 and started
+            and info.get("boot_id") == me["boot_id"] and info.get("pid_ns") == me["pid_ns"]):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # exists, another user's
+    except OSError:
+        return False
+    state = _process_state(pid)
+    return state is not None and (state[0] in ("Z", "X") or state[1] != started)
+
+
 class FileSystemLock(TableLock):
     """``.hoodie/lock``, created exclusively, renewed while held, broken when stale."""
 
@@ -109,7 +173,7 @@ class FileSystemLock(TableLock):
         return json.dumps({
             "owner": self._token, "host": socket.gethostname(), "pid": os.getpid(),
             "thread": threading.current_thread().name,
-            "acquired_at_ms": int(time.time() * 1000),
+            "acquired_at_ms": int(time.time() * 1000), **_this_process(),
         }).encode()
 
     def _acquire(self, deadline: float) -> None:
@@ -117,6 +181,7 @@ class FileSystemLock(TableLock):
         self._token = uuid.uuid4().hex
         record = self._owner_record()
         attempt = 0
+        notice_at = time.monotonic() + WAIT_NOTICE_SECONDS
         while True:
             try:
                 self.storage.write_new(LOCK_FILE, record)
@@ -125,6 +190,13 @@ class FileSystemLock(TableLock):
                 pass
             if self._break_if_stale():
                 continue
+            if notice_at and time.monotonic() >= notice_at:
+                notice_at = 0.0
+                expiry = (f"broken if not renewed for {self.expire_seconds:g} s"
+                          if self.expire_seconds > 0 else "never expires")
+                log.warning("waiting for the table lock %s, held by %s (%s; giving up after "
+                            "%g s)", self.storage.full(LOCK_FILE), self._holder(), expiry,
+                            self.wait_seconds)
             if time.monotonic() >= deadline:
                 raise LockTimeoutError(
                     f"the table lock {self.storage.full(LOCK_FILE)} was not free within "
@@ -140,10 +212,10 @@ class FileSystemLock(TableLock):
 
     def _holder(self) -> str:
         try:
-            info = json.loads(self.storage.read(LOCK_FILE))
-            return f"{info.get('host')} pid {info.get('pid')}"
-        except (FileNotFoundError, ValueError):
+            info = _owner_of(self.storage.read(LOCK_FILE))
+        except FileNotFoundError:
             return "nobody now"
+        return f"{info.get('host')} pid {info.get('pid')}" if info else "an unreadable record"
 
     def _renew(self) -> None:
         path = self.storage.full(LOCK_FILE)
@@ -154,9 +226,8 @@ class FileSystemLock(TableLock):
                 return  # lost; verify() reports it before any commit point
 
     def _break_if_stale(self) -> bool:
-        """Break the lock if its holder stopped renewing it; True if it was broken."""
-        if self.expire_seconds <= 0:
-            return False
+        """Break the lock if its holder stopped renewing it or provably ended; True if it
+        was broken (or released meanwhile)."""
         path = self.storage.full(LOCK_FILE)
         try:
             seen = os.stat(path)
@@ -164,7 +235,8 @@ class FileSystemLock(TableLock):
                 content = fh.read()
         except FileNotFoundError:
             return True  # released meanwhile: try again at once
-        if time.time() - seen.st_mtime <= self.expire_seconds:
+        expired = 0 < self.expire_seconds < time.time() - seen.st_mtime
+        if not expired and not _holder_gone(_owner_of(content)):
             return False
         # Move it aside under a unique name (atomic), then make sure what was moved is the
         # stale lock observed, not a fresh one taken in between; put a fresh one back.
@@ -193,8 +265,8 @@ class FileSystemLock(TableLock):
 
     def _owns(self) -> bool:
         try:
-            info = json.loads(self.storage.read(LOCK_FILE))
-        except (FileNotFoundError, ValueError):
+            info = _owner_of(self.storage.read(LOCK_FILE))
+        except FileNotFoundError:
             return False
         return bool(info.get("owner") == self._token)
 
@@ -203,6 +275,15 @@ class FileSystemLock(TableLock):
             raise WriteConflictError(
                 f"the table lock {self.storage.full(LOCK_FILE)} was broken by another writer "
                 "(it looked stale); nothing was committed")
+
+
+def _owner_of(content: bytes) -> dict[str, object]:
+    """The owner record of a lock file ({} for one that is not a JSON object)."""
+    try:
+        info = json.loads(content)
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 _IN_PROCESS: dict[str, threading.Lock] = {}

@@ -8,6 +8,7 @@ told (committed or refused), never from the table itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -114,6 +116,99 @@ def test_filesystem_lock_stale_lock_broken_live_lock_renewed(tmp_path: Path) -> 
         with pytest.raises(LockTimeoutError):
             waiter.acquire()  # a renewed lock is never stale
     assert [p.name for p in tmp_path.joinpath(".hoodie").iterdir()] == []
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from engine.storage import Storage
+    from engine.timeline.lock import FileSystemLock
+    FileSystemLock(Storage(sys.argv[1]), wait_seconds=5, expire_seconds=60).acquire()
+    print("held", flush=True)
+    time.sleep(120)
+""")
+
+
+@contextlib.contextmanager
+def _holder_process(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the table lock (renewed, 60 s expiry) until it is killed."""
+    with subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], text=True,
+                          stdout=subprocess.PIPE,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT))) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+            yield proc
+        finally:
+            proc.kill()
+
+
+def test_filesystem_lock_of_a_killed_process_taken_at_once(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    with _holder_process(tmp_path) as holder:
+        with pytest.raises(LockTimeoutError, match=f"pid {holder.pid}"):
+            FileSystemLock(storage, wait_seconds=0.3, expire_seconds=60).acquire()  # alive
+        holder.kill()
+        holder.wait()
+        # Renewed a moment ago, so far from its 60 s expiry: only the holder's death can
+        # free it within the 5 s this waits.
+        with FileSystemLock(storage, wait_seconds=5, expire_seconds=60) as taker:
+            taker.verify()
+            assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+
+
+def test_filesystem_lock_of_a_zombie_process_taken_at_once(tmp_path: Path) -> None:
+    with _holder_process(tmp_path) as holder:
+        holder.kill()
+        while Path(f"/proc/{holder.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+            time.sleep(0.01)  # killed, not yet reaped: its pid still exists
+        with FileSystemLock(Storage(str(tmp_path)), wait_seconds=5, expire_seconds=60):
+            pass
+
+
+def _forged_lock(path: Path, **record: object) -> None:
+    (path / ".hoodie").mkdir(exist_ok=True)
+    (path / LOCK_FILE).write_text(json.dumps({"owner": "x", "host": "h", **record}))
+
+
+def test_filesystem_lock_broken_early_only_for_a_provably_ended_holder(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    namespace = os.readlink("/proc/self/ns/pid")
+    started = Path("/proc/self/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    with subprocess.Popen(["true"]) as gone_pid:
+        pass  # waited for: its pid is free
+    this = {"boot_id": boot, "pid_ns": namespace}
+    alive = [
+        {**this, "pid": gone_pid.pid, "started": "1", "boot_id": "another-boot"},
+        {**this, "pid": gone_pid.pid, "started": "1", "pid_ns": "pid:[1]"},  # a container
+        {**this, "pid": gone_pid.pid},  # no start time recorded (an older record)
+        {**this, "pid": os.getpid(), "started": started},  # this very process
+    ]
+    for record in alive:
+        _forged_lock(tmp_path, **record)
+        with pytest.raises(LockTimeoutError):
+            FileSystemLock(storage, wait_seconds=0.2, expire_seconds=60).acquire()
+    ended_holders = [
+        {**this, "pid": gone_pid.pid, "started": "1"},  # its pid is free
+        {**this, "pid": os.getpid(), "started": str(int(started) - 1)},  # pid reused since
+    ]
+    for record in ended_holders:
+        _forged_lock(tmp_path, **record)
+        with FileSystemLock(storage, wait_seconds=0.2, expire_seconds=0) as lock:
+            lock.verify()  # broken even with expiry off: its holder cannot be alive
+
+
+def test_filesystem_lock_waiter_says_whom_it_waits_for(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("engine.timeline.lock.WAIT_NOTICE_SECONDS", 0.1)
+    storage = Storage(str(tmp_path))
+    with (FileSystemLock(storage, wait_seconds=1, expire_seconds=60),
+          caplog.at_level("WARNING", logger="engine.timeline.lock"),
+          pytest.raises(LockTimeoutError)):
+        FileSystemLock(storage, wait_seconds=0.5, expire_seconds=60).acquire()
+    notices = [r.getMessage() for r in caplog.records]
+    assert len(notices) == 1
+    assert f"pid {os.getpid()}" in notices[0] and "broken if not renewed for 60 s" in notices[0]
 
 
 def test_filesystem_lock_threads_exclusive(tmp_path: Path) -> None:
