@@ -34,8 +34,9 @@ of that batch is committed, equal to the one the first attempt computed.
 
 **Bootstrapping.** When the query starts without a checkpoint, the state is seeded from the
 table (``initialState``, applied by Spark in the first batch only): a Spark job reads every
-live key's partition, file group and ordering value, one task per file slice, and each
-shard's keys become its base chunks. The cost is one scan of the table's key columns per
+live key's partition, file group and ordering value, one task per file slice, packs them
+by key shard as Arrow IPC streams (as the batches' rows are), and each shard's keys become
+its base chunks. The cost is one scan of the table's key columns per
 *new* query — proportional to the table, paid once, in parallel — after which tagging costs
 an in-memory lookup per key and a few state calls per shard, however large the table. The
 alternative, looking keys without state up in the table in every batch, costs a scan per
@@ -76,8 +77,6 @@ pyarrow); ``grpcio`` is Spark Connect's (:func:`check_dependencies`).
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import importlib.util
 import logging
 import os
@@ -144,11 +143,12 @@ from ingest.state_index import (
     encode_blob,
     entries_table,
     key_digests,
+    key_shards,
     new_token,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from engine.config import TableConfig
     from engine.table import Table
@@ -163,7 +163,6 @@ __all__ = [
     "bootstrap_frame",
     "check_dependencies",
     "ensure_state_store",
-    "shard_column",
     "tag_frame",
 ]
 
@@ -258,32 +257,6 @@ class GlobalIndexSpec:
                 or new_bucket_file_id(self.table_name, partition, bucket))
 
 
-_EPOCH_DATE = _dt.date(1970, 1, 1)
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
-def comparable(value: Any) -> Any:
-    """An ordering value in the form kept in state and compared: plain Python.
-
-    Prepared rows carry timestamps and dates as integers already (UTC microseconds, days:
-    :func:`ingest.prepare.ordering_column`), as the bootstrap stores them; pyspark's pandas
-    conversion would otherwise hand over naive timestamps in the *session* time zone, which
-    compared with the bootstrapped UTC values judged updates of bootstrapped keys older.
-    Temporal objects are still accepted: aware datetimes by their UTC instant."""
-    if value is None:
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if hasattr(value, "value") and type(value).__name__ == "Timestamp":  # pandas Timestamp
-        return int(value.value) // 1000
-    if isinstance(value, _dt.datetime):  # naive: local time, as pyspark's rows give it
-        return (value.astimezone(_dt.timezone.utc) - _EPOCH) // _dt.timedelta(microseconds=1)
-    if isinstance(value, _dt.date):
-        return (value - _EPOCH_DATE).days
-    if isinstance(value, decimal.Decimal | str | bool | int | float):
-        return value
-    raise TypeError(f"unsupported ordering value {value!r}")
-
 
 class GlobalIndexProcessor(StatefulProcessor):
     """Tags a shard's keys with their file groups and keeps their locations in state.
@@ -316,20 +289,22 @@ class GlobalIndexProcessor(StatefulProcessor):
                            timerValues: TimerValues) -> None:
         """Seed a shard from the table scan (first batch of a new query only), a chunk a call.
 
-        Columns by position, as :func:`bootstrap_frame` makes them: key, partition path,
-        file id, ordering value (then the grouping columns).
+        The rows come packed by shard, as :func:`bootstrap_frame` makes them: Arrow IPC
+        streams of (key, partition path, file id, ordering value).
         """
         if not len(initialState):
             return
         shard = str(key[1])
-        values = initialState.iloc[:, :4].to_numpy(dtype=object).tolist()
-        digests = key_digests(str(r[0]) for r in values)
-        entries: list[Entry | None] = [
-            (str(r[1]), str(r[2]), None if _is_missing(r[3]) else comparable(r[3]))
-            for r in values]
+        # pyspark names the initial state's columns by position
+        rows = unpack_blobs(initialState.iloc[:, _INITIAL_ROWS].tolist())
         meta = Meta.from_row(self._meta.get())
         image = self._image(shard, meta)
-        table = entries_table(image.schema, digests, entries)
+        schema = image.schema
+        table = pa.table([
+            pa.array(key_digests(rows.column(0).to_pylist()), schema.field(0).type),
+            rows.column(1), rows.column(2), rows.column(3).cast(schema.field(3).type),
+            pa.array(np.ones(rows.num_rows, dtype=bool)),
+        ], schema=schema)
         for start in range(0, table.num_rows, CHUNK_ROWS):
             piece = table.slice(start, CHUNK_ROWS)
             self._blobs.updateValue((base_slot(meta.base_chunks),), (encode_blob(piece),))
@@ -819,13 +794,6 @@ def _pandas() -> Any:
     return pandas
 
 
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    try:
-        return bool(value != value)  # NaN / NaT
-    except (TypeError, ValueError):
-        return False
 
 
 def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) -> DataFrame:
@@ -842,19 +810,11 @@ def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) ->
         GROUP, F.coalesce(F.col(SHARD).cast("string"),
                           F.concat(F.lit("error-"), F.col(SPREAD).cast("string"))))
     seeded = initial.withColumn(IS_ERROR, F.lit(False)).withColumn(
-        GROUP, shard_column(F.col(RECORD_KEY), spec.shards))
+        GROUP, F.col(SHARD).cast("string"))
     return keyed.groupBy(IS_ERROR, GROUP).transformWithStateInPandas(
         GlobalIndexProcessor(spec), spark_schema(TAGGED_SCHEMA), "Append", "None",
         initialState=seeded.groupBy(IS_ERROR, GROUP))
 
-
-def shard_column(key: Column, shards: int) -> Column:
-    """The shard of a record key: Spark's ``xxhash64`` (seed 42, stable across versions)
-    modulo ``shards``, as a string (the grouping column also holds error rows' groups);
-    :func:`ingest.state_index.key_shards` is the same rule in Python."""
-    from pyspark.sql import functions as F
-
-    return F.pmod(F.xxhash64(key), F.lit(shards)).cast("string")
 
 
 def check_state_layout(checkpoint: str) -> None:
@@ -900,8 +860,19 @@ def _state_rows(locations: pa.Table, spec_ordering: pa.DataType) -> pa.Table:
                      "ordering": ordering})
 
 
+_INITIAL_ROWS = shard_packed_schema().get_field_index(ROWS)
+
+BOOTSTRAP_PACK_AT = 500_000
+"""A bootstrap task packs the locations it read by shard once it holds this many."""
+
+
+def _packed_by_shard(parts: list[pa.Table], shards: int) -> Iterator[pa.RecordBatch]:
+    rows = pa.concat_tables(parts)
+    yield from pack_rows(rows, keys={SHARD: key_shards(rows.column(0), shards)}).to_batches()
+
+
 def _read_locations(base_path: str, config: TableConfig, slices: list[FileSlice],
-                    ordering_type: pa.DataType
+                    ordering_type: pa.DataType, shards: int
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage = Storage(base_path)
@@ -909,16 +880,25 @@ def _read_locations(base_path: str, config: TableConfig, slices: list[FileSlice]
         schema_json = timeline.latest_schema()
         reader = SliceReader(storage, timeline, visible_instants(timeline),
                              arrow_from_avro_json(schema_json) if schema_json else None)
+        held: list[pa.Table] = []
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 found = key_locations(reader, [slices[int(i)]], None)
                 if found.num_rows:
-                    yield from _state_rows(found, ordering_type).to_batches()
+                    held.append(_state_rows(found, ordering_type))
+                if sum(t.num_rows for t in held) >= BOOTSTRAP_PACK_AT:
+                    yield from _packed_by_shard(held, shards)
+                    held = []
+        if held:
+            yield from _packed_by_shard(held, shards)
     return run
 
 
 def bootstrap_frame(spark: SparkSession, table: Table, spec: GlobalIndexSpec) -> DataFrame:
-    """Every live key of ``table`` with its location and ordering value, read by tasks.
+    """Every live key of ``table`` with its location and ordering value, read by tasks and
+    packed by key shard (:func:`ingest.prepare.pack_rows`: a few Arrow IPC streams of
+    (key, partition path, file id, ordering value) per shard and task), so that pyspark
+    hands the state operator a handful of values per shard instead of every key.
 
     Driver side: lists the latest file slices; executors read one slice's key (and ordering)
     columns each. Lazy: Spark evaluates it in the first batch of a new query only.
@@ -926,17 +906,13 @@ def bootstrap_frame(spark: SparkSession, table: Table, spec: GlobalIndexSpec) ->
     timeline = Timeline.load(table.storage, table.config)
     slices = build_file_slices(list_table_files(table.storage), timeline,
                                visible_instants(timeline))
-    schema = pa.schema([pa.field(RECORD_KEY, pa.string()),
-                        pa.field("partition_path", pa.string()),
-                        pa.field("file_id", pa.string()),
-                        pa.field("ordering", spec.state_ordering_type)])
     if not slices:
-        return spark.createDataFrame([], spark_schema(schema))
+        return spark.createDataFrame([], spark_schema(shard_packed_schema()))
     parallelism = max(1, min(len(slices), spark.sparkContext.defaultParallelism * 2))
     return spark.range(len(slices), numPartitions=parallelism).mapInArrow(
         _read_locations(table.storage.base_path, table.config, slices,
-                        spec.state_ordering_type),
-        spark_schema(schema))
+                        spec.state_ordering_type, spec.shards),
+        spark_schema(shard_packed_schema()))
 
 
 def live_bucket_groups(table: Table) -> dict[tuple[str, int], str]:

@@ -758,8 +758,9 @@ def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
     The shuffle to the write tasks then moves a few large values per file group instead of
     every record: Spark's per-row work (converting Arrow to its rows, serializing, converting
     back) is what dominated a micro-batch. Rows whose last key is null (no file group: errors)
-    are packed together; :data:`SPREAD` (their first offset) spreads such packs over the
-    write tasks. Row order within a pack is the input order. Executor side.
+    are packed together; :data:`SPREAD` (their first offset; null for rows without
+    :data:`OFFSET`) spreads such packs over the write tasks. Row order within a pack is the
+    input order. Executor side.
     """
     if keys is None:
         keys = {PARTITION_PATH: prepared.column(PARTITION_PATH),
@@ -769,7 +770,7 @@ def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
     values: list[list[Any]] = [[] for _ in names]
     spreads: list[int | None] = []
     ends = [0]
-    offsets = ordered.column(OFFSET)
+    offsets = ordered.column(OFFSET) if OFFSET in ordered.column_names else None
     sink = pa.BufferOutputStream()  # every pack back to back: one binary column, no copies
     first = 0
     for g, size in enumerate(sizes):
@@ -781,7 +782,8 @@ def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
             ends.append(sink.tell())
             for column, found in zip(values, group_keys, strict=True):
                 column.append(found[g])
-            spreads.append(None if last is not None else offsets[begin].as_py())
+            spreads.append(None if last is not None or offsets is None
+                           else offsets[begin].as_py())
         first += size
     if ends[-1] >= 2**31:
         raise ValueError(f"pack_rows: {ends[-1]} bytes do not fit one binary column")

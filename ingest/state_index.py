@@ -84,9 +84,9 @@ _TWO_63, _TWO_64 = 1 << 63, 1 << 64
 def key_shards(keys: pa.Array | pa.ChunkedArray, shards: int) -> pa.Array:
     """Every key's shard: Spark's ``pmod(xxhash64(key), shards)`` (XXH64 of the UTF-8
     bytes, seed 42, as a signed long), computed in Python so that a task can group its rows
-    by shard before they reach the JVM; :func:`ingest.global_index.shard_column` is the same
-    rule in Spark (the bootstrap's rows use it), and a test holds them equal. Null keys
-    (error rows) get a null shard."""
+    (and the bootstrap its keys) by shard before they reach the JVM. Earlier versions
+    grouped the bootstrap with Spark's own ``xxhash64``, so a test holds the two equal:
+    their checkpoints keep working. Null keys (error rows) get a null shard."""
     digest = xxhash.xxh64_intdigest
     out: list[int | None] = []
     for key in keys.to_pylist():
