@@ -144,6 +144,7 @@ from ingest.state_index import (
     entries_table,
     key_digests,
     key_shards,
+    live_entries_table,
     new_token,
 )
 
@@ -258,6 +259,10 @@ class GlobalIndexSpec:
 
 
 
+_INITIAL_ROWS = shard_packed_schema().get_field_index(ROWS)
+"""Where the packs are among the initial state's columns (pyspark names them by position)."""
+
+
 class GlobalIndexProcessor(StatefulProcessor):
     """Tags a shard's keys with their file groups and keeps their locations in state.
 
@@ -299,12 +304,9 @@ class GlobalIndexProcessor(StatefulProcessor):
         rows = unpack_blobs(initialState.iloc[:, _INITIAL_ROWS].tolist())
         meta = Meta.from_row(self._meta.get())
         image = self._image(shard, meta)
-        schema = image.schema
-        table = pa.table([
-            pa.array(key_digests(rows.column(0).to_pylist()), schema.field(0).type),
-            rows.column(1), rows.column(2), rows.column(3).cast(schema.field(3).type),
-            pa.array(np.ones(rows.num_rows, dtype=bool)),
-        ], schema=schema)
+        table = live_entries_table(image.schema, rows.column(RECORD_KEY),
+                                   rows.column("partition_path"), rows.column("file_id"),
+                                   rows.column("ordering"))
         for start in range(0, table.num_rows, CHUNK_ROWS):
             piece = table.slice(start, CHUNK_ROWS)
             self._blobs.updateValue((base_slot(meta.base_chunks),), (encode_blob(piece),))
@@ -794,8 +796,6 @@ def _pandas() -> Any:
     return pandas
 
 
-
-
 def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) -> DataFrame:
     """The streaming plan's tagging step: ``groupBy(shard).transformWithStateInPandas``.
 
@@ -814,7 +814,6 @@ def tag_frame(prepared: DataFrame, spec: GlobalIndexSpec, initial: DataFrame) ->
     return keyed.groupBy(IS_ERROR, GROUP).transformWithStateInPandas(
         GlobalIndexProcessor(spec), spark_schema(TAGGED_SCHEMA), "Append", "None",
         initialState=seeded.groupBy(IS_ERROR, GROUP))
-
 
 
 def check_state_layout(checkpoint: str) -> None:
@@ -860,8 +859,6 @@ def _state_rows(locations: pa.Table, spec_ordering: pa.DataType) -> pa.Table:
                      "ordering": ordering})
 
 
-_INITIAL_ROWS = shard_packed_schema().get_field_index(ROWS)
-
 BOOTSTRAP_PACK_AT = 500_000
 """A bootstrap task packs the locations it read by shard once it holds this many."""
 
@@ -881,14 +878,16 @@ def _read_locations(base_path: str, config: TableConfig, slices: list[FileSlice]
         reader = SliceReader(storage, timeline, visible_instants(timeline),
                              arrow_from_avro_json(schema_json) if schema_json else None)
         held: list[pa.Table] = []
+        held_rows = 0
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 found = key_locations(reader, [slices[int(i)]], None)
                 if found.num_rows:
                     held.append(_state_rows(found, ordering_type))
-                if sum(t.num_rows for t in held) >= BOOTSTRAP_PACK_AT:
+                    held_rows += found.num_rows
+                if held_rows >= BOOTSTRAP_PACK_AT:
                     yield from _packed_by_shard(held, shards)
-                    held = []
+                    held, held_rows = [], 0
         if held:
             yield from _packed_by_shard(held, shards)
     return run

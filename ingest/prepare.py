@@ -830,7 +830,7 @@ def unpack_rows(packed: pa.Table) -> pa.Table:
 def unpack_blobs(blobs: Sequence[bytes | pa.Buffer]) -> pa.Table:
     """The rows of (at least one) pack, given as its Arrow IPC bytes. Executor side."""
     if not blobs:
-        raise ValueError("unpack_rows: no packed rows")
+        raise ValueError("unpack_blobs: no packs")
     return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b) if isinstance(b, bytes) else b)
                              .read_all() for b in blobs])
 

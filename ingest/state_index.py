@@ -44,7 +44,7 @@ import xxhash
 
 __all__ = ["CHUNK_ROWS", "FOLD_MIN_ROWS", "MAX_DELTAS", "Meta", "ShardImage", "base_slot",
            "decode_blob", "delta_slot", "encode_blob", "entries_table", "entry_schema",
-           "key_digests", "key_shards", "new_token"]
+           "key_digests", "key_shards", "live_entries_table", "new_token"]
 
 CHUNK_ROWS = 65_536
 """Entries per base chunk blob (about 2.5 MB)."""
@@ -317,6 +317,20 @@ def _digest_array(table: pa.Table) -> np.ndarray:
     data = array.buffers()[1]
     start = array.offset * 16
     return np.frombuffer(data, dtype="S16", count=len(array), offset=start)
+
+
+def live_entries_table(schema: pa.Schema, keys: pa.Array | pa.ChunkedArray,
+                       partitions: pa.Array | pa.ChunkedArray,
+                       file_ids: pa.Array | pa.ChunkedArray,
+                       orderings: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """A blob table of live keys from columns (the bootstrap's keys; :func:`entries_table`
+    takes a batch's changes one by one)."""
+    return pa.table({
+        DIGEST: pa.array(key_digests(keys.to_pylist()), pa.binary(16)),
+        PARTITION: partitions, FILE_ID: file_ids,
+        ORDERING: orderings.cast(schema.field(ORDERING).type),
+        PRESENT: pa.array(np.ones(len(keys), dtype=bool)),
+    }, schema=schema)
 
 
 def entries_table(schema: pa.Schema, digests: Sequence[bytes],

@@ -130,11 +130,16 @@ def _process_state(pid: int) -> tuple[str, str] | None:
     return (fields[0], fields[19]) if len(fields) > 19 else None
 
 
+def _where() -> dict[str, str]:
+    """This machine's boot and this process's pid namespace (empty off Linux)."""
+    return {"boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
+            "pid_ns": _pid_namespace()}
+
+
 def _this_process() -> dict[str, object]:
     """What identifies this process for :func:`_holder_gone` (empty values off Linux)."""
     state = _process_state(os.getpid())
-    return {"boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
-            "pid_ns": _pid_namespace(), "started": state[1] if state else ""}
+    return {**_where(), "started": state[1] if state else ""}
 
 
 def _holder_gone(info: dict[str, object]) -> bool:
@@ -142,10 +147,10 @@ def _holder_gone(info: dict[str, object]) -> bool:
     this machine, in this pid namespace, and its pid is free, a zombie, or now a process
     started later. Anything unknown (another machine or container, no ``/proc``, another
     user's process whose start time cannot be read) counts as alive."""
-    me = _this_process()
+    here = _where()
     pid, started = info.get("pid"), info.get("started")
-    if not (me["boot_id"] and me["pid_ns"] and isinstance(pid, int) and pid > 0 and started
-            and info.get("boot_id") == me["boot_id"] and info.get("pid_ns") == me["pid_ns"]):
+    if not (here["boot_id"] and here["pid_ns"] and isinstance(pid, int) and pid > 0
+            and started and all(info.get(k) == v for k, v in here.items())):
         return False
     try:
         os.kill(pid, 0)
