@@ -29,7 +29,7 @@ the renewal and breaking done by ETag-conditional writes) fits the same interfac
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -44,6 +44,8 @@ from engine.config import IN_PROCESS_LOCK_PROVIDER, WriteConfig
 from engine.errors import LockTimeoutError, WriteConflictError
 from engine.storage import Storage
 from engine.timeline.active import HOODIE
+from engine.timeline.liveness import process_ended as _holder_gone
+from engine.timeline.liveness import this_process as _this_process
 
 LOCK_FILE = f"{HOODIE}/lock"
 WAIT_NOTICE_SECONDS = 2.0
@@ -107,70 +109,25 @@ def _pause(attempt: int) -> None:
     time.sleep(min(0.2, 0.005 * (2 ** min(attempt, 6))) * (0.5 + random.random()))
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _process_state(pid: int) -> tuple[str, str] | None:
-    """(state, start time in clock ticks since boot) of process ``pid`` from
-    ``/proc/<pid>/stat`` (fields 3 and 22); None when it cannot be read."""
-    stat = _read_text(f"/proc/{pid}/stat")
-    fields = stat[stat.rfind(")") + 2:].split() if ")" in stat else []
-    return (fields[0], fields[19]) if len(fields) > 19 else None
-
-
-def _where() -> dict[str, str]:
-    """This machine's boot and this process's pid namespace (empty off Linux)."""
-    return {"boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
-            "pid_ns": _pid_namespace()}
-
-
-def _this_process() -> dict[str, object]:
-    """What identifies this process for :func:`_holder_gone` (empty values off Linux)."""
-    state = _process_state(os.getpid())
-    return {**_where(), "started": state[1] if state else ""}
-
-
-def _holder_gone(info: dict[str, object]) -> bool:
-    """True only when the process that took the lock provably ended: it ran on this boot of
-    this machine, in this pid namespace, and its pid is free, a zombie, or now a process
-    started later. Anything unknown (another machine or container, no ``/proc``, another
-    user's process whose start time cannot be read) counts as alive."""
-    here = _where()
-    pid, started = info.get("pid"), info.get("started")
-    if not (here["boot_id"] and here["pid_ns"] and isinstance(pid, int) and pid > 0
-            and started and all(info.get(k) == v for k, v in here.items())):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # exists, another user's
-    except OSError:
-        return False
-    state = _process_state(pid)
-    return state is not None and (state[0] in ("Z", "X") or state[1] != started)
-
-
 class FileSystemLock(TableLock):
-    """``.hoodie/lock``, created exclusively, renewed while held, broken when stale."""
+    """``.hoodie/lock``, created exclusively, renewed while held, broken when stale.
+
+    Every lock file is one *generation* (its content, unique to one acquisition). Only the
+    writer that holds a generation's end claim (``.hoodie/lock.end.<generation>``, created
+    exclusively) may remove that generation's file: a breaker that judged it stale, or its
+    holder releasing it. The claimant re-reads the lock file after claiming and removes it
+    only if it is still that generation (and, for a breaker, still stale); since nobody else
+    can remove that generation meanwhile, the file removed is the one checked, never a fresh
+    lock another writer took in between. Claims live for a few milliseconds; a claim whose
+    writer provably ended, or older than the expiry, is taken over by a claim named after it.
+    """
 
     def __init__(self, storage: Storage, wait_seconds: float, expire_seconds: float) -> None:
         super().__init__(storage, wait_seconds)
         self.expire_seconds = expire_seconds
         self._token = ""
+        self._generation = ""
+        self._lost = threading.Event()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -209,6 +166,8 @@ class FileSystemLock(TableLock):
                     "hoodie.write.lock.wait_time_ms or check for a stuck writer")
             attempt += 1
             _pause(attempt)
+        self._generation = _generation(record)
+        self._lost.clear()
         if self.expire_seconds > 0:
             self._stop.clear()
             self._renewer = threading.Thread(target=self._renew, daemon=True,
@@ -223,63 +182,115 @@ class FileSystemLock(TableLock):
         return f"{info.get('host')} pid {info.get('pid')}" if info else "an unreadable record"
 
     def _renew(self) -> None:
+        """Touch the lock file every quarter of the expiry while it is this holder's; stop
+        only when it is not (then :meth:`verify` fails). Other errors are retried."""
         path = self.storage.full(LOCK_FILE)
         while not self._stop.wait(self.expire_seconds / 4):
             try:
-                os.utime(path)
+                with open(path, "rb") as fh:
+                    if _generation(fh.read()) == self._generation:
+                        os.utime(fh.fileno())  # the very file just read, not a successor
+                        continue
+                taken = "now held by another writer"
             except FileNotFoundError:
-                return  # lost; verify() reports it before any commit point
+                taken = "gone"
+            except OSError as exc:
+                log.warning("could not renew the table lock %s (%s); trying again", path, exc)
+                continue
+            self._lost.set()
+            log.warning("the table lock %s is %s: it was broken as stale while this writer "
+                        "held it; its next commit point fails", path, taken)
+            return
+
+    def _read(self, rel: str) -> tuple[bytes, float] | None:
+        """Content and modification time of one file, both of the same file; None if gone."""
+        try:
+            with open(self.storage.full(rel), "rb") as fh:
+                return fh.read(), os.fstat(fh.fileno()).st_mtime
+        except FileNotFoundError:
+            return None
+
+    def _stale(self, content: bytes, mtime: float) -> bool:
+        """Not renewed for the whole expiry, or written by a process that provably ended."""
+        expired = 0 < self.expire_seconds < time.time() - mtime
+        return expired or _holder_gone(_owner_of(content))
+
+    def _claim_end(self, generation: str) -> list[str] | None:
+        """Claim the sole right to remove the lock file of ``generation``: the claim files to
+        drop afterwards (the taken-over stale ones, then this writer's own), or None when
+        another writer holds the claim now."""
+        name = f"{LOCK_FILE}.end.{generation}"
+        taken_over: list[str] = []
+        for _ in range(8):
+            try:
+                self.storage.write_new(name, self._owner_record(), fsync=False)
+                return [*taken_over, name]
+            except FileExistsError:
+                pass
+            seen = self._read(name)
+            if seen is None:
+                continue  # dropped meanwhile: claim it again
+            if not self._stale(*seen):
+                return None
+            taken_over.append(name)  # its writer ended inside its few milliseconds
+            name = f"{name}.{_generation(seen[0])[:12]}"
+        return None
+
+    def _drop_claim(self, claim: list[str]) -> None:
+        for name in claim:
+            self.storage.delete(name)
 
     def _break_if_stale(self) -> bool:
         """Break the lock if its holder stopped renewing it or provably ended; True if it
         was broken (or released meanwhile)."""
-        path = self.storage.full(LOCK_FILE)
-        try:
-            seen = os.stat(path)
-            with open(path, "rb") as fh:
-                content = fh.read()
-        except FileNotFoundError:
+        seen = self._read(LOCK_FILE)
+        if seen is None:
             return True  # released meanwhile: try again at once
-        expired = 0 < self.expire_seconds < time.time() - seen.st_mtime
-        if not expired and not _holder_gone(_owner_of(content)):
+        if not self._stale(*seen):
             return False
-        # Move it aside under a unique name (atomic), then make sure what was moved is the
-        # stale lock observed, not a fresh one taken in between; put a fresh one back.
-        aside = f"{path}.stale.{uuid.uuid4().hex}"
+        generation = _generation(seen[0])
+        claim = self._claim_end(generation)
+        if claim is None:
+            return False  # another writer is ending it right now
         try:
-            os.rename(path, aside)
-        except FileNotFoundError:
+            now = self._read(LOCK_FILE)
+            if now is None or _generation(now[0]) != generation:
+                return True  # ended meanwhile; the file there now is another's, untouched
+            if not self._stale(*now):
+                return False  # renewed meanwhile
+            self.storage.delete(LOCK_FILE)  # still that generation: nobody else removes it
             return True
-        with open(aside, "rb") as fh:
-            moved = fh.read()
-        if moved == content and os.stat(aside).st_mtime == seen.st_mtime:
-            os.unlink(aside)
-            return True
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)  # if this fails its holder lost it: verify() says so
-        os.unlink(aside)
-        return False
+        finally:
+            self._drop_claim(claim)
 
     def _release(self) -> None:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
             self._renewer = None
-        if self._owns():
-            self.storage.delete(LOCK_FILE)
+        claim = self._claim_end(self._generation)
+        if claim is None:
+            return  # another writer is breaking it: not ours any more
+        try:
+            if self._owns():
+                self.storage.delete(LOCK_FILE)
+        finally:
+            self._drop_claim(claim)
 
     def _owns(self) -> bool:
-        try:
-            info = _owner_of(self.storage.read(LOCK_FILE))
-        except FileNotFoundError:
-            return False
-        return bool(info.get("owner") == self._token)
+        seen = self._read(LOCK_FILE)
+        return seen is not None and _generation(seen[0]) == self._generation
 
     def verify(self) -> None:
-        if not self._owns():
+        if self._lost.is_set() or not self._owns():
             raise WriteConflictError(
                 f"the table lock {self.storage.full(LOCK_FILE)} was broken by another writer "
                 "(it looked stale); nothing was committed")
+
+
+def _generation(content: bytes) -> str:
+    """The name of one lock file's life: a digest of its record (unique: token, time)."""
+    return hashlib.sha256(content).hexdigest()[:32]
 
 
 def _owner_of(content: bytes) -> dict[str, object]:
