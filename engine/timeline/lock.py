@@ -8,9 +8,14 @@ Writers of one table hold it only briefly: to take an instant time and start an 
   is the file ``.hoodie/lock``, created with an exclusive link, so exactly one writer on
   the same local or shared file system holds it. The file records its owner (a random
   token, host, pid, thread, time). The holder renews the file's modification time every
-  quarter of ``hoodie.write.lock.filesystem.expire`` from a daemon thread; a lock not
-  renewed for the whole expiry belongs to a dead holder and is broken: renamed to a unique
-  name, checked to still be the stale lock that was observed (else put back), deleted.
+  quarter of ``hoodie.write.lock.filesystem.expire`` from a daemon thread, as long as the
+  file is still its own (when it is not, the renewer says so and stops, and ``verify``
+  fails); a lock not renewed for the whole expiry belongs to a dead holder and is broken.
+  Only one writer may remove a given lock file: the one that created its end claim
+  (``.hoodie/lock.end.<digest of the file>``, exclusively), which then removes the file
+  only if it is still that very file (and still stale); a holder releases its lock the same
+  way. So two writers breaking one stale lock never remove the fresh lock one of them took,
+  and a holder's lock is never removed unless it stopped renewing it.
   A lock whose holder provably ended is broken the same way without waiting for the
   expiry: the record names the machine's boot, the process's pid namespace and start time,
   and when those are this machine's and this namespace's and the process no longer exists
