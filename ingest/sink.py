@@ -60,6 +60,7 @@ from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
     InvalidOptionError,
     InvalidRecordError,
+    LockTimeoutError,
     TableExistsError,
     TableNotFoundError,
     TerminalError,
@@ -109,6 +110,7 @@ from ingest.services import StreamingServices
 from ingest.spark_write import (
     InstantPlan,
     TaskReport,
+    WriteOutcome,
     WriteResult,
     check_spark_conf,
     start_instant,
@@ -178,7 +180,8 @@ class SinkTotals:
     records: int = 0
     errors: int = 0
     retries: int = 0
-    """Batches written again after a concurrent writer's commit conflicted with them."""
+    """Retries of a batch or of its commit: a concurrent writer's commit conflicted with it,
+    or the table lock stayed busy past ``hoodie.write.lock.wait_time_ms``."""
 
     def add(self, result: BatchResult) -> SinkTotals:
         return replace(self, batches=self.batches + 1,
@@ -225,7 +228,9 @@ class HudiStreamingSink:
     (GLOBAL_STATE): how many shards the keys are hashed into (the state operator is entered
     once per shard and batch; :mod:`ingest.state_index`); fixed for a checkpoint.
     ``conflict_retries``: how often a batch refused because a concurrent writer's commit
-    touched the same file groups is replanned and written again before the query fails.
+    touched the same file groups is replanned and written again before the query fails; the
+    same budget bounds the retries of a batch whose start or commit waited for the table lock
+    longer than ``hoodie.write.lock.wait_time_ms`` (a table service holding it).
     Every job writing the same table needs its own ``checkpoint_identifier``.
     ``max_error_fraction`` (0 to 1, default 0.5): a batch of at least
     :data:`ERROR_GUARD_MIN_RECORDS` records with a larger share of bad records fails
@@ -323,6 +328,9 @@ class HudiStreamingSink:
         self.last_result: BatchResult | None = None
         self.totals = SinkTotals()
         """Everything this sink did since it was built (read by progress displays)."""
+        self._retries_left = 0
+        self._unaborted: list[InstantPlan] = []
+        """Instants of failed batches whose rollback could not take the table lock."""
         self._tagged = False
         self._checked_context: Any = None  # the SparkContext whose conf was checked
         self.services = StreamingServices(self.table, enabled=services)
@@ -507,22 +515,66 @@ class HudiStreamingSink:
 
     def _write_with_retries(self, rows: DataFrame, batch_id: int, query_id: str | None,
                             timeline: Timeline) -> BatchResult:
-        """:meth:`_write_batch`, replanned and retried when a concurrent writer's commit
-        conflicts with it (the refused instant was already rolled back); at most
-        ``conflict_retries`` times, then the conflict is raised."""
-        attempt = 0
+        """:meth:`_write_batch`, retried when a concurrent writer's commit conflicts with it
+        (the refused instant was already rolled back: the batch is replanned and written
+        again) or when starting its instant waited for the table lock longer than
+        ``hoodie.write.lock.wait_time_ms`` (nothing was started: it starts again; a commit
+        that waited is retried alone, :meth:`_commit`). At most ``conflict_retries`` retries
+        in all, then the error is raised."""
+        self._roll_back_unaborted()
+        self._retries_left = self.conflict_retries
         while True:
             try:
                 return self._write_batch(rows, batch_id, query_id, timeline)
-            except WriteConflictError as exc:
-                if attempt >= self.conflict_retries:
-                    raise WriteConflictError(
-                        f"batch {batch_id}: still conflicting after {attempt} retries "
-                        f"(conflict_retries): {exc}") from exc
-                attempt += 1
-                self.totals = self.totals.retried()
-                log.warning("batch %d: %s; replanning and writing it again (retry %d of %d)",
-                            batch_id, exc, attempt, self.conflict_retries)
+            except (WriteConflictError, LockTimeoutError) as exc:
+                if self._retries_left < 0:
+                    raise  # _spend_retry gave up inside the batch
+                self._spend_retry(batch_id, exc, "replanning and writing it again"
+                                  if isinstance(exc, WriteConflictError)
+                                  else "starting it again")
+
+    def _spend_retry(self, batch_id: int, exc: WriteConflictError | LockTimeoutError,
+                     action: str) -> None:
+        """Count one retry of the batch (logged), or raise once ``conflict_retries`` are
+        spent."""
+        used = self.conflict_retries - self._retries_left
+        if self._retries_left <= 0:
+            self._retries_left = -1
+            what = ("conflicting" if isinstance(exc, WriteConflictError)
+                    else "waiting for the table lock")
+            raise type(exc)(f"batch {batch_id}: still {what} after {used} retries "
+                            f"(conflict_retries): {exc}") from exc
+        self._retries_left -= 1
+        self.totals = self.totals.retried()
+        log.warning("batch %d: %s; %s (retry %d of %d)", batch_id, exc, action, used + 1,
+                    self.conflict_retries)
+
+    def _commit(self, plan: InstantPlan, stats: Sequence[WriteStat],
+                tasks: Sequence[TaskReport], extra: Mapping[str, str],
+                batch_id: int) -> WriteOutcome:
+        """Complete the batch's instant, trying the commit again while the table lock stays
+        busy past ``hoodie.write.lock.wait_time_ms``: a commit that timed out on the lock did
+        nothing under it, so the instant is still inflight, its files written and its
+        heartbeat beating, and the same commit can simply be tried again (the conflict
+        checks then run against the timeline as it is by then)."""
+        while True:
+            try:
+                return plan.finish(stats, tasks, extra)
+            except LockTimeoutError as exc:
+                self._spend_retry(batch_id, exc, f"committing instant "
+                                  f"{plan.instant.requested_time} of {plan.table.path} again "
+                                  "(still inflight, its files kept)")
+
+    def _abort(self, plan: InstantPlan) -> None:
+        """Roll a failed batch's instant back now; if the table lock stays busy, the sink
+        rolls it back before its next batch (a job that ends first leaves it to the next
+        writer, once its heartbeat expired)."""
+        if not _abort_quietly(plan):
+            self._unaborted.append(plan)
+
+    def _roll_back_unaborted(self) -> None:
+        """Roll back the instants of failed batches that could not be rolled back then."""
+        self._unaborted = [plan for plan in self._unaborted if not _abort_quietly(plan)]
 
     def _write_batch(self, rows: DataFrame, batch_id: int, query_id: str | None,
                      timeline: Timeline) -> BatchResult:
@@ -569,9 +621,9 @@ class HudiStreamingSink:
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
             if uncreated:
                 self._materialize()
-            outcome = plan.finish(written.stats, written.tasks, extra)
+            outcome = self._commit(plan, written.stats, written.tasks, extra, batch_id)
         except BaseException:
-            _abort_quietly(plan)
+            self._abort(plan)
             if uncreated:
                 self._discard_uncreated(quietly=True)
             raise
@@ -675,23 +727,25 @@ class HudiStreamingSink:
         try:
             result = write_rows(read_staged(spark, written.staged), plan, event_time=False,
                                 parallelism=self._parallelism(spark))
-            outcome = plan.finish(result.stats, result.tasks,
-                                  checkpoint_metadata(self.identifier, batch_id, query_id,
-                                                      None))
+            outcome = self._commit(plan, result.stats, result.tasks,
+                                   checkpoint_metadata(self.identifier, batch_id, query_id,
+                                                       None), batch_id)
         except BaseException:
-            _abort_quietly(plan)
+            self._abort(plan)
             raise
         return outcome.instant_time
 
 
-def _abort_quietly(plan: InstantPlan) -> None:
-    """Roll back a failed batch's instant now; if that fails too, a later write will (once
-    its heartbeat expired)."""
+def _abort_quietly(plan: InstantPlan) -> bool:
+    """Roll back a failed batch's instant now; False (logged) if that fails too."""
     try:
         plan.abort()
     except Exception:  # the original error matters more
-        log.warning("could not roll back instant %s of %s now; a later write will",
+        log.warning("could not roll back instant %s of %s now; trying again before the next "
+                    "batch (or a later writer will, once its heartbeat expired)",
                     plan.instant.requested_time, plan.table.path, exc_info=True)
+        return False
+    return True
 
 
 KEY_FORMATS = ("string", "json", "avro")
