@@ -273,7 +273,8 @@ class WriteClient:
         if deletes is not None and deletes.num_rows:
             located = self._locate(deletes, reader, slices, by_partition, ring_of)
             for group, part in _split_by_group(located):
-                if group in by_group:
+                # Non-blocking: a delete may address a bucket group not created yet (_locate).
+                if group in by_group or self.log_only_inserts:
                     group_deletes.setdefault(group, []).append(part)
 
         if records is not None and records.num_rows:
@@ -308,12 +309,13 @@ class WriteClient:
             dels = _concat(group_deletes.get(group))
             existing = by_group.get(group)
             if existing is None:
-                if recs is None:
+                if recs is None and not self.log_only_inserts:
                     continue
                 # bulk_insert writes base files even here: its commit is then checked as
                 # under optimistic concurrency (finish), which keeps two base files from
-                # starting one group twice.
-                kind = APPEND if self.log_only_inserts and operation != BULK_INSERT else CREATE
+                # starting one group twice. Deletes alone are always a log file.
+                kind = (APPEND if self.log_only_inserts
+                        and (operation != BULK_INSERT or recs is None) else CREATE)
             elif self.config.is_mor:
                 kind = APPEND
             else:
@@ -333,7 +335,15 @@ class WriteClient:
     def _locate(self, deletes: pa.Table, reader: SliceReader, slices: list[FileSlice],
                 by_partition: Mapping[str, list[FileSlice]],
                 ring_of: Callable[[str], HashingMetadata]) -> pa.Table:
-        """Deletes with the partition and file group their key lives in (found ones only)."""
+        """Deletes with the partition and file group their key lives in (found ones only).
+
+        Non-blocking mode, BUCKET index, partition known: a delete whose bucket has no file
+        group in the snapshot goes to the group the bucket's first insert creates
+        (:func:`new_bucket_file_id`), as Java's NBCC bucket writers address an unknown bucket
+        by its fixed id (``BucketIdentifier.newBucketFileIdForNBCC``). A concurrent writer
+        may create that group before either commits; the delete, a log block ordered by
+        event time like the insert, then deletes the key whichever commits first.
+        """
         known_partition = PARTITION_PATH in deletes.column_names
         if (self.write_config.index_type is IndexType.BUCKET and known_partition
                 and self.config.consistent_hashing):
@@ -349,6 +359,8 @@ class WriteClient:
             for part, b in zip(deletes.column(PARTITION_PATH).to_pylist(), buckets.tolist(),
                                strict=True):
                 fid = _bucket_group(by_partition.get(part, []), b)
+                if fid is None and self.log_only_inserts:
+                    fid = new_bucket_file_id(self.config.name, part, b)
                 file_ids.append(fid)
             located = deletes.append_column("_file_id", pa.array(file_ids, pa.string()))
             return located.filter(pc.is_valid(located.column("_file_id")))
