@@ -152,13 +152,16 @@ def merge_offsets(previous: Offsets | None,
                   batch_max: Mapping[tuple[str, int], int]) -> Offsets:
     """Next offsets after a batch: its max offset + 1 per partition, over ``previous``.
 
-    Partitions the batch did not touch keep their previous offset; an offset never moves
-    back (a replayed batch cannot lower what the table records).
+    Partitions the batch did not touch keep their previous offset. A partition the batch did
+    read resumes after what it read, even below ``previous``: a batch starts where the last
+    one ended, so it ends lower only after the source accepted that the partition's offsets
+    went back (topic recreated, ``failOnDataLoss=false``), and keeping the old, higher offset
+    would make a job resuming from the table skip the new log's records up to it. (A replayed
+    batch reads the same ranges as before, and an already committed one is not written again.)
     """
     merged: Offsets = {t: dict(parts) for t, parts in (previous or {}).items()}
     for (topic, partition), offset in batch_max.items():
-        current = merged.setdefault(topic, {})
-        current[partition] = max(current.get(partition, 0), int(offset) + 1)
+        merged.setdefault(topic, {})[partition] = int(offset) + 1
     return merged
 
 

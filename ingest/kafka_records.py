@@ -19,6 +19,13 @@ moved past each chunk. ``poll`` then returns chunks
 checks they look as expected and otherwise leaves the consumer alone (it yields
 ``ConsumerRecord`` objects, which callers must accept too); kafka-python is pinned to the
 minor versions this was checked against.
+
+Offset holes: on a topic that is not compacted, a partition's log has no holes (every offset is
+a record, a transaction marker or a record of an aborted transaction, all inside record
+batches), so a fetch response whose batches skip offsets shows data that is *not yet visible*
+(a broker that makes a later batch readable before an earlier one: Tansu with two producers),
+not data that is gone. :func:`refuse_offset_holes` makes a consumer keep only the batches up to
+the first hole of such a topic: its position stops there and its next fetch asks again.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RecordChunk", "decode_records", "use_record_chunks"]
+__all__ = ["RecordChunk", "contiguous_length", "decode_records", "offset_hole",
+           "refuse_offset_holes", "use_record_chunks"]
 
 
 @dataclass
@@ -302,3 +310,89 @@ def use_record_chunks(consumer: Any) -> bool:
         return False
     fetcher.PartitionRecords = _chunked_class(base, IsolationLevel.READ_COMMITTED)
     return True
+
+
+_V2_MAGIC_AT = 16  # base offset (8 bytes), batch length (4), partition leader epoch (4), magic
+_V2_LAST_DELTA_AT = 23  # ... magic (1), crc (4), attributes (2), last offset delta (4)
+_V2_HEADER = 27
+
+
+def contiguous_length(buf: Any, fetch_offset: int) -> tuple[int, tuple[int, int] | None]:
+    """How many leading bytes of a fetch response's record data hold no offset hole.
+
+    Returns ``(length, None)`` when the batches cover every offset from ``fetch_offset`` on, or
+    ``(length, (missing, next_base))`` when the batch after ``length`` bytes starts at
+    ``next_base`` while offset ``missing`` came in no batch. Only message format v2 batches are
+    checked (their headers carry first and last offset); a legacy batch, or a batch cut short
+    by the fetch size, ends the check with everything kept.
+    """
+    view = memoryview(buf)
+    try:
+        pos, expected, size = 0, fetch_offset, len(view)
+        while pos + _V2_HEADER <= size and view[pos + _V2_MAGIC_AT] == 2:
+            base = int.from_bytes(view[pos:pos + 8], "big", signed=True)
+            length = 12 + int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+            last = base + int.from_bytes(view[pos + _V2_LAST_DELTA_AT:pos + _V2_HEADER], "big",
+                                         signed=True)
+            if base > expected:
+                return pos, (expected, base)
+            expected = max(expected, last + 1)
+            pos += length
+        return size, None
+    finally:
+        view.release()
+
+
+def refuse_offset_holes(consumer: Any, topics: set[str]) -> bool:
+    """Make ``consumer`` stop at the first offset hole of a fetch from any of ``topics`` (the
+    subscribed topics that are not compacted; see the module docstring); other topics' holes
+    are skipped as before. Call again to change the set. False if kafka-python's internals
+    look unfamiliar (the consumer is then left unchanged)."""
+    try:
+        from kafka.record.memory_records import MemoryRecords
+
+        fetcher = consumer._fetcher
+        base = fetcher.PartitionRecords
+        if "_buffer" not in MemoryRecords.__slots__:
+            raise AttributeError("unexpected kafka-python internals")
+    except (ImportError, AttributeError) as exc:
+        log.warning("offset holes are skipped, not waited for: %s", exc)
+        return False
+    if not hasattr(base, "gapless_topics"):
+        fetcher.PartitionRecords = base = _gapless_class(base, MemoryRecords)
+    base.gapless_topics.clear()
+    base.gapless_topics.update(topics)
+    base.holes.clear()
+    return True
+
+
+def offset_hole(consumer: Any, tp: Any) -> tuple[int, int] | None:
+    """The last hole ``consumer`` stopped at in ``tp`` since :func:`refuse_offset_holes`:
+    (first missing offset, next offset present), or None."""
+    holes = getattr(getattr(consumer, "_fetcher", None), "PartitionRecords", None)
+    return getattr(holes, "holes", {}).get(tp)
+
+
+def _gapless_class(base: type, memory_records: type) -> type:
+    """A subclass of a ``PartitionRecords`` class that cuts each fetched partition's records at
+    the first hole (per consumer: it holds that consumer's topics and the holes it saw)."""
+
+    class GaplessPartitionRecords(base):
+        gapless_topics: set[str] = set()  # noqa: RUF012 - replaced per class below
+        holes: dict[Any, tuple[int, int]] = {}  # noqa: RUF012
+        """The last hole seen per partition: (first missing offset, next offset present)."""
+
+        def __init__(self, fetch_offset: int, tp: Any, records: Any, *args: Any,
+                     **kwargs: Any) -> None:
+            if tp.topic in self.gapless_topics:
+                length, hole = contiguous_length(records._buffer, fetch_offset)
+                if hole is not None:
+                    log.debug("%s: offsets from %d are not visible yet but %d is; fetching "
+                              "again from %d", tp, hole[0], hole[1], hole[0])
+                    self.holes[tp] = hole
+                    records = memory_records(bytes(records._buffer[:length]))
+            super().__init__(fetch_offset, tp, records, *args, **kwargs)
+
+    GaplessPartitionRecords.gapless_topics = set()
+    GaplessPartitionRecords.holes = {}
+    return GaplessPartitionRecords

@@ -66,6 +66,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -116,7 +117,12 @@ from ingest.kafka_options import (
     is_secret_key,
     redact_options,
 )
-from ingest.kafka_records import RecordChunk, use_record_chunks
+from ingest.kafka_records import (
+    RecordChunk,
+    offset_hole,
+    refuse_offset_holes,
+    use_record_chunks,
+)
 from ingest.prepare import (
     PrepareSpec,
     output_schema,
@@ -191,15 +197,37 @@ class KafkaReadTimeoutError(TransientError):
 # --- the driver's view of the cluster ----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PartitionEnd:
+    """What the driver's probe learned about where a partition's readable log ends.
+
+    ``offset``: every offset below it is readable or already read (it is never more than the
+    broker showed); ``confirmed``: a fetch at ``offset`` came back empty, so it is the end at
+    that moment (the last stable offset under ``read_committed``); ``beyond``: the broker
+    answered that the offset the probe started at lies past its log end (OFFSET_OUT_OF_RANGE,
+    or an empty fetch whose high watermark is lower) - evidence that the log went back, and
+    ``offset`` is then that end.
+    """
+
+    offset: int
+    confirmed: bool
+    beyond: bool = False
+
+
 class _Cluster:
     """Driver-side metadata and offset look-ups through one group-less ``KafkaConsumer``."""
+
+    PROBE_SECONDS = 5.0
+    """How long :meth:`ends` fetches before settling for an unconfirmed end."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         from kafka import KafkaConsumer
 
-        # Short fetch waits and small fetches: this consumer only probes high watermarks.
+        self._options = options
+        # Short fetch waits: this consumer only looks for where the logs end. No offset reset:
+        # a fetch past the end must say so, not move the position.
         self._consumer = KafkaConsumer(**options.consumer_config(
-            fetch_max_wait_ms=20, max_partition_fetch_bytes=64 * 1024))
+            fetch_max_wait_ms=20, max_partition_fetch_bytes=1 << 20, auto_offset_reset="none"))
 
     def partitions(self, topics: tuple[str, ...]) -> dict[TopicPart, Any]:
         """Every current partition of ``topics`` (fresh metadata); raises if a topic is missing."""
@@ -213,38 +241,76 @@ class _Cluster:
                 f"subscribed topic(s) {missing} do not exist on the cluster; create them first")
         return {(t, p): TopicPartition(t, p) for t in topics for p in sorted(found[t])}
 
+    def topic_ids(self, topics: tuple[str, ...]) -> dict[str, str]:
+        """Topic ids from the metadata :meth:`partitions` fetched (brokers that have them)."""
+        cluster = self._consumer._client.cluster
+        ids = {t: cluster.topic_id(t) for t in topics} if hasattr(cluster, "topic_id") else {}
+        return {t: str(i) for t, i in ids.items() if i is not None and int(i) != 0}
+
     def earliest(self, tps: dict[TopicPart, Any]) -> dict[TopicPart, int]:
         """Log start offset of each partition."""
         found = self._consumer.beginning_offsets(list(tps.values()))
         return {key: int(found[tp]) for key, tp in tps.items()}
 
-    def latest(self, tps: dict[TopicPart, Any]) -> dict[TopicPart, int]:
-        """End offset of each partition: the last stable offset under ``read_committed`` (the
-        default), the high watermark under ``read_uncommitted``.
+    def ends(self, tps: dict[TopicPart, Any],
+             floor: Mapping[TopicPart, int] | None = None) -> dict[TopicPart, PartitionEnd]:
+        """Where each partition's readable log ends, probed until the broker confirms it (or
+        :attr:`PROBE_SECONDS` pass); ``floor``: offsets known to exist (already read), where
+        the probe starts when ListOffsets answers less.
 
-        ListOffsets(latest) alone is not enough: the Tansu test broker answers the last batch's
-        *base* offset + 1 when the last produce request carried several records, which would
-        strand the rest of that batch. So we also fetch from the listed end and keep how far
-        the consumer's position got, if further. On Kafka a fetch at the listed end returns
-        nothing under either isolation level (the listed end is the high watermark, or the
-        last stable offset; records of an open transaction are not returned before it), or
-        records produced since, which are readable: every offset below the position is. The
-        high watermark itself is not used: under ``read_committed`` it can lie past the last
-        stable offset, and the read tasks would wait for records an open transaction holds.
+        ListOffsets(latest) is only a lower bound: the Tansu test broker answers the last
+        batch's *base* offset + 1 when the last produce request carried several records, and 0
+        under ``read_committed`` while a transaction is open. So the probe fetches from
+        ``max(listed, floor)`` until a fetch comes back empty, and the end is where the
+        position stopped: every offset below it was handed out by the broker. On Kafka the
+        listed end is exact (the high watermark, or the last stable offset: records of an open
+        transaction are not returned before it) and the first fetch confirms it. Each round
+        starts from fresh partition state (a new assignment), so a high watermark left by an
+        earlier round or call is never taken for this one's. The high watermark is used only
+        to see that the probe started past the log end, never as an end: under
+        ``read_committed`` it can lie past the last stable offset.
         """
-        listed = self._consumer.end_offsets(list(tps.values()))
+        from kafka.errors import OffsetOutOfRangeError
+
         consumer = self._consumer
-        consumer.unsubscribe()  # fresh partition states: no high watermark left from last time
-        consumer.assign(list(tps.values()))
-        for tp in tps.values():
-            consumer.seek(tp, listed[tp])
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(
-                consumer.highwater(tp) is None for tp in tps.values()):
-            consumer.poll(timeout_ms=50, max_records=100_000)
-        consumer.poll(timeout_ms=0, max_records=100_000)  # what the last fetch brought
-        return {key: max(int(listed[tp]), int(consumer.position(tp) or 0))
-                for key, tp in tps.items()}
+        listed = consumer.end_offsets(list(tps.values()))
+        floor = floor or {}
+        position = {key: max(int(listed[tp]), int(floor.get(key, 0))) for key, tp in tps.items()}
+        found: dict[TopicPart, PartitionEnd] = {}
+        deadline = time.monotonic() + self.PROBE_SECONDS
+        while len(found) < len(tps) and time.monotonic() < deadline:
+            probing = {key: tp for key, tp in tps.items() if key not in found}
+            consumer.unsubscribe()  # fresh partition states: no high watermark carried over
+            consumer.assign(list(probing.values()))
+            for key, tp in probing.items():
+                consumer.seek(tp, position[key])
+            try:
+                consumer.poll(timeout_ms=50, max_records=1_000_000)
+            except OffsetOutOfRangeError as exc:
+                beyond = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+                for key, tp in probing.items():
+                    if tp in beyond:
+                        found[key] = PartitionEnd(int(listed[tp]), confirmed=True, beyond=True)
+                continue
+            for key, tp in probing.items():
+                now_at = int(consumer.position(tp))
+                if now_at > position[key]:
+                    position[key] = now_at  # records came: probe on from there
+                    continue
+                highwater = consumer.highwater(tp)
+                if highwater is None:
+                    continue  # no answer yet
+                if highwater < position[key]:  # Tansu's answer past the end (Kafka: OOR above)
+                    found[key] = PartitionEnd(int(highwater), confirmed=True, beyond=True)
+                else:
+                    found[key] = PartitionEnd(position[key], confirmed=True)
+        consumer.unsubscribe()
+        for key in tps.keys() - found.keys():
+            log.info("topic '%s' partition %d: the broker did not confirm its end within %.0f s;"
+                     " planning up to offset %d, which it did show", key[0], key[1],
+                     self.PROBE_SECONDS, position[key])
+            found[key] = PartitionEnd(position[key], confirmed=False)
+        return found
 
     def close(self) -> None:
         self._consumer.close()
@@ -266,6 +332,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Construction does no I/O (Spark builds readers in planner and executor processes too); the
     driver consumer is opened on first use and closed by :meth:`stop`.
+
+    Planning never goes backwards on an estimate: a partition's end is
+    ``max(start, probed end)`` (:meth:`_Cluster.ends`), and offsets count as lost only on
+    evidence: the log start past ``start`` (the read task reports it), the broker answering
+    that ``start`` lies past its log end, or a new topic id (the topic was recreated).
     """
 
     def __init__(self, options: KafkaSourceOptions) -> None:
@@ -273,6 +344,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster: _Cluster | None = None
         self._target: Offsets | None = None  # availableNow: never plan beyond these offsets
         self._last_latest: Offsets | None = None
+        self._topic_ids: dict[str, str] = {}  # as first seen by this reader
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cluster": None}
@@ -285,20 +357,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cluster = _Cluster(self.options)
         return self._cluster
 
-    def _latest(self) -> Offsets:
-        cluster = self._client()
-        latest = nest_offsets(cluster.latest(cluster.partitions(self.options.topics)))
-        self._last_latest = latest
-        return latest
-
-    def initialOffset(self) -> dict[str, Any]:
-        """Driver: resolve ``startingOffsets`` to concrete offsets (new queries only)."""
+    def _partitions(self) -> dict[TopicPart, Any]:
+        """Current partitions (fresh metadata); remembers each topic's id when first seen."""
         cluster = self._client()
         tps = cluster.partitions(self.options.topics)
-        earliest = cluster.earliest(tps)
+        for topic, topic_id in cluster.topic_ids(self.options.topics).items():
+            self._topic_ids.setdefault(topic, topic_id)
+        return tps
+
+    def _recreated(self) -> dict[str, tuple[str, str]]:
+        """Topics whose id changed since first seen (call after :meth:`_partitions`)."""
+        now = self._client().topic_ids(self.options.topics)
+        return {t: (self._topic_ids[t], i) for t, i in now.items()
+                if t in self._topic_ids and self._topic_ids[t] != i}
+
+    def _ends(self, floor: Mapping[TopicPart, int] | None = None
+              ) -> tuple[dict[TopicPart, Any], dict[TopicPart, PartitionEnd]]:
+        tps = self._partitions()
+        ends = self._client().ends(tps, floor)
+        self._last_latest = nest_offsets({tp: e.offset for tp, e in ends.items()})
+        return tps, ends
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Driver: resolve ``startingOffsets`` to concrete offsets (new queries only), against
+        the same confirmed ends as ``availableNow``'s target."""
         spec = self.options.starting_offsets
         if spec == "latest":
-            return offsets_to_json_dict(nest_offsets(cluster.latest(tps)))
+            if self._target is not None:
+                return offsets_to_json_dict(self._target)
+            return offsets_to_json_dict(nest_offsets(
+                {tp: e.offset for tp, e in self._ends()[1].items()}))
+        tps = self._partitions()
+        earliest = self._client().earliest(tps)
         if spec == "earliest":
             return offsets_to_json_dict(nest_offsets(earliest))
         assert isinstance(spec, dict)
@@ -306,20 +396,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         unknown = sorted(wanted.keys() - tps.keys())
         if unknown:
             raise InvalidOptionError("startingOffsets", f"no such partition(s): {unknown}")
-        latest = cluster.latest(tps)
+        floor = {tp: offset for tp, offset in wanted.items() if offset >= 0}
+        ends = self._client().ends(tps, floor)
         chosen: dict[TopicPart, int] = {}
         for tp in tps:
             offset = wanted.get(tp, -2)
             if offset == -2:
                 offset = earliest[tp]
-            elif offset == -1 or offset > latest[tp]:
+            elif offset == -1 or ends[tp].beyond:
                 if offset != -1:
                     report_data_loss(
                         f"startingOffsets {offset} for topic '{tp[0]}' partition {tp[1]}"
-                        f" is past its end {latest[tp]}", self.options.fail_on_data_loss)
-                offset = latest[tp]
+                        f" is past its end {ends[tp].offset}", self.options.fail_on_data_loss)
+                offset = ends[tp].offset
             else:
-                offset = check_offset_range(tp[0], tp[1], offset, latest[tp], earliest[tp],
+                offset = check_offset_range(tp[0], tp[1], offset, ends[tp].offset, earliest[tp],
                                             self.options.fail_on_data_loss)
             chosen[tp] = offset
         return offsets_to_json_dict(nest_offsets(chosen))
@@ -330,16 +421,56 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Driver: fix the target offsets of an ``availableNow`` run at the current latest."""
-        self._target = self._latest()
+        """Driver: fix the target offsets of an ``availableNow`` run at the confirmed ends."""
+        self._target = nest_offsets({tp: e.offset for tp, e in self._ends()[1].items()})
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Driver: end offsets of the next batch (``start`` itself when nothing is new)."""
-        latest = self._target if self._target is not None else self._latest()
+        begin = flatten_offsets(offsets_from_json_dict(start))
+        if self._target is None:
+            tps, ends = self._ends(floor=begin)
+        else:
+            tps = self._partitions()
+            target = flatten_offsets(self._target)
+            behind = {tp: begin[tp] for tp in tps if tp in begin and target.get(tp, 0) < begin[tp]}
+            ends = {tp: PartitionEnd(target.get(tp, 0), confirmed=True) for tp in tps}
+            if behind:  # the target is below where we are: ask whether the log went back
+                ends.update(self._client().ends({tp: tps[tp] for tp in behind}, behind))
+        latest, resumed = self._accept(begin, tps, ends)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = plan_end_offsets(offsets_from_json_dict(start), latest, max_rows,
-                               self.options.fail_on_data_loss)
-        return offsets_to_json_dict(end)
+        rest = {tp: o for tp, o in begin.items() if tp not in resumed}
+        end = flatten_offsets(plan_end_offsets(nest_offsets(rest), nest_offsets(latest),
+                                               max_rows, self.options.fail_on_data_loss))
+        return offsets_to_json_dict(nest_offsets({**end, **resumed}))
+
+    def _accept(self, begin: Mapping[TopicPart, int], tps: Mapping[TopicPart, Any],
+                ends: Mapping[TopicPart, PartitionEnd]
+                ) -> tuple[dict[TopicPart, int], dict[TopicPart, int]]:
+        """Latest offsets to plan against (never below ``begin``), and the partitions whose
+        loss is proven, with the offset each resumes at (``failOnDataLoss=false``; with it
+        true, the first loss raises). Each loss is reported once, naming the partition."""
+        fail = self.options.fail_on_data_loss
+        recreated = self._recreated()
+        latest: dict[TopicPart, int] = {}
+        resumed: dict[TopicPart, int] = {}
+        for tp, end in sorted(ends.items()):
+            first = begin.get(tp, 0)
+            if tp[0] in recreated and tp in begin:
+                old, new = recreated[tp[0]]
+                report_data_loss(f"topic '{tp[0]}' partition {tp[1]}: the topic was recreated "
+                                 f"(topic id {old} -> {new}); offsets from {first} on are of "
+                                 "the old topic", fail)
+                resumed[tp] = self._client().earliest({tp: tps[tp]})[tp]
+            elif end.beyond and end.offset < first:
+                report_data_loss(f"topic '{tp[0]}' partition {tp[1]} offsets went back from "
+                                 f"{first} to {end.offset} (the broker says {first} is past its"
+                                 " log end: truncated or recreated)", fail)
+                resumed[tp] = end.offset
+            else:
+                latest[tp] = max(first, end.offset)
+        for topic in recreated:
+            self._topic_ids[topic] = recreated[topic][1]
+        return latest, resumed
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Driver: the latest offsets seen by the last look-up, for query progress."""
@@ -443,10 +574,19 @@ atexit.register(_TASK_CONSUMERS.clear)
 def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Read exactly the records with offsets in ``[part.start, part.end)`` (executor side).
 
-    Offsets may be missing inside the range (compaction, transaction markers): the loop follows
-    the consumer's position, which moves past them, and stops at ``end``, never waiting for
-    offsets that cannot come. Fetched record batches are decoded whole
-    (:mod:`ingest.kafka_records`) unless kafka-python's internals look unfamiliar.
+    Offsets may be missing inside the range: transaction markers and, on compacted topics,
+    compaction. The loop follows the consumer's position, which moves past them, and stops at
+    ``end``. On a topic that is not compacted a hole is data not visible yet
+    (:func:`ingest.kafka_records.refuse_offset_holes`): the position stops there and the task
+    fetches again until it shows, up to ``kafkaConsumer.pollTimeoutMs``.
+
+    Whether the log ended before ``end`` is decided from a fresh ListOffsets and from fetch
+    answers this task asked for, never from fetch state a pooled consumer carried over from
+    its previous task. It ended (data loss: raised, or logged and the read stopped under
+    ``failOnDataLoss=false``) when the listed end is at or below the position and the leader
+    either answered OFFSET_OUT_OF_RANGE or its high watermark is at or below the position too.
+    Every way of waiting ends within the poll timeout. Fetched record batches are decoded
+    whole (:mod:`ingest.kafka_records`) unless kafka-python's internals look unfamiliar.
     """
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
@@ -454,8 +594,11 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
     _warn_if_crc_in_python()
     tp = TopicPartition(part.topic, part.partition)
     fail = options.fail_on_data_loss
+    where = f"topic '{part.topic}' partition {part.partition}"
     with _TASK_CONSUMERS.borrow(options) as consumer:
         consumer.assign([tp])
+        compacted = _COMPACTED.get((_cluster_key(options), part.topic))
+        refuse_offset_holes(consumer, set() if compacted else {part.topic})
         position = check_offset_range(part.topic, part.partition, part.start, part.end,
                                       int(consumer.beginning_offsets([tp])[tp]), fail)
         if position >= part.end:
@@ -463,15 +606,13 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
         consumer.seek(tp, position)
         pending = _Pending()
         idle_since = time.monotonic()
+        own_state = False  # partition state renewed by this task since its last progress
         while position < part.end:
+            out_of_range = False
             try:
                 fetched = consumer.poll(timeout_ms=500, max_records=BATCH_ROWS).get(tp, [])
-            except OffsetOutOfRangeError:  # retention overtook us while reading
-                earliest = int(consumer.beginning_offsets([tp])[tp])
-                position = check_offset_range(part.topic, part.partition, position, part.end,
-                                              earliest, fail)
-                consumer.seek(tp, position)
-                continue
+            except OffsetOutOfRangeError:
+                fetched, out_of_range = [], True
             for item in fetched:
                 if not pending.add(item, part.end):
                     break
@@ -481,20 +622,86 @@ def _read_range(options: KafkaSourceOptions, part: KafkaInputPartition) -> Itera
             if fetched and fetched[-1].offset >= part.end:
                 new_position = part.end
             if new_position > position:
-                position, idle_since = new_position, time.monotonic()
+                position, idle_since, own_state = new_position, time.monotonic(), False
                 continue
-            highwater = consumer.highwater(tp)
-            if highwater is not None and highwater <= position:
+            earliest, listed = (int(o[tp]) for o in (consumer.beginning_offsets([tp]),
+                                                     consumer.end_offsets([tp])))
+            if earliest > position:  # retention overtook us while reading
+                position = check_offset_range(part.topic, part.partition, position, part.end,
+                                              earliest, fail)
+                consumer.seek(tp, position)
+                idle_since, own_state = time.monotonic(), False
+                continue
+            highwater = consumer.highwater(tp) if own_state else None
+            if listed <= position and (out_of_range or (
+                    highwater is not None and highwater <= position)):
                 report_data_loss(
-                    f"topic '{part.topic}' partition {part.partition} ends at {highwater}"
-                    f" but offsets up to {part.end} were planned", fail)
+                    f"{where} ends at {listed if out_of_range else highwater} but offsets up "
+                    f"to {part.end} were planned (offsets {position} to {part.end - 1} are gone:"
+                    " the topic was recreated or truncated)", fail)
                 break
+            hole = offset_hole(consumer, tp)
+            if hole is not None and hole[0] == position and compacted is None:
+                compacted = _is_compacted(options, part.topic)
+                if compacted:  # a compacted topic's holes are records compacted away
+                    refuse_offset_holes(consumer, set())
+                    consumer.seek(tp, position)
+                    continue
+            if not own_state:  # from now on the high watermark answers this task's fetches
+                consumer.unsubscribe()
+                consumer.assign([tp])
+                consumer.seek(tp, position)
+                own_state = True
             if (time.monotonic() - idle_since) * 1000 > options.poll_timeout_ms:
+                why = f"; the broker lists its end at {listed}"
+                if hole is not None and hole[0] == position:
+                    why = (f"; offset {hole[0]} is not visible yet while {hole[1]} is (an offset "
+                           "hole in a topic that is not compacted)")
                 raise KafkaReadTimeoutError(
-                    f"no records from topic '{part.topic}' partition {part.partition} between "
-                    f"offsets {position} and {part.end} within {options.poll_timeout_ms} ms")
+                    f"no records from {where} between offsets {position} and {part.end} "
+                    f"within {options.poll_timeout_ms} ms{why}")
         if len(pending):
             yield pending.take(part.topic, part.partition, len(pending))
+
+
+_COMPACTED: dict[tuple[str, str], bool] = {}
+"""(cluster, topic) -> compacted, per Python worker: looked up once, at the first hole."""
+
+
+def _cluster_key(options: KafkaSourceOptions) -> str:
+    return repr(options.client_config.get("bootstrap_servers"))
+
+
+def _is_compacted(options: KafkaSourceOptions, topic: str) -> bool:
+    """True if ``topic``'s ``cleanup.policy`` includes ``compact`` (its offsets may have holes).
+
+    A broker that cannot say (an error) gets the topic counted as compacted, the behaviour
+    before holes were waited for; an answer without the key means Kafka's default, ``delete``
+    (Tansu answers so).
+    """
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    key = (_cluster_key(options), topic)
+    if key in _COMPACTED:
+        return _COMPACTED[key]
+    config = {k: v for k, v in options.client_config.items()
+              if k in KafkaAdminClient.DEFAULT_CONFIG}  # the consumer's own settings are not
+    try:
+        admin = KafkaAdminClient(**config)
+        try:
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        finally:
+            admin.close()
+        policy = found.get("topic", {}).get(topic, {}).get("cleanup.policy")
+        value = policy.get("value") if isinstance(policy, dict) else policy
+        compacted = bool(value) and "compact" in str(value)
+    except Exception as exc:  # any client or broker failure: skip holes, as before
+        log.warning("cannot read cleanup.policy of topic '%s' (%s): its offset holes are "
+                    "skipped as on a compacted topic", topic, exc)
+        compacted = True
+    _COMPACTED[key] = compacted
+    return compacted
 
 
 class _Pending:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import logging
@@ -336,10 +337,17 @@ def test_prepare_option_round_trips_avro_decoder_with_schema_map(tmp_path: Path)
 
 
 class _FakeConsumer:
-    """Serves fixed records: gaps in offsets, a position that jumps past control batches."""
+    """Serves fixed records: gaps in offsets, a position that jumps past control batches.
 
-    script: ClassVar[list[tuple[list[int], int]]] = []  # per poll: offsets, position after
+    A script entry is ``(offsets, position after)``, optionally with the high watermark the
+    poll's fetch answer carried as a third item, or ``"out of range"``: the poll raises
+    kafka-python's OffsetOutOfRangeError, as it does when the leader answers so.
+    """
+
+    script: ClassVar[list[Any]] = []  # per poll
     highwater_value: ClassVar[int | None] = None
+    end_value: ClassVar[int | None] = None  # ListOffsets(latest); default: the high watermark
+    max_polls: ClassVar[int] = 10_000  # a task still polling after this many is looping
 
     created: ClassVar[list[_FakeConsumer]] = []
 
@@ -347,6 +355,8 @@ class _FakeConsumer:
         self.config = config
         self.polls = list(self.script)
         self._position = 0
+        self._highwater = self.highwater_value
+        self.poll_count = 0
         self.closed = False
         self.created.append(self)
 
@@ -356,16 +366,30 @@ class _FakeConsumer:
     def beginning_offsets(self, tps: list[Any]) -> dict[Any, int]:
         return {tp: 0 for tp in tps}
 
+    def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        end = self.end_value if self.end_value is not None else self.highwater_value
+        return {tp: 10**9 if end is None else end for tp in tps}
+
     def seek(self, tp: Any, offset: int) -> None:
         self._position = offset
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[Any, list[Any]]:
         from kafka.consumer.fetcher import ConsumerRecord
+        from kafka.errors import OffsetOutOfRangeError
 
-        if not self.polls:
+        self.poll_count += 1
+        if self.poll_count > self.max_polls:
+            raise RuntimeError(f"still polling after {self.max_polls} polls")
+        if not self.polls:  # an empty fetch answer, with the high watermark
             time.sleep(timeout_ms / 10_000)
+            self._highwater = self.highwater_value
             return {}
-        offsets, self._position = self.polls.pop(0)
+        entry = self.polls.pop(0)
+        if entry == "out of range":
+            self.polls.insert(0, entry)  # the leader keeps saying so
+            raise OffsetOutOfRangeError({self.tp: self._position})
+        offsets, self._position, *highwater = entry
+        self._highwater = highwater[0] if highwater else self.highwater_value
         return {self.tp: [ConsumerRecord(self.tp.topic, self.tp.partition, 0, o, 1000 + o, 0,
                                          None, b"v%d" % o, [], None, 0, 2, 0) for o in offsets]}
 
@@ -373,10 +397,11 @@ class _FakeConsumer:
         return self._position
 
     def highwater(self, tp: Any) -> int | None:
-        return self.highwater_value
+        return self._highwater
 
     def unsubscribe(self) -> None:
         self.tp = None
+        self._highwater = None  # a new assignment starts without a high watermark
 
     def close(self) -> None:
         self.closed = True
@@ -391,6 +416,7 @@ def fake_consumer(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_FakeConsume
     yield _FakeConsumer
     _TASK_CONSUMERS.clear()
     _FakeConsumer.script, _FakeConsumer.highwater_value = [], None
+    _FakeConsumer.end_value, _FakeConsumer.max_polls = None, 10_000
     _FakeConsumer.created = []
 
 
@@ -736,3 +762,204 @@ def test_prepare_option_round_trips_json_key_decoder(tmp_path: Path) -> None:
         _options(**{"tidelake.prepare": prepare_option(spec)})))
     assert got is not None and got.key_decoder is not None
     assert got.key_decoder.schema.equals(keys.schema)
+
+
+# --- offsets: read what was planned, reach the end, call loss only on evidence ------------------
+
+
+def test_read_range_past_log_end_out_of_range_reports_loss_instead_of_looping(
+        fake_consumer: type[_FakeConsumer], caplog: pytest.LogCaptureFixture) -> None:
+    # A replayed range [5, 10) after the topic was recreated with 3 records: the leader answers
+    # OFFSET_OUT_OF_RANGE at 5 on every fetch, and its log starts at 0.
+    fake_consumer.script, fake_consumer.end_value = ["out of range"], 3
+    fake_consumer.max_polls = 50
+    with pytest.raises(KafkaDataLossError, match=r"topic 'events' partition 0 ends at 3 but "
+                                                 r"offsets up to 10 were planned"):
+        _read(KafkaInputPartition("events", 0, 5, 10))
+    with caplog.at_level(logging.WARNING, logger="ingest.kafka_source"):
+        table = _read(KafkaInputPartition("events", 0, 5, 10), failOnDataLoss="false")
+    assert table.num_rows == 0
+    assert caplog.text.count("partition 0 ends at 3") == 1  # reported once, then stopped
+
+
+def test_read_range_carried_over_highwater_is_not_the_log_end(
+        fake_consumer: type[_FakeConsumer]) -> None:
+    # A pooled consumer's previous task left a fetch at offset 10 in flight; its answer (no
+    # records, high watermark 10 of that time) arrives in this task's first poll. The records
+    # 10-14 exist (ListOffsets says 15) and come with the task's own fetch.
+    # A deterministic stand-in: the real broker answers too fast to lose this race on demand.
+    fake_consumer.script = [([], 10, 10), ([10, 11, 12, 13, 14], 15, 15)]
+    fake_consumer.end_value = 15
+    table = _read(KafkaInputPartition("events", 0, 10, 15))
+    assert table.column("offset").to_pylist() == [10, 11, 12, 13, 14]
+
+
+def _record_batches(*runs: tuple[int, int]) -> bytes:
+    """Real message-format-v2 record batches, one per ``(base offset, count)``."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    out = b""
+    for base, count in runs:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                            producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                            batch_size=1 << 20)
+        for delta in range(count):
+            builder.append(delta, timestamp=1000 + delta, key=None,
+                           value=b"v%d" % (base + delta), headers=[])
+        batch = bytearray(builder.build())
+        batch[0:8] = base.to_bytes(8, "big")
+        out += bytes(batch)
+    return out
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("fast_decode", [True, False])
+def test_offset_hole_in_uncompacted_topic_stops_the_position_before_it(
+        kafka_bootstrap: str, fast_decode: bool) -> None:  # noqa: F811
+    # A fetch answer whose batches skip offsets 3-4 (a later batch visible before an earlier
+    # one). The broker cannot be made to answer so on demand; the answer's bytes are real
+    # record batches, parsed by a real consumer's fetcher.
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.record.memory_records import MemoryRecords
+
+    from ingest.kafka_records import contiguous_length, refuse_offset_holes, use_record_chunks
+
+    data = _record_batches((0, 3), (5, 2))
+    first_batch = len(_record_batches((0, 3)))
+    assert contiguous_length(data, 0) == (first_batch, (3, 5))
+    assert contiguous_length(data, 1) == (first_batch, (3, 5))
+    assert contiguous_length(_record_batches((0, 3), (3, 2)), 2)[1] is None
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None)
+    try:
+        if fast_decode:
+            assert use_record_chunks(consumer)
+        tp = TopicPartition("events", 0)
+        records_class = consumer._fetcher.PartitionRecords
+        assert refuse_offset_holes(consumer, {"events"})
+        part = consumer._fetcher.PartitionRecords(0, tp, MemoryRecords(data))
+        taken = part.take()
+        offsets = [o for item in taken for o in getattr(item, "offsets", [item.offset])]
+        assert offsets == [0, 1, 2]
+        assert part.next_fetch_offset == 3  # the next fetch asks for offset 3 again
+
+        assert refuse_offset_holes(consumer, set())  # a compacted topic: holes are skipped
+        part = consumer._fetcher.PartitionRecords(0, tp, MemoryRecords(data))
+        offsets = [o for item in part.take() for o in getattr(item, "offsets", [item.offset])]
+        assert offsets == [0, 1, 2, 5, 6]
+        assert issubclass(consumer._fetcher.PartitionRecords, records_class)
+    finally:
+        consumer.close()
+
+
+def test_merge_offsets_after_accepted_regression_resumes_after_what_was_read() -> None:
+    from ingest.checkpoint import merge_offsets
+
+    # The table recorded 100 for partition 0; the topic was recreated and, with
+    # failOnDataLoss=false, the batch read the new log's offsets 0-4.
+    merged = merge_offsets({"ev": {0: 100, 1: 7}}, {("ev", 0): 4})
+    assert merged == {"ev": {0: 5, 1: 7}}
+    assert merge_offsets(merged, {("ev", 1): 9}) == {"ev": {0: 5, 1: 10}}
+
+
+def _open_transaction(bootstrap: str, topic: str) -> Any:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap,
+                             transactional_id=unique_topic("open-txn"))
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"in an open transaction", partition=0)
+    producer.flush()
+    return producer
+
+
+@pytest.mark.kafka
+def test_latest_offset_with_open_transaction_never_plans_backwards(
+        kafka_bootstrap: str) -> None:  # noqa: F811
+    # On Tansu, ListOffsets under read_committed answers 0 while a transaction is open; a
+    # single probe fetch from there saw only the first 64 KiB: an estimate far below the
+    # offsets already read, which the planner took for data loss and availableNow for its end.
+    topic = unique_topic("opentxn")
+    create_topic(kafka_bootstrap, topic, 1)
+    for _ in range(10):  # 10 batches of 20 KB: more than one 64 KiB fetch
+        end = produce(kafka_bootstrap, topic, [(None, b"x" * 200, 0)] * 100)[-1] + 1
+    producer = _open_transaction(kafka_bootstrap, topic)
+    reader = _reader(kafka_bootstrap, topic)
+    try:
+        planned = reader.latestOffset({topic: {"0": end}}, ReadAllAvailable())
+        assert planned[topic]["0"] >= end
+        reader.prepareForTriggerAvailableNow()
+        target = reader.latestOffset({topic: {"0": 0}}, ReadAllAvailable())
+        assert target[topic]["0"] >= end  # every committed record is in the run
+    finally:
+        reader.stop()
+        producer.abort_transaction()
+        producer.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("fail", [True, False])
+def test_recreated_topic_is_loss_once_and_resumes_at_new_log_start(
+        kafka_bootstrap: str, fail: bool, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    from kafka import KafkaAdminClient
+
+    topic = unique_topic("recreate")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [(None, b"old", 0)] * 10)
+    reader = _reader(kafka_bootstrap, topic, startingOffsets="earliest",
+                     failOnDataLoss=str(fail).lower())
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        start = reader.initialOffset()
+        start = reader.latestOffset(start, ReadAllAvailable())
+        assert start == {topic: {"0": 10}}
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(Exception):  # gone already: an earlier round deleted it
+                admin.delete_topics([topic])
+            try:
+                create_topic(kafka_bootstrap, topic, 1)
+                break
+            except Exception:  # the deletion is not done yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        produce(kafka_bootstrap, topic, [(None, b"new%d" % i, 0) for i in range(3)])
+        if fail:
+            with pytest.raises(KafkaDataLossError, match=rf"topic '{topic}' partition 0: the "
+                                                         "topic was recreated"):
+                reader.latestOffset(start, ReadAllAvailable())
+            return
+        with caplog.at_level(logging.WARNING, logger="ingest.kafka_source"):
+            resumed = reader.latestOffset(start, ReadAllAvailable())
+            assert resumed == {topic: {"0": 0}}  # nothing read in this batch
+            assert reader.partitions(start, resumed) == []
+            end = reader.latestOffset(resumed, ReadAllAvailable())
+        ours = [r for r in caplog.records if r.name == "ingest.kafka_source"]
+        assert len(ours) == 1 and "recreated" in ours[0].getMessage()
+        [part] = reader.partitions(resumed, end)
+        values = [r["value"] for b in reader.read(part) for r in b.to_pylist()]
+        assert values == [b"new0", b"new1", b"new2"]  # the new topic's records, all of them
+    finally:
+        admin.close()
+        reader.stop()
+
+
+@pytest.mark.kafka
+def test_read_task_past_log_end_reports_loss_naming_partition(kafka_bootstrap: str) -> None:  # noqa: F811
+    # Spark replays [5, 10) after the topic was truncated to 3 records (here: a new topic).
+    topic = unique_topic("pastend")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [(None, b"x", 0)] * 3)
+    reader = _reader(kafka_bootstrap, topic, **{"kafkaConsumer.pollTimeoutMs": "20000"})
+    with pytest.raises(KafkaDataLossError, match=rf"topic '{topic}' partition 0 ends at 3"):
+        list(reader.read(KafkaInputPartition(topic, 0, 5, 10)))
+    relaxed = _reader(kafka_bootstrap, topic, failOnDataLoss="false",
+                      **{"kafkaConsumer.pollTimeoutMs": "20000"})
+    assert list(relaxed.read(KafkaInputPartition(topic, 0, 5, 10))) == []
+    # the consumer went back to the pool: the next task on that partition reads its range
+    produce(kafka_bootstrap, topic, [(None, b"y", 0)] * 7)
+    rows = [r["offset"] for b in relaxed.read(KafkaInputPartition(topic, 0, 3, 10))
+            for r in b.to_pylist()]
+    assert rows == list(range(3, 10))
