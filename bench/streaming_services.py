@@ -17,24 +17,94 @@ every batch: median, p90, max), the records/s of the whole run, what the service
 the final table: snapshot read rows/s, data files, bytes, active timeline instants. The goal
 of the issue: median micro-batch duration with services on at most 1.3x that with them off.
 Both tables are checked against the events' expected rows.
+
+Table lock hold times: every outermost hold of the table lock during each run is recorded
+(``engine.timeline.lock.record_holds``) and attributed to the step that took it — a writer's
+begin / finish (the data table's and the error table's), schedule / execute start / commit of
+compaction and clustering, clean schedule / execute start / commit, archive — printed as a
+table of holds, median and max hold, and the longest wait for the lock before it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import REPO_ROOT, dir_size, fmt_bytes, machine_info, machine_line
 
 if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
     sys.path.insert(0, str(REPO_ROOT))
+
+if TYPE_CHECKING:
+    from engine.timeline.lock import LockHold
+
+SERVICES = ("compaction", "clustering", "clean", "archive", "savepoint", "rollback")
+WRITER_STEPS = {"WriteClient.begin": "begin", "WriteClient.finish": "finish",
+                "WriteClient.abort": "abort"}
+
+
+@cache
+def _lock_lines(module: str, qualname: str) -> tuple[int, ...]:
+    """Lines of ``module.qualname`` that take a table lock (``with ....lock:``)."""
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        if part != "<locals>":
+            obj = getattr(obj, part, None)
+    if obj is None:
+        return ()
+    lines, first = inspect.getsourcelines(obj)
+    return tuple(first + i for i, text in enumerate(lines)
+                 if text.strip().startswith("with ") and ".lock" in text)
+
+
+def _step(hold: LockHold, error_table: str) -> str:
+    """The service or writer step that took the lock, from its callers."""
+    suffix = " (error table)" if os.path.realpath(hold.table) == error_table else ""
+    started = False  # inside engine.services.attempt: an executor taking its attempt
+    for module, name, line, _first in hold.callers:
+        if module == "engine.write.write_client" and name in WRITER_STEPS:
+            return f"writer {WRITER_STEPS[name]}{suffix}"
+        if module == "engine.services.attempt":
+            started = True
+            continue
+        service = module.rsplit(".", 1)[-1] if module.startswith("engine.services.") else ""
+        if service not in SERVICES:
+            continue
+        function = name.rsplit(".", 1)[-1]
+        if started:
+            return f"{service} execute start"
+        if function.startswith("schedule") or function == "run_clean":
+            return f"{service} schedule"
+        if service in ("archive", "savepoint", "rollback"):
+            return service
+        sites = _lock_lines(module, name)
+        return f"{service} {'commit' if not sites or line >= max(sites) else 'execute start'}"
+    module, name, line, _ = hold.callers[0] if hold.callers else ("?", "?", 0, 0)
+    return f"{module}.{name}:{line}{suffix}"
+
+
+def _hold_table(holds: list[LockHold], error_table: str) -> list[tuple[str, int, float, float,
+                                                                         float, int]]:
+    """(step, holds, median hold, max hold, max wait, timed-out waits) per step."""
+    by_step: dict[str, list[LockHold]] = {}
+    for hold in holds:
+        by_step.setdefault(_step(hold, error_table), []).append(hold)
+    rows = []
+    for step, found in sorted(by_step.items()):
+        held = [h.held for h in found if not h.timed_out] or [0.0]
+        rows.append((step, len(found), statistics.median(held), max(held),
+                     max(h.waited for h in found), sum(h.timed_out for h in found)))
+    return rows
 
 
 def _config(bootstrap: str, topic: str, folder: Path, batch: int, services: bool) -> Any:
@@ -82,19 +152,25 @@ def _table_figures(path: Path) -> dict[str, Any]:
 
 def run(spark: Any, bootstrap: str, topic: str, folder: Path, batch: int, services: bool,
         expected_rows: int) -> dict[str, Any]:
+    from engine.timeline.lock import record_holds
     from jobs.ingest_job import start, watch
 
     config = _config(bootstrap, topic, folder, batch, services)
-    started = time.perf_counter()
-    _, sink, query = start(config, spark)
-    watch(query, sink)
-    wall = time.perf_counter() - started
-    durations = [p["durationMs"]["triggerExecution"] / 1000.0 for p in query.recentProgress
-                 if p.get("numInputRows")]
-    if services:
-        sink.services.drain(timeout=600)  # what was still pending, for the table figures
-    described = sink.services.state.describe() if services else "off"
-    sink.services.stop()
+    holds: list[LockHold] = []
+    record_holds(holds.append)
+    try:
+        started = time.perf_counter()
+        _, sink, query = start(config, spark)
+        watch(query, sink)
+        wall = time.perf_counter() - started
+        durations = [p["durationMs"]["triggerExecution"] / 1000.0 for p in query.recentProgress
+                     if p.get("numInputRows")]
+        if services:
+            sink.services.drain(timeout=600)  # what was still pending, for the table figures
+        described = sink.services.state.describe() if services else "off"
+        sink.services.stop()
+    finally:
+        record_holds(None)
     figures = _table_figures(folder / "trips")
     if figures["rows"] != expected_rows:
         raise SystemExit(f"the table holds {figures['rows']} rows, expected {expected_rows}")
@@ -102,7 +178,7 @@ def run(spark: Any, bootstrap: str, topic: str, folder: Path, batch: int, servic
     return {"batches": len(durations), "median": statistics.median(durations),
             "p90": durations[int(0.9 * (len(durations) - 1))], "max": durations[-1],
             "wall": wall, "services": described, "folder_bytes": dir_size(str(folder / "trips")),
-            **figures}
+            "holds": _hold_table(holds, os.path.realpath(folder / "errors")), **figures}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         cells = [fmt_bytes(results[m][key]) if fmt is None else fmt.format(results[m][key])
                  for m in ("off", "on")]
         print(f"{label:24}{cells[0]:>16}{cells[1]:>16}")
+    for mode in ("off", "on"):
+        print(f"\ntable lock holds, services {mode}:")
+        print(f"  {'step':34}{'holds':>7}{'median hold':>13}{'max hold':>11}{'max wait':>11}"
+              f"{'timeouts':>10}")
+        for step, n, median, longest, waited, timeouts in results[mode]["holds"]:
+            print(f"  {step:34}{n:>7,}{median * 1000:>10.1f} ms{longest * 1000:>8.1f} ms"
+                  f"{waited * 1000:>8.1f} ms{timeouts:>10,}")
     ratio = results["on"]["median"] / results["off"]["median"]
     print(f"\nservices on: {results['on']['services']}")
     print(f"median micro-batch, on / off: {ratio:.2f}x (goal: at most 1.3x) -> "

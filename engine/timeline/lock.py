@@ -40,9 +40,12 @@ import logging
 import os
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from engine.config import IN_PROCESS_LOCK_PROVIDER, WriteConfig
@@ -59,6 +62,49 @@ WAIT_NOTICE_SECONDS = 2.0
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LockHold:
+    """One outermost hold of a table lock (or a wait that timed out), for a recorder
+    installed with :func:`record_holds`."""
+
+    table: str
+    """Base path of the table."""
+    waited: float
+    """Seconds from ``acquire()`` until the lock was held (or the wait gave up)."""
+    held: float
+    """Seconds from then until the outermost release (0 for a timed-out wait)."""
+    timed_out: bool
+    callers: tuple[tuple[str, str, int, int], ...]
+    """Who took it, innermost first, outside this module: (module, function qualname, line,
+    the function's first line)."""
+
+
+HoldRecorder = Callable[[LockHold], None]
+_recorder: HoldRecorder | None = None
+_CALLER_DEPTH = 6
+
+
+def record_holds(recorder: HoldRecorder | None) -> None:
+    """Install (or with None remove) a process-wide recorder of table lock holds, for
+    benchmarks: called once per outermost release, from the releasing thread. Unused, it
+    costs one check per outermost acquire and release."""
+    global _recorder
+    _recorder = recorder
+
+
+def _callers() -> tuple[tuple[str, str, int, int], ...]:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # type: ignore[assignment]
+    found: list[tuple[str, str, int, int]] = []
+    while frame is not None and len(found) < _CALLER_DEPTH:
+        code = frame.f_code
+        found.append((str(frame.f_globals.get("__name__")), code.co_qualname, frame.f_lineno,
+                      code.co_firstlineno))
+        frame = frame.f_back  # type: ignore[assignment]
+    return tuple(found)
+
+
 class TableLock:
     """A re-entrant table lock (re-entrant within the object that holds it)."""
 
@@ -67,6 +113,7 @@ class TableLock:
         self.wait_seconds = wait_seconds
         self._depth = 0
         self._guard = threading.RLock()
+        self._hold: tuple[float, float, tuple[tuple[str, str, int, int], ...]] | None = None
 
     # -- the interface ----------------------------------------------------------------------
 
@@ -86,7 +133,16 @@ class TableLock:
         self._guard.acquire()
         try:
             if self._depth == 0:
-                self._acquire(time.monotonic() + self.wait_seconds)
+                started = time.monotonic()
+                try:
+                    self._acquire(started + self.wait_seconds)
+                except LockTimeoutError:
+                    if _recorder is not None:
+                        _recorder(LockHold(self.storage.base_path, time.monotonic() - started,
+                                           0.0, True, _callers()))
+                    raise
+                if _recorder is not None:
+                    self._hold = (started, time.monotonic(), _callers())
             self._depth += 1
         except BaseException:
             self._guard.release()
@@ -98,6 +154,10 @@ class TableLock:
             self._depth -= 1
             if self._depth == 0:
                 self._release()
+                hold, self._hold = self._hold, None
+                if hold is not None and _recorder is not None:
+                    _recorder(LockHold(self.storage.base_path, hold[1] - hold[0],
+                                       time.monotonic() - hold[1], False, hold[2]))
         finally:
             self._guard.release()
 

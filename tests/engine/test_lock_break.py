@@ -226,3 +226,20 @@ def test_lock_holder_whose_lock_was_broken_knows_it(
         holder.release()  # not its lock any more: removes nothing
     assert any("now held by another writer" in r.getMessage() for r in caplog.records)
     assert list((tmp_path / ".hoodie").iterdir()) == []
+
+
+def test_lock_hold_recorder_reports_outermost_holds_and_timed_out_waits(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    holds: list[lock_module.LockHold] = []
+    lock_module.record_holds(holds.append)
+    try:
+        lock = FileSystemLock(storage, wait_seconds=1, expire_seconds=60)
+        with lock, lock, pytest.raises(LockTimeoutError):  # re-entered: still one hold
+            FileSystemLock(storage, wait_seconds=0.1, expire_seconds=60).acquire()
+    finally:
+        lock_module.record_holds(None)
+    assert [h.timed_out for h in holds] == [True, False]
+    assert all(h.table == storage.base_path for h in holds)
+    here = "test_lock_hold_recorder_reports_outermost_holds_and_timed_out_waits"
+    assert all(h.callers[0][:2] == (__name__, here) for h in holds)
+    assert holds[0].waited >= 0.1 and holds[1].held >= holds[0].waited
