@@ -356,6 +356,11 @@ class Table:
 
     # -- table services --------------------------------------------------------------------
 
+    def rollback_failed_writes(self) -> list[str]:
+        """Roll back pending writes whose writer is gone (heartbeat expired, or its process
+        provably ended); returns their instant times. Every write does this first."""
+        return self._client().rollback_failed_writes()
+
     def clean(self, *, schedule_only: bool = False) -> ServiceRun:
         """Delete file slices outside retention (``hoodie.cleaner.*``); see docs/engine.md."""
         from engine.services.clean import run_clean

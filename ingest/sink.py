@@ -332,6 +332,7 @@ class HudiStreamingSink:
         self._unaborted: list[InstantPlan] = []
         """Instants of failed batches whose rollback could not take the table lock."""
         self._tagged = False
+        self._recovered = False
         self._checked_context: Any = None  # the SparkContext whose conf was checked
         self.services = StreamingServices(self.table, enabled=services)
         """Compaction, clustering, cleaning and archival beside ingestion
@@ -475,6 +476,8 @@ class HudiStreamingSink:
         """
         spark = df.sparkSession
         self._check_session(spark)
+        if not self._recovered:
+            self._recover()
         query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
         timeline = Timeline.load(self.table.storage, self.table.config)
         if is_committed(last_committed_batch(timeline, self.identifier, query_id), batch_id,
@@ -488,6 +491,18 @@ class HudiStreamingSink:
         self._done(result)
         if result.instant_time is not None:
             self.services.after_commit(spark)
+
+    def _recover(self) -> None:
+        """Once, before the first batch: roll back what a killed predecessor left pending in
+        the table and the error table (instants whose writer provably ended, or whose
+        heartbeat expired), so neither waits for a later write."""
+        for table in (self.table, self.error_table):
+            if table is not None and table.exists:
+                rolled = table.rollback_failed_writes()
+                if rolled:
+                    log.info("rolled back %d instant(s) a stopped writer left pending in %s: "
+                             "%s", len(rolled), table.path, ", ".join(rolled))
+        self._recovered = True
 
     def _check_session(self, spark: SparkSession) -> None:
         """Refuse unsafe Spark settings (:func:`~ingest.spark_write.check_spark_conf`), once

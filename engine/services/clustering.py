@@ -20,18 +20,22 @@ Writers are never refused because of a pending clustering (Hudi's default
 ``SparkRejectUpdateStrategy`` would fail them). Instead clustering carries their work
 over: before committing, under the lock, it looks for instants that completed after the
 timeline its tasks read from and wrote to (or replaced) one of its input groups; the
-clustering groups concerned are executed again from the newer timeline — optimistically
-outside the lock first, and under the lock in the last round so the loop ends — so
-the output holds every completed write. A writer still inflight when the clustering
-commits finds its file group replaced at its own commit and gets a
-:class:`~engine.errors.WriteConflictError` (:mod:`engine.write.conflict`); nothing of
-it was committed and its batch is retried against the new file groups.
+clustering groups concerned are executed again from the newer timeline, outside the lock,
+so the output holds every completed write. In the last round, under the lock, groups still
+touched are dropped instead — left as they are, with the writes, and not replaced — so the
+loop ends and the lock is never held for a rewrite (a writer never waits for one). A
+writer still inflight when the clustering commits finds its file group replaced at its own
+commit and gets a :class:`~engine.errors.WriteConflictError` (:mod:`engine.write.conflict`);
+nothing of it was committed and its batch is retried against the new file groups.
 Inserts never go to file groups under a pending clustering (:mod:`engine.write.partitioner`).
 
 Crash behaviour: a plan is completed, never abandoned. An inflight attempt whose heartbeat
-expired (or is missing) is reverted (``revert_inflight_service``: a rollback instant
-deletes its files, the inflight file goes) and the same plan executed again; an attempt
-with a live heartbeat is skipped. An attempt that fails in this process is reverted at once.
+expired (or is missing, or whose process provably ended) is reverted
+(``revert_inflight_service``: a rollback instant deletes its files, the inflight file goes)
+and the same plan executed again; an attempt with a live heartbeat is skipped. An attempt
+that fails in this process is reverted at once. A stalled attempt that wakes up after
+another took the plan over commits nothing and deletes only its own files
+(:mod:`engine.services.attempt`).
 """
 
 from __future__ import annotations
@@ -66,7 +70,6 @@ from engine.index.consistent_hashing import (
 from engine.layout.file_group import (
     FileSlice,
     build_file_slices,
-    delete_unreferenced,
     list_table_files,
     visible_instants,
 )
@@ -79,9 +82,10 @@ from engine.schema import (
     data_schema_of,
     with_meta_fields,
 )
+from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.curves import normalize_strategy, sort_table
-from engine.services.rollback import revert_inflight_service, rollback_failed_writes
+from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import (
@@ -90,8 +94,7 @@ from engine.timeline.commit_metadata import (
     read_avro_ocf,
     write_avro_ocf,
 )
-from engine.timeline.heartbeat import Heartbeat, is_expired
-from engine.timeline.instant import Action, Instant, State, new_instant_time
+from engine.timeline.instant import Action, Instant, new_instant_time
 from engine.write.conflict import FileGroupId, planned_groups
 
 if TYPE_CHECKING:
@@ -431,6 +434,12 @@ class ClusteringTask:
     ring: tuple[Node, ...] = field(default=())
     """A consistent-hashing resize: the partition's ring with this group's children
     applied; rows go to the child their key hashes to (``output_file_ids``)."""
+    stage: int = 0
+    """The attempt's stage id (:mod:`engine.services.attempt`): no two attempts of one plan
+    share a file name."""
+    floor: str = ""
+    """The timeline's latest time when the attempt started: a rollback of the plan
+    requested after it means the attempt was taken over."""
 
 
 def _output_schema(schema_json: str) -> pa.Schema:
@@ -476,7 +485,7 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
         bounds = [round(i * rows.num_rows / outputs) for i in range(outputs + 1)]
         chunks = [(file_ids[i], rows.slice(bounds[i], bounds[i + 1] - bounds[i]))
                   for i in range(outputs)]
-    token = f"{task.task_partition}-0-{task.attempt}"
+    token = f"{task.task_partition}-{task.stage}-{task.attempt}"
     stats = []
     for file_id, chunk in chunks:
         name = BaseFileName(file_id, token, task.instant_time).name
@@ -489,6 +498,9 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
             file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
             total_write_bytes=result.file_size, file_size_in_bytes=result.file_size))
+    if task.floor:  # taken over while running (a stalled attempt's late task)?
+        discard_if_superseded(storage, Timeline.folder_for(task.config), task.instant_time,
+                              [s.path for s in stats], task.floor)
     return stats
 
 
@@ -511,10 +523,11 @@ def _route_to_children(rows: pa.Table, task: ClusteringTask) -> list[tuple[str, 
 class _Attempt:
     """The driver's state while executing one plan."""
 
-    def __init__(self, client: WriteClient, instant: Instant,
-                 record: Mapping[str, object], runner: TaskRunner) -> None:
-        self.client = client
-        self.instant = instant
+    def __init__(self, owner: ServiceAttempt, record: Mapping[str, object],
+                 runner: TaskRunner) -> None:
+        self.owner = owner
+        self.client = owner.client
+        self.instant = owner.instant
         self.members = _plan_members(record)
         self.children = _plan_children(record)
         self.sequence = _plan_sequence(record)
@@ -524,10 +537,24 @@ class _Attempt:
         self.rounds = 0
         self.carried_over = 0
         """Clustering groups executed again to carry concurrent writes over."""
+        self.dropped: set[int] = set()
+        """Clustering groups left out of the commit: written to until the last round."""
+
+    @property
+    def kept(self) -> list[int]:
+        return [i for i in range(len(self.members)) if i not in self.dropped]
 
     @property
     def input_groups(self) -> set[FileGroupId]:
-        return {g for ids, _ in self.members for g in ids}
+        return {g for i in self.kept for g in self.members[i][0]}
+
+    def drop(self, which: Sequence[int]) -> None:
+        """Leave these clustering groups out: their outputs are deleted, their input groups
+        stay as they are (with the writes that touched them) and are not replaced."""
+        for index in which:
+            for stat in self.stats.pop(index, []):
+                self.client.storage.delete(stat.path)
+            self.dropped.add(index)
 
     def tasks(self, timeline: Timeline, which: Sequence[int]) -> list[ClusteringTask]:
         """Tasks of the given clustering groups, reading from ``timeline``."""
@@ -562,7 +589,7 @@ class _Attempt:
                 num_output_groups=outputs, compression=client.write_config.compression,
                 write_bloom_filter=client.write_config.write_bloom_filter,
                 task_partition=index, attempt=self.rounds, ring=ring,
-                output_file_ids=output_ids))
+                output_file_ids=output_ids, stage=self.owner.stage, floor=self.owner.floor))
         return tasks
 
     def _committed_ring(self, timeline: Timeline, partition: str) -> HashingMetadata:
@@ -581,7 +608,8 @@ class _Attempt:
         """Write each resized partition's new ring as ``T.hashing_meta`` (before the
         replacecommit completes; its ``.commit`` marker after). Returns their folders."""
         by_partition: dict[str, list[Node]] = {}
-        for (ids, _), children in zip(self.members, self.children, strict=True):
+        for index in self.kept:
+            (ids, _), children = self.members[index], self.children[index]
             if children is not None and ids:
                 by_partition.setdefault(ids[0][0], []).extend(children)
         folders = []
@@ -619,13 +647,12 @@ class _Attempt:
             touched |= {(s.partition_path, s.file_id) for s in meta.write_stats} & inputs
             touched |= {(p, f) for p, ids in meta.partition_to_replace_file_ids.items()
                         for f in ids} & inputs
-        return [i for i, (ids, _) in enumerate(self.members) if touched & set(ids)]
+        return [i for i in self.kept if touched & set(self.members[i][0])]
 
     def metadata(self, now: Timeline) -> bytes:
         replaced: dict[str, list[str]] = {}
-        for ids, _ in self.members:
-            for partition, file_id in ids:
-                replaced.setdefault(partition, []).append(file_id)
+        for partition, file_id in sorted(self.input_groups):
+            replaced.setdefault(partition, []).append(file_id)
         stats = tuple(s for i in sorted(self.stats) for s in self.stats[i])
         extra = dict(now.rolling_metadata(self.client.write_config.rolling_metadata_keys))
         extra["schema"] = now.latest_schema() or ""
@@ -634,40 +661,34 @@ class _Attempt:
                                   p: tuple(sorted(ids)) for p, ids in replaced.items()})
         return meta.to_avro_bytes()
 
-    def delete_unreferenced(self) -> None:
-        """Files named with this instant that no stat names (failed task attempts)."""
-        delete_unreferenced(self.client.storage, self.instant.requested_time,
-                            (s.path for stats in self.stats.values() for s in stats))
-
-
-def _still_inflight(timeline: Timeline, instant: Instant) -> Instant:
-    current = timeline.find(instant.requested_time)
-    if current is None or current.state is not State.INFLIGHT:
-        state = "gone" if current is None else current.state.value
-        raise ClusteringError(
-            f"clustering {instant.requested_time} is {state}: another process reverted or "
-            "completed this attempt; its files were not committed")
-    return current
+    def remove_strays(self) -> None:
+        """This attempt's files that no stat names (failed task tries)."""
+        self.owner.remove_strays(s.path for stats in self.stats.values() for s in stats)
 
 
 def _commit(attempt: _Attempt) -> Instant:
-    """Carry concurrent writes over, then publish ``T_C.replacecommit`` under the lock."""
+    """Carry concurrent writes over, then publish ``T_C.replacecommit`` under the lock.
+
+    Optimistic rounds re-execute, outside the lock, the clustering groups whose inputs an
+    instant wrote to since the last round; in the last round, under the lock, groups still
+    touched are dropped instead (left as they are, not replaced), so the lock is held only
+    for bookkeeping and a writer never waits for a rewrite."""
     client = attempt.client
     for round_ in range(OPTIMISTIC_ROUNDS + 1):
         final = round_ == OPTIMISTIC_ROUNDS
+        attempt.remove_strays()
+        client.storage.sync()
         with client.lock:
             now = Timeline.load(client.storage, client.config)
-            inflight = _still_inflight(now, attempt.instant)
+            attempt.owner.check_owner(now)
             touched = attempt.touched_since(now)
             if touched and final:
-                attempt.execute(now, touched)  # the last round holds the lock
+                attempt.drop(touched)
                 touched = []
             if not touched:
-                attempt.delete_unreferenced()
                 rings = attempt.write_rings(now)
-                client.storage.sync()
                 content = attempt.metadata(now)
-                client.lock.verify()
+                inflight = attempt.instant
                 done = now.complete(inflight, content)
                 for folder in rings:  # lost on a crash: loading commits it (completed T)
                     client.storage.write_replace(
@@ -677,77 +698,31 @@ def _commit(attempt: _Attempt) -> Instant:
     raise AssertionError("unreachable")
 
 
-def _start(client: WriteClient, instant_time: str,
-           explicit: bool) -> tuple[Instant, dict[str, object], Heartbeat, Timeline] | None:
-    """Under the lock: revert a dead attempt, move the plan inflight, start the heartbeat."""
-    with client.lock:
-        timeline = Timeline.load(client.storage, client.config)
-        if timeline.pending([Action.ROLLBACK]) and is_expired(
-                client.storage, instant_time, client.write_config.heartbeat_expiry_seconds):
-            # a revert that died half-way is finished first (it targets a dead attempt)
-            rollback_failed_writes(client.storage, timeline, lambda _: False,
-                                   service_reverts=True)
-            timeline = Timeline.load(client.storage, client.config)
-        instant = timeline.find(instant_time)
-        if instant is None or instant.action is not Action.CLUSTERING:
-            if explicit:
-                raise ValueError(f"instant: {instant_time} is not a clustering instant of "
-                                 "this table")
-            return None
-        if instant.is_completed:
-            return None
-        if instant.state is State.INFLIGHT:
-            if not is_expired(client.storage, instant_time,
-                              client.write_config.heartbeat_expiry_seconds):
-                return None  # a live attempt elsewhere
-            revert_inflight_service(client.storage, timeline, instant)
-            timeline = Timeline.load(client.storage, client.config)
-            instant = instant.with_state(State.REQUESTED)
-        record = read_plan(timeline, instant_time)
-        heartbeat = Heartbeat(client.storage, instant_time,
-                              client.write_config.heartbeat_interval_ms / 1000.0).start()
-        try:
-            client.lock.verify()
-            inflight = timeline.transition_to_inflight(instant)
-        except BaseException:
-            heartbeat.stop()
-            raise
-    return inflight, record, heartbeat, timeline
-
-
-def _revert(client: WriteClient, instant: Instant) -> None:
-    with client.lock:
-        timeline = Timeline.load(client.storage, client.config)
-        current = timeline.find(instant.requested_time)
-        if current is not None and current.state is State.INFLIGHT:
-            revert_inflight_service(client.storage, timeline, current)
-
-
 def execute_clustering(client: WriteClient, instant_time: str, *,
                        runner: TaskRunner = local_runner,
                        explicit: bool = False) -> tuple[Instant, dict[str, int]] | None:
     """Execute one clustering plan to completion; returns the completed instant and counts
-    (input file groups, rows written, groups executed again to carry concurrent writes
-    over), or None if it is not pending or a live attempt owns it."""
-    started = _start(client, instant_time, explicit)
-    if started is None:
+    (input file groups replaced, rows written, groups executed again to carry concurrent
+    writes over, groups dropped because writes kept touching them), or None if it is not
+    pending or a live attempt owns it (:mod:`engine.services.attempt`)."""
+    owner = start_attempt(client, instant_time, Action.CLUSTERING, explicit=explicit)
+    if owner is None:
         return None
-    inflight, record, heartbeat, timeline = started
-    attempt = _Attempt(client, inflight, record, runner)
+    attempt = _Attempt(owner, read_plan(owner.timeline, instant_time), runner)
     try:
-        attempt.execute(timeline, list(range(len(attempt.members))))
+        attempt.execute(owner.timeline, list(range(len(attempt.members))))
         done = _commit(attempt)
-    except BaseException:
-        try:
-            _revert(client, inflight)
-        finally:
-            heartbeat.stop()
+    except BaseException as exc:
+        owner.abandon()
+        if isinstance(exc, AttemptSupersededError):
+            raise ClusteringError(str(exc)) from exc
         raise
-    heartbeat.stop()
+    owner.heartbeat.stop()
     client.storage.delete_tree(temp_folder(instant_time))
     rows = sum(s.num_writes for stats in attempt.stats.values() for s in stats)
     return done, {"file_groups": len(attempt.input_groups), "rows": rows,
-                  "carried_over_groups": attempt.carried_over}
+                  "carried_over_groups": attempt.carried_over,
+                  "dropped_groups": len(attempt.dropped)}
 
 
 def run_clustering(client: WriteClient, instant: str | None = None, *,
@@ -759,7 +734,7 @@ def run_clustering(client: WriteClient, instant: str | None = None, *,
         timeline = Timeline.load(client.storage, client.config)
         targets = [i.requested_time for i in timeline.pending((Action.CLUSTERING,))]
     completed: list[str] = []
-    details = {"file_groups": 0, "rows": 0, "carried_over_groups": 0}
+    details = {"file_groups": 0, "rows": 0, "carried_over_groups": 0, "dropped_groups": 0}
     for target in targets:
         result = execute_clustering(client, target, runner=runner,
                                     explicit=instant is not None)

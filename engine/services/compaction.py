@@ -17,7 +17,9 @@
 
 A plan is never abandoned: an attempt that fails is reverted at once (its files deleted by a
 rollback instant, the inflight file removed) and the same plan runs again next time; an
-attempt whose executor died (heartbeat expired or missing) is reverted by the next executor.
+attempt whose executor died (heartbeat expired or missing, or its process provably ended) is
+reverted by the next executor, and a stalled attempt that wakes up after that commits
+nothing and deletes only its own files (:mod:`engine.services.attempt`).
 Writers keep appending logs meanwhile; v8 slicing by completion time puts logs completing
 after C into slice C (:mod:`engine.layout.file_group`), so none is lost.
 """
@@ -25,7 +27,6 @@ after C into slice C (:mod:`engine.layout.file_group`), so none is lost.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,6 @@ from engine.layout.file_group import (
     FileSlice,
     LogFile,
     build_file_slices,
-    delete_unreferenced,
     list_table_files,
     visible_instants,
 )
@@ -58,18 +58,17 @@ from engine.schema import (
     RECORD_KEY,
     arrow_from_avro_json,
 )
+from engine.services.attempt import AttemptSupersededError, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.compaction_plan import CompactionOperation, CompactionPlan, read_plan
-from engine.services.rollback import revert_inflight_service, rollback_failed_writes
+from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import (
     CommitMetadata,
     WriteStat,
-    read_avro_ocf,
 )
-from engine.timeline.heartbeat import Heartbeat, is_expired
-from engine.timeline.instant import Action, Instant, State, new_instant_time, parse_instant_time
+from engine.timeline.instant import Action, new_instant_time, parse_instant_time
 from engine.write.conflict import planned_groups
 from engine.write.write_client import WriteClient
 
@@ -233,6 +232,12 @@ class CompactionTask:
     task_partition: int
     compression: str = "snappy"
     write_bloom_filter: bool = True
+    stage: int = 0
+    """The attempt's stage id (:mod:`engine.services.attempt`): no two attempts of one plan
+    share a file name."""
+    floor: str = ""
+    """The timeline's latest time when the attempt started: a rollback of the plan
+    requested after it means the attempt was taken over."""
 
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -298,7 +303,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     merged = _conform(merged, schema)
     attempt = 0
     while True:
-        name = BaseFileName(op.file_id, f"{task.task_partition}-0-{attempt}",
+        name = BaseFileName(op.file_id, f"{task.task_partition}-{task.stage}-{attempt}",
                             task.instant_time).name
         file_names = pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(merged.num_rows, np.int32)), pa.array([name], pa.string()))
@@ -310,7 +315,10 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
                                      compression=task.compression, fsync=True)
             break
         except FileExistsError:
-            attempt += 1  # an earlier attempt of this task left its file: the next name
+            attempt += 1  # an earlier try of this task left its file: the next name
+    if task.floor:  # taken over while running (a stalled attempt's late task)?
+        discard_if_superseded(storage, Timeline.folder_for(config), task.instant_time,
+                              [_rel(op.partition_path, name)], task.floor)
     # Stats as Hudi's compactor records them (§3.2).
     base_keys = (base.column(RECORD_KEY).combine_chunks() if base is not None
                  else pa.array([], pa.string()))
@@ -346,7 +354,8 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
 
 
 def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
-           plan: CompactionPlan, schema_json: str) -> list[CompactionTask]:
+           plan: CompactionPlan, schema_json: str, *, stage: int = 0,
+           floor: str = "") -> list[CompactionTask]:
     tasks = []
     for index, op in enumerate(plan.operations):
         completions = []
@@ -365,136 +374,42 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
             config=client.config, schema_json=schema_json, operation=op,
             log_completion_times=tuple(completions), task_partition=index,
             compression=client.write_config.compression,
-            write_bloom_filter=client.write_config.write_bloom_filter))
+            write_bloom_filter=client.write_config.write_bloom_filter,
+            stage=stage, floor=floor))
     return tasks
-
-
-def _remove_strays(storage: Storage, instant_time: str, stats: Sequence[WriteStat]) -> None:
-    """Delete base files of this instant that no stat names (failed task attempts)."""
-    delete_unreferenced(storage, instant_time, (stat.path for stat in stats))
-
-
-@dataclass
-class _Attempt:
-    """This process's attempt at executing one plan."""
-
-    instant_time: str
-    timeline: Timeline  # as loaded when the attempt started
-    inflight: Instant
-    heartbeat: Heartbeat
-    floor: str  # the timeline's latest time when the attempt started
-
-
-def _start(client: WriteClient, instant_time: str) -> _Attempt | None:
-    """Under the lock: take the plan's execution (None if another executor is alive or it
-    is done), reverting a dead attempt first."""
-    with client.lock:
-        timeline = Timeline.load(client.storage, client.config)
-        if timeline.pending([Action.ROLLBACK]):
-            # a revert that died half-way is finished first (it targets this instant's files)
-            rollback_failed_writes(client.storage, timeline, lambda _: False,
-                                   service_reverts=True)
-            timeline = Timeline.load(client.storage, client.config)
-        instant = timeline.find(instant_time)
-        if instant is None or instant.is_completed:
-            return None
-        if not is_expired(client.storage, instant_time,
-                          client.write_config.heartbeat_expiry_seconds):
-            return None  # another executor is at work on it
-        if instant.state is State.INFLIGHT:
-            revert_inflight_service(client.storage, timeline, instant)
-            timeline = Timeline.load(client.storage, client.config)
-            instant = instant.with_state(State.REQUESTED)
-        floor = timeline.latest_instant_time()
-        heartbeat = Heartbeat(client.storage, instant_time,
-                              client.write_config.heartbeat_interval_ms / 1000.0).start()
-        try:
-            inflight = timeline.transition_to_inflight(instant)
-        except BaseException:
-            heartbeat.stop()
-            raise
-    return _Attempt(instant_time, timeline, inflight, heartbeat, floor)
-
-
-def _superseded(timeline: Timeline, attempt: _Attempt) -> bool:
-    """True if another executor reverted this attempt (it judged us dead): a rollback
-    instant newer than the attempt's start targets the plan's instant."""
-    for rb in timeline.instants:
-        if rb.action is not Action.ROLLBACK or rb.requested_time <= attempt.floor:
-            continue
-        rel = f"{timeline.folder}/{rb.requested_time}.rollback.requested"
-        try:
-            plan = read_avro_ocf(timeline.storage.read(rel))
-        except (FileNotFoundError, ValueError, OSError, EOFError):
-            return True  # cannot tell: assume the worst, never commit over another attempt
-        target = plan.get("instantToRollback") or {}
-        if isinstance(target, dict) and target.get("commitTime") == attempt.instant_time:
-            return True
-    return False
-
-
-def _abandon(client: WriteClient, attempt: _Attempt, stats: Sequence[WriteStat]) -> bool:
-    """After a failure: revert this attempt if it is still ours (True), else delete only
-    the files it wrote and leave the instant to the executor that owns it now (False)."""
-    with client.lock:
-        timeline = Timeline.load(client.storage, client.config)
-        instant = timeline.find(attempt.instant_time)
-        if instant is None or instant.is_completed:
-            return False
-        if _superseded(timeline, attempt):
-            for stat in stats:
-                client.storage.delete(stat.path)
-            return False
-        revert_inflight_service(client.storage, timeline, instant)
-        return True
-
-
-class _Superseded(CompactionError):
-    pass
 
 
 def _execute(client: WriteClient, instant_time: str,
              runner: TaskRunner) -> tuple[str, int, int] | None:
     """Execute one plan to completion; (completion time, groups, rows) or None if skipped."""
-    attempt = _start(client, instant_time)
+    attempt = start_attempt(client, instant_time, Action.COMPACTION)
     if attempt is None:
         return None
     timeline = attempt.timeline
-    stats: list[WriteStat] = []
     try:
         plan = read_plan(timeline, instant_time)
         schema_json = timeline.latest_schema()
         if not schema_json:
             raise CorruptTableError(f"compaction {instant_time}: no commit records the "
                                     "table schema")
-        tasks = _tasks(client, timeline, instant_time, plan, schema_json)
-        stats = list(runner(execute_compaction_task, tasks)) if tasks else []
-        _remove_strays(client.storage, instant_time, stats)
+        tasks = _tasks(client, timeline, instant_time, plan, schema_json,
+                       stage=attempt.stage, floor=attempt.floor)
+        stats: list[WriteStat] = list(runner(execute_compaction_task, tasks)) if tasks else []
+        attempt.remove_strays(s.path for s in stats)  # failed task tries
         client.storage.sync()  # every base file durable before the commit point
         with client.lock:
             now = Timeline.load(client.storage, client.config)
-            found = now.find(instant_time)
-            if (found is None or found.state is not State.INFLIGHT
-                    or _superseded(now, attempt)):
-                raise _Superseded(
-                    f"compaction {instant_time}: this attempt was reverted by another "
-                    "executor, which judged it dead (its heartbeat had expired: raise "
-                    "hoodie.client.heartbeat.interval_in_ms or tolerable.misses); nothing "
-                    "was committed by this one")
+            attempt.check_owner(now)
             extra = {**plan.extra_metadata,
                      **now.rolling_metadata(client.write_config.rolling_metadata_keys),
                      "schema": schema_json}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
-            client.lock.verify()
-            done = now.complete(attempt.inflight, meta.to_avro_bytes())
+            done = now.complete(attempt.instant, meta.to_avro_bytes())
     except BaseException as exc:
-        ours = False
-        try:
-            ours = _abandon(client, attempt, stats)
-        finally:
-            # another executor's heartbeat is the same file: leave it to that executor
-            attempt.heartbeat.stop(delete=ours)
+        attempt.abandon()
+        if isinstance(exc, AttemptSupersededError):
+            raise CompactionError(str(exc)) from exc
         if isinstance(exc, TidelakeError) or not isinstance(exc, Exception):
             raise
         raise CompactionError(

@@ -15,6 +15,18 @@ does the same for one instant a writer gives up itself (a refused or failed writ
 Every step can be repeated: a rollback left pending by a crash is finished by the next
 writer. Callers hold the table lock (:mod:`engine.timeline.lock`), so no rollback runs while an
 instant completes.
+
+No file of a rolled-back instant may survive: once archival moves the timeline's start past
+an instant, every reader (Java's ``CompletionTimeQueryView.isArchived``, hudi-rs, ours)
+takes an instant older than the active timeline and absent from the history as archived,
+i.e. committed. Three rules keep it so. A writer whose instant another writer already rolled
+back deletes its own files (:func:`rollback_instant`). A task that publishes a file checks
+afterwards that its instant (or its service attempt) was not rolled back meanwhile, and
+deletes the file if it was (:func:`task_superseded`): the rollback writes its plan before it
+lists the files, the task publishes before it reads the timeline, so one of the two always
+sees the other. And :func:`remove_orphan_files`, run by the cleaner and by archival before
+it moves the timeline's start, deletes data files whose instant is neither on the active
+timeline nor in the history.
 """
 
 from __future__ import annotations
@@ -22,7 +34,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engine.errors import CorruptTableError
+from engine.config import TableConfig
+from engine.errors import CorruptTableError, WriteConflictError
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import list_table_files
 from engine.storage import TEMP_PREFIX, Storage
@@ -79,7 +92,7 @@ def rollback_failed_writes(storage: Storage, timeline: Timeline,
     pending_services = {i.requested_time for i in timeline.pending(
         [Action.COMPACTION, Action.CLUSTERING, Action.LOG_COMPACTION])}
     for rb in timeline.pending([Action.ROLLBACK]):
-        target = _rollback_target(storage, timeline, rb)
+        target, action = _rollback_target(storage, timeline, rb)
         if target in pending_services and not service_reverts:
             continue
         if target in timeline.completed_times:
@@ -90,7 +103,7 @@ def rollback_failed_writes(storage: Storage, timeline: Timeline,
             continue
         pending_target = next((i for i in timeline.pending(WRITE_ACTIONS)
                                if i.requested_time == target), None)
-        _finish(storage, timeline, rb, pending_target, target)
+        _finish(storage, timeline, rb, pending_target, target, action)
         targets_done.add(target)
         rolled.append(target)
     for failed in timeline.pending(WRITE_ACTIONS):
@@ -104,24 +117,44 @@ def rollback_failed_writes(storage: Storage, timeline: Timeline,
 
 
 def rollback_instant(storage: Storage, timeline: Timeline, instant: Instant) -> None:
-    """Roll back one pending write instant of the caller's own (hold the lock)."""
+    """Roll back one pending write instant of the caller's own (hold the lock).
+
+    A rollback of it that another writer left half-done is finished rather than begun
+    anew. If another writer already rolled it back whole, the files this writer wrote
+    after that (named with the instant) are deleted here: nobody else knows of them."""
+    target = instant.requested_time
+    for rb in timeline.pending([Action.ROLLBACK]):
+        if _rollback_target(storage, timeline, rb)[0] == target:
+            pending = timeline.find(target)
+            _finish(storage, timeline, rb,
+                    pending if pending is not None and not pending.is_completed else None,
+                    target, instant.action.value)
+            _delete_temp_files(storage, {target})
+            return
     pending = next((i for i in timeline.pending(WRITE_ACTIONS)
-                    if i.requested_time == instant.requested_time), None)
+                    if i.requested_time == target), None)
     if pending is None:
-        delete_heartbeat(storage, instant.requested_time)
-        return  # already rolled back, or never started
+        if target not in timeline.active_times:  # rolled back by another writer
+            for paths in _files_of(storage, target).values():
+                for path in paths:
+                    storage.delete(path)
+            _delete_temp_files(storage, {target})
+            storage.delete_tree(temp_folder(target))
+        delete_heartbeat(storage, target)
+        return
     _rollback(storage, timeline, pending)
-    _delete_temp_files(storage, {instant.requested_time})
+    _delete_temp_files(storage, {target})
 
 
 def _rollback(storage: Storage, timeline: Timeline, failed: Instant) -> None:
     plan = RollbackMetadata("", ((failed.requested_time, failed.action.value),),
                             _files_of(storage, failed.requested_time))
     rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
-    _finish(storage, timeline, rb, failed, failed.requested_time)
+    _finish(storage, timeline, rb, failed, failed.requested_time, failed.action.value)
 
 
-def _rollback_target(storage: Storage, timeline: Timeline, rb: Instant) -> str:
+def _rollback_target(storage: Storage, timeline: Timeline, rb: Instant) -> tuple[str, str]:
+    """(instant time, action) a rollback's plan targets."""
     rel = f"{timeline.folder}/{rb.requested_time}.rollback.requested"
     try:
         plan = read_avro_ocf(storage.read(rel))
@@ -134,11 +167,35 @@ def _rollback_target(storage: Storage, timeline: Timeline, rb: Instant) -> str:
     target = str(info.get("commitTime") or "") if isinstance(info, dict) else ""
     if not target:
         raise CorruptTableError(f"rollback plan {rel} names no instant to roll back")
-    return target
+    action = str(info.get("action") or "") or Action.DELTA_COMMIT.value
+    return target, action
+
+
+def rollback_targets(timeline: Timeline, after: str = "") -> dict[str, str]:
+    """Rollback instant time → the instant time it targets, for every rollback on the
+    timeline (any state) requested after ``after``. A plan that cannot be read maps to
+    '' (callers then assume the worst)."""
+    found: dict[str, str] = {}
+    for rb in timeline.instants:
+        if rb.action is not Action.ROLLBACK or rb.requested_time <= after:
+            continue
+        try:
+            found[rb.requested_time] = _rollback_target(timeline.storage, timeline, rb)[0]
+        except CorruptTableError:
+            found[rb.requested_time] = ""
+    return found
+
+
+def reverted_since(timeline: Timeline, instant_time: str, floor: str) -> bool:
+    """True if a rollback requested after ``floor`` targets ``instant_time`` (or cannot
+    be read): a service attempt that started at ``floor`` was taken over, a writer's
+    instant is being rolled back."""
+    return any(target in (instant_time, "")
+               for target in rollback_targets(timeline, floor).values())
 
 
 def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant | None,
-            target: str) -> None:
+            target: str, action: str) -> None:
     started = time.monotonic()
     if rb.state is State.REQUESTED:
         rb = timeline.transition_to_inflight(rb)
@@ -146,7 +203,6 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     for paths in deleted.values():
         for path in paths:
             storage.delete(path)
-    action = failed.action.value if failed is not None else Action.DELTA_COMMIT.value
     meta = RollbackMetadata(rb.requested_time, ((target, action),), deleted,
                             int((time.monotonic() - started) * 1000))
     timeline.complete(rb, meta.to_avro_bytes())
@@ -168,6 +224,77 @@ def revert_inflight_service(storage: Storage, timeline: Timeline, instant: Insta
         plan = RollbackMetadata("", ((instant.requested_time, instant.action.value),),
                                 _files_of(storage, instant.requested_time))
         rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
-        _finish(storage, timeline, rb, None, instant.requested_time)
+        _finish(storage, timeline, rb, None, instant.requested_time, instant.action.value)
         storage.delete(f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}")
     _delete_temp_files(storage, {instant.requested_time})
+
+
+# -- files no instant owns ---------------------------------------------------------------------
+
+
+def task_superseded(storage: Storage, timeline_folder: str, instant_time: str,
+                    floor: str | None = None) -> bool:
+    """Executor side, after a task published a file of ``instant_time``: True if the
+    instant was rolled back meanwhile (no timeline file of it is left, or a rollback of it
+    requested after ``floor`` — a service attempt's start; the instant itself for a
+    writer — is on the timeline). The task must then delete what it published."""
+    listed = [Instant.parse(s.name) for s in storage.list_dir(timeline_folder)]
+    instants = [i for i in listed if i is not None]
+    if not any(i.requested_time == instant_time and i.action is not Action.ROLLBACK
+               for i in instants):
+        return True
+    since = floor or instant_time
+    rollbacks = {i.requested_time for i in instants
+                 if i.action is Action.ROLLBACK and i.requested_time > since}
+    for rb_time in sorted(rollbacks):
+        try:
+            plan = read_avro_ocf(storage.read(f"{timeline_folder}/{rb_time}.rollback.requested"))
+        except FileNotFoundError:
+            continue  # completed and archived meanwhile: not a rollback of a live instant
+        except (ValueError, OSError, EOFError):
+            return True  # cannot tell: never leave a file behind a rollback
+        info = plan.get("instantToRollback") or {}
+        if isinstance(info, dict) and info.get("commitTime") == instant_time:
+            return True
+    return False
+
+
+def discard_if_superseded(storage: Storage, timeline_folder: str, instant_time: str,
+                          paths: list[str], floor: str | None = None) -> None:
+    """Executor side: delete the files a task just published and raise
+    :class:`~engine.errors.WriteConflictError` if their instant was rolled back meanwhile
+    (:func:`task_superseded`)."""
+    if not task_superseded(storage, timeline_folder, instant_time, floor):
+        return
+    for path in paths:
+        storage.delete(path)
+    raise WriteConflictError(
+        f"instant {instant_time} was rolled back while this task ran (another writer judged "
+        f"it dead, or its writer gave up); the task removed its {len(paths)} file(s)")
+
+
+def remove_orphan_files(storage: Storage, config: TableConfig) -> list[str]:
+    """Delete data files named with an instant that is neither on the active timeline nor
+    in the archived history (a rolled-back or refused write whose files outlived it);
+    returns their paths. Files older than every instant the timeline and history know are
+    left alone (a table whose early history is not ours to judge). v8 tables only.
+
+    Lists the files first and reads the timeline after: a file is written after its
+    instant's requested file, so a live instant's file is never taken for an orphan.
+    """
+    if config.timeline_layout < 2:
+        return []
+    files = list_table_files(storage)
+    timeline = Timeline.load(storage, config)
+    known = set(timeline.active_times)
+    known |= {row.requested_time for row in timeline.archived()}
+    if not known:
+        return []
+    oldest = min(known)
+    named = [(f.instant_time, f.path) for f in files.base_files]
+    named += [(f.instant_time, f.path) for f in files.log_files]
+    removed = [path for instant_time, path in named
+               if instant_time not in known and instant_time > oldest]
+    for path in removed:
+        storage.delete(path)
+    return removed

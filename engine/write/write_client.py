@@ -47,11 +47,11 @@ from engine.schema import (
     data_schema_of,
     normalize_input_schema,
 )
-from engine.services.rollback import rollback_failed_writes, rollback_instant
+from engine.services.rollback import reverted_since, rollback_failed_writes, rollback_instant
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
-from engine.timeline.heartbeat import Heartbeat, is_expired
+from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
 from engine.write.conflict import check_conflicts, planned_groups
@@ -542,7 +542,8 @@ class WriteClient:
                 timeline = Timeline.load(self.storage, self.config)
             instant_time = new_instant_time(timeline.latest_instant_time())
             heartbeat = Heartbeat(self.storage, instant_time,
-                                  self.write_config.heartbeat_interval_ms / 1000.0).start()
+                                  self.write_config.heartbeat_interval_ms / 1000.0,
+                                  self.write_config.heartbeat_expiry_seconds).start()
             self._heartbeats[instant_time] = heartbeat
             try:
                 requested = timeline.create_requested(action, instant_time)
@@ -552,14 +553,25 @@ class WriteClient:
                 raise
         return timeline, inflight
 
+    def rollback_failed_writes(self) -> list[str]:
+        """Roll back every pending write instant whose writer is gone — its heartbeat
+        expired, or its process provably ended — as :meth:`begin` does first; returns the
+        instant times rolled back. A restarted job calls it at once, so what its killed
+        predecessor left pending does not wait for its next write to that table."""
+        if not Timeline.load(self.storage, self.config).pending():
+            return []
+        with self.lock:
+            timeline = Timeline.load(self.storage, self.config)
+            return rollback_failed_writes(self.storage, timeline, self._is_failed)
+
     def _is_failed(self, instant: Instant) -> bool:
         """Whether another writer's pending instant is a failed one, to be rolled back."""
         if instant.requested_time in self._heartbeats:
             return False  # ours, and alive
         if self.mode is ConcurrencyMode.SINGLE_WRITER:
             return True  # Hudi's EAGER policy: no other writer can be alive
-        return is_expired(self.storage, instant.requested_time,
-                          self.write_config.heartbeat_expiry_seconds)
+        return is_abandoned(self.storage, instant.requested_time,
+                            self.write_config.heartbeat_expiry_seconds)
 
     def finish(self, timeline: Timeline, instant: Instant, stats: Sequence[WriteStat],
                operation: str, extra_metadata: Mapping[str, str]) -> Instant:
@@ -584,6 +596,7 @@ class WriteClient:
             with self.lock:
                 now = Timeline.load(self.storage, self.config)
                 _check_still_inflight(now, instant)
+                self._check_own_heartbeat(now, instant)
                 # A single writer still runs beside its own table services: a clustering
                 # that replaced a group this write touched makes it a conflict too.
                 check_conflicts(timeline, now, instant, stats, non_blocking=(
@@ -598,6 +611,21 @@ class WriteClient:
         self._stop_heartbeat(instant.requested_time)
         self.storage.delete_tree(temp_folder(instant.requested_time))
         return done
+
+    def _check_own_heartbeat(self, now: Timeline, instant: Instant) -> None:
+        """Under the lock, before the commit point: refuse the commit if another writer may
+        have judged this instant dead — a rollback of it is on the timeline (one that
+        died half-way leaves the instant inflight with part of its files gone), or its
+        heartbeat missed its expiry (Java's ``HeartbeatUtils.abortIfHeartbeatExpired``)."""
+        if reverted_since(now, instant.requested_time, instant.requested_time):
+            raise WriteConflictError(
+                f"instant {instant.requested_time} is being rolled back by another writer, "
+                "which judged it dead (its heartbeat had expired: raise "
+                "hoodie.client.heartbeat.interval_in_ms or tolerable.misses if the writer "
+                "was alive); nothing was committed")
+        heartbeat = self._heartbeats.get(instant.requested_time)
+        if heartbeat is not None:
+            heartbeat.check()
 
     def abort(self, instant: Instant) -> None:
         """Roll back this writer's own pending instant now (its files, then its timeline

@@ -38,6 +38,7 @@ from engine.schema import (
     PARTITION_PATH,
     RECORD_KEY,
 )
+from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.commit_metadata import WriteStat
 
@@ -62,6 +63,8 @@ class WriteContext:
     log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     compression: str = "snappy"
     write_bloom_filter: bool = True
+    timeline_folder: str = ".hoodie/timeline"
+    """Where a task checks, after publishing, that its instant was not rolled back."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,9 @@ def _deletes_layer(ctx: WriteContext, deletes: pa.Table) -> DeleteLayer:
 
 
 def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteStat:
-    """Run one write task; returns its write stat. Never touches the timeline.
+    """Run one write task; returns its write stat. Never touches the timeline; reads it
+    once after publishing, and deletes its file and raises
+    :class:`~engine.errors.WriteConflictError` if the instant was rolled back meanwhile.
 
     Files are published whole. ``sync=False``: not flushed; the committing writer flushes
     the file system once (:meth:`~engine.storage.Storage.sync`) before it completes the
@@ -161,6 +166,9 @@ def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteS
         stat = _write_base(ctx, task, storage, sync)
     else:
         raise ValueError(f"kind: unknown write task kind {task.kind!r}")
+    # A task still running after its instant was rolled back (its driver gave up, or
+    # another writer judged it dead) removes what it published: nobody else will.
+    discard_if_superseded(storage, ctx.timeline_folder, ctx.instant_time, [stat.path])
     return stat
 
 

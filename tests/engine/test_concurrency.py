@@ -469,7 +469,7 @@ KILLED_WRITER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_after_expiry(
+def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_by_next_writer(
         tmp_path: Path, table_type: str) -> None:
     table = _new_table(tmp_path, table_type)
     initial = {f"k{i}": (1, -1) for i in range(40)}
@@ -486,8 +486,10 @@ def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_after_expir
                             capture_output=True, text=True, timeout=120)
     survivor.join()
     assert victim.returncode == -signal.SIGKILL, victim.stderr
-    dead = _pending(table)
-    assert len(dead) == 1  # not touched: it could have been a slow live writer
+    # The victim's heartbeat is fresh, but it names a process that provably ended (this
+    # boot, this pid namespace, the pid gone): a survivor write after the kill rolled it
+    # back already, or the next writer does.
+    assert len(_pending(table)) <= 1
     assert len(results) == 15
     refused = [r for r in results if "ok" not in r]
     # Only a conflict with the victim's file groups could refuse a write, and the victim
@@ -496,10 +498,8 @@ def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_after_expir
     expected = _oracle(initial, results)
     assert _rows(table.read()) == expected
     assert _rows(hudi_rs_read(table.path)) == expected
-    # Expired (interval x misses): the next writer rolls it back.
-    time.sleep(0.3)
-    Table.open(table.path, {"hoodie.client.heartbeat.interval_in_ms": "100"}).upsert(
-        _batch(["k1"], 9 * 10**18 + 1, 5))
+    # Default heartbeat expiry (2 minutes): the proof alone rolls it back, at once.
+    Table.open(table.path).upsert(_batch(["k1"], 9 * 10**18 + 1, 5))
     assert _pending(table) == []
     assert _files_of_uncommitted(table) == []
     expected["k1"] = (9 * 10**18 + 1, 5)
