@@ -47,6 +47,7 @@ from engine.layout.file_group import (
     visible_instants,
 )
 from engine.services.base import ServiceRun, TaskRunner, local_runner
+from engine.services.rollback import remove_orphan_files
 from engine.services.savepoint import savepointed_files, savepoints
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
@@ -303,7 +304,8 @@ def plan_clean(storage: Storage, timeline: Timeline, write_config: WriteConfig, 
         delete: list[FileSlice] = []
         if group in replaced:
             # Java: replacecommit < ECR. Here it must have *completed* before the ECR was
-            # requested, so that every view from the ECR on sees it (and not these groups).
+            # requested, so that every view from the ECR on sees it (and not these groups);
+            # archival keeps the replacecommit active until then (archive._replace_cutoff).
             if versions or replaced[group] < ecr_time:
                 delete = [s for s in newest_first if not (_names_of(s) & protected)]
                 if delete:
@@ -463,6 +465,8 @@ def run_clean(client: WriteClient, *, schedule_only: bool = False,
     completed: list[str] = []
     deleted = 0
     if not schedule_only:
+        if _rolled_back_since_last_clean(Timeline.load(client.storage, client.config)):
+            deleted += len(remove_orphan_files(client.storage, client.config))
         for pending in Timeline.load(client.storage, client.config).pending([Action.CLEAN]):
             n = _execute(client, pending, run)
             if n is not None:
@@ -484,6 +488,17 @@ def run_clean(client: WriteClient, *, schedule_only: bool = False,
             deleted += n
     return ServiceRun("clean", scheduled.requested_time if scheduled else None,
                       tuple(completed), {"files_deleted": deleted})
+
+
+def _rolled_back_since_last_clean(timeline: Timeline) -> bool:
+    """Whether a rollback completed since the latest completed clean: only a rolled-back or
+    refused write leaves files no instant owns, so only then is the table listed for them
+    (:func:`~engine.services.rollback.remove_orphan_files`)."""
+    cleans = [i.requested_time for i in timeline.instants
+              if i.action is Action.CLEAN and i.is_completed]
+    last = cleans[-1] if cleans else ""
+    return any(i.action is Action.ROLLBACK and i.requested_time > last
+               for i in timeline.instants)
 
 
 # -- what stays readable ---------------------------------------------------------------------

@@ -113,6 +113,7 @@ def rollback_failed_writes(storage: Storage, timeline: Timeline,
         rolled.append(failed.requested_time)
     if rolled:
         _delete_temp_files(storage, set(rolled))
+        remove_orphan_files(storage, timeline.config)
     return rolled
 
 

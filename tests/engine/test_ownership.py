@@ -143,14 +143,18 @@ def test_cleaner_removes_files_of_instants_neither_active_nor_archived(
         table.upsert(_batch([f"k{i}"], i))
     # a file of an instant no timeline knows (a writer that died between a rollback's
     # listing and its own publish, on an older version of tidelake)
-    stray_instant = "20260101000000001"
+    first = min(e.instant_time for e in table.timeline())
+    stray_instant = str(int(first) + 1)  # inside the range the timeline knows
+    assert stray_instant not in {e.instant_time for e in table.timeline()}
     src = next(f for f in list_table_files(table.storage).base_files)
     name = src.name.replace(src.instant_time, stray_instant).replace(
         src.file_id, "00000000-0000-0000-0000-000000000000-0")
     os.link(table.storage.full(src.path), table.storage.full(f"{src.partition_path}/{name}"))
     assert _orphans(table)
-    table.upsert(_batch(["k9"], 9))
-    table.clean()
+    writer = _client(table)  # a write that fails leaves a rollback instant behind
+    _, inflight = writer.begin()
+    writer.abort(inflight)
+    table.upsert(_batch(["k9"], 9))  # cleans after the write: a rollback since the last clean
     _check(table, {"k0": 0, "k1": 1, "k2": 2, "k9": 9})
 
 
