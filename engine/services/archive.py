@@ -10,8 +10,12 @@
    rises as much.
 2. **Never archived** (:func:`archivable_commits`): commits at or after the *cut-off*, the
    earliest of: the newest completed commit before the earliest pending write or table
-   service instant (or that instant); on MERGE_ON_READ with the NUM_COMMITS / NUM_AND_TIME
-   compaction trigger, the deltacommits the next compaction trigger counts
+   service instant (or that instant); the oldest commit that *completed* after that
+   instant was requested — a commit older by requested time that completed while the
+   instant was in flight is what its conflict check (:mod:`engine.write.conflict`) and a
+   clustering's carry-over look for on the active timeline (Java archives by requested
+   time only and has this gap; we close it); on MERGE_ON_READ with the NUM_COMMITS /
+   NUM_AND_TIME compaction trigger, the deltacommits the next compaction trigger counts
    (``CompactionUtils.getEarliestInstantToRetainForCompaction``); the first replacecommit or
    clustering at or after the latest clean's ECR (no clean yet: the first one), so replaced
    file groups are cleaned before their replacecommit leaves the active timeline. Commits at
@@ -44,7 +48,7 @@ from engine.errors import CorruptTableError
 from engine.layout.file_group import list_table_files
 from engine.services.base import ServiceRun
 from engine.storage import Storage
-from engine.timeline.active import Timeline
+from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf
 from engine.timeline.history import ArchivedInstant, LSMHistory
 from engine.timeline.instant import Action, Instant, State
@@ -125,8 +129,15 @@ def archive_cutoff(timeline: Timeline, config: TableConfig,
     pending = [i.requested_time for i in timeline.instants
                if not i.is_completed and i.action.writes_data]
     if pending:
-        before = [t for t in commits if t < pending[0]]
-        candidates.append(before[-1] if before else pending[0])
+        first_pending = min(pending)
+        before = [t for t in commits if t < first_pending]
+        candidates.append(before[-1] if before else first_pending)
+        # A pending writer checks conflicts (and a clustering carries writes over) against
+        # the active timeline only: every commit that completed after it started must stay.
+        late = [i.requested_time for i in timeline.completed_data_instants
+                if completion_key(i) > first_pending]
+        if late:
+            candidates.append(min(late))
     if config.is_mor and write_config.compact_trigger in (CompactionTrigger.NUM_COMMITS,
                                                           CompactionTrigger.NUM_AND_TIME):
         found = _compaction_cutoff(timeline, write_config.compact_max_delta_commits)

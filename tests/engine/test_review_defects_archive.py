@@ -1,0 +1,151 @@
+"""Archival beside writers and the cleaner (issue 22, item 5).
+
+A commit that completed while another instant was in flight must stay on the active
+timeline until that instant ends — the writer's conflict check and a clustering's carry-over
+look for it there.
+
+Every snapshot is compared with an oracle (key → (ordering value, v), applied in commit
+order; each write has a higher ordering value than the last) through our reader and
+hudi-rs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from engine import Table, WriteConflictError
+from engine.services.base import local_runner
+from engine.timeline.commit_metadata import WriteStat
+from engine.write.write_client import UPSERT, WriteClient, WritePlan
+from tests.conftest import hudi_rs_read
+
+Rows = dict[str, tuple[int, int]]
+
+SMALL_ARCHIVE = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
+                 "hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false"}
+"""Archival due after a few commits; services run by the tests only."""
+
+
+class Oracle:
+    """The rows after each commit: key → (ts, v)."""
+
+    def __init__(self) -> None:
+        self.rows: Rows = {}
+        self.at: dict[str, Rows] = {}
+
+    def upsert(self, batch: pa.Table, instant: str) -> None:
+        for row in batch.to_pylist():
+            self.rows[row["key"]] = (row["ts"], row["v"])
+        self.at[instant] = dict(self.rows)
+
+
+def _rows(table: pa.Table) -> Rows:
+    if not table.num_rows:
+        return {}
+    return {r["key"]: (r["ts"], r["v"]) for r in table.select(["key", "ts", "v"]).to_pylist()}
+
+
+def _check(table: Table, expected: Rows) -> None:
+    """Our snapshot and hudi-rs's equal ``expected``, each key once."""
+    for reader, read in (("ours", table.read()), ("hudi-rs", hudi_rs_read(table.path))):
+        assert (reader, _rows(read), read.num_rows) == (reader, expected, len(expected))
+
+
+def _batch(keys: Sequence[str], ts: int, part: str) -> pa.Table:
+    return pa.table({"key": list(keys), "ts": [ts] * len(keys), "part": [part] * len(keys),
+                     "v": [ts * 100 + i for i in range(len(keys))]})
+
+
+def _table(tmp_path: Path, **options: str) -> Table:
+    return Table.create(str(tmp_path / "t"), name="arch", table_type="COPY_ON_WRITE",
+                        record_key="key", precombine="ts", partition_by=["part"],
+                        options={**SMALL_ARCHIVE, **options})
+
+
+def _client(table: Table) -> WriteClient:
+    opened = Table.open(table.path)
+    return WriteClient(opened.storage, opened.config, opened.write_config)
+
+
+Staged = tuple[WriteClient, Any, WritePlan, list[WriteStat]]
+
+
+def _stage(table: Table, data: pa.Table) -> Staged:
+    """Begin an instant and write its files without committing."""
+    client = _client(table)
+    timeline, inflight = client.begin()
+    records, deletes = client.prepare(data, timeline, dedupe=True)
+    plan = client.plan(timeline, inflight, UPSERT, records, deletes)
+    return client, timeline, plan, client.execute_local(plan)
+
+
+def _commit(staged: Staged) -> str:
+    client, timeline, plan, stats = staged
+    return client.commit(timeline, plan, stats).requested_time
+
+
+def _active(table: Table) -> set[str]:
+    return {e.instant_time for e in table.timeline()}
+
+
+# -- item 5: a commit that completed while an instant was in flight stays ----------------------
+
+
+def test_archive_commit_completed_during_inflight_write_kept_conflict_refused(
+        tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    oracle = Oracle()
+    first = _batch(["a0", "a1", "a2"], 1, "p0")  # one file group in p0
+    oracle.upsert(first, table.upsert(first))
+    long_writer = _stage(table, _batch(["a0"], 2, "p0"))  # O: a backfill, say
+    for ts in (3, 4, 5):  # a streaming job's commits on p1
+        batch = _batch(["b0"], ts, "p1")
+        oracle.upsert(batch, table.upsert(batch))
+    optimistic = _stage(table, _batch(["a1"], 6, "p0"))  # T merges the group O merges
+    o_batch = _batch(["a0"], 2, "p0")
+    o_instant = _commit(long_writer)
+    oracle.upsert(o_batch, o_instant)
+
+    run = table.archive()  # O completed after T started: T's conflict check needs it
+    try:  # refused, or (old code) it commits and its merge drops O's update
+        oracle.upsert(_batch(["a1"], 6, "p0"), _commit(optimistic))
+        refused = None
+    except WriteConflictError as exc:
+        refused = exc
+    _check(table, oracle.rows)
+    assert refused is not None and o_instant in str(refused)
+    assert o_instant not in run.completed and o_instant in _active(table)
+    assert oracle.rows["a0"] == (2, 200)  # O's update survived
+
+
+def test_archive_commit_completed_during_clustering_kept_carried_over(tmp_path: Path) -> None:
+    table = _table(tmp_path, **{"hoodie.clustering.plan.strategy.sort.columns": "v"})
+    oracle = Oracle()
+    first = _batch(["a0", "a1", "a2"], 1, "p0")
+    oracle.upsert(first, table.upsert(first))
+    writer = _stage(table, _batch(["a0"], 2, "p0"))  # W, in flight when C is scheduled
+    for ts in (3, 4, 5):
+        batch = _batch(["b0"], ts, "p1")
+        oracle.upsert(batch, table.upsert(batch))
+    w_instant: list[str] = []
+    archived: list[str] = []
+
+    def runner(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        out = local_runner(fn, tasks)
+        if not w_instant:  # C read its inputs; W completes on one of them, archival runs
+            w_instant.append(_commit(writer))
+            oracle.upsert(_batch(["a0"], 2, "p0"), w_instant[0])
+            archived.extend(table.archive().completed)
+        return out
+
+    run = table.cluster(runner=runner)
+    assert run.completed, "the clustering must commit"
+    _check(table, oracle.rows)
+    assert oracle.rows["a0"] == (2, 200)
+    assert archived, "archival was due"
+    assert w_instant[0] not in archived
+    assert run.details["carried_over_groups"] >= 1
