@@ -17,8 +17,9 @@
    time only and has this gap; we close it); on MERGE_ON_READ with the NUM_COMMITS /
    NUM_AND_TIME compaction trigger, the deltacommits the next compaction trigger counts
    (``CompactionUtils.getEarliestInstantToRetainForCompaction``); the first replacecommit or
-   clustering at or after the latest clean's ECR (no clean yet: the first one), so replaced
-   file groups are cleaned before their replacecommit leaves the active timeline. Commits at
+   clustering not completed before the latest clean's ECR (no clean yet: the first one), so
+   replaced file groups are cleaned before their replacecommit leaves the active timeline
+   (:func:`_replace_cutoff`: by completion time, the cleaner's own test). Commits at
    or after the first savepoint stay too (``hoodie.archive.beyond.savepoint=true``: only the
    savepointed commits stay). Savepoints, pending instants and restores are never archived.
    Nor is a deltacommit whose log files still exist, nor anything after it
@@ -110,13 +111,24 @@ def _compaction_cutoff(timeline: Timeline, max_delta_commits: int) -> str | None
 
 
 def _replace_cutoff(timeline: Timeline, clean: LatestClean | None) -> str | None:
-    """The first replacecommit/clustering the cleaner has not passed yet."""
-    replaces = [i.requested_time for i in timeline.instants
+    """The first replacecommit/clustering the cleaner has not passed yet: pending, or
+    completed at or after the latest clean's ECR (its own time under
+    KEEP_LATEST_FILE_VERSIONS), or any without a clean.
+
+    The cleaner deletes the groups a replacecommit replaced once it *completed* before the
+    ECR (:func:`engine.services.clean.plan_clean`: views from the ECR on must not need
+    them), so archival waits for exactly that. Java compares requested times here
+    (``ClusteringUtils.getEarliestInstantToRetainForClustering``) and would archive a
+    clustering requested before the ECR but completed after it while its replaced groups
+    are still on storage; under KEEP_LATEST_FILE_VERSIONS that is Java's open HUDI-6352 (a
+    replacecommit pending while the cleaner ran).
+    """
+    replaces = [i for i in timeline.instants
                 if i.action in (Action.REPLACE_COMMIT, Action.CLUSTERING)]
     if clean is not None:
         bound = clean.earliest_commit_to_retain or clean.requested_time
-        replaces = [t for t in replaces if t >= bound]
-    return replaces[0] if replaces else None
+        replaces = [i for i in replaces if not i.is_completed or completion_key(i) >= bound]
+    return min((i.requested_time for i in replaces), default=None)
 
 
 def archive_cutoff(timeline: Timeline, config: TableConfig,

@@ -1,8 +1,11 @@
-"""Archival beside writers and the cleaner (issue 22, item 5).
+"""Archival beside writers and the cleaner (issue 22, items 5 and 6).
 
-A commit that completed while another instant was in flight must stay on the active
+Item 5: a commit that completed while another instant was in flight must stay on the active
 timeline until that instant ends — the writer's conflict check and a clustering's carry-over
-look for it there.
+look for it there. Item 6: a replacecommit leaves the active timeline only after the cleaner
+deleted the file groups it replaced (hudi-rs, which reads no history, would read them as
+live), whichever order writes, cleans and archivals run in; time travel within the cleaner's
+retention stays whole.
 
 Every snapshot is compared with an oracle (key → (ordering value, v), applied in commit
 order; each write has a higher ordering value than the last) through our reader and
@@ -16,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from engine import Table, WriteConflictError
+from engine.layout.file_group import list_table_files
 from engine.services.base import local_runner
+from engine.services.clean import earliest_readable_instant
+from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.write.write_client import UPSERT, WriteClient, WritePlan
 from tests.conftest import hudi_rs_read
@@ -149,3 +156,66 @@ def test_archive_commit_completed_during_clustering_kept_carried_over(tmp_path: 
     assert archived, "archival was due"
     assert w_instant[0] not in archived
     assert run.details["carried_over_groups"] >= 1
+
+
+# -- item 6: a replacecommit is archived only after its replaced groups were cleaned -----------
+
+
+@pytest.mark.parametrize("policy", ["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS"])
+def test_archive_replacecommit_only_after_cleaner_deleted_replaced_groups(
+        tmp_path: Path, policy: str) -> None:
+    table = _table(tmp_path, **{
+        "hoodie.clustering.plan.strategy.sort.columns": "v",
+        "hoodie.cleaner.policy": policy, "hoodie.cleaner.commits.retained": "3",
+        "hoodie.cleaner.fileversions.retained": "1"})
+    oracle = Oracle()
+    for ts in (1, 2):
+        batch = _batch(["a0", "a1", "a2"], ts, "p0")
+        oracle.upsert(batch, table.upsert(batch))
+    replaced = {f.path for f in list_table_files(table.storage).base_files}
+    ts = [10]
+    clustering: list[str] = []
+
+    def step(archive_first: bool) -> None:
+        """One write on p1, then archival and clean in either order; after each service
+        the rule and the reads are checked."""
+        ts[0] += 1
+        batch = _batch(["b0", f"b{ts[0]}"], ts[0], "p1")
+        oracle.upsert(batch, table.upsert(batch))
+        services = [table.archive, table.clean]
+        for service in services if archive_first else services[::-1]:
+            service()
+            _check(table, oracle.rows)
+            _check_rule(table, clustering, replaced)
+            _check_time_travel(table, oracle)
+
+    def runner(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        out = local_runner(fn, tasks)
+        if not clustering:
+            clustering.append("running")
+            for _ in range(3):  # writes, cleans and archivals while the clustering runs
+                step(archive_first=False)
+        return out
+
+    run = table.cluster(runner=runner)
+    (clustering[0],) = run.completed
+    for n in range(10):
+        step(archive_first=n % 2 == 0)
+    # It does leave eventually: once the cleaner passed it.
+    assert clustering[0] not in _active(table)
+    assert not any(Path(table.path, rel).exists() for rel in replaced)
+
+
+def _check_rule(table: Table, clustering: list[str], replaced: set[str]) -> None:
+    """A replacecommit off the active timeline has no replaced file left on storage."""
+    if clustering and clustering[0] != "running" and clustering[0] not in _active(table):
+        left = sorted(rel for rel in replaced if Path(table.path, rel).exists())
+        assert not left, f"replacecommit {clustering[0]} archived, replaced files left: {left}"
+
+
+def _check_time_travel(table: Table, oracle: Oracle) -> None:
+    """Every view the cleaner left readable is whole (our reader)."""
+    floor = earliest_readable_instant(Timeline.load(table.storage, table.config)) or ""
+    for instant, rows in oracle.at.items():
+        if instant >= floor:
+            assert _rows(table.read(as_of=instant)) == rows, f"as of {instant}"
