@@ -252,7 +252,8 @@ def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> Wri
         merge_mode=config.merge_mode, ordering_field=ordering,
         ordering_avro_type=ordering_type, log_block_format=write_config.log_block_format,
         compression=write_config.compression,
-        write_bloom_filter=write_config.write_bloom_filter)
+        write_bloom_filter=write_config.write_bloom_filter,
+        timeline_folder=Timeline.folder_for(config))
 
 
 # --- placement (executor side) --------------------------------------------------------------

@@ -48,6 +48,7 @@ from engine.config import CompactionTrigger, TableConfig, WriteConfig
 from engine.errors import CorruptTableError
 from engine.layout.file_group import list_table_files
 from engine.services.base import ServiceRun
+from engine.services.rollback import remove_orphan_files
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf
@@ -257,6 +258,9 @@ def run_archive(client: WriteClient) -> ServiceRun:
         chosen = instants_to_archive(timeline, config, client.write_config)
         if not chosen:
             return ServiceRun(SERVICE)
+        # Once the timeline's start passes an instant, readers take its files as committed:
+        # files of instants that never completed must be gone first.
+        orphans = remove_orphan_files(storage, config)
         history = LSMHistory(storage, timeline.history_folder,
                              compression=_history_codec(client.write_config.compression))
         archived = timeline.archived()
@@ -272,7 +276,8 @@ def run_archive(client: WriteClient) -> ServiceRun:
     commits = sum(1 for i in chosen if i.action.writes_data)
     return ServiceRun(SERVICE, completed=tuple(i.requested_time for i in chosen),
                       details={"instants_archived": len(chosen), "commits_archived": commits,
-                               "history_rows_written": len(rows), "history_merges": merges})
+                               "history_rows_written": len(rows), "history_merges": merges,
+                               "orphan_files_deleted": len(orphans)})
 
 
 def _delete_active_files(storage: Storage, folder: str,

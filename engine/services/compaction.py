@@ -27,6 +27,7 @@ after C into slice C (:mod:`engine.layout.file_group`), so none is lost.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +59,7 @@ from engine.schema import (
     RECORD_KEY,
     arrow_from_avro_json,
 )
-from engine.services.attempt import AttemptSupersededError, start_attempt
+from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.services.rollback import discard_if_superseded
@@ -379,6 +380,11 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
     return tasks
 
 
+def _remove_strays(attempt: ServiceAttempt, stats: Sequence[WriteStat]) -> None:
+    """Delete this attempt's base files that no stat names (failed task tries)."""
+    attempt.remove_strays(s.path for s in stats)
+
+
 def _execute(client: WriteClient, instant_time: str,
              runner: TaskRunner) -> tuple[str, int, int] | None:
     """Execute one plan to completion; (completion time, groups, rows) or None if skipped."""
@@ -395,7 +401,7 @@ def _execute(client: WriteClient, instant_time: str,
         tasks = _tasks(client, timeline, instant_time, plan, schema_json,
                        stage=attempt.stage, floor=attempt.floor)
         stats: list[WriteStat] = list(runner(execute_compaction_task, tasks)) if tasks else []
-        attempt.remove_strays(s.path for s in stats)  # failed task tries
+        _remove_strays(attempt, stats)
         client.storage.sync()  # every base file durable before the commit point
         with client.lock:
             now = Timeline.load(client.storage, client.config)

@@ -301,6 +301,7 @@ class WriteClient:
             log_block_format=self.write_config.log_block_format,
             compression=self.write_config.compression,
             write_bloom_filter=self.write_config.write_bloom_filter,
+            timeline_folder=timeline.folder,
         )
         tasks: list[WriteTask] = []
         for group in sorted(set(group_records) | set(group_deletes)):

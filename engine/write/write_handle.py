@@ -63,8 +63,9 @@ class WriteContext:
     log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     compression: str = "snappy"
     write_bloom_filter: bool = True
-    timeline_folder: str = ".hoodie/timeline"
-    """Where a task checks, after publishing, that its instant was not rolled back."""
+    timeline_folder: str | None = None
+    """Where a task checks, after publishing, that its instant was not rolled back (None:
+    no check, for handles run outside an instant's lifecycle)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteS
         raise ValueError(f"kind: unknown write task kind {task.kind!r}")
     # A task still running after its instant was rolled back (its driver gave up, or
     # another writer judged it dead) removes what it published: nobody else will.
-    discard_if_superseded(storage, ctx.timeline_folder, ctx.instant_time, [stat.path])
+    if ctx.timeline_folder is not None:
+        discard_if_superseded(storage, ctx.timeline_folder, ctx.instant_time, [stat.path])
     return stat
 
 

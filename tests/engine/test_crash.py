@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -81,17 +80,11 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     # Nothing of the crashed write is visible to either reader.
     assert _rows(table.read()) == before
     assert _rows(hudi_rs_read(path)) == before
-    # A writer that comes while the dead writer's heartbeat is still fresh leaves its
-    # instant alone (it cannot tell a dead writer from a slow one) and commits beside it.
-    pending = {e.instant_time for e in table.timeline() if e.state != "completed"}
-    Table.open(path).upsert(pa.table({"key": ["z998"], "ts": [5], "part": ["8"], "v": [6]}))
-    assert pending <= {e.instant_time for e in table.timeline() if e.state != "completed"}
-    before = sorted([*before, ("z998", 6)])
-    # Once the heartbeat expired (interval x tolerable misses), the next write rolls the
-    # failed instant back, then commits normally.
-    time.sleep(0.3)
-    reopened = Table.open(path, {"hoodie.client.heartbeat.interval_in_ms": "100",
-                                 "hoodie.client.heartbeat.tolerable.misses": "2"})
+    # The dead writer's heartbeat is still fresh, but it names a process of this machine
+    # that provably ended: the next writer rolls the instant back at once (a writer that
+    # may be alive elsewhere waits for the expiry: tests/engine/test_ownership.py), then
+    # commits normally.
+    reopened = Table.open(path)
     reopened.upsert(pa.table({"key": ["z999"], "ts": [5], "part": ["9"], "v": [7]}))
     after = _rows(reopened.read())
     assert after == sorted([*before, ("z999", 7)])

@@ -39,7 +39,10 @@ FAST = {"hoodie.client.heartbeat.interval_in_ms": "200",
 
 
 def _rows(table: pa.Table) -> dict[str, int]:
-    return {r["key"]: r["v"] for r in table.select(["key", "v"]).to_pylist()}
+    rows = table.select(["key", "v"]).to_pylist()
+    found = {r["key"]: r["v"] for r in rows}
+    assert len(found) == len(rows), f"a key is read twice: {sorted(r['key'] for r in rows)}"
+    return found
 
 
 def _batch(keys: Sequence[str], v: int, ts: int = 1) -> pa.Table:
@@ -476,3 +479,28 @@ def test_clustering_last_round_drops_touched_groups_instead_of_rewriting_under_l
     assert len([g for g in groups if g[0] == "p1"]) == 1  # clustered
     _check(table, expected)
     _stats_exist(table)
+
+
+def test_archival_removes_files_no_instant_owns_before_passing_their_instant(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="own", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts", partition_by=["part"],
+                         options={"hoodie.index.type": "SIMPLE", "hoodie.keep.min.commits": "2",
+                                  "hoodie.keep.max.commits": "3",
+                                  "hoodie.clean.automatic": "false"})
+    table.upsert(_batch(["k0"], 0))
+    # a file of an instant no timeline knows, inside the range it knows: archival must
+    # not let the timeline's start pass it
+    first = min(e.instant_time for e in table.timeline())
+    stray_instant = str(int(first) + 1)
+    src = list_table_files(table.storage).base_files[0]
+    name = src.name.replace(src.instant_time, stray_instant).replace(
+        src.file_id, "00000000-0000-0000-0000-000000000000-0")
+    os.link(table.storage.full(src.path), table.storage.full(f"{src.partition_path}/{name}"))
+    expected = {"k0": 0}
+    for i in range(1, 6):
+        table.upsert(_batch([f"k{i}"], i))
+        expected[f"k{i}"] = i
+    assert any(e.instant_time == first for e in table.timeline(include_archived=True)
+               if e.instant_time not in {a.instant_time for a in table.timeline()})
+    _check(table, expected)
