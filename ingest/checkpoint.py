@@ -26,11 +26,19 @@ import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.errors import CorruptTableError, TableNotFoundError
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
-from ingest.kafka_source import format_hudi_checkpoint, parse_hudi_checkpoint
+from ingest.kafka_offsets import (
+    format_hudi_checkpoint,
+    offsets_from_json_dict,
+    parse_hudi_checkpoint,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "CHECKPOINT_KEYS",
@@ -40,6 +48,7 @@ __all__ = [
     "SINK_CHECKPOINT_KEY",
     "STREAMER_CHECKPOINT_KEY",
     "CommittedBatch",
+    "batch_end_offsets",
     "checkpoint_metadata",
     "last_committed_batch",
     "last_offsets",
@@ -59,6 +68,7 @@ HUDI_STREAMER_CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 """``StreamerCheckpointV1.STREAMER_CHECKPOINT_KEY_V1``: the key Hudi's streamer reads."""
 HUDI_STREAMER_CHECKPOINT_KEY_V2 = "streamer.checkpoint.key.v2"
 """Hudi 1.x's V2 key; read (Kafka offsets in the same form), never written."""
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
 _OFFSET_KEYS = (STREAMER_CHECKPOINT_KEY, HUDI_STREAMER_CHECKPOINT_KEY_V2,
                 HUDI_STREAMER_CHECKPOINT_KEY)
 
@@ -148,21 +158,74 @@ def last_offsets(timeline: Timeline, identifier: str | None = None) -> Offsets |
     return None
 
 
-def merge_offsets(previous: Offsets | None,
-                  batch_max: Mapping[tuple[str, int], int]) -> Offsets:
-    """Next offsets after a batch: its max offset + 1 per partition, over ``previous``.
+def merge_offsets(previous: Offsets | None, batch_max: Mapping[tuple[str, int], int],
+                  planned: Offsets | None = None) -> Offsets:
+    """Next offsets after a batch, over ``previous``: ``planned`` (the batch's end offsets,
+    :func:`batch_end_offsets`) for every partition it names, else the batch's max offset + 1.
 
-    Partitions the batch did not touch keep their previous offset. A partition the batch did
-    read resumes after what it read, even below ``previous``: a batch starts where the last
-    one ended, so it ends lower only after the source accepted that the partition's offsets
-    went back (topic recreated, ``failOnDataLoss=false``), and keeping the old, higher offset
-    would make a job resuming from the table skip the new log's records up to it. (A replayed
-    batch reads the same ranges as before, and an already committed one is not written again.)
+    A batch covers ``[start, planned end)`` of every partition, whether or not a record came
+    from it: a partition it read nothing from (its range empty, or only control records)
+    resumes at its planned end too, so every recorded offset is exactly "after what was read".
+    That end can be below ``previous``: a batch starts where the last one ended, so it ends
+    lower only after the source accepted that the partition's offsets went back (topic
+    recreated, ``failOnDataLoss=false``), and keeping the old, higher offset would make a job
+    resuming from the table skip the new log's records up to it. Without ``planned`` (a batch
+    not run by a streaming query) partitions the batch did not read keep their previous
+    offset. A record at or past its partition's planned end raises ValueError: no offset
+    outside the batch is ever recorded. (A replayed batch reads the same ranges as before,
+    and an already committed one is not written again.)
     """
     merged: Offsets = {t: dict(parts) for t, parts in (previous or {}).items()}
     for (topic, partition), offset in batch_max.items():
+        end = (planned or {}).get(topic, {}).get(partition)
+        if end is not None and offset >= end:
+            raise ValueError(f"topic '{topic}' partition {partition}: the batch holds offset "
+                             f"{offset}, past its planned end {end}")
         merged.setdefault(topic, {})[partition] = int(offset) + 1
+    for topic, parts in (planned or {}).items():
+        merged.setdefault(topic, {}).update(parts)
     return merged
+
+
+def batch_end_offsets(spark: SparkSession, batch_id: int) -> Offsets | None:
+    """Driver, inside ``foreachBatch``: the end offsets of micro-batch ``batch_id`` of the
+    running query, as Spark wrote them to its offset log before running the batch (so a
+    replayed batch gets the same ones), for every Kafka-shaped source of the query (ours and
+    Spark's ``kafka``; other sources are left out).
+
+    None when the batch is not run by a streaming query of this session, or when Spark's
+    offset log cannot be reached (logged): the caller then records what the batch read.
+    The offset log is Spark's internal ``StreamExecution.offsetLog`` (``OffsetSeqBase.offsets``,
+    Spark 3.x and 4.x), reached through Py4J and the session's ``activeStreamingQueries``.
+    """
+    query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
+    jvm = spark._jvm
+    if not query_id or jvm is None:
+        return None
+    try:
+        # foreachBatch gets a clone of the session that started the query, with a query
+        # manager of its own; the running queries of every session are in the shared state.
+        running = spark._jsparkSession.sharedState().activeStreamingQueries()
+        execution = running.get(jvm.java.util.UUID.fromString(query_id))
+        entry = None if execution is None else execution.offsetLog().get(batch_id)
+        if entry is None or not entry.isDefined():
+            return None
+        sources = entry.get().offsets()
+        texts = [sources.apply(i) for i in range(sources.length())]
+        texts = [o.get().json() for o in texts if o.isDefined()]
+    except Exception:  # Spark's internals changed
+        log.warning("batch %d: cannot read the query's offset log; the table's checkpoint "
+                    "records what the batch read", batch_id, exc_info=True)
+        return None
+    ends: Offsets = {}
+    for text in texts:
+        try:
+            offsets = offsets_from_json_dict(json.loads(text))
+        except (ValueError, TypeError, AttributeError):
+            continue  # not a Kafka source
+        for topic, parts in offsets.items():
+            ends.setdefault(topic, {}).update(parts)
+    return ends
 
 
 def checkpoint_metadata(identifier: str, batch_id: int, query_id: str | None,

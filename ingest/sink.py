@@ -76,6 +76,7 @@ from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     DEFAULT_IDENTIFIER,
+    batch_end_offsets,
     checkpoint_metadata,
     is_committed,
     last_committed_batch,
@@ -632,7 +633,8 @@ class HudiStreamingSink:
                 return BatchResult(batch_id, skipped=False, error_instant_time=error_instant,
                                    records=written.records, errors=written.errors)
             offsets = merge_offsets(last_offsets(timeline, self.identifier),
-                                    written.max_offsets)
+                                    written.max_offsets,
+                                    batch_end_offsets(rows.sparkSession, batch_id))
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
             if uncreated:
                 self._materialize()

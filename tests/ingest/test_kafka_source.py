@@ -862,6 +862,20 @@ def test_merge_offsets_after_accepted_regression_resumes_after_what_was_read() -
     assert merge_offsets(merged, {("ev", 1): 9}) == {"ev": {0: 5, 1: 10}}
 
 
+def test_merge_offsets_with_planned_ends_records_unread_partitions_at_their_end() -> None:
+    from ingest.checkpoint import merge_offsets
+
+    # After an accepted loss both partitions resumed at the new log's 0; this batch planned
+    # [0, 5) of partition 0 and [0, 0) of partition 1, and read partition 0's offsets 0-3
+    # (offset 4: a transaction marker). Each partition resumes at its planned end.
+    planned = {"ev": {0: 5, 1: 0}}
+    assert merge_offsets({"ev": {0: 100, 1: 100}, "old": {0: 3}}, {("ev", 0): 3},
+                         planned) == {"ev": {0: 5, 1: 0}, "old": {0: 3}}
+    with pytest.raises(ValueError, match="partition 0: the batch holds offset 5, past its "
+                                         "planned end 5"):
+        merge_offsets(None, {("ev", 0): 5}, planned)
+
+
 def _open_transaction(bootstrap: str, topic: str) -> Any:
     from kafka import KafkaProducer
 

@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -973,6 +974,77 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
     assert json.loads(starting_offsets_json({topic: ends})) == {
         topic: {str(p): o for p, o in ends.items()}}
     assert Table.open(str(tmp_path / "errors")).read().num_rows == 1
+
+
+def _recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again, empty (waits until the deletion is done)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                create_topic(bootstrap, topic, partitions)
+                return
+            except Exception:  # the deletion is not done yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_kafka_checkpoint_after_accepted_loss_records_batch_end_of_unread_partition(
+        spark: Any, tmp_path: Path, kafka_bootstrap: str) -> None:  # noqa: F811
+    from ingest.kafka_source import read_kafka_stream, starting_offsets_json
+
+    # The table recorded offset 10 for both partitions; the topic was recreated, the job
+    # (failOnDataLoss=false) accepted the loss and resumed both at the new log's 0, then read
+    # partition 0 only. Partition 1's recorded offset must go back to 0 with that commit, or a
+    # job that lost its Spark checkpoint and resumes from the table skips offsets 0-9 there.
+    topic = unique_topic("regress")
+    create_topic(kafka_bootstrap, topic, 2)
+    path, checkpoint = str(tmp_path / "t"), str(tmp_path / "ck")
+    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
+                             partition_by=["city"])
+    options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
+               "startingOffsets": "earliest", "failOnDataLoss": "false"}
+    oracle, clock = Oracle(), iter(range(1, 1_000))
+
+    def send(ids: Sequence[str], partition: int) -> None:
+        events = [Event(i, next(clock), "oslo", 1.0, kafka_partition=partition) for i in ids]
+        produce(kafka_bootstrap, topic, [(e.id.encode(), e.value(), partition) for e in events])
+        oracle.apply(events)
+
+    def run(options: dict[str, str], checkpoint: str) -> None:
+        query = start_ingest(spark, read_kafka_stream(spark, options), sink, checkpoint,
+                             trigger={"availableNow": True})
+        query.awaitTermination(600)
+        assert query.exception() is None
+
+    for partition in (0, 1):
+        send([f"old{partition}-{i}" for i in range(10)], partition)
+    run(options, checkpoint)
+    assert starting_offsets_from_table(path) == {topic: {0: 10, 1: 10}}
+
+    _recreate_topic(kafka_bootstrap, topic, 2)
+    run(options, checkpoint)  # accepts the loss: both partitions resume at 0, nothing read
+    send([f"new0-{i}" for i in range(5)], 0)
+    run(options, checkpoint)  # reads partition 0 only
+    assert starting_offsets_from_table(path) == {topic: {0: 5, 1: 0}}
+
+    # A job without its Spark checkpoint resumes from the table and misses nothing.
+    send([f"new1-{i}" for i in range(4)], 1)
+    resumed = {**options, "startingOffsets": starting_offsets_json(
+        starting_offsets_from_table(path) or {})}
+    run(resumed, str(tmp_path / "ck2"))
+    assert table_rows(path) == oracle.rows
+    assert starting_offsets_from_table(path) == {topic: {0: 5, 1: 4}}
 
 
 
