@@ -851,10 +851,6 @@ def seed() -> Iterator[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 22 item 6: archival passes a clustering whose replaced file groups are still on "
-    "storage, and hudi-rs reads their keys twice (seed 3, cow-simple, step 13 on 10b549b); "
-    "remove the mark once it is fixed"))
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_stress_writer_services_executor_stalls_kills_read_equals_oracle(
         tmp_path: Path, shape: str, seed: int, heartbeats: Heartbeats) -> None:
