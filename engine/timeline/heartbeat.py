@@ -83,7 +83,8 @@ class Heartbeat:
     :meth:`start` writes the file at once; a daemon thread rewrites it every
     ``interval_seconds`` until :meth:`stop`, which also deletes it. A heartbeat that could
     not beat within ``expiry_seconds`` (default: two intervals, Hudi's default tolerable
-    misses) of its last beat stops beating and is no longer :attr:`alive`. Driver side
+    misses; at least one and a half) of its last beat stops beating and is no longer
+    :attr:`alive`. Driver side
     only: a Spark job's executors never beat, its driver does.
     """
 
@@ -92,7 +93,11 @@ class Heartbeat:
         self.storage = storage
         self.instant_time = instant_time
         self.interval_seconds = interval_seconds
-        self.expiry_seconds = expiry_seconds or 2 * interval_seconds
+        # Never within half an interval of the beat itself: with tolerable.misses=1 every
+        # beat would land "late" by the time it takes (the rollback check at commit still
+        # guards that setting: engine.write.write_client).
+        self.expiry_seconds = max(expiry_seconds or 2 * interval_seconds,
+                                  1.5 * interval_seconds)
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_beat = time.monotonic()

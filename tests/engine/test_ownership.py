@@ -504,3 +504,16 @@ def test_archival_removes_files_no_instant_owns_before_passing_their_instant(
     assert any(e.instant_time == first for e in table.timeline(include_archived=True)
                if e.instant_time not in {a.instant_time for a in table.timeline()})
     _check(table, expected)
+
+
+def test_heartbeat_with_one_tolerable_miss_stays_alive_while_beating(tmp_path: Path) -> None:
+    """Expiry equal to the interval (tolerable.misses=1): a beat that lands on time is no
+    miss, though the gap between two beats always exceeds the interval a little."""
+    beat = Heartbeat(Storage(str(tmp_path)), "20260101000000000", 0.5, expiry_seconds=0.5)
+    beat.start()
+    try:
+        time.sleep(2.2)
+        assert beat.alive
+        beat.check()
+    finally:
+        beat.stop()
