@@ -358,8 +358,8 @@ def test_compose_demo_at_its_own_rate_is_exactly_once_after_sigkill(
         raise
     finally:
         demo.close()
-        if second is not None:  # a one-off container: compose down leaves it
-            run(["docker", "rm", "-f", second], timeout=120, check=False)
+        if second is not None:  # a one-off container (and its /data volume): down leaves them
+            run(["docker", "rm", "-f", "-v", second], timeout=120, check=False)
         demo.compose("down", "-v", "--remove-orphans", "--timeout", "30", timeout=300,
                      check=False)
     print(f"demo figures: {figures}")
