@@ -1021,8 +1021,8 @@ WORKER_CATEGORIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # (label, package folder, files in it; empty: every file). Spark's worker profiles keep
     # file names without folders, so a name in several packages counts for the first here.
     ("kafka-python (fetch, record decoding)", "kafka", ()),
-    ("Kafka source → Arrow (ingest/kafka_source.py)", "ingest",
-     ("kafka_source.py", "kafka_offsets.py", "kafka_options.py")),
+    ("Kafka source → Arrow (ingest/kafka_source.py, kafka_read.py)", "ingest",
+     ("kafka_source.py", "kafka_read.py", "kafka_offsets.py", "kafka_options.py")),
     ("JSON decode (ingest/decode.py, pyarrow.json)", "ingest", ("decode.py", "ddl.py")),
     ("prepare: keys, partition paths (ingest/prepare.py)", "ingest", ("prepare.py",)),
     ("write: placement, resolve, write handles (ingest/spark_write.py, resolve.py, engine/)",
@@ -1064,10 +1064,10 @@ def _category_of(filename: str, name: str) -> str:
 
 WORKER_STAGES = (
     # (label, file, function): cumulative time of these entry points in the workers
-    ("Kafka read (kafka_source._read_range)", "kafka_source.py", "_read_range"),
+    ("Kafka read (kafka_read.read_range)", "kafka_read.py", "read_range"),
     ("  of which kafka-python's fetch + record parsing (fetcher._unpack_records)",
      "fetcher.py", "_unpack_records"),
-    ("  of which records → Arrow (kafka_source._to_batch)", "kafka_source.py", "_to_batch"),
+    ("  of which records → Arrow (kafka_read._to_batch)", "kafka_read.py", "_to_batch"),
     ("prepare (prepare.prepare_batch)", "prepare.py", "prepare_batch"),
     ("  of which JSON decode (decode.JsonDecoder.decode)", "decode.py", "decode"),
     ("placement (spark_write.place_rows)", "spark_write.py", "place_rows"),
