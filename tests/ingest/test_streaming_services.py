@@ -225,8 +225,8 @@ SERVICE_JOB_OPTIONS = {
     "table.options.hoodie.cleaner.commits.retained": "2",
     "table.options.hoodie.keep.min.commits": "4",
     "table.options.hoodie.keep.max.commits": "6",
-    # a killed job's compaction heartbeat expires fast, so the restart re-executes it
-    "table.options.hoodie.client.heartbeat.interval_in_ms": "500",
+    # default heartbeats: the restart re-executes a killed job's compaction at once, since
+    # the attempt's heartbeat names a process that provably ended
 }
 
 
