@@ -9,13 +9,13 @@ table; hudi-rs reads every end state too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,8 @@ def _orphans(table: Table) -> list[str]:
     timeline = Timeline.load(table.storage, table.config)
     known = set(timeline.active_times) | {r.requested_time for r in timeline.archived()}
     files = list_table_files(table.storage)
-    found = [(f.instant_time, f.path) for f in (*files.base_files, *files.log_files)]
+    found = [(f.instant_time, f.path) for f in files.base_files]
+    found += [(f.instant_time, f.path) for f in files.log_files]
     return sorted(path for instant_time, path in found if instant_time not in known)
 
 
@@ -344,35 +345,53 @@ def test_heartbeat_that_missed_its_beat_stops_and_reports_it(tmp_path: Path) -> 
 # -- item 10: a killed writer's instant is rolled back at once ---------------------------------
 
 
-def test_killed_writer_instant_rolled_back_at_once_by_next_writer(tmp_path: Path) -> None:
+_CHILD_WRITER = """
+import sys, time
+import pyarrow as pa
+from engine import Table
+from engine.write.write_client import UPSERT, WriteClient
+t = Table.open(sys.argv[1])
+c = WriteClient(t.storage, t.config, t.write_config)
+timeline, inflight = c.begin()
+if sys.argv[2] == "write":
+    records, deletes = c.prepare(pa.table({"key": ["z"], "ts": [1], "part": ["p0"],
+                                           "v": [9]}), timeline, dedupe=True)
+    c.execute_local(c.plan(timeline, inflight, UPSERT, records, deletes))
+print(inflight.requested_time, flush=True)
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def _child_writer(path: str, *, write: bool) -> Iterator[str]:
+    """A writer process that begins an instant (and writes its files), then waits; yields
+    the instant; killed on exit."""
+    with subprocess.Popen([sys.executable, "-c", _CHILD_WRITER, path,
+                           "write" if write else "begin"], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None
+            instant = proc.stdout.readline().strip()
+            assert instant
+            yield instant
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _bucket_table(tmp_path: Path) -> Table:
     table = Table.create(str(tmp_path / "t"), name="own", table_type="MERGE_ON_READ",
                          record_key="key", precombine="ts", partition_by=["part"],
                          options={"hoodie.index.type": "BUCKET",
                                   "hoodie.bucket.index.num.buckets": "2"})
     table.upsert(_batch(["k0"], 0))
-    child = textwrap.dedent(f"""
-        import sys, time
-        import pyarrow as pa
-        from engine import Table
-        from engine.write.write_client import UPSERT, WriteClient
-        t = Table.open({table.path!r})
-        c = WriteClient(t.storage, t.config, t.write_config)
-        timeline, inflight = c.begin()
-        records, deletes = c.prepare(pa.table({{"key": ["z"], "ts": [1], "part": ["p0"],
-                                                "v": [9]}}), timeline, dedupe=True)
-        c.execute_local(c.plan(timeline, inflight, UPSERT, records, deletes))
-        print(inflight.requested_time, flush=True)
-        time.sleep(600)
-    """)
-    with subprocess.Popen([sys.executable, "-c", child], cwd=ROOT, text=True,
-                          stdout=subprocess.PIPE) as proc:
-        try:
-            assert proc.stdout is not None
-            dead = proc.stdout.readline().strip()
-            assert dead
-        finally:
-            proc.kill()
-            proc.wait()
+    return table
+
+
+def test_killed_writer_instant_rolled_back_at_once_by_next_writer(tmp_path: Path) -> None:
+    table = _bucket_table(tmp_path)
+    with _child_writer(table.path, write=True):
+        pass  # killed once it wrote its files
     # default heartbeat expiry (2 minutes): only the proof that its owner ended rolls it
     # back now
     Table.open(table.path).upsert(_batch(["k1"], 1))
@@ -383,33 +402,12 @@ def test_killed_writer_instant_rolled_back_at_once_by_next_writer(tmp_path: Path
 
 def test_live_writer_of_another_process_not_rolled_back_before_expiry(
         tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), name="own", table_type="MERGE_ON_READ",
-                         record_key="key", precombine="ts", partition_by=["part"],
-                         options={"hoodie.index.type": "BUCKET",
-                                  "hoodie.bucket.index.num.buckets": "2"})
-    table.upsert(_batch(["k0"], 0))
-    child = textwrap.dedent(f"""
-        import time
-        from engine import Table
-        from engine.write.write_client import WriteClient
-        t = Table.open({table.path!r})
-        c = WriteClient(t.storage, t.config, t.write_config)
-        timeline, inflight = c.begin()
-        print(inflight.requested_time, flush=True)
-        time.sleep(600)
-    """)
-    with subprocess.Popen([sys.executable, "-c", child], cwd=ROOT, text=True,
-                          stdout=subprocess.PIPE) as proc:
-        try:
-            assert proc.stdout is not None
-            alive = proc.stdout.readline().strip()
-            Table.open(table.path).upsert(_batch(["k1"], 1))
-            pending = [e.instant_time for e in Table.open(table.path).timeline()
-                       if e.state != "completed"]
-            assert pending == [alive]
-        finally:
-            proc.kill()
-            proc.wait()
+    table = _bucket_table(tmp_path)
+    with _child_writer(table.path, write=False) as alive:
+        Table.open(table.path).upsert(_batch(["k1"], 1))
+        pending = [e.instant_time for e in Table.open(table.path).timeline()
+                   if e.state != "completed"]
+        assert pending == [alive]
 
 
 # -- rollback metadata names the action it reverted ---------------------------------------------
