@@ -42,7 +42,6 @@ from engine.services.rollback import (
     rollback_failed_writes,
 )
 from engine.timeline.active import Timeline
-from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State
 from engine.write.write_client import WriteClient
@@ -176,7 +175,3 @@ def start_attempt(client: WriteClient, instant_time: str, action: Action, *,
             raise
     return ServiceAttempt(client, inflight, timeline, heartbeat, floor, new_stage_id())
 
-
-def stats_paths(stats: Iterable[WriteStat]) -> list[str]:
-    """The paths a set of write stats names."""
-    return [s.path for s in stats]

@@ -203,6 +203,25 @@ def _stall_service(storage: Storage, instant_time: str) -> None:
     _age_heartbeat(storage, instant_time)
 
 
+def _stale_and_takeover(table: Table, scheduled: str,
+                        execute: Callable[[Table, _Gate], Any]) -> tuple[Any, Any]:
+    """Two attempts at one plan: the first stalls after its tasks wrote their files (its
+    heartbeat stops and ages), the second takes the plan over and stalls there too; then
+    the first wakes up and tries to commit, then the second. Returns what each returned
+    or raised."""
+    first, second = _Gate(), _Gate()
+    t1, r1 = _run(lambda: execute(Table.open(table.path, FAST), first))
+    assert first.reached.wait(30)
+    _stall_service(table.storage, scheduled)
+    t2, r2 = _run(lambda: execute(Table.open(table.path, FAST), second))
+    assert second.reached.wait(30)
+    first.release.set()  # the stale attempt wakes up and tries to commit
+    t1.join(30)
+    second.release.set()
+    t2.join(30)
+    return r1[0], r2[0]
+
+
 def _small_groups_table(tmp_path: Path) -> tuple[Table, dict[str, int]]:
     table = Table.create(str(tmp_path / "t"), name="own", table_type="COPY_ON_WRITE",
                          record_key="key", precombine="ts", partition_by=["part"],
@@ -221,20 +240,10 @@ def test_stale_clustering_attempt_refused_takeover_commits(tmp_path: Path) -> No
     table, expected = _small_groups_table(tmp_path)
     scheduled = Table.open(table.path, FAST).cluster(schedule_only=True).scheduled
     assert scheduled
-    first, second = _Gate(), _Gate()
-    t1, r1 = _run(lambda: Table.open(table.path, FAST).cluster(instant=scheduled,
-                                                               runner=first))
-    assert first.reached.wait(30)
-    _stall_service(table.storage, scheduled)
-    t2, r2 = _run(lambda: Table.open(table.path, FAST).cluster(instant=scheduled,
-                                                               runner=second))
-    assert second.reached.wait(30)
-    first.release.set()  # the stale attempt wakes up and tries to commit
-    t1.join(30)
-    second.release.set()
-    t2.join(30)
-    assert isinstance(r1[0], TidelakeError), r1
-    assert r2[0].completed == (scheduled,), r2
+    r1, r2 = _stale_and_takeover(table, scheduled, lambda t, runner: t.cluster(
+        instant=scheduled, runner=runner))
+    assert isinstance(r1, TidelakeError), r1
+    assert r2.completed == (scheduled,), r2
     _check(table, expected)
     _stats_exist(table)
 
@@ -260,20 +269,10 @@ def test_stale_compaction_attempt_never_deletes_takeover_files(tmp_path: Path) -
     table.upsert(_batch(keys[:6], 2, ts=2))
     scheduled = Table.open(table.path, FAST).compact(schedule_only=True).scheduled
     assert scheduled
-    first, second = _Gate(), _Gate()
-    t1, r1 = _run(lambda: Table.open(table.path, FAST).compact(instant=scheduled,
-                                                               runner=first))
-    assert first.reached.wait(30)
-    _stall_service(table.storage, scheduled)
-    t2, r2 = _run(lambda: Table.open(table.path, FAST).compact(instant=scheduled,
-                                                               runner=second))
-    assert second.reached.wait(30)
-    first.release.set()
-    t1.join(30)
-    second.release.set()
-    t2.join(30)
-    assert isinstance(r1[0], TidelakeError), r1
-    assert r2[0].completed == (scheduled,), r2
+    r1, r2 = _stale_and_takeover(table, scheduled, lambda t, runner: t.compact(
+        instant=scheduled, runner=runner))
+    assert isinstance(r1, TidelakeError), r1
+    assert r2.completed == (scheduled,), r2
     _stats_exist(table)
     _check(table, {k: (2 if i < 6 else 1) for i, k in enumerate(keys)})
 
