@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from engine.errors import TerminalError
+
 __all__ = ["BrokerStartError", "EmbeddedBroker", "find_tansu_binary"]
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ _HOST = "127.0.0.1"
 _START_ATTEMPTS = 3  # a free port can be taken by someone else between probing and binding
 
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(TerminalError, RuntimeError):
     """The embedded broker binary is missing, or it did not start accepting connections."""
 
 

@@ -303,11 +303,11 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class _Malformed(ValueError):
+class _Malformed(TerminalError, ValueError):
     """A JSON piece that decoded to something other than its records (a data error)."""
 
 
-class _BadField(Exception):
+class _BadField(TerminalError):
     """A JSON value that does not fit its field; ``path`` is filled in on the way up."""
 
     def __init__(self, expected: pa.DataType, value: Any) -> None:

@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 from engine.errors import TerminalError
+from ingest.kafka_offsets import MissingTopicsError
 from ingest.kafka_options import KafkaSourceOptions
 
 __all__ = ["KafkaUnreachableError", "MissingTopicsError", "check_source"]
@@ -19,14 +20,6 @@ __all__ = ["KafkaUnreachableError", "MissingTopicsError", "check_source"]
 
 class KafkaUnreachableError(TerminalError):
     """No broker of ``kafka.bootstrap.servers`` answered (or the connection was refused)."""
-
-
-class MissingTopicsError(TerminalError):
-    """Subscribed topics do not exist on the cluster."""
-
-    def __init__(self, message: str, topics: list[str]) -> None:
-        super().__init__(message)
-        self.topics = topics
 
 
 def _host_port(server: str) -> tuple[str, int]:

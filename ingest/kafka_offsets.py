@@ -50,6 +50,15 @@ class KafkaDataLossError(TerminalError):
     """Offsets the query needs are gone (retention, deleted or recreated topic)."""
 
 
+class MissingTopicsError(TerminalError):
+    """Subscribed topics do not exist on the cluster (found by the job's check before it
+    starts, or by the source's driver when it lists partitions); ``topics`` names them."""
+
+    def __init__(self, message: str, topics: list[str]) -> None:
+        super().__init__(message)
+        self.topics = topics
+
+
 def is_topic_name(name: str) -> bool:
     """True for a legal Kafka topic name (1-249 of ``A-Z a-z 0-9 . _ -``)."""
     return _TOPIC_RE.match(name) is not None

@@ -36,6 +36,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from engine.errors import TerminalError
+
 log = logging.getLogger(__name__)
 
 __all__ = ["RecordChunk", "contiguous_length", "decode_records", "offset_hole",
@@ -77,7 +79,7 @@ class RecordChunk:
                            None if self.headers is None else self.headers[start:stop])
 
 
-class CorruptRecordsError(ValueError):
+class CorruptRecordsError(TerminalError, ValueError):
     """A record batch's bytes do not parse as message format v2 records."""
 
 

@@ -86,13 +86,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from engine.errors import InvalidOptionError, TerminalError
+from engine.errors import InvalidOptionError
 from engine.redact import spark_redaction_regex
 
 # Options and offset helpers live in their own modules; the names this module had before the
 # split are re-exported so ``from ingest.kafka_source import ...`` keeps working.
 from ingest.kafka_offsets import (
     KafkaDataLossError,
+    MissingTopicsError,
     Offsets,
     TopicPart,
     check_offset_range,
@@ -150,7 +151,7 @@ __all__ = [
     "KafkaReadTimeoutError",
     "KafkaSourceOptions",
     "KafkaStreamReader",
-    "KafkaTopicNotFoundError",
+    "MissingTopicsError",
     "check_offset_range",
     "format_hudi_checkpoint",
     "is_secret_key",
@@ -173,10 +174,6 @@ KAFKA_DDL = (
     "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
 """Row schema: Spark's ``kafka`` source with ``includeHeaders=true``, less ``timestampType``."""
-
-
-class KafkaTopicNotFoundError(TerminalError):
-    """A subscribed topic does not exist on the cluster."""
 
 
 # --- the driver's view of the cluster ----------------------------------------------------------
@@ -222,8 +219,9 @@ class _Cluster:
         found = {t: self._consumer.partitions_for_topic(t) or set() for t in topics}
         missing = sorted(t for t, parts in found.items() if not parts)
         if missing:
-            raise KafkaTopicNotFoundError(
-                f"subscribed topic(s) {missing} do not exist on the cluster; create them first")
+            raise MissingTopicsError(
+                f"subscribed topic(s) {missing} do not exist on the cluster; create them first",
+                missing)
         return {(t, p): TopicPartition(t, p) for t in topics for p in sorted(found[t])}
 
     def topic_ids(self, topics: tuple[str, ...]) -> dict[str, str]:

@@ -322,9 +322,8 @@ def _our_error_names() -> frozenset[str]:
 
     names = {n for n, v in vars(errors).items()
              if isinstance(v, type) and issubclass(v, Exception)}
-    return frozenset(names | {"KafkaTopicNotFoundError", "KafkaReadTimeoutError",
-                              "KafkaDataLossError", "KafkaUnreachableError",
-                              "MissingTopicsError"})
+    return frozenset(names | {"KafkaReadTimeoutError", "KafkaDataLossError",
+                              "KafkaUnreachableError", "MissingTopicsError"})
 
 
 _OUR_ERRORS = _our_error_names()

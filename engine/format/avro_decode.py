@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from engine.errors import TerminalError
 from engine.format.avro_schema import FlatField, Kind
 
 __all__ = ["MalformedAvroError", "decode_flat"]
@@ -28,7 +29,7 @@ _HIGH1 = _U64(0x8080808080808080)
 _ALL = _U64(0xFFFFFFFFFFFFFFFF)
 
 
-class MalformedAvroError(ValueError):
+class MalformedAvroError(TerminalError, ValueError):
     """Bytes that are not a record of the writer schema (a data error, not a bug)."""
 
 

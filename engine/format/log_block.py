@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import CorruptTableError
+from engine.errors import CorruptTableError, TerminalError
 
 __all__ = [
     "MAGIC",
@@ -195,7 +195,7 @@ def frame_block(
     return frame_parts(block_type, header, [content], footer)
 
 
-class _Corrupt(Exception):
+class _Corrupt(TerminalError):
     """Internal: the frame at this offset does not hold."""
 
 

@@ -36,7 +36,7 @@ from ingest.kafka_source import (
     KafkaInputPartition,
     KafkaReadTimeoutError,
     KafkaStreamReader,
-    KafkaTopicNotFoundError,
+    MissingTopicsError,
     read_kafka_stream,
 )
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
@@ -587,7 +587,7 @@ def test_aborted_transaction_records_are_not_read(
 def test_initial_offset_missing_topic_raises_topic_not_found(kafka_bootstrap: str) -> None:  # noqa: F811
     reader = _reader(kafka_bootstrap, "no-such-topic-" + unique_topic("x"))
     try:
-        with pytest.raises(KafkaTopicNotFoundError, match="do not exist"):
+        with pytest.raises(MissingTopicsError, match="do not exist"):
             reader.initialOffset()
     finally:
         reader.stop()

@@ -138,13 +138,13 @@ def test_query_failure_message_is_the_root_cause_line() -> None:
         "Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times\n"
         "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
         '  File "/x/ingest/kafka_source.py", line 210, in partitions\n'
-        "    raise KafkaTopicNotFoundError(\n"
-        "ingest.kafka_source.KafkaTopicNotFoundError: subscribed topic(s) ['trips'] do not "
+        "    raise MissingTopicsError(\n"
+        "ingest.kafka_source.MissingTopicsError: subscribed topic(s) ['trips'] do not "
         "exist on the cluster; create them first\n"
         "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException"
         "(PythonRunner.scala:600)\n" * 3)
     error = query_failure(RuntimeError(text))
-    assert str(error) == ("the streaming query failed: KafkaTopicNotFoundError: subscribed "
+    assert str(error) == ("the streaming query failed: MissingTopicsError: subscribed "
                           "topic(s) ['trips'] do not exist on the cluster; create them first")
     assert error.detail == text
 
