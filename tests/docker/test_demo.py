@@ -46,8 +46,8 @@ import pytest
 from engine import Table
 from engine.errors import TidelakeError
 from jobs.sample_events import SampleEvents
-from tests.conftest import hudi_rs_read
 from tests.docker.engine import ROOT, DockerEngine, ensure_base_images, run
+from tests.helpers import hudi_rs_read
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.history import HISTORY_SCHEMA, LSMHistory
 from engine.timeline.instant import new_instant_time
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 HISTORY = ".hoodie/timeline/history"
 TL = ".hoodie/timeline"

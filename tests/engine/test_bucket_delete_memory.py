@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:

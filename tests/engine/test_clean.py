@@ -33,7 +33,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata, avro_schema
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
 from engine.write.write_client import WriteClient
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 COLUMNS = ["k", "ts", "p", "v"]
 

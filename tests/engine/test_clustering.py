@@ -30,7 +30,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import avro_schema
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import UPSERT, WriteClient
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("part", pa.string()),
                     ("x", pa.int32()), ("y", pa.int64()), ("note", pa.string())])

@@ -36,7 +36,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import avro_schema
 from engine.timeline.instant import Action, Instant, State
 from engine.write.write_client import UPSERT, WriteClient
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 COLUMNS = ["key", "ts", "part", "v"]
 

@@ -31,7 +31,7 @@ from engine.storage import Storage
 from engine.timeline.heartbeat import heartbeat_path
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from engine.write.write_client import UPSERT, WriteClient
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
 

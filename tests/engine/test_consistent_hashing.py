@@ -141,7 +141,7 @@ def test_writes_route_keys_through_the_ring_and_read_back_everywhere(
     """Random upserts and deletes into a MERGE_ON_READ table with consistent hashing: every
     key sits in the file group the ring gives it, the initial metadata is on storage as
     Java writes it, and tidelake and hudi-rs read what a dict oracle holds."""
-    from tests.conftest import hudi_rs_read
+    from tests.helpers import hudi_rs_read
 
     rng = random.Random(seed)
     path = str(tmp_path / "t")
@@ -283,7 +283,7 @@ def _ch_rows(ids: list[int], ts: int, part: str = "p0") -> pa.Table:
 
 
 def _check_reads(path: str, oracle: dict[str, int]) -> list[dict[str, object]]:
-    from tests.conftest import hudi_rs_read
+    from tests.helpers import hudi_rs_read
 
     ours = Table.open(path).read().to_pylist()
     assert {r["id"]: r["ts"] for r in ours} == oracle and len(ours) == len(oracle)

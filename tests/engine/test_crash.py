@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
 

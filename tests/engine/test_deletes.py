@@ -23,7 +23,7 @@ from engine import Table
 from engine.format.log_block import BlockType, iter_blocks
 from engine.layout.file_group import list_table_files
 from engine.storage import Storage
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 
 def _table(path: Path) -> Table:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 PARTITIONS = ["north", "south", "east/west", ".."]
 DATA_COLUMNS = ["key", "ts", "region", "amount", "note"]

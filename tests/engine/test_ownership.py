@@ -31,7 +31,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import read_avro_ocf
 from engine.timeline.heartbeat import Heartbeat, heartbeat_path
 from engine.write.write_client import UPSERT, WriteClient
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"hoodie.client.heartbeat.interval_in_ms": "200",

@@ -11,7 +11,7 @@ import pytest
 from engine import InvalidRecordError, Table
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value, partition_path
 from engine.layout.properties import loads
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 URLENCODE = "hoodie.datasource.write.partitionpath.urlencode"
 

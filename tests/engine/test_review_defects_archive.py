@@ -28,7 +28,7 @@ from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.write.write_client import UPSERT, WriteClient, WritePlan
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 Rows = dict[str, tuple[int, int]]
 

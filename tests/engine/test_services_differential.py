@@ -24,8 +24,8 @@ import pytest
 from engine import InstantNotReadableError, Table
 from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
-from tests.conftest import hudi_rs_read
 from tests.engine.test_differential import _SCHEMA, Oracle, _random_batch, _rows
+from tests.helpers import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -65,7 +65,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import DELETE, UPSERT, WriteClient, WritePlan
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = 3

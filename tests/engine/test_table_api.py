@@ -17,7 +17,7 @@ from engine import (
     UnsupportedStorageError,
 )
 from engine.errors import CorruptTableError
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 
 def _table(tmp_path: Path, **kwargs: object) -> Table:

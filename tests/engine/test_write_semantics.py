@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from engine import InvalidOptionError, InvalidRecordError, Table
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 INDEX = "hoodie.index.type"
 

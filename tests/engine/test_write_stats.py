@@ -12,7 +12,7 @@ from engine.schema import PARTITION_PATH, RECORD_KEY, avro_full_schema
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.write.write_handle import APPEND, WriteContext, WriteTask, execute
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 
 def _stats(table: Table) -> list[CommitMetadata]:

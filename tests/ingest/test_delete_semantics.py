@@ -31,7 +31,7 @@ from engine import Table
 from engine.schema import normalize_input_schema
 from ingest.decode import JsonDecoder
 from ingest.sink import BUCKET, GLOBAL_STATE, HudiStreamingSink
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 from tests.ingest.test_sink import (
     CITIES,
     KAFKA,

@@ -18,7 +18,7 @@ from engine.layout.file_group import list_table_files
 from engine.services.base import ServiceRun
 from jobs.cli import main
 from jobs.table_commands import ProgressRunner, summary_line
-from tests.conftest import hudi_rs_read
+from tests.helpers import hudi_rs_read
 
 CITIES = ["oslo", "lima", "pune"]
 

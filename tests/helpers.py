@@ -1,0 +1,178 @@
+"""Helpers shared by the test modules: hudi-rs as the external reader, rows in comparable shapes,
+and the oracle that says what a table must hold.
+
+The oracle is independent of the code under test: a dict of the latest row per key, written
+from Hudi's rules (below) without any of the engine's merge code, so that a test comparing a
+read with it checks the engine against the rules and not against itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
+
+__all__ = ["COMMIT_TIME", "Oracle", "hudi_rs_read", "row_tuples", "rows_by_key", "sorted_rows"]
+
+COMMIT_TIME = "_hoodie_commit_time"
+
+Rows = pa.Table | Sequence[Mapping[str, Any]]
+"""What the row helpers take: a table read (ours or hudi-rs's), or rows such as
+:meth:`Oracle.snapshot`'s."""
+
+
+# --- hudi-rs, the external reader -------------------------------------------------------------
+
+
+def hudi_rs_read(path: str | Path, **read_options: Any) -> pa.Table:
+    """Read a table with hudi-rs (PyPI ``hudi``), the external judge.
+
+    ``as_of``, ``start``/``end`` (incremental) and ``read_optimized`` map to hudi-rs
+    read options. An empty result is a table without columns.
+    """
+    table = HudiTableBuilder.from_base_uri(str(path)).build()
+    options = HudiReadOptions()
+    if read_options.get("as_of"):
+        options = options.with_as_of_timestamp(read_options["as_of"])
+    if read_options.get("start") is not None:
+        options = options.with_query_type(HudiQueryType.Incremental).with_start_timestamp(
+            read_options["start"])
+        if read_options.get("end"):
+            options = options.with_end_timestamp(read_options["end"])
+    if read_options.get("read_optimized"):
+        options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
+    batches = table.read(options)
+    if not batches:
+        return pa.table({})
+    return pa.Table.from_batches(batches)
+
+
+# --- rows in comparable shapes ----------------------------------------------------------------
+
+
+def _dicts(data: Rows, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``columns`` of every row; none for a table without rows (hudi-rs: without columns)."""
+    if not isinstance(data, pa.Table):
+        return [{c: row[c] for c in columns} for row in data]
+    if not data.num_rows:
+        return []
+    data = data.select(list(columns))
+    if COMMIT_TIME in columns:  # a string column in every reader's output
+        data = data.set_column(data.column_names.index(COMMIT_TIME), COMMIT_TIME,
+                               data.column(COMMIT_TIME).cast(pa.string()))
+    return data.to_pylist()
+
+
+def sorted_rows(data: Rows, columns: Sequence[str], key: str = "key") -> list[dict[str, Any]]:
+    """``columns`` of every row as dicts, sorted by ``key`` (a key read twice shows twice)."""
+    return sorted(_dicts(data, columns), key=lambda row: row[key])
+
+
+def row_tuples(data: Rows, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``columns`` of every row as tuples, sorted (a key read twice shows twice)."""
+    return sorted(tuple(row[c] for c in columns) for row in _dicts(data, columns))
+
+
+def rows_by_key(data: Rows, key: str, columns: str | Sequence[str], *,
+                once: bool = False) -> dict[Any, Any]:
+    """key → the row's ``columns`` as a tuple (the value itself for one column name).
+
+    A key read twice keeps its last row; ``once`` fails the test instead, naming the keys.
+    """
+    names = [columns] if isinstance(columns, str) else list(columns)
+    rows = _dicts(data, list(dict.fromkeys([key, *names])))
+    if once:
+        twice = sorted(k for k, n in Counter(row[key] for row in rows).items() if n > 1)
+        assert not twice, f"keys read more than once: {twice}"
+    if isinstance(columns, str):
+        return {row[key]: row[columns] for row in rows}
+    return {row[key]: tuple(row[c] for c in names) for row in rows}
+
+
+# --- the oracle -------------------------------------------------------------------------------
+
+
+class Oracle:
+    """The rows a table must hold: key → latest row, by Hudi's rules written plainly.
+
+    - ``ordering`` names the ordering (precombine) field. A written row replaces the held one
+      unless the held row's ordering value is greater (on a tie the later write wins); within
+      one batch the row with the greatest value stands for its key (the later row on a tie).
+      ``ordering=None``: commit-time ordering, the later write always wins.
+    - A delete removes its keys; an *ordered* delete (with an ordering value) leaves a key
+      whose held ordering value is greater, and is remembered in :attr:`tombstones`.
+    - With an ``instant``, a write records the commit time of the keys it wrote and the rows
+      after it (:meth:`snapshot` of that instant); a batch row that loses to a held row marks
+      its instant in :attr:`stale_commits`.
+    """
+
+    def __init__(self, key: str = "key", ordering: str | None = "ts") -> None:
+        self.key = key
+        self.ordering = ordering
+        self.rows: dict[Any, dict[str, Any]] = {}
+        """key → the latest row, as written (without commit time)."""
+        self.commit_time: dict[Any, str] = {}
+        self.tombstones: dict[Any, Any] = {}
+        """key → greatest ordering value of an ordered delete that took effect."""
+        self.stale_commits: set[str] = set()
+        self.instants: list[str] = []
+        self._after: dict[str, tuple[dict[Any, dict[str, Any]], dict[Any, str]]] = {}
+
+    def _wins(self, row: Mapping[str, Any], held: Mapping[str, Any]) -> bool:
+        return self.ordering is None or row[self.ordering] >= held[self.ordering]
+
+    def upsert(self, rows: Iterable[Mapping[str, Any]] | pa.Table,
+               instant: str | None = None) -> None:
+        """Apply one batch of upserts (committed as ``instant``, if given)."""
+        batch = rows.to_pylist() if isinstance(rows, pa.Table) else rows
+        latest: dict[Any, dict[str, Any]] = {}
+        for row in batch:
+            seen = latest.get(row[self.key])
+            if seen is None or self._wins(row, seen):
+                latest[row[self.key]] = dict(row)
+        for key, row in latest.items():
+            held = self.rows.get(key)
+            if held is not None and not self._wins(row, held):
+                if instant is not None:
+                    self.stale_commits.add(instant)
+                continue
+            self.rows[key] = row
+            if instant is not None:
+                self.commit_time[key] = instant
+        self._record(instant)
+
+    def delete(self, keys: Iterable[Any], ordering: Any = None,
+               instant: str | None = None) -> None:
+        """Delete ``keys``; with ``ordering``, an ordered delete at that ordering value."""
+        for key in keys:
+            held = self.rows.get(key)
+            if ordering is not None and held is not None and self.ordering is not None \
+                    and held[self.ordering] > ordering:
+                continue
+            self.rows.pop(key, None)
+            self.commit_time.pop(key, None)
+            if ordering is not None:
+                self.tombstones[key] = max(ordering, self.tombstones.get(key, ordering))
+        self._record(instant)
+
+    def _record(self, instant: str | None) -> None:
+        if instant is not None:
+            self.instants.append(instant)
+            self._after[instant] = (dict(self.rows), dict(self.commit_time))
+
+    def row(self, key: Any) -> dict[str, Any]:
+        """The held row of ``key``, with its commit time when it was written with one."""
+        row = self.rows[key]
+        return dict(row, **{COMMIT_TIME: self.commit_time[key]}) \
+            if key in self.commit_time else dict(row)
+
+    def snapshot(self, instant: str | None = None) -> list[dict[str, Any]]:
+        """The rows (with their commit time where known), sorted by key: now, or right after
+        ``instant``."""
+        rows, times = (self.rows, self.commit_time) if instant is None else self._after[instant]
+        return [dict(rows[k], **{COMMIT_TIME: times[k]}) if k in times else dict(rows[k])
+                for k in sorted(rows)]
