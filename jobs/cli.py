@@ -259,13 +259,10 @@ def run_broker(args: argparse.Namespace) -> int:
     with EmbeddedBroker(port=args.port) as broker:
         servers = broker.bootstrap_servers
         if topics:
-            from kafka.admin import KafkaAdminClient, NewTopic
+            from ingest.kafka_produce import create_topic
 
-            admin = KafkaAdminClient(bootstrap_servers=servers)
-            try:
-                admin.create_topics([NewTopic(name, parts, 1) for name, parts in topics])
-            finally:
-                admin.close()
+            for name, parts in topics:
+                create_topic(servers, name, parts)
         made = "".join(f"\ntopic {name} ({parts} partition{'s' if parts > 1 else ''})"
                        for name, parts in topics)
         print(f"Kafka-protocol broker (Tansu, in memory) listening on {servers}{made}\n"

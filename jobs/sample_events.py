@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,37 +80,15 @@ def _malformed(rng: random.Random, i: int) -> tuple[bytes, bytes]:
 
 
 def produce(bootstrap_servers: str, topic: str, events: SampleEvents, *, partitions: int = 3,
-            batch: int = 500, rate: float | None = None) -> int:
+            rate: float | None = None) -> int:
     """Create ``topic`` if needed and send every event (keyed: one key, one partition).
 
     ``rate`` limits sending to that many events per second (None: as fast as possible).
     """
-    from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from ingest.kafka_produce import create_topic
+    from ingest.kafka_produce import produce as produce_records
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="tidelake-demo")
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    except TopicAlreadyExistsError:
-        pass
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5,
-                             batch_size=256 * 1024, acks=1)
-    sent = 0
-    started = time.monotonic()
-    try:
-        for key, value in events:
-            producer.send(topic, key=key, value=value)
-            sent += 1
-            if sent % batch == 0:
-                producer.flush()
-            if rate:
-                ahead = sent / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-        producer.flush()
-    finally:
-        producer.close()
-    return sent
+    create_topic(bootstrap_servers, topic, partitions, exist_ok=True)
+    records = ((key, value, None) for key, value in events)
+    return len(produce_records(bootstrap_servers, topic, records, rate=rate, linger_ms=5,
+                               batch_size=256 * 1024, acks=1))

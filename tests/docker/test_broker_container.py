@@ -8,14 +8,9 @@ import warnings
 
 import pytest
 
+from ingest.kafka_produce import create_topic, produce
 from tests.docker.engine import ROOT, DockerEngine, ensure_base_images, run
-from tests.kafka_broker import (
-    DEFAULT_LOCAL_IMAGE,
-    create_topic,
-    produce,
-    start_broker,
-    unique_topic,
-)
+from tests.kafka_broker import DEFAULT_LOCAL_IMAGE, start_broker, unique_topic
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"(read|open)_text is deprecated", DeprecationWarning)

@@ -30,9 +30,9 @@ from typing import Any
 from engine import Table
 from engine.timeline.active import Timeline
 from ingest.checkpoint import QUERY_ID_KEY, SINK_CHECKPOINT_KEY, starting_offsets_from_table
+from ingest.kafka_produce import create_topic, produce
 from jobs.sample_events import SCHEMA_DDL, SampleEvents
-from tests.conftest import hudi_rs_read
-from tests.kafka_broker import create_topic, produce
+from tests.helpers import hudi_rs_read
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = ("trip_id", "ts", "city", "fare", "rider")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from engine import Table
+from ingest.kafka_produce import create_topic, produce
 from jobs.ingest_job import kafka_options, start, watch
 from jobs.job_config import load
 from tests.ingest.job_harness import (
@@ -30,7 +31,7 @@ from tests.ingest.job_harness import (
     streaming_commits,
     table_problems,
 )
-from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
