@@ -9,7 +9,8 @@ Usage::
                          checkpoint="/chk/trips", trigger={"processingTime": "30 seconds"})
 
 or, with the bucket index, directly ``df.writeStream.foreachBatch(sink.process_batch)`` on the
-Kafka rows. One micro-batch, end to end (``docs/DESIGN.md``), read from Kafka once:
+Kafka rows. One micro-batch, end to end (docs/ingest.md, "What happens to each micro-batch"), read
+from Kafka once:
 
 1. *prepare* (executor tasks): decode, record keys, partition paths, ordering values, the
    operation (upsert, delete, error) and, with the BUCKET index, the key's bucket —

@@ -1,4 +1,4 @@
-"""Parquet base files: write them with Hudi's footer keys, read them back (``hudi-format.md`` §5).
+"""Parquet base files: write them with Hudi's footer keys, read them back.
 
 A base file holds the five meta columns followed by the data columns. Its footer carries,
 as Java's ``HoodieBloomFilterWriteSupport`` writes them:
@@ -42,7 +42,8 @@ META_COLUMNS = (
     "_hoodie_partition_path",
     "_hoodie_file_name",
 )
-"""The five meta columns every base file starts with, in order (§4)."""
+"""The five meta columns every base file starts with, in order (Java
+``HoodieRecord.HOODIE_META_COLUMNS``)."""
 
 BLOOM_FILTER_KEY = "org.apache.hudi.bloomfilter"
 LEGACY_BLOOM_FILTER_KEY = "com.uber.hoodie.bloomfilter"

@@ -1,10 +1,10 @@
 """Hudi bloom filters (``SIMPLE`` and ``DYNAMIC_V0``), bit for bit as Java writes them.
 
-A base file's footer carries a bloom filter of its record keys (``hudi-format.md`` §5.2,
-§5.3); Java's BLOOM index reads it to skip files that cannot hold a key. This module builds,
-serializes, deserializes and queries those filters so that the Base64 string equals what
-``HoodieDynamicBoundedBloomFilter`` / ``SimpleBloomFilter`` write for the same keys added in
-the same order.
+A base file's footer carries a bloom filter of its record keys (Java
+``HoodieBloomFilterWriteSupport``); Java's BLOOM index reads it to skip files that cannot hold a
+key. This module builds, serializes, deserializes and queries those filters so that the Base64
+string equals what ``HoodieDynamicBoundedBloomFilter`` / ``SimpleBloomFilter`` write for the same
+keys added in the same order.
 
 Facts the code relies on (``org.apache.hudi.common.bloom``):
 

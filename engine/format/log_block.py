@@ -1,6 +1,6 @@
 """Hudi log block framing: block types, header keys, and reading blocks out of log files.
 
-A log file is a plain concatenation of blocks, no file header (``hudi-format.md`` §6). Each
+A log file is a plain concatenation of blocks, no file header (Java ``HoodieLogFileReader``). Each
 block is framed as::
 
     "#HUDI#" | blockLen: i64 | version=1: i32 | type: i32 | header map | contentLen: i64

@@ -2,8 +2,8 @@
 
 A table with ``hoodie.index.type=BUCKET`` (simple engine) keeps ``numBuckets`` file groups per
 partition; a record's bucket is fixed by its key, so writers find its file group without any
-lookup (``hudi-format.md`` §3.1). To agree with Java writers and with Spark bucket pruning,
-the bucket must be computed exactly as Java does:
+lookup (docs/engine.md, "Record keys and the index type"). To agree with Java writers and with Spark
+bucket pruning, the bucket must be computed exactly as Java does:
 
 1. hash keys (``BucketIdentifier.getHashKeys`` → ``KeyGenUtils.extractRecordKeysByFields``,
    Hudi 1.x): a record key without ``,`` or without ``:`` is one value, the whole key.

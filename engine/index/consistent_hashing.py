@@ -3,7 +3,7 @@
 With ``hoodie.index.type=BUCKET`` and ``hoodie.index.bucket.engine=CONSISTENT_HASHING`` each
 partition's key space ``[0, 2^31)`` is cut into ranges, the *nodes* of a ring; every node is
 one file group, and a clustering resizes them (splits big ones, merges small neighbours)
-without rehashing the rest (``../shared/docs/hudi-table-services.md`` §9).
+without rehashing the rest (docs/engine.md, "Consistent-hashing buckets and their resizes").
 
 * **Hash** (``ConsistentBucketIdentifier.getBucket``): ``xxh32(UTF-8(join("", hash keys)),
   seed 0) & 0x7fffffff``. The hash keys are the bucket index's
@@ -442,7 +442,7 @@ def ensure_initial_metadata(storage: Storage, partition_path: str, num_buckets: 
         _write_initial(storage, partition_path, num_buckets)
 
 
-# -- resizing (planned as a clustering; §9.3-9.4 of the table-services doc) ------------------
+# -- resizing (planned as a clustering; Java ``ConsistentBucketIndexUtils``) ------------------
 
 
 @dataclass(frozen=True)
@@ -563,7 +563,7 @@ def apply_children(ring: HashingMetadata, children: Sequence[Node],
                    instant: str) -> HashingMetadata:
     """The ring after a resize committed at ``instant``: ``REPLACE`` children take (or add)
     their value's node, ``DELETE`` children remove theirs; every node ``NORMAL``, ``seqNo``
-    + 1, ``numBuckets`` unchanged (§9.4)."""
+    + 1, ``numBuckets`` unchanged (Java ``ConsistentBucketIndexUtils``)."""
     by_value = {n.value: n for n in ring.nodes}
     for child in children:
         if child.tag == DELETE:

@@ -1,8 +1,8 @@
 """Key generation: record keys, partition paths and ordering values for a batch of rows.
 
-Record keys follow Hudi's key generators (``hudi-format.md`` §1.4): SIMPLE uses the value
-of the one key field; COMPLEX joins ``field:value`` pairs with commas (also for one key
-field: Hudi 1.x's default ``hoodie.write.complex.keygen.new.encoding=false`` for table
+Record keys follow Hudi's key generators (docs/engine.md, "Record keys and the index type"): SIMPLE
+uses the value of the one key field; COMPLEX joins ``field:value`` pairs with commas (also for one
+key field: Hudi 1.x's default ``hoodie.write.complex.keygen.new.encoding=false`` for table
 version 8); NON_PARTITION puts every record in the ``""`` partition. Work is vectorized with
 pyarrow compute; partition paths are encoded once per distinct value combination.
 

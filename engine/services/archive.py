@@ -1,5 +1,5 @@
 """Archival: moving old instants from the active timeline into the LSM history
-(``hudi-table-services.md`` §8; Java ``TimelineArchiverV2``, ``ArchivalUtils``).
+(docs/engine.md, "Archival"; Java ``TimelineArchiverV2``, ``ArchivalUtils``).
 
 :func:`run_archive` runs entirely under the table lock (it only moves small timeline files):
 
@@ -23,7 +23,7 @@
    or after the first savepoint stay too (``hoodie.archive.beyond.savepoint=true``: only the
    savepointed commits stay). Savepoints, pending instants and restores are never archived.
    Nor is a deltacommit whose log files still exist, nor anything after it
-   (``hudi-table-services.md`` §2.3, §8.4): Java needs the completion time of every log on
+   (docs/engine.md, "Archival"): Java needs the completion time of every log on
    storage from the active timeline or the history, and hudi-rs 0.5.0 — which reads no
    history — drops versions of such logs when later logs of the same file slice are active
    (found with two concurrent writers). The cleaner removes old logs once a compaction
@@ -135,8 +135,8 @@ def _replace_cutoff(timeline: Timeline, clean: LatestClean | None) -> str | None
 def archive_cutoff(timeline: Timeline, config: TableConfig,
                    write_config: WriteConfig, clean: LatestClean | None,
                    log_instants: frozenset[str] = frozenset()) -> str | None:
-    """Requested time before which commits may be archived (None: no limit) — §8.2;
-    ``log_instants``: the instants of the log files on storage."""
+    """Requested time before which commits may be archived (None: no limit), as Java's
+    ``TimelineArchiverV2``; ``log_instants``: the instants of the log files on storage."""
     commits = sorted(i.requested_time for i in timeline.completed_data_instants)
     candidates: list[str] = []
     pending = [i.requested_time for i in timeline.instants
@@ -221,9 +221,9 @@ def _timeline_files(storage: Storage, folder: str) -> dict[str, list[tuple[Insta
 def history_row(storage: Storage, folder: str,
                 files: list[tuple[Instant, str]]) -> ArchivedInstant:
     """The ``HoodieLSMTimelineInstant`` row of one completed action from its timeline files
-    (§8.3: metadata = completed file bytes; plan = requested bytes for compaction,
-    logcompaction and clean; for replacecommit/clustering the inflight bytes if any, else
-    the requested bytes)."""
+    (as Java's ``LSMTimelineWriter``: metadata = completed file bytes; plan = requested bytes for
+    compaction, logcompaction and clean; for replacecommit/clustering the inflight bytes if any,
+    else the requested bytes)."""
     completed = next(i for i, _ in files if i.state is State.COMPLETED)
     data = {i.state: storage.read(f"{folder}/{name}") for i, name in files}
     pending_action = next((i.action for i, _ in files if i.state is not State.COMPLETED),

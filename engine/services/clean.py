@@ -1,4 +1,4 @@
-"""Cleaning: deleting file slices no reader within retention needs (``hudi-table-services.md`` §5).
+"""Cleaning: deleting file slices no reader within retention needs (docs/engine.md).
 
 Planning (:func:`plan_clean`, driver, under the table lock):
 
@@ -168,7 +168,8 @@ def relative_path(storage: Storage, path: str, where: str) -> str:
 
 def earliest_commit_to_retain(timeline: Timeline, write_config: WriteConfig, *,
                               now: _dt.datetime | None = None) -> Instant | None:
-    """The ECR by policy (§5.1); None for KEEP_LATEST_FILE_VERSIONS or when not due yet.
+    """The ECR by policy (Java ``CleanPlanner.getEarliestCommitToRetain``); None for
+    KEEP_LATEST_FILE_VERSIONS or when not due yet.
 
     Never later than the last completed commit before the earliest pending write,
     compaction or clustering (Hudi applies that bound to KEEP_LATEST_COMMITS; it is applied

@@ -1,4 +1,4 @@
-"""Clustering: rewriting small file groups into fewer, sorted ones (``hudi-table-services.md`` §4).
+"""Clustering: rewriting small file groups into fewer, sorted ones (docs/engine.md, "Clustering").
 
 Planning (:func:`schedule_clustering`, driver, under the table lock) picks the latest slices
 of small file groups, groups them per partition by size and writes
@@ -176,7 +176,8 @@ def _excluded_groups(timeline: Timeline) -> set[FileGroupId]:
 
 def plan_groups(storage: Storage, timeline: Timeline,
                 write_config: WriteConfig) -> list[PlannedGroup]:
-    """The clustering groups a plan would take now (§4.1); [] if nothing qualifies."""
+    """The clustering groups a plan would take now (Java ``SparkSizeBasedClusteringPlanStrategy``);
+    [] if nothing qualifies."""
     visible = visible_instants(timeline)
     slices = build_file_slices(list_table_files(storage), timeline, visible)
     excluded = _excluded_groups(timeline)
@@ -289,9 +290,10 @@ def schedule_clustering(client: WriteClient) -> str | None:
 
 
 def schedule_resize(client: WriteClient) -> str | None:
-    """Plan a consistent-hashing resize (§9.3): per partition, split large buckets and merge
-    small adjacent ones within ``hoodie.bucket.index.{max,min}.num.buckets``; returns the
-    clustering instant, or None when no partition needs one.
+    """Plan a consistent-hashing resize (Java ``SparkConsistentBucketClusteringPlanStrategy``): per
+    partition, split large buckets and merge small adjacent ones within
+    ``hoodie.bucket.index.{max,min}.num.buckets``; returns the clustering instant, or None when no
+    partition needs one.
 
     As Java: nothing is planned while a deltacommit is pending, and a partition with a file
     group under a pending service is skipped. Unlike Java, a partition is rewritten only when

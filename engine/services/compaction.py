@@ -1,6 +1,6 @@
 """Compaction of merge-on-read tables: fold each file slice's log files into a new base file.
 
-``hudi-table-services.md`` §3. Three steps, each callable on its own:
+docs/engine.md, "Compaction". Three steps, each callable on its own:
 
 1. :func:`compaction_due` — Hudi's trigger strategies (``hoodie.compact.inline.trigger.*``).
 2. :func:`schedule_compaction` — under the table lock, pick a new instant C newer than
@@ -320,7 +320,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     if task.floor:  # taken over while running (a stalled attempt's late task)?
         discard_if_superseded(storage, Timeline.folder_for(config), task.instant_time,
                               [_rel(op.partition_path, name)], task.floor)
-    # Stats as Hudi's compactor records them (§3.2).
+    # Stats as Hudi's compactor records them (Java ``HoodieCompactor``).
     base_keys = (base.column(RECORD_KEY).combine_chunks() if base is not None
                  else pa.array([], pa.string()))
     out_keys = out.column(RECORD_KEY).combine_chunks()

@@ -2,7 +2,7 @@
 
 The record is Hudi's (``engine/format/avro/HoodieCompactionPlan.avsc``, the schema embedded in
 the Spark-written v8 sample); plans are written as version 2 (base and log file *names*) and
-version 1 plans (full paths) are read too (``hudi-table-services.md`` §1.1, §3.1).
+version 1 plans (full paths) are read too (Java ``CompactionPlanMigrator``).
 """
 
 from __future__ import annotations

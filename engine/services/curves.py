@@ -1,14 +1,14 @@
-"""Sort orders for clustering: linear, z-order and hilbert (``hudi-table-services.md`` §6).
+"""Sort orders for clustering: linear, z-order and hilbert (docs/engine.md, "Clustering").
 
 Hudi's ``SpaceCurveSortingHelper`` (``direct`` build method) maps every sort column of a row
 to a fixed-width value, combines the values of one row into a curve key, and sorts rows by
 that key compared as unsigned bytes. This module reproduces the mapping of each Arrow type
-(§6.2 for z-order, §6.3 for hilbert) with numpy over whole columns — clustering sorts
-millions of rows — and keeps the keys as rows of big-endian ``uint64`` words, whose
+(Java ``BinaryUtil`` for z-order, ``HilbertCurveUtils`` for hilbert) with numpy over whole columns —
+clustering sorts millions of rows — and keeps the keys as rows of big-endian ``uint64`` words, whose
 lexicographic order is the byte order of Hudi's keys. :func:`zorder_key_bytes` and
 :func:`hilbert_key_bytes` give the keys as Hudi writes them, for tests.
 
-Rules shared by both curves (§6.1):
+Rules shared by both curves:
 
 * one sort column: no curve, an ascending sort (Java range-partitions by the column);
 * the dimension order is not the order of ``sort.columns``: Java collects the columns in a
@@ -53,7 +53,7 @@ def normalize_strategy(name: str) -> str:
 
 
 def dimension_order(schema_names: Sequence[str], columns: Sequence[str]) -> list[str]:
-    """The order in which Java's curve sort takes the columns (§6.1).
+    """The order in which Java's curve sort takes the columns.
 
     Java keys a ``HashMap<Integer, StructField>`` by each column's position in the row
     schema and iterates it: by bucket ``position & (capacity - 1)`` (capacity 16, doubled
@@ -159,7 +159,7 @@ def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def zorder_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Each value's 8 z-order bytes (§6.2) as a big-endian ``uint64``."""
+    """Each value's 8 z-order bytes (Java ``BinaryUtil``) as a big-endian ``uint64``."""
     arr = _plain(arr)
     t = arr.type
     if pa.types.is_int64(t) or pa.types.is_uint32(t) or pa.types.is_uint64(t):
@@ -193,7 +193,7 @@ def zorder_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def hilbert_values(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Each value's hilbert coordinate (§6.3) as a signed ``int64``."""
+    """Each value's hilbert coordinate (Java ``HilbertCurveUtils``) as a signed ``int64``."""
     arr = _plain(arr)
     t = arr.type
     if pa.types.is_integer(t) and not (pa.types.is_int8(t) or pa.types.is_uint8(t)):
@@ -251,7 +251,7 @@ def interleave(values: Sequence[np.ndarray], bits: int = 64) -> np.ndarray:
 
 
 def zorder_words(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
-    """Z-order keys, one row of n big-endian words per row (§6.2)."""
+    """Z-order keys, one row of n big-endian words per row."""
     return interleave([zorder_values(c) for c in columns])
 
 
@@ -299,7 +299,7 @@ def hilbert_transpose(coords: Sequence[np.ndarray], bits: int = HILBERT_BITS) ->
 
 def hilbert_words(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
     """Hilbert indexes (bits = 63), one row of n words per row: the 63·n-bit index
-    left-aligned in 64·n bits, so word order is index order (§6.3)."""
+    left-aligned in 64·n bits, so word order is index order."""
     coords = [hilbert_values(c) for c in columns]
     return interleave(hilbert_transpose(coords), bits=HILBERT_BITS)
 

@@ -215,8 +215,8 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
 
 def revert_inflight_service(storage: Storage, timeline: Timeline, instant: Instant) -> None:
     """Undo a failed attempt at executing a compaction or clustering plan, keeping the plan
-    (``hudi-table-services.md`` §3.2, §4.2): a rollback instant deletes the files the attempt
-    wrote (named with the plan's instant), then the inflight file goes, so the instant is
+    (docs/engine.md, "Compaction" and "Clustering"): a rollback instant deletes the files the
+    attempt wrote (named with the plan's instant), then the inflight file goes, so the instant is
     requested again and the same plan is executed anew. A plan is never dropped. Hold the
     lock; the caller checked that no live executor owns the attempt (its heartbeat)."""
     if instant.is_completed:

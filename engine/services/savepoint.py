@@ -1,4 +1,4 @@
-"""Savepoints: commits whose file slices the cleaner keeps (``hudi-table-services.md`` §7).
+"""Savepoints: commits whose file slices the cleaner keeps (docs/engine.md).
 
 A savepoint of the completed commit T is two timeline files that carry T itself (not a new
 instant): ``T.savepoint.inflight`` (0 bytes), then ``T_C.savepoint``, a

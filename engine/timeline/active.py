@@ -1,6 +1,6 @@
 """The active timeline: which instants exist, in which state, and the writer's transitions.
 
-Commit protocol (``hudi-format.md`` §2.6), as the writer drives it:
+Commit protocol (docs/engine.md, "A write, step by step"), as the writer drives it:
 
 1. :meth:`Timeline.create_requested` — ``T.<action>.requested``;
 2. :meth:`Timeline.transition_to_inflight` — ``T.<action>.inflight`` (``T.inflight`` for

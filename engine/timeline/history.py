@@ -1,5 +1,5 @@
 """The v8 timeline history (the "LSM timeline"): archived instants under
-``.hoodie/timeline/history/`` (``hudi-table-services.md`` §8.3; Java ``LSMTimeline``,
+``.hoodie/timeline/history/`` (docs/engine.md, "Archival"; Java ``LSMTimeline``,
 ``LSMTimelineWriter``, ``HoodieLSMTimelineManifest``).
 
 Three kinds of file:

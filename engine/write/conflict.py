@@ -4,7 +4,7 @@ A writer that started from a snapshot of the timeline may complete its instant o
 other instant that completed since that snapshot wrote to, or replaced, one of the file
 groups it wrote, and no compaction or clustering scheduled since then covers one of them
 (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``;
-``hudi-table-services.md`` §10). Under non-blocking concurrency control, writers of log
+docs/engine.md, "Several writers"). Under non-blocking concurrency control, writers of log
 files never conflict with each other; only a replaced file group (clustering, insert
 overwrite) or one planned for clustering does.
 
