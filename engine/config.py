@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
@@ -234,7 +234,12 @@ def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
 
 @dataclass(frozen=True)
 class ConfigKey(Generic[T]):
-    """One declared option: its key, parser, default, doc and accepted aliases."""
+    """One declared option: its key, parser, default, doc and accepted aliases.
+
+    ``attr`` names the field the option fills; ``shown`` is the default as the docs show it
+    when the value alone does not say it (an unset default that means something); ``group``
+    names the table of docs/configuration.md that lists the option (:func:`describe_options`).
+    """
 
     key: str
     parse: Callable[[str, str], T]
@@ -242,212 +247,34 @@ class ConfigKey(Generic[T]):
     doc: str
     aliases: tuple[str, ...] = ()
     attr: str = ""
+    shown: str = ""
+    group: str = ""
+
+    @property
+    def default_text(self) -> str:
+        """The default as docs/configuration.md shows it."""
+        if self.shown:
+            return self.shown
+        value: Any = self.default
+        if value is None or value == () or value == "":
+            return "none"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        if isinstance(value, Enum):
+            return f"`{value.value}`"
+        return f"`{value}`"
+
+
+def option(key: str, parse: Callable[[str, str], T], default: T, doc: str, *,
+           aliases: tuple[str, ...] = (), shown: str = "", group: str = "writer") -> T:
+    """Declare a :class:`WriteConfig` field as the option ``key``: the field's default is
+    ``default``, :meth:`WriteConfig.from_options` parses the key (and its ``aliases``) with
+    ``parse``, and docs/configuration.md lists it with ``doc`` — declared once, here."""
+    spec: ConfigKey[T] = ConfigKey(key, parse, default, doc, aliases, shown=shown, group=group)
+    return field(default=default, metadata={"option": spec})
 
 
 ROLLING_METADATA_KEYS = "hoodie.write.rolling.metadata.keys"
-
-WRITE_KEYS: tuple[ConfigKey[Any], ...] = (
-    ConfigKey("hoodie.index.type", _enum_parser(IndexType), IndexType.SIMPLE,
-              "Write-side index: BUCKET (hash of the key picks the file group), SIMPLE "
-              "(join with the keys of the partition), GLOBAL_SIMPLE (join with all keys).",
-              attr="index_type"),
-    ConfigKey("hoodie.index.bucket.engine", _enum_parser(BucketEngine), BucketEngine.SIMPLE,
-              "BUCKET index engine: SIMPLE (a fixed number of buckets per partition) or "
-              "CONSISTENT_HASHING (RFC-42: a hash ring per partition, starting from "
-              "hoodie.bucket.index.num.buckets buckets; MERGE_ON_READ only). Stored in "
-              "hoodie.properties; fixed for the table's life.", attr="bucket_engine"),
-    ConfigKey("hoodie.bucket.index.num.buckets", _parse_positive_int, 4,
-              "Fixed number of buckets (file groups) per partition for the BUCKET index. "
-              "Hudi's own default is 256; tidelake defaults to 4, right for tables up to a few "
-              "GB per partition.", attr="num_buckets"),
-    ConfigKey("hoodie.logfile.data.block.format", _enum_parser(LogBlockFormat),
-              LogBlockFormat.PARQUET,
-              "Data block format of MOR log files: parquet (tidelake's default: smaller, and "
-              "faster to write and read) or avro (Hudi's default for parquet base files). "
-              "Hudi readers read both.", attr="log_block_format"),
-    ConfigKey("hoodie.parquet.max.file.size", _parse_positive_int, 120 * 1024 * 1024,
-              "Target size in bytes of a base file; inserts open new file groups at this size.",
-              attr="max_file_size"),
-    ConfigKey("hoodie.parquet.small.file.limit", _parse_positive_int, 100 * 1024 * 1024,
-              "Base files smaller than this take new inserts before new file groups open.",
-              attr="small_file_limit"),
-    ConfigKey("hoodie.copyonwrite.record.size.estimate", _parse_positive_int, 1024,
-              "Bytes per record assumed before the first commit gives a measured average.",
-              attr="record_size_estimate"),
-    ConfigKey("hoodie.parquet.compression.codec", lambda k, v: _codec(k, v), "snappy",
-              "Parquet compression codec of base files and parquet log blocks.",
-              attr="compression"),
-    ConfigKey("hoodie.combine.before.upsert", _parse_bool, True,
-              "Deduplicate records with the same key within one write by the ordering field.",
-              attr="combine_before_upsert"),
-    ConfigKey("hoodie.bloom.filter.enable", _parse_bool, True,
-              "Write Hudi's bloom filter and min/max record key into base file footers "
-              "(needed by Java writers' BLOOM index; not by readers).",
-              aliases=("tidelake.write.bloom.filter",), attr="write_bloom_filter"),
-    ConfigKey("hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
-              "SINGLE_WRITER, OPTIMISTIC_CONCURRENCY_CONTROL or NON_BLOCKING_CONCURRENCY_CONTROL "
-              "(MERGE_ON_READ with the BUCKET index only). Unset: non-blocking for "
-              "MERGE_ON_READ + BUCKET tables with a precombine field, optimistic for every "
-              "other table "
-              "(docs/engine.md, 'Several writers').", attr="concurrency_mode"),
-    ConfigKey("hoodie.write.lock.provider", _parse_lock_provider, FS_LOCK_PROVIDER,
-              "Lock for the short critical sections of a commit: the file-system lock "
-              "(a lock file in .hoodie, works on local and shared file systems) or the "
-              "in-process lock (writers in one Python process only).", attr="lock_provider"),
-    ConfigKey("hoodie.write.lock.wait_time_ms", _parse_positive_int, 60_000,
-              "How long a writer waits for the table lock before failing with "
-              "LockTimeoutError.", attr="lock_wait_ms"),
-    ConfigKey("hoodie.write.lock.filesystem.expire", _parse_minutes, 1.0,
-              "Minutes after which a file-system lock that its holder stopped renewing is "
-              "stale and may be broken (0: never). A live holder renews it every quarter of "
-              "this.", attr="lock_expire_minutes"),
-    ConfigKey("hoodie.client.heartbeat.interval_in_ms", _parse_positive_int, 60_000,
-              "How often a writer refreshes .hoodie/.heartbeat/<instant> while its instant "
-              "is pending.", attr="heartbeat_interval_ms"),
-    ConfigKey("hoodie.client.heartbeat.tolerable.misses", _parse_positive_int, 2,
-              "Missed heartbeats after which a pending instant counts as failed and the next "
-              "writer rolls it back.", attr="heartbeat_tolerable_misses"),
-    ConfigKey(ROLLING_METADATA_KEYS, _parse_columns, (),
-              "extraMetadata keys (comma-separated) that commits of table services copy "
-              "from the newest commit carrying them, so that a checkpoint recorded there "
-              "(a streaming job's Kafka offsets) survives compactions, clusterings and "
-              "archival. The streaming job sets its checkpoint keys.",
-              attr="rolling_metadata_keys"),
-    # -- table services (docs/engine.md, "Table services") -------------------------------
-    ConfigKey("hoodie.compact.inline", _parse_bool, False,
-              "Schedule and run a compaction right after a write when one is due "
-              "(MERGE_ON_READ).", attr="compact_inline"),
-    ConfigKey("hoodie.compact.schedule.inline", _parse_bool, False,
-              "Schedule (only) a compaction right after a write when one is due; something "
-              "else executes it.", attr="compact_schedule_inline"),
-    ConfigKey("hoodie.compact.inline.trigger.strategy", _enum_parser(CompactionTrigger),
-              CompactionTrigger.NUM_COMMITS,
-              "When a compaction is due: NUM_COMMITS (deltacommits since the last "
-              "compaction), NUM_COMMITS_AFTER_LAST_REQUEST, TIME_ELAPSED, NUM_AND_TIME, "
-              "NUM_OR_TIME.", attr="compact_trigger"),
-    ConfigKey("hoodie.compact.inline.max.delta.commits", _parse_positive_int, 5,
-              "Deltacommits after which a compaction is due.", attr="compact_max_delta_commits"),
-    ConfigKey("hoodie.compact.inline.max.delta.seconds", _parse_positive_int, 3600,
-              "Seconds after which a compaction is due (time-based triggers).",
-              attr="compact_max_delta_seconds"),
-    ConfigKey("hoodie.compaction.strategy", _parse_compaction_strategy,
-              "UnBoundedCompactionStrategy",
-              "Which file slices a compaction plan takes: UnBoundedCompactionStrategy (every "
-              "slice with log files) or LogFileSizeBasedCompactionStrategy (most log bytes "
-              "first, up to hoodie.compaction.target.io).", attr="compaction_strategy"),
-    ConfigKey("hoodie.compaction.target.io", _parse_positive_int, 512_000,
-              "MB of I/O one compaction plan may take (LogFileSizeBasedCompactionStrategy).",
-              attr="compaction_target_io_mb"),
-    ConfigKey("hoodie.compaction.logfile.size.threshold", _parse_count, 0,
-              "Only slices with at least this many log bytes are compacted.",
-              attr="compaction_log_size_threshold"),
-    ConfigKey("hoodie.compaction.logfile.num.threshold", _parse_count, 0,
-              "Only slices with at least this many log files are compacted.",
-              attr="compaction_log_num_threshold"),
-    ConfigKey("hoodie.datasource.compaction.async.enable", _parse_bool, True,
-              "Streaming job (MERGE_ON_READ): schedule compactions after micro-batches and "
-              "execute them in the job's service thread, beside ingestion.",
-              attr="compaction_async"),
-    ConfigKey("tidelake.services.max.pending.compactions", _parse_positive_int, 2,
-              "Streaming job: when this many compactions are pending, the next micro-batch "
-              "waits for the service thread to finish one (back-pressure).",
-              attr="max_pending_compactions"),
-    ConfigKey("tidelake.services.parallelism", _parse_count, 0,
-              "Streaming job: Spark tasks a service runs at once (0: half the job's cores, at "
-              "least 1), so services never take every executor slot from ingestion.",
-              attr="services_parallelism"),
-    ConfigKey("hoodie.clean.automatic", _parse_bool, True,
-              "Clean old file slices after every write.", attr="clean_automatic"),
-    ConfigKey("hoodie.clean.async", _parse_bool, False,
-              "Run the automatic clean beside ingestion instead of after the write (the "
-              "streaming job).", aliases=("hoodie.clean.async.enabled",), attr="clean_async"),
-    ConfigKey("hoodie.cleaner.policy", _enum_parser(CleanerPolicy),
-              CleanerPolicy.KEEP_LATEST_COMMITS,
-              "KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS.",
-              aliases=("hoodie.clean.policy",), attr="cleaner_policy"),
-    ConfigKey("hoodie.cleaner.commits.retained", _parse_positive_int, 10,
-              "KEEP_LATEST_COMMITS: commits whose files stay readable (time travel and "
-              "incremental reads).", aliases=("hoodie.clean.commits.retained",),
-              attr="cleaner_commits_retained"),
-    ConfigKey("hoodie.cleaner.fileversions.retained", _parse_positive_int, 3,
-              "KEEP_LATEST_FILE_VERSIONS: file slices kept per file group.",
-              aliases=("hoodie.clean.fileversions.retained",),
-              attr="cleaner_fileversions_retained"),
-    ConfigKey("hoodie.cleaner.hours.retained", _parse_positive_int, 24,
-              "KEEP_LATEST_BY_HOURS: hours of commits whose files stay readable.",
-              aliases=("hoodie.clean.hours.retained",), attr="cleaner_hours_retained"),
-    ConfigKey("hoodie.archive.automatic", _parse_bool, True,
-              "Archive old instants to the timeline history after every write.",
-              attr="archive_automatic"),
-    ConfigKey("hoodie.keep.min.commits", _parse_positive_int, 20,
-              "Completed commits archival keeps on the active timeline.",
-              attr="keep_min_commits"),
-    ConfigKey("hoodie.keep.max.commits", _parse_positive_int, 30,
-              "Completed commits on the active timeline that trigger archival.",
-              attr="keep_max_commits"),
-    ConfigKey("hoodie.timeline.compaction.batch.size", _parse_positive_int, 10,
-              "Files of one level of the timeline history merged into one of the next.",
-              attr="timeline_compaction_batch_size"),
-    ConfigKey("hoodie.archive.beyond.savepoint", _parse_bool, False,
-              "Archive past the first savepoint (savepointed commits stay).",
-              attr="archive_beyond_savepoint"),
-    ConfigKey("hoodie.clustering.inline", _parse_bool, False,
-              "Schedule and run a clustering right after a write when one is due.",
-              attr="clustering_inline"),
-    ConfigKey("hoodie.clustering.inline.max.commits", _parse_positive_int, 4,
-              "Commits after which an inline clustering is due.",
-              attr="clustering_inline_max_commits"),
-    ConfigKey("hoodie.clustering.schedule.inline", _parse_bool, False,
-              "Schedule (only) a clustering right after a write when one is due.",
-              attr="clustering_schedule_inline"),
-    ConfigKey("hoodie.clustering.async.enabled", _parse_bool, False,
-              "Cluster beside ingestion (the streaming job).", attr="clustering_async"),
-    ConfigKey("hoodie.clustering.async.max.commits", _parse_positive_int, 4,
-              "Commits after which an async clustering is due.",
-              attr="clustering_async_max_commits"),
-    ConfigKey("hoodie.clustering.plan.strategy.small.file.limit", _parse_positive_int,
-              300 * 1024 * 1024, "File slices smaller than this are clustered.",
-              attr="clustering_small_file_limit"),
-    ConfigKey("hoodie.clustering.plan.strategy.target.file.max.bytes", _parse_positive_int,
-              1024 * 1024 * 1024, "Target size of the file groups clustering writes.",
-              attr="clustering_target_file_max_bytes"),
-    ConfigKey("hoodie.clustering.plan.strategy.max.bytes.per.group", _parse_positive_int,
-              2 * 1024 * 1024 * 1024, "Bytes of input one clustering group takes at most.",
-              attr="clustering_max_bytes_per_group"),
-    ConfigKey("hoodie.clustering.plan.strategy.max.num.groups", _parse_positive_int, 30,
-              "Clustering groups one plan takes at most.", attr="clustering_max_num_groups"),
-    ConfigKey("hoodie.clustering.plan.strategy.sort.columns", _parse_columns, (),
-              "Columns clustering sorts by (comma-separated; none: no sort).",
-              attr="clustering_sort_columns"),
-    ConfigKey("hoodie.clustering.plan.strategy.partition.selected", _parse_columns, (),
-              "Only these partitions are clustered (comma-separated partition paths).",
-              attr="clustering_partitions_selected"),
-    ConfigKey("hoodie.clustering.plan.strategy.partition.regex.pattern", _parse_text, "",
-              "Only partitions whose path matches this regular expression are clustered.",
-              attr="clustering_partition_regex"),
-    ConfigKey("hoodie.clustering.plan.strategy.single.group.clustering.enabled", _parse_bool,
-              True, "Cluster a partition even when it yields a single one-slice group.",
-              attr="clustering_single_group"),
-    ConfigKey("hoodie.bucket.index.max.num.buckets", _parse_positive_int, None,
-              "CONSISTENT_HASHING: most buckets a partition may grow to by splits (unset: "
-              "hoodie.bucket.index.num.buckets, i.e. no split, as in Hudi).",
-              attr="bucket_max_num_buckets"),
-    ConfigKey("hoodie.bucket.index.min.num.buckets", _parse_positive_int, None,
-              "CONSISTENT_HASHING: fewest buckets a partition may shrink to by merges (unset: "
-              "hoodie.bucket.index.num.buckets, i.e. no merge, as in Hudi).",
-              attr="bucket_min_num_buckets"),
-    ConfigKey("hoodie.bucket.index.split.threshold", _parse_positive_float, 2.0,
-              "CONSISTENT_HASHING: a bucket whose file slice exceeds this times "
-              "hoodie.parquet.max.file.size splits in two at the next resize.",
-              attr="bucket_split_threshold"),
-    ConfigKey("hoodie.bucket.index.merge.threshold", _parse_positive_float, 0.2,
-              "CONSISTENT_HASHING: adjacent buckets whose file slices are together below this "
-              "times hoodie.parquet.max.file.size merge at the next resize.",
-              attr="bucket_merge_threshold"),
-    ConfigKey("hoodie.layout.optimize.strategy", _parse_layout_strategy, "linear",
-              "How clustering orders the sort columns: linear, z-order or hilbert.",
-              attr="layout_optimize_strategy"),
-)
 
 _CODECS = ("snappy", "zstd", "gzip", "none", "uncompressed", "lz4", "brotli")
 
@@ -461,66 +288,242 @@ def _codec(key: str, raw: str) -> str:
 
 @dataclass(frozen=True)
 class WriteConfig:
-    """Typed writer options; build with :meth:`from_options`."""
+    """Typed writer options, each field declared once by :func:`option` (key, parser,
+    default, doc); build with :meth:`from_options`."""
 
-    index_type: IndexType = IndexType.SIMPLE
-    bucket_engine: BucketEngine = BucketEngine.SIMPLE
-    num_buckets: int = 4
-    log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
-    max_file_size: int = 120 * 1024 * 1024
-    small_file_limit: int = 100 * 1024 * 1024
-    record_size_estimate: int = 1024
-    compression: str = "snappy"
-    combine_before_upsert: bool = True
-    write_bloom_filter: bool = True
-    concurrency_mode: ConcurrencyMode | None = None
-    lock_provider: str = FS_LOCK_PROVIDER
-    lock_wait_ms: int = 60_000
-    lock_expire_minutes: float = 1.0
-    heartbeat_interval_ms: int = 60_000
-    heartbeat_tolerable_misses: int = 2
-    rolling_metadata_keys: tuple[str, ...] = ()
-    compact_inline: bool = False
-    compact_schedule_inline: bool = False
-    compact_trigger: CompactionTrigger = CompactionTrigger.NUM_COMMITS
-    compact_max_delta_commits: int = 5
-    compact_max_delta_seconds: int = 3600
-    compaction_strategy: str = "UnBoundedCompactionStrategy"
-    compaction_target_io_mb: int = 512_000
-    compaction_log_size_threshold: int = 0
-    compaction_log_num_threshold: int = 0
-    compaction_async: bool = True
-    max_pending_compactions: int = 2
-    services_parallelism: int = 0
-    clean_automatic: bool = True
-    clean_async: bool = False
-    cleaner_policy: CleanerPolicy = CleanerPolicy.KEEP_LATEST_COMMITS
-    cleaner_commits_retained: int = 10
-    cleaner_fileversions_retained: int = 3
-    cleaner_hours_retained: int = 24
-    archive_automatic: bool = True
-    keep_min_commits: int = 20
-    keep_max_commits: int = 30
-    timeline_compaction_batch_size: int = 10
-    archive_beyond_savepoint: bool = False
-    clustering_inline: bool = False
-    clustering_inline_max_commits: int = 4
-    clustering_schedule_inline: bool = False
-    clustering_async: bool = False
-    clustering_async_max_commits: int = 4
-    clustering_small_file_limit: int = 300 * 1024 * 1024
-    clustering_target_file_max_bytes: int = 1024 * 1024 * 1024
-    clustering_max_bytes_per_group: int = 2 * 1024 * 1024 * 1024
-    clustering_max_num_groups: int = 30
-    clustering_sort_columns: tuple[str, ...] = ()
-    clustering_partitions_selected: tuple[str, ...] = ()
-    clustering_partition_regex: str = ""
-    clustering_single_group: bool = True
-    layout_optimize_strategy: str = "linear"
-    bucket_max_num_buckets: int | None = None
-    bucket_min_num_buckets: int | None = None
-    bucket_split_threshold: float = 2.0
-    bucket_merge_threshold: float = 0.2
+    index_type: IndexType = option(
+        "hoodie.index.type", _enum_parser(IndexType), IndexType.SIMPLE,
+        "Write-side index. `BUCKET`: the key's hash picks one of a fixed number of file groups per "
+        "partition (Hudi's bucket index, bit for bit: Java `List<String>.hashCode`), no lookup; "
+        "`SIMPLE`: join incoming keys with the keys stored in the batch's partitions; "
+        "`GLOBAL_SIMPLE`: join with all keys of the table, so a record whose partition value "
+        "changed moves (its old copy is deleted). Stored in `hoodie.properties` at creation and "
+        "fixed for the table's life: `Table.open` with another value (including `SIMPLE` ↔ "
+        "`GLOBAL_SIMPLE`) raises `InvalidOptionError` naming this key.")
+    bucket_engine: BucketEngine = option(
+        "hoodie.index.bucket.engine", _enum_parser(BucketEngine), BucketEngine.SIMPLE,
+        "How `BUCKET` maps keys to file groups: `SIMPLE` (a fixed number of buckets per partition) "
+        "or `CONSISTENT_HASHING` (Hudi's RFC-42: a hash ring per partition in "
+        "`.hoodie/.bucket_index/consistent_hashing_metadata/`, starting from "
+        "`hoodie.bucket.index.num.buckets` buckets; file ids `<uuid>-0`; MERGE_ON_READ only, "
+        "optimistic concurrency). Stored in `hoodie.properties` and fixed for the table's life. "
+        "With `CONSISTENT_HASHING` a clustering resizes the buckets (see the "
+        "`hoodie.bucket.index.*` keys below); the engine API and the streaming job "
+        "(`index.bucket_engine` in a job file, the `BUCKET` index; `GLOBAL_STATE` is refused "
+        "naming this key) write such tables.")
+    bucket_max_num_buckets: int | None = option(
+        "hoodie.bucket.index.max.num.buckets", _parse_positive_int, None,
+        "`CONSISTENT_HASHING`: the most buckets a partition may grow to by splits. Unset, no "
+        "bucket splits (as in Hudi).", shown="`hoodie.bucket.index.num.buckets`")
+    bucket_min_num_buckets: int | None = option(
+        "hoodie.bucket.index.min.num.buckets", _parse_positive_int, None,
+        "`CONSISTENT_HASHING`: the fewest buckets a partition may shrink to by merges. Unset, no "
+        "buckets merge (as in Hudi).", shown="`hoodie.bucket.index.num.buckets`")
+    bucket_split_threshold: float = option(
+        "hoodie.bucket.index.split.threshold", _parse_positive_float, 2.0,
+        "`CONSISTENT_HASHING`: a bucket whose file slice (base and logs) exceeds this times "
+        "`hoodie.parquet.max.file.size` splits in two at the next resize (a clustering: "
+        "`Table.cluster()`, `tidelake table cluster`, or inline/async clustering).")
+    bucket_merge_threshold: float = option(
+        "hoodie.bucket.index.merge.threshold", _parse_positive_float, 0.2,
+        "`CONSISTENT_HASHING`: ring-adjacent buckets below this times "
+        "`hoodie.parquet.max.file.size` merge at the next resize.")
+    num_buckets: int = option(
+        "hoodie.bucket.index.num.buckets", _parse_positive_int, 4,
+        "Buckets (file groups) per partition for `BUCKET`. Fixed for the table's life (stored at "
+        "creation; opening with another value is an error). Hudi's own default is 256.")
+    log_block_format: LogBlockFormat = option(
+        "hoodie.logfile.data.block.format", _enum_parser(LogBlockFormat), LogBlockFormat.PARQUET,
+        "Data block format of merge-on-read log files: `parquet` or `avro`. Hudi's own default for "
+        "parquet base files is `avro`; tidelake writes `parquet` blocks unless told otherwise: "
+        "2.5x smaller than the same rows in Avro, upserts ~45% faster, snapshot reads of slices "
+        "with logs ~1.4x faster (docs/benchmarks.md, \"Table services\"). Hudi's Java readers read "
+        "both (Spark-written tables with parquet blocks are among `tests/fixtures/hudi-samples`), "
+        "hudi-rs too; an existing table's logs stay readable whichever format a writer picks.")
+    max_file_size: int = option(
+        "hoodie.parquet.max.file.size", _parse_positive_int, 120 * 1024 * 1024,
+        "Target base file size; inserts open new file groups of this size.",
+        shown="`125829120` (120 MiB)")
+    small_file_limit: int = option(
+        "hoodie.parquet.small.file.limit", _parse_positive_int, 100 * 1024 * 1024,
+        "File groups smaller than this take new inserts first.", shown="`104857600` (100 MiB)")
+    record_size_estimate: int = option(
+        "hoodie.copyonwrite.record.size.estimate", _parse_positive_int, 1024,
+        "Bytes per record assumed until a commit has measured it.")
+    compression: str = option(
+        "hoodie.parquet.compression.codec", _codec, "snappy",
+        "`snappy`, `zstd`, `gzip`, `lz4`, `brotli` or `none`.")
+    combine_before_upsert: bool = option(
+        "hoodie.combine.before.upsert", _parse_bool, True,
+        "Combine records with the same key within one write by the merge mode: on (key, partition "
+        "path) with `SIMPLE` and `BUCKET`, on the key alone with `GLOBAL_SIMPLE` (as Hudi).")
+    write_bloom_filter: bool = option(
+        "hoodie.bloom.filter.enable", _parse_bool, True,
+        "Write Hudi's bloom filter and min/max record key into base file footers (used by Java "
+        "writers' BLOOM index; readers do not need them).",
+        aliases=("tidelake.write.bloom.filter",))
+    concurrency_mode: ConcurrencyMode | None = option(
+        "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
+        "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "
+        "one on a file group is refused with `WriteConflictError`) or "
+        "`NON_BLOCKING_CONCURRENCY_CONTROL` (MERGE_ON_READ + BUCKET only: concurrent writers all "
+        "succeed). See [engine.md](engine.md#several-writers).",
+        shown="non-blocking for MERGE_ON_READ + BUCKET with a precombine field, else optimistic")
+    lock_provider: str = option(
+        "hoodie.write.lock.provider", _parse_lock_provider, FS_LOCK_PROVIDER,
+        "The table lock: the file `.hoodie/lock` (local or shared file system), or "
+        "`org.apache.hudi.client.transaction.lock.InProcessLockProvider` (threads of one process).")
+    lock_wait_ms: int = option(
+        "hoodie.write.lock.wait_time_ms", _parse_positive_int, 60_000,
+        "How long a writer waits for the lock before `LockTimeoutError`.")
+    lock_expire_minutes: float = option(
+        "hoodie.write.lock.filesystem.expire", _parse_minutes, 1.0,
+        "A file-system lock its holder stopped renewing for this long is stale and is broken; `0`: "
+        "never.", shown="`1` (minutes)")
+    heartbeat_interval_ms: int = option(
+        "hoodie.client.heartbeat.interval_in_ms", _parse_positive_int, 60_000,
+        "How often a writer refreshes the heartbeat of its pending instant.")
+    heartbeat_tolerable_misses: int = option(
+        "hoodie.client.heartbeat.tolerable.misses", _parse_positive_int, 2,
+        "A pending instant whose heartbeat is older than interval x misses counts as failed; the "
+        "next writer rolls it back.")
+    rolling_metadata_keys: tuple[str, ...] = option(
+        ROLLING_METADATA_KEYS, _parse_columns, (),
+        "extraMetadata keys (comma-separated) that commits of table services copy from the newest "
+        "commit carrying them, so that a checkpoint recorded there (a streaming job's Kafka "
+        "offsets) survives compactions, clusterings and archival. The streaming job sets its "
+        "checkpoint keys.", group="services")
+    compact_inline: bool = option(
+        "hoodie.compact.inline", _parse_bool, False,
+        "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",
+        group="services")
+    compact_schedule_inline: bool = option(
+        "hoodie.compact.schedule.inline", _parse_bool, False,
+        "Schedule (only) a compaction right after a write when one is due; something else executes "
+        "it.", group="services")
+    compact_trigger: CompactionTrigger = option(
+        "hoodie.compact.inline.trigger.strategy", _enum_parser(CompactionTrigger),
+        CompactionTrigger.NUM_COMMITS,
+        "When a compaction is due: NUM_COMMITS (deltacommits since the last compaction), "
+        "NUM_COMMITS_AFTER_LAST_REQUEST, TIME_ELAPSED, NUM_AND_TIME, NUM_OR_TIME.",
+        group="services")
+    compact_max_delta_commits: int = option(
+        "hoodie.compact.inline.max.delta.commits", _parse_positive_int, 5,
+        "Deltacommits after which a compaction is due.", group="services")
+    compact_max_delta_seconds: int = option(
+        "hoodie.compact.inline.max.delta.seconds", _parse_positive_int, 3600,
+        "Seconds after which a compaction is due (time-based triggers).", group="services")
+    compaction_strategy: str = option(
+        "hoodie.compaction.strategy", _parse_compaction_strategy, "UnBoundedCompactionStrategy",
+        "Which file slices a compaction plan takes: UnBoundedCompactionStrategy (every slice with "
+        "log files) or LogFileSizeBasedCompactionStrategy (most log bytes first, up to "
+        "hoodie.compaction.target.io).", group="services")
+    compaction_target_io_mb: int = option(
+        "hoodie.compaction.target.io", _parse_positive_int, 512_000,
+        "MB of I/O one compaction plan may take (LogFileSizeBasedCompactionStrategy).",
+        group="services")
+    compaction_log_size_threshold: int = option(
+        "hoodie.compaction.logfile.size.threshold", _parse_count, 0,
+        "Only slices with at least this many log bytes are compacted.", group="services")
+    compaction_log_num_threshold: int = option(
+        "hoodie.compaction.logfile.num.threshold", _parse_count, 0,
+        "Only slices with at least this many log files are compacted.", group="services")
+    compaction_async: bool = option(
+        "hoodie.datasource.compaction.async.enable", _parse_bool, True,
+        "Streaming job (MERGE_ON_READ): schedule compactions after micro-batches and execute them "
+        "in the job's service thread, beside ingestion.", group="services")
+    max_pending_compactions: int = option(
+        "tidelake.services.max.pending.compactions", _parse_positive_int, 2,
+        "Streaming job: when this many compactions are pending, the next micro-batch waits for the "
+        "service thread to finish one (back-pressure).", group="services")
+    services_parallelism: int = option(
+        "tidelake.services.parallelism", _parse_count, 0,
+        "Streaming job: Spark tasks a service runs at once (0: half the job's cores, at least 1), "
+        "so services never take every executor slot from ingestion.", group="services")
+    clean_automatic: bool = option(
+        "hoodie.clean.automatic", _parse_bool, True,
+        "Clean old file slices after every write.", group="services")
+    clean_async: bool = option(
+        "hoodie.clean.async", _parse_bool, False,
+        "Accepted under Hudi's name, with no effect here: the streaming job always cleans beside "
+        "ingestion (in its service thread), a `Table` write right after the write.",
+        aliases=("hoodie.clean.async.enabled",), group="services")
+    cleaner_policy: CleanerPolicy = option(
+        "hoodie.cleaner.policy", _enum_parser(CleanerPolicy), CleanerPolicy.KEEP_LATEST_COMMITS,
+        "KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS or KEEP_LATEST_BY_HOURS.",
+        aliases=("hoodie.clean.policy",), group="services")
+    cleaner_commits_retained: int = option(
+        "hoodie.cleaner.commits.retained", _parse_positive_int, 10,
+        "KEEP_LATEST_COMMITS: commits whose files stay readable (time travel and incremental "
+        "reads).", aliases=("hoodie.clean.commits.retained",), group="services")
+    cleaner_fileversions_retained: int = option(
+        "hoodie.cleaner.fileversions.retained", _parse_positive_int, 3,
+        "KEEP_LATEST_FILE_VERSIONS: file slices kept per file group.",
+        aliases=("hoodie.clean.fileversions.retained",), group="services")
+    cleaner_hours_retained: int = option(
+        "hoodie.cleaner.hours.retained", _parse_positive_int, 24,
+        "KEEP_LATEST_BY_HOURS: hours of commits whose files stay readable.",
+        aliases=("hoodie.clean.hours.retained",), group="services")
+    archive_automatic: bool = option(
+        "hoodie.archive.automatic", _parse_bool, True,
+        "Archive old instants to the timeline history after every write.", group="services")
+    keep_min_commits: int = option(
+        "hoodie.keep.min.commits", _parse_positive_int, 20,
+        "Completed commits archival keeps on the active timeline.", group="services")
+    keep_max_commits: int = option(
+        "hoodie.keep.max.commits", _parse_positive_int, 30,
+        "Completed commits on the active timeline that trigger archival.", group="services")
+    timeline_compaction_batch_size: int = option(
+        "hoodie.timeline.compaction.batch.size", _parse_positive_int, 10,
+        "Files of one level of the timeline history merged into one of the next.", group="services")
+    archive_beyond_savepoint: bool = option(
+        "hoodie.archive.beyond.savepoint", _parse_bool, False,
+        "Archive past the first savepoint (savepointed commits stay).", group="services")
+    clustering_inline: bool = option(
+        "hoodie.clustering.inline", _parse_bool, False,
+        "Schedule and run a clustering right after a write when one is due.", group="services")
+    clustering_inline_max_commits: int = option(
+        "hoodie.clustering.inline.max.commits", _parse_positive_int, 4,
+        "Commits after which an inline clustering is due.", group="services")
+    clustering_schedule_inline: bool = option(
+        "hoodie.clustering.schedule.inline", _parse_bool, False,
+        "Schedule (only) a clustering right after a write when one is due.", group="services")
+    clustering_async: bool = option(
+        "hoodie.clustering.async.enabled", _parse_bool, False,
+        "Cluster beside ingestion (the streaming job).", group="services")
+    clustering_async_max_commits: int = option(
+        "hoodie.clustering.async.max.commits", _parse_positive_int, 4,
+        "Commits after which an async clustering is due.", group="services")
+    clustering_small_file_limit: int = option(
+        "hoodie.clustering.plan.strategy.small.file.limit", _parse_positive_int, 300 * 1024 * 1024,
+        "File slices smaller than this are clustered.", group="services")
+    clustering_target_file_max_bytes: int = option(
+        "hoodie.clustering.plan.strategy.target.file.max.bytes", _parse_positive_int,
+        1024 * 1024 * 1024,
+        "Target size of the file groups clustering writes.", group="services")
+    clustering_max_bytes_per_group: int = option(
+        "hoodie.clustering.plan.strategy.max.bytes.per.group", _parse_positive_int,
+        2 * 1024 * 1024 * 1024,
+        "Bytes of input one clustering group takes at most.", group="services")
+    clustering_max_num_groups: int = option(
+        "hoodie.clustering.plan.strategy.max.num.groups", _parse_positive_int, 30,
+        "Clustering groups one plan takes at most.", group="services")
+    clustering_sort_columns: tuple[str, ...] = option(
+        "hoodie.clustering.plan.strategy.sort.columns", _parse_columns, (),
+        "Columns clustering sorts by (comma-separated; none: no sort).", group="services")
+    clustering_partitions_selected: tuple[str, ...] = option(
+        "hoodie.clustering.plan.strategy.partition.selected", _parse_columns, (),
+        "Only these partitions are clustered (comma-separated partition paths).", group="services")
+    clustering_partition_regex: str = option(
+        "hoodie.clustering.plan.strategy.partition.regex.pattern", _parse_text, "",
+        "Only partitions whose path matches this regular expression are clustered.",
+        group="services")
+    clustering_single_group: bool = option(
+        "hoodie.clustering.plan.strategy.single.group.clustering.enabled", _parse_bool, True,
+        "Cluster a partition even when it yields a single one-slice group.", group="services")
+    layout_optimize_strategy: str = option(
+        "hoodie.layout.optimize.strategy", _parse_layout_strategy, "linear",
+        "How clustering orders the sort columns: linear, z-order or hilbert.", group="services")
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -554,6 +557,25 @@ class WriteConfig:
                 raise InvalidOptionError(key, "unknown option; see docs/configuration.md")
             values[found.attr] = found.parse(key, raw if isinstance(raw, str) else str(raw))
         return replace(cls(), **values, extra=extra)
+
+
+WRITE_KEYS: tuple[ConfigKey[Any], ...] = tuple(
+    replace(f.metadata["option"], attr=f.name) for f in fields(WriteConfig)
+    if "option" in f.metadata)
+"""Every writer option, from the :class:`WriteConfig` fields, in the order the docs list them."""
+
+
+def describe_options(keys: tuple[ConfigKey[Any], ...], group: str) -> str:
+    """The Markdown table of the options of ``group`` (docs/configuration.md holds it; a test
+    keeps the two the same)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for spec in keys:
+        if spec.group != group:
+            continue
+        also = (" (also " + ", ".join(f"`{a}`" for a in spec.aliases) + ")"
+                if spec.aliases else "")
+        rows.append(f"| `{spec.key}`{also} | {spec.default_text} | {spec.doc} |")
+    return "\n".join(rows)
 
 
 # ---------------------------------------------------------------------------------------
