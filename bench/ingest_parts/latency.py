@@ -1,0 +1,212 @@
+"""The latency phase: a steady producer, a processing-time trigger, produce → visible."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import (
+    fmt_seconds,
+    log,
+)
+
+from ingest_parts.metering import CpuMeter
+from ingest_parts.producers import send_warmup, steady_producer
+from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
+from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
+
+
+class TimelinePoller:
+    """Lists the table's timeline every ``interval`` s; notes when each commit is first seen."""
+
+    def __init__(self, table_path: str, interval: float = 0.1) -> None:
+        self.table_path = table_path
+        self.interval = interval
+        self.seen: dict[str, float] = {}  # completion time → wall time first seen
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-poller", daemon=True)
+
+    def _run(self) -> None:
+        from engine.table import Table
+
+        table = None
+        while not self._stop.wait(self.interval):
+            try:
+                table = table or Table.open(self.table_path)
+                entries = table.timeline()
+            except Exception:
+                continue
+            stamp = time.time()
+            for e in entries:
+                if e.state == "completed" and e.completion_time:
+                    self.seen.setdefault(e.completion_time, stamp)
+
+    def __enter__(self) -> TimelinePoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class LatencyResult:
+    rate: float
+    seconds: float
+    interval: str
+    sent: int = 0
+    send_seconds: float = 0.0
+    behind_ticks: int = 0
+    visible: int = 0
+    commits: int = 0
+    p50: float | None = None
+    p99: float | None = None
+    maximum: float | None = None
+    seen_p50: float | None = None
+    seen_p99: float | None = None
+    drain_seconds: float | None = None
+    error: str | None = None
+    check: str = "-"
+    problems: list[str] = field(default_factory=list)
+    cpu: str = ""
+
+    @property
+    def achieved(self) -> float | None:
+        return self.sent / self.send_seconds if self.send_seconds else None
+
+
+
+def warm_up(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace) -> float:
+    """One untimed query (bucket index, :data:`WARMUP_QUERY_RECORDS` records in
+    :data:`WARMUP_QUERY_BATCHES` micro-batches): Python workers, JIT, codegen."""
+    from ingest.kafka_produce import create_topic
+    from jobs.ingest_job import start
+
+    topic = f"bench-warmup-{os.getpid()}-{int(time.time())}"
+    create_topic(bootstrap, topic, args.partitions)
+    counts = send_warmup(bootstrap, topic, args.partitions, WARMUP_QUERY_RECORDS)
+    config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
+                        max_offsets=WARMUP_QUERY_RECORDS // WARMUP_QUERY_BATCHES,
+                        buckets=args.buckets,
+                        log_format=args.log_format, available_now=True,
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+    started = time.perf_counter()
+    _, sink, query = start(config, spark)
+    try:
+        done = wait_committed(query, sink, str(folder / "table"), counts, args.timeout)
+        query.awaitTermination(60)
+    finally:
+        if query.isActive:
+            query.stop()
+    if done is None:
+        raise RuntimeError(f"the warm-up query did not commit its records: {query.exception()}")
+    return time.perf_counter() - started
+
+
+def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace
+                ) -> LatencyResult:
+    from engine.table import Table
+    from ingest.kafka_produce import create_topic
+    from jobs.ingest_job import start
+
+    result = LatencyResult(args.rate, args.latency_seconds, args.trigger_interval)
+    topic = f"bench-latency-{os.getpid()}-{int(time.time())}"
+    create_topic(bootstrap, topic, args.partitions)
+    table_path = str(folder / "table")
+    config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
+                        max_offsets=args.latency_max_offsets, buckets=args.buckets,
+                        log_format=args.log_format, available_now=False,
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+    log(f"latency: {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s into topic "
+        f"{topic}, trigger every {args.trigger_interval}")
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    ready = ctx.Event()
+    producer = ctx.Process(target=steady_producer, name="bench-producer-steady", args=(
+        bootstrap, topic, args.partitions, args.rate, args.latency_seconds, args.seed + 11,
+        ready, results))
+    query = None
+    try:
+        _, sink, query = start(config, spark)
+        warm = send_warmup(bootstrap, topic, args.partitions)
+        if wait_committed(query, sink, table_path, warm, args.timeout) is None:
+            raise RuntimeError("the warm-up records were not committed")
+        warm_completion = committed_offsets(table_path)[1]
+        assert warm_completion is not None
+        producer.start()
+        if not ready.wait(120):
+            raise RuntimeError("the producer process did not start")
+        with TimelinePoller(table_path) as poller, CpuMeter() as cpu:
+            producer.join(args.latency_seconds * 3 + 120)
+            if producer.exitcode != 0:
+                raise RuntimeError(f"the producer process failed (exit {producer.exitcode})")
+            report = results.get(timeout=10)
+            drain_started = time.monotonic()
+            expected = {p: warm.get(p, 0) + n for p, n in report["per_partition"].items()}
+            last = wait_committed(query, sink, table_path, expected, args.timeout)
+            result.drain_seconds = time.monotonic() - drain_started
+        result.cpu = cpu.describe()
+        result.sent, result.send_seconds = report["sent"], report["seconds"]
+        result.behind_ticks = report["behind_ticks"]
+        if last is None:
+            exc = query.exception()
+            raise RuntimeError(f"the query failed: {exc}" if exc is not None else
+                               f"not every record was committed within {args.timeout:.0f} s")
+        query.stop()
+        _latencies(Table.open(table_path), warm_completion, poller.seen, result)
+        rows = Table.open(table_path).read(columns=["key"]).num_rows
+        want = report["distinct"] + WARMUP_RECORDS
+        if rows != want:
+            result.problems.append(f"row count {rows:,} != distinct keys {want:,}")
+        result.check = "ok" if not result.problems else "FAIL"
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+        result.check = "error"
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        if producer.is_alive():
+            producer.terminate()
+            producer.join(10)
+    log(f"latency: p50 {fmt_seconds(result.p50)}, p99 {fmt_seconds(result.p99)}, "
+        f"check {result.check}" + (f" ({result.error})" if result.error else ""))
+    return result
+
+
+def _latencies(table: Any, after: str, seen: dict[str, float], result: LatencyResult) -> None:
+    """Latency of every record visible in each commit completed after ``after``."""
+    commits = sorted(e.completion_time for e in table.timeline()
+                     if e.state == "completed" and e.completion_time
+                     and e.completion_time > after)
+    lat: list[np.ndarray] = []
+    seen_lat: list[np.ndarray] = []
+    previous = after
+    for completion in commits:
+        rows = table.read_incremental(previous, completion, columns=["ts"])
+        ts = rows.column("ts").to_numpy().astype(np.float64) / 1000
+        lat.append(epoch_seconds(completion) - ts)
+        if completion in seen:
+            seen_lat.append(seen[completion] - ts)
+        previous = completion
+    result.commits = len(commits)
+    if not lat:
+        result.problems.append("no commit after the warm-up")
+        return
+    values = np.concatenate(lat)
+    result.visible = int(values.size)
+    result.p50, result.p99 = (float(x) for x in np.percentile(values, [50, 99]))
+    result.maximum = float(values.max())
+    if seen_lat:
+        seen_values = np.concatenate(seen_lat)
+        result.seen_p50, result.seen_p99 = (float(x) for x in
+                                            np.percentile(seen_values, [50, 99]))
+    if values.min() < -0.002:
+        result.problems.append(f"a record is visible {-values.min():.3f} s before it was sent")

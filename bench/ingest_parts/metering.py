@@ -1,0 +1,199 @@
+"""CPU seconds by kind of process (from /proc), and wall time of the sink's driver-side steps."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# -- CPU accounting ------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a process, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _category(pid: int, own: int) -> str:
+    if pid == own:
+        return "driver (bench + job, Python)"
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return "other"
+    if "java" in cmd.split(" ", 1)[0] or "org.apache.spark" in cmd:
+        return "Spark JVM"
+    if "pyspark" in cmd:
+        return "Spark Python workers"
+    if "tansu" in cmd:
+        return "Kafka broker (Tansu)"
+    if "multiprocessing" in cmd or "bench-producer" in cmd:
+        return "producer"
+    return "other"
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        parts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+        total = sum(parts[:8])
+        return (total - idle) / _TICK, total / _TICK
+    return 0.0, 0.0
+
+
+class CpuMeter:
+    """Samples CPU seconds of this process and its descendants by kind, and the machine's."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.own = os.getpid()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.machine_start = (0.0, 0.0)
+        self.machine_end = (0.0, 0.0)
+        self.wall = 0.0
+
+    def _descendants(self) -> dict[int, float]:
+        parents: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                got = _proc_stat(int(entry))
+                if got is not None:
+                    parents[int(entry)], cpu[int(entry)] = got
+        children: dict[int, list[int]] = defaultdict(list)
+        for pid, ppid in parents.items():
+            children[ppid].append(pid)
+        found, todo = {}, [self.own]
+        while todo:
+            pid = todo.pop()
+            if pid in cpu:
+                found[pid] = cpu[pid]
+            todo.extend(children.get(pid, ()))
+        return found
+
+    def _sample(self, initial: bool = False) -> None:
+        for pid, seconds in self._descendants().items():
+            if pid not in self.kind:
+                self.kind[pid] = _category(pid, self.own)
+                self.first[pid] = seconds if initial else 0.0
+            self.last[pid] = seconds
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._sample(initial=True)
+        self.machine_start = _machine_busy()
+        self.wall = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="bench-cpu", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        self.machine_end = _machine_busy()
+        self.wall = time.perf_counter() - self.wall
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for pid, kind in self.kind.items():
+            out[kind] += self.last[pid] - self.first[pid]
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def machine_busy(self) -> float:
+        return self.machine_end[0] - self.machine_start[0]
+
+    def describe(self) -> str:
+        kinds = self.by_kind()
+        ours = sum(kinds.values())
+        busy = self.machine_busy()
+        cores = os.cpu_count() or 1
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in kinds.items() if v >= 0.05)
+        return (f"CPU seconds over {self.wall:.1f} s wall ({cores} cores = "
+                f"{cores * self.wall:.1f} CPU s): {parts}; all of ours {ours:.1f}, "
+                f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f})")
+
+
+# -- sink timing ---------------------------------------------------------------------------
+
+SINK_PHASES = (
+    ("ingest.sink", "write_rows", "write jobs (data: read Kafka + prepare (+ state tagging) "
+     "+ shuffle by file group + write handles; error table: its staged rows)"),
+    ("ingest.sink", "start_instant", "start instant (rollback check, requested → inflight)"),
+    ("ingest.spark_write", "InstantPlan.finish", "commit (complete the instant)"),
+    ("ingest.sink", "HudiStreamingSink.process_batch", "whole foreachBatch call"),
+)
+
+
+class SinkTimer:
+    """Wall time of the sink's steps, by wrapping them (driver side, restored afterwards).
+
+    The wrapped names are the sink's internals; any that is missing is skipped and named.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.missing: list[str] = []
+        self.batch_records: list[int] = []
+        """Kafka records of each micro-batch that had any, as the sink counted them."""
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    def _wrap(self, label: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - started
+                self.calls[label] += 1
+                result = getattr(args[0], "last_result", None) if args else None
+                if func.__name__ == "process_batch" and result is not None and result.records:
+                    self.batch_records.append(result.records)
+
+        return timed_call
+
+    def __enter__(self) -> SinkTimer:
+        import importlib
+
+        for module_name, name, label in SINK_PHASES:
+            owner: Any = importlib.import_module(module_name)
+            *path, attr = name.split(".")
+            for part in path:
+                owner = getattr(owner, part, None)
+            func = getattr(owner, attr, None) if owner is not None else None
+            if func is None:
+                self.missing.append(f"{module_name}.{name}")
+                continue
+            self._restore.append((owner, attr, owner.__dict__[attr]))
+            setattr(owner, attr, self._wrap(label, func))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, attr, original in reversed(self._restore):
+            setattr(owner, attr, original)
+        self._restore.clear()
