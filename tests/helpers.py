@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
@@ -20,7 +20,7 @@ __all__ = ["COMMIT_TIME", "Oracle", "hudi_rs_read", "row_tuples", "rows_by_key",
 
 COMMIT_TIME = "_hoodie_commit_time"
 
-Rows = pa.Table | Sequence[Mapping[str, Any]]
+Rows: TypeAlias = "pa.Table | Sequence[Mapping[str, Any]]"
 """What the row helpers take: a table read (ours or hudi-rs's), or rows such as
 :meth:`Oracle.snapshot`'s."""
 

@@ -47,11 +47,13 @@ from engine import Table
 from engine.errors import TidelakeError
 from jobs.sample_events import SampleEvents
 from tests.docker.engine import ROOT, DockerEngine, ensure_base_images, run
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, rows_by_key
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TABLE, ERRORS = "trips", "trips_errors"  # under /data, as docker/job.toml says
+TRIP_VALUES = ("ts", "city", "fare", "rider")
+"""What each trip_id holds, as the test compares it."""
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
 SECOND_WAVE, SECOND_WAVE_SEED = 60_000, 8
 """After the compose file's production, 60,000 more events (other keys: another seed) at the
@@ -221,13 +223,6 @@ def _expected(count: int, seed: int) -> SampleEvents:
     return events
 
 
-def _rows_by_key(table: Any) -> dict[str, tuple[Any, ...]]:
-    rows = table.select(["trip_id", "ts", "city", "fare", "rider"]).to_pylist()
-    by_key = {r["trip_id"]: (r["ts"], r["city"], r["fare"], r["rider"]) for r in rows}
-    assert len(by_key) == len(rows), "duplicate record keys"
-    return by_key
-
-
 def _pending(data: Path) -> dict[str, list[str]]:
     """Instants not completed on the data and error tables' timelines."""
     return {name: [f"{e.instant_time} {e.action} {e.state}"
@@ -313,7 +308,8 @@ def test_compose_demo_at_its_own_rate_is_exactly_once_after_sigkill(
 
         def caught_up() -> bool:
             data = demo.data_dir()
-            ours = _rows_by_key(Table.open(str(data / TABLE)).read())
+            ours = rows_by_key(Table.open(str(data / TABLE)).read(), "trip_id", TRIP_VALUES,
+                               once=True)
             errors = Table.open(str(data / ERRORS)).read(columns=["kafka_key"])
             return ours == want and len(errors) == bad_count
 
@@ -321,8 +317,8 @@ def test_compose_demo_at_its_own_rate_is_exactly_once_after_sigkill(
                  timeout=900, every=3)
         figures["caught_up_after_s"] = round(time.monotonic() - up, 1)
         data = demo.data_dir()
-        assert _rows_by_key(Table.open(str(data / TABLE)).read()) == want
-        assert _rows_by_key(hudi_rs_read(data / TABLE)) == want
+        for read in (Table.open(str(data / TABLE)).read(), hudi_rs_read(data / TABLE)):
+            assert rows_by_key(read, "trip_id", TRIP_VALUES, once=True) == want
         errors = Table.open(str(data / ERRORS)).read(columns=["kafka_key", "reason"])
         assert {k.decode() for k in errors.column("kafka_key").to_pylist()} == {
             k.decode() for k in bad_keys}

@@ -25,49 +25,24 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.history import HISTORY_SCHEMA, LSMHistory
 from engine.timeline.instant import new_instant_time
-from tests.helpers import hudi_rs_read
+from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read, sorted_rows
 
 HISTORY = ".hoodie/timeline/history"
 TL = ".hoodie/timeline"
-
-
-class History:
-    """Oracle: the table's rows after each commit."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.after: dict[str, dict[str, dict[str, Any]]] = {}  # instant → snapshot
-        self.instants: list[str] = []
-
-    def upsert(self, batch: list[dict[str, Any]], instant: str) -> None:
-        for row in batch:
-            self.rows[row["key"]] = dict(row, _hoodie_commit_time=instant)
-        self.after[instant] = {k: dict(v) for k, v in self.rows.items()}
-        self.instants.append(instant)
-
-    def snapshot(self, instant: str | None = None) -> list[dict[str, Any]]:
-        rows = self.rows if instant is None else self.after[instant]
-        return [rows[k] for k in sorted(rows)]
+COLUMNS = ["key", "ts", "region", "amount", COMMIT_TIME]
 
 
 
 MANUAL = {"hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false"}
 """Services run by the tests themselves, never after writes."""
 
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    if not table.num_rows:
-        return []
-    rows = table.select(["key", "ts", "region", "amount", "_hoodie_commit_time"]).to_pylist()
-    return sorted(rows, key=lambda r: r["key"])
-
-
 def _make(tmp_path: Path, table_type: str, commits: int, **options: Any) -> tuple[Table,
-                                                                                   History]:
+                                                                                   Oracle]:
     opts = {"hoodie.keep.min.commits": "20", "hoodie.keep.max.commits": "30", **MANUAL,
             **options}
     table = Table.create(str(tmp_path / "t"), name="arch", record_key="key", precombine="ts",
                          partition_by="region", table_type=table_type, options=opts)
-    oracle = History()
+    oracle = Oracle(ordering=None)  # each write here is newer than the last
     for n in range(commits):
         keys = [(n * 3 + j) % 25 for j in range(3)]  # a key keeps its partition
         batch = [{"key": f"k{k:03d}", "ts": n * 10 + j, "region": ["north", "south"][k % 2],
@@ -76,9 +51,9 @@ def _make(tmp_path: Path, table_type: str, commits: int, **options: Any) -> tupl
     return table, oracle
 
 
-def _check_snapshot(table: Table, oracle: History) -> None:
-    assert _rows(table.read()) == oracle.snapshot()
-    assert _rows(hudi_rs_read(table.path)) == oracle.snapshot()
+def _check_snapshot(table: Table, oracle: Oracle) -> None:
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
 
 
 def _history_rows(table: Table) -> list[str]:
@@ -134,13 +109,13 @@ def test_archive_cow_42_commits_history_well_formed_and_reads_match(tmp_path: Pa
     # reads: snapshot, time travel and incremental over archived instants
     _check_snapshot(table, oracle)
     for t in (oracle.instants[4], oracle.instants[21], oracle.instants[25]):
-        assert _rows(table.read(as_of=t)) == oracle.snapshot(t)
+        assert sorted_rows(table.read(as_of=t), COLUMNS) == oracle.snapshot(t)
     start, end = before[oracle.instants[5]].completion_time, \
         before[oracle.instants[12]].completion_time
     in_range = set(oracle.instants[6:13])
     want = [r for r in oracle.snapshot(oracle.instants[12])
             if r["_hoodie_commit_time"] in in_range]
-    assert want and _rows(table.read_incremental(start, end)) == want
+    assert want and sorted_rows(table.read_incremental(start, end), COLUMNS) == want
     # the timeline with archived instants equals the one before archival (completed ones)
     full = table.timeline(include_archived=True)
     assert [(e.instant_time, e.completion_time) for e in full if e.action == "commit"] == \
@@ -231,7 +206,8 @@ def test_archive_beyond_savepoint_keeps_only_the_savepointed_commit(tmp_path: Pa
     assert sorted(run.completed) == [t for t in oracle.instants[:11] if t != oracle.instants[5]]
     assert _completed_commits(table) == [oracle.instants[5], *oracle.instants[11:]]
     _check_snapshot(table, oracle)
-    assert _rows(table.read(as_of=oracle.instants[8])) == oracle.snapshot(oracle.instants[8])
+    eighth = oracle.instants[8]
+    assert sorted_rows(table.read(as_of=eighth), COLUMNS) == oracle.snapshot(eighth)
 
 
 def _replacecommit(table: Table, replaced: dict[str, tuple[str, ...]]) -> str:
@@ -409,7 +385,7 @@ def test_archive_archived_replacecommit_still_hides_its_replaced_group(tmp_path:
     run = table.archive()
     assert replace in run.completed and oracle.instants[3] in run.completed
     assert (Path(table.path) / victim.base_file.path).exists()  # type: ignore[union-attr]
-    assert _rows(table.read()) == oracle.snapshot()
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
     t = oracle.instants[3]  # before the replacecommit, and before the clean's boundary
     with pytest.raises(InstantNotReadableError, match=oracle.instants[8]):
         table.read(as_of=t)

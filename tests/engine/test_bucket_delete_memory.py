@@ -10,19 +10,14 @@ ordering), where async compaction runs every 5 deltacommits by default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, row_tuples
 
-
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    if not table.num_rows:
-        return []
-    return sorted((r["key"], r["ts"], r["v"]) for r in table.select(["key", "ts", "v"]).to_pylist())
+COLUMNS = ("key", "ts", "v")
 
 
 def _version(key: str, ts: int, v: str) -> pa.Table:
@@ -43,5 +38,5 @@ def test_bucket_mor_delete_then_older_version_revived_only_after_compaction(
         assert not [s for s in table.file_slices() if s.log_files]
     table.upsert(_version("k", 3, "late"))  # older than the delete
     expected = [("k", 3, "late")] if compacted else []
-    assert _rows(table.read(columns=["key", "ts", "v"])) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert row_tuples(table.read(columns=["key", "ts", "v"]), COLUMNS) == expected
+    assert row_tuples(hudi_rs_read(table.path), COLUMNS) == expected

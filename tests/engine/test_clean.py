@@ -33,34 +33,12 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata, avro_schema
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
 from engine.write.write_client import WriteClient
-from tests.helpers import hudi_rs_read
+from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read, sorted_rows
 
-COLUMNS = ["k", "ts", "p", "v"]
+COLUMNS = ["k", "ts", "p", "v", COMMIT_TIME]
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-class Oracle:
-    """Rows after each commit (event-time upserts; the later write wins ties)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.at: dict[str, list[dict[str, Any]]] = {}
-
-    def upsert(self, batch: list[dict[str, Any]], instant: str) -> None:
-        for row in batch:
-            seen = self.rows.get(row["k"])
-            if seen is None or row["ts"] >= seen["ts"]:
-                self.rows[row["k"]] = {**row, "_hoodie_commit_time": instant}
-        self.at[instant] = sorted((dict(r) for r in self.rows.values()), key=lambda r: r["k"])
-
-
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    if not table.num_rows:
-        return []
-    cols = [*COLUMNS, "_hoodie_commit_time"]
-    return sorted(table.select(cols).to_pylist(), key=lambda r: r["k"])
-
 
 def _create(path: Path, table_type: str, **options: str) -> Table:
     return Table.create(str(path), name="t", table_type=table_type, record_key="k",
@@ -71,7 +49,7 @@ def _create(path: Path, table_type: str, **options: str) -> Table:
 
 def _write_commits(table: Table, oracle: Oracle, n: int, keys: int = 3) -> list[str]:
     instants = []
-    for i in range(len(oracle.at), len(oracle.at) + n):
+    for i in range(len(oracle.instants), len(oracle.instants) + n):
         batch = [{"k": f"k{j}", "ts": i, "p": f"p{j % 2}", "v": i * 10 + j}
                  for j in range(keys)]
         t = table.upsert(pa.Table.from_pylist(batch))
@@ -90,13 +68,14 @@ def _data_files(path: Path) -> set[str]:
 
 
 def _check_snapshot(table: Table, oracle: Oracle, last: str) -> None:
-    assert _rows(table.read()) == oracle.at[last]
-    assert _rows(hudi_rs_read(table.path)) == oracle.at[last]
+    assert sorted_rows(table.read(), COLUMNS, key="k") == oracle.snapshot(last)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS, key="k") == oracle.snapshot(last)
 
 
 def _check_time_travel(table: Table, oracle: Oracle, instant: str) -> None:
-    assert _rows(table.read(as_of=instant)) == oracle.at[instant]
-    assert _rows(hudi_rs_read(table.path, as_of=instant)) == oracle.at[instant]
+    expected = oracle.snapshot(instant)
+    assert sorted_rows(table.read(as_of=instant), COLUMNS, key="k") == expected
+    assert sorted_rows(hudi_rs_read(table.path, as_of=instant), COLUMNS, key="k") == expected
 
 
 def _client(table: Table) -> WriteClient:
@@ -108,7 +87,7 @@ def _client(table: Table) -> WriteClient:
 def test_clean_keep_latest_commits_cow_deletes_old_versions_and_limits_time_travel(
         tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "2"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 5)
     before = _data_files(table.path)
     run = table.clean()
@@ -127,8 +106,8 @@ def test_clean_keep_latest_commits_cow_deletes_old_versions_and_limits_time_trav
     assert err.value.earliest == instants[3]
     with pytest.raises(InstantNotReadableError, match=instants[3]):
         table.read_incremental(instants[1])
-    assert _rows(table.read_incremental(instants[3])) == [
-        r for r in oracle.at[instants[-1]] if r["_hoodie_commit_time"] > instants[3]]
+    assert sorted_rows(table.read_incremental(instants[3]), COLUMNS, key="k") == [
+        r for r in oracle.snapshot(instants[-1]) if r["_hoodie_commit_time"] > instants[3]]
     assert table.clean().did_something is False  # nothing left to delete: no instant
 
 
@@ -136,7 +115,7 @@ def test_clean_keep_latest_file_versions_keeps_v_slices_per_group(tmp_path: Path
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{
         "hoodie.cleaner.policy": "KEEP_LATEST_FILE_VERSIONS",
         "hoodie.cleaner.fileversions.retained": "2"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 4)
     before = _data_files(table.path)
     table.clean()
@@ -154,7 +133,7 @@ def test_clean_keep_latest_file_versions_keeps_v_slices_per_group(tmp_path: Path
 def test_clean_keep_latest_by_hours_uses_commits_newer_than_cutoff(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{
         "hoodie.cleaner.policy": "KEEP_LATEST_BY_HOURS", "hoodie.cleaner.hours.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 4)
     client = _client(table)
     # An hour after instants[3] was requested, it is the first commit inside the window.
@@ -171,7 +150,7 @@ def test_clean_keep_latest_by_hours_uses_commits_newer_than_cutoff(tmp_path: Pat
 
 def test_clean_mor_log_slices_are_never_deleted(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "MERGE_ON_READ", **{"hoodie.cleaner.commits.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 5)
     before = _data_files(table.path)
     assert any(f.startswith(".") for f in before)  # logs on one base slice per group
@@ -184,7 +163,7 @@ def test_clean_mor_log_slices_are_never_deleted(tmp_path: Path) -> None:
 
 def test_savepoint_protects_files_and_time_travel_until_deleted(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 3)
     assert table.savepoint(instants[1], comment="before the backfill") == instants[1]
     with pytest.raises(ValueError, match="savepointed already"):
@@ -223,7 +202,7 @@ def test_savepoint_protects_files_and_time_travel_until_deleted(tmp_path: Path) 
 
 def test_clean_crash_after_inflight_is_finished_by_next_run(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 4)
 
     def dying_runner(fn: Any, tasks: Any) -> list[Any]:
@@ -246,7 +225,7 @@ def test_clean_crash_after_inflight_is_finished_by_next_run(tmp_path: Path) -> N
 
 def test_clean_schedule_only_writes_plan_that_decodes_with_avsc(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "2"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 4)
     before = _data_files(table.path)
     run = table.clean(schedule_only=True)
@@ -325,7 +304,7 @@ def test_clean_pending_clustering_inputs_are_kept_and_bound_ecr(tmp_path: Path) 
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{
         "hoodie.cleaner.policy": "KEEP_LATEST_FILE_VERSIONS",
         "hoodie.cleaner.fileversions.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     first = _write_commits(table, oracle, 1)
     inputs = sorted(f"{p}/{f}" for p in ("p0", "p1") for f in os.listdir(table.path + "/" + p)
                     if f.endswith(".parquet"))
@@ -473,7 +452,7 @@ def test_clean_pending_write_older_than_candidate_bounds_ecr(tmp_path: Path) -> 
 
 def test_check_readable_savepoint_window(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 3)
     table.savepoint(instants[0])
     instants += _write_commits(table, oracle, 2)
@@ -512,7 +491,7 @@ def test_clean_thousand_files(tmp_path: Path) -> None:
 
 def test_clean_finished_by_two_processes_completes_once(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.cleaner.commits.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(key="k")
     instants = _write_commits(table, oracle, 3)
     scheduled = table.clean(schedule_only=True).scheduled
     assert scheduled is not None

@@ -30,44 +30,18 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import avro_schema
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import UPSERT, WriteClient
-from tests.helpers import hudi_rs_read
+from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read, sorted_rows
 
 SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("part", pa.string()),
                     ("x", pa.int32()), ("y", pa.int64()), ("note", pa.string())])
-COLUMNS = ["key", "ts", "part", "x", "y", "note", "_hoodie_commit_time"]
+COLUMNS = ["key", "ts", "part", "x", "y", "note", COMMIT_TIME]
 PARTS = ["a", "b/c"]
-
-
-class Oracle:
-    """key → (row, commit time): what the table must hold."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-
-    def upsert(self, rows: list[dict[str, Any]], instant: str) -> None:
-        for row in rows:
-            current = self.rows.get(row["key"])
-            if current is None or row["ts"] >= current["ts"]:
-                self.rows[row["key"]] = dict(row, _hoodie_commit_time=instant)
-
-    def delete(self, keys: list[str]) -> None:
-        for key in keys:
-            self.rows.pop(key, None)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return [self.rows[k] for k in sorted(self.rows)]
-
-
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    if not table.num_rows:
-        return []
-    return sorted(table.select(COLUMNS).to_pylist(), key=lambda r: r["key"])
 
 
 def _check(table: Table, oracle: Oracle) -> None:
     expected = oracle.snapshot()
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert sorted_rows(table.read(), COLUMNS) == expected
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
 
 
 def _random_rows(rng: random.Random, keys: list[str], ts: int, parts: list[str],
@@ -167,8 +141,8 @@ def test_cluster_snapshot_matches_oracle_and_hudi_rs(tmp_path: Path, table_type:
     assert hudi_rs_read(table.path, start=done.completion_time).num_rows == 0
     # time travel before the clustering shows the old file groups
     old = table.read(as_of=last_commit)
-    assert _rows(old) == old_snapshot
-    assert _rows(hudi_rs_read(table.path, as_of=last_commit)) == old_snapshot
+    assert sorted_rows(old, COLUMNS) == old_snapshot
+    assert sorted_rows(hudi_rs_read(table.path, as_of=last_commit), COLUMNS) == old_snapshot
     assert run.scheduled not in "".join(old.column("_hoodie_file_name").to_pylist())
     assert clustering_due(Timeline.load(table.storage, table.config), table.write_config,
                           inline=True) is False
@@ -177,9 +151,9 @@ def test_cluster_snapshot_matches_oracle_and_hudi_rs(tmp_path: Path, table_type:
     rows = _random_rows(random.Random(1), sorted(oracle.rows)[:3], 7, PARTS, oracle)
     instant = table.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
     oracle.upsert(rows, instant)
-    expected = [oracle.rows[k] for k in sorted(r["key"] for r in rows)]
-    assert _rows(table.read_incremental(before)) == expected
-    assert _rows(hudi_rs_read(table.path, start=before)) == expected
+    expected = [oracle.row(k) for k in sorted(r["key"] for r in rows)]
+    assert sorted_rows(table.read_incremental(before), COLUMNS) == expected
+    assert sorted_rows(hudi_rs_read(table.path, start=before), COLUMNS) == expected
     _check(table, oracle)
 
 

@@ -13,7 +13,6 @@ import io
 import random
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,59 +35,15 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import avro_schema
 from engine.timeline.instant import Action, Instant, State
 from engine.write.write_client import UPSERT, WriteClient
-from tests.helpers import hudi_rs_read
+from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read, sorted_rows
 
-COLUMNS = ["key", "ts", "part", "v"]
-
-
-@dataclass
-class Oracle:
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    commit_time: dict[str, str] = field(default_factory=dict)
-    tombstone: dict[str, int] = field(default_factory=dict)  # ordered deletes' values
-
-    def upsert(self, batch: list[dict[str, Any]], instant: str) -> None:
-        latest: dict[str, dict[str, Any]] = {}
-        for row in batch:
-            seen = latest.get(row["key"])
-            if seen is None or row["ts"] >= seen["ts"]:
-                latest[row["key"]] = row
-        for key, row in latest.items():
-            current = self.rows.get(key)
-            if current is not None and current["ts"] > row["ts"]:
-                continue  # the older ordering value loses
-            self.rows[key] = row
-            self.commit_time[key] = instant
-
-    def delete(self, keys: list[str], ts: int) -> None:
-        for key in keys:
-            current = self.rows.get(key)
-            if current is not None and current["ts"] > ts:
-                continue
-            self.rows.pop(key, None)
-            self.commit_time.pop(key, None)
-            self.tombstone[key] = max(ts, self.tombstone.get(key, ts))
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return [dict(self.rows[k], _hoodie_commit_time=self.commit_time[k])
-                for k in sorted(self.rows)]
-
-
-def _rows(table: pa.Table, *, meta: bool = True) -> list[dict[str, Any]]:
-    if not table.num_rows:
-        return []
-    cols = [*COLUMNS, "_hoodie_commit_time"] if meta else COLUMNS
-    if meta:
-        table = table.set_column(table.column_names.index("_hoodie_commit_time"),
-                                 "_hoodie_commit_time",
-                                 table.column("_hoodie_commit_time").cast(pa.string()))
-    return sorted(table.select(cols).to_pylist(), key=lambda r: r["key"])
+COLUMNS = ["key", "ts", "part", "v", COMMIT_TIME]
 
 
 def _check(table: Table, oracle: Oracle) -> None:
     expected = oracle.snapshot()
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert sorted_rows(table.read(), COLUMNS) == expected
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
 
 
 def _batch(rows: list[dict[str, Any]]) -> pa.Table:
@@ -278,7 +233,7 @@ def test_random_writes_and_compactions_match_oracle_and_hudi_rs(
                 key = f"k{counter:03d}"
                 part = rng.choice(parts) if partitioned else "p"
             # late updates (lower ts) included: they must lose, before and after compaction
-            floor = oracle.tombstone.get(key, 0)
+            floor = oracle.tombstones.get(key, 0)
             batch.append({"key": key, "ts": rng.randint(floor, floor + 20), "part": part,
                           "v": round(rng.random() * 100, 3)})
         _upsert(table, oracle, batch)

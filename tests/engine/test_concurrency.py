@@ -31,14 +31,11 @@ from engine.storage import Storage
 from engine.timeline.heartbeat import heartbeat_path
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from engine.write.write_client import UPSERT, WriteClient
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, rows_by_key
+
+VALUES = ("ts", "v")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _rows(table: pa.Table) -> dict[str, tuple[int, int]]:
-    cols = table.select(["key", "ts", "v"]).to_pylist()
-    return {r["key"]: (r["ts"], r["v"]) for r in cols}
 
 
 def _batch(keys: list[str], ts: int, v: int, part: str | None = None) -> pa.Table:
@@ -266,8 +263,8 @@ def test_occ_overlapping_file_group_second_commit_refused_and_removed(
     assert _pending(table) == []
     assert _files_of_uncommitted(table) == []
     expected = {f"k{i}": (1, 0) for i in range(10)} | {"k4": (5, 2)}
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
 
 
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
@@ -281,8 +278,8 @@ def test_occ_disjoint_file_groups_both_commit(tmp_path: Path, table_type: str) -
     a.commit(a_start, a_plan, a_stats)
     expected = {f"k{i}": (1, 0) for i in range(10)} | {"k0": (5, 1), "k2": (5, 1),
                                                         "k1": (5, 2), "k3": (5, 2)}
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
 
 
 def test_occ_instant_rolled_back_by_other_writer_refused_at_commit(tmp_path: Path) -> None:
@@ -301,7 +298,7 @@ def test_occ_instant_rolled_back_by_other_writer_refused_at_commit(tmp_path: Pat
     with pytest.raises(WriteConflictError, match="no longer inflight"):
         slow.commit(s_start, s_plan, s_stats)
     expected = {"k0": (1, 0), "k1": (5, 2)}
-    assert _rows(table.read()) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
     assert _files_of_uncommitted(table) == []
 
 
@@ -314,7 +311,7 @@ def test_live_writer_instant_never_rolled_back(tmp_path: Path) -> None:
         Table.open(table.path).upsert(_batch(["k1"], 10 + i, i))
     assert l_plan.instant.requested_time in _pending(table)
     live.commit(l_start, l_plan, l_stats)
-    assert _rows(table.read()) == {"k0": (5, 1), "k1": (12, 2)}
+    assert rows_by_key(table.read(), "key", VALUES) == {"k0": (5, 1), "k1": (12, 2)}
     assert not list(Path(table.path, ".hoodie", ".heartbeat").iterdir())
 
 
@@ -357,8 +354,8 @@ def test_nbcc_interleaved_writers_same_buckets_all_commit(tmp_path: Path) -> Non
     files = list_table_files(table.storage)
     assert files.base_files == ()
     expected = {"k0": (7, 4), "k1": (5, 1), "k2": (9, 3), "k3": (9, 3)}
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
 
 
 # -- several processes ----------------------------------------------------------------------
@@ -444,8 +441,8 @@ def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
     # A live writer's instant is never rolled back under it.
     assert not [r for r in refused if "no longer inflight" in str(r["refused"])]
     expected = _oracle(initial, results)
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
     assert _pending(table) == []
     assert _files_of_uncommitted(table) == []
     done = {e.instant_time for e in table.timeline(include_archived=True)
@@ -496,15 +493,15 @@ def test_sigkill_one_writer_survivor_intact_dead_instant_rolled_back_by_next_wri
     # never committed.
     assert refused == []
     expected = _oracle(initial, results)
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
     # Default heartbeat expiry (2 minutes): the proof alone rolls it back, at once.
     Table.open(table.path).upsert(_batch(["k1"], 9 * 10**18 + 1, 5))
     assert _pending(table) == []
     assert _files_of_uncommitted(table) == []
     expected["k1"] = (9 * 10**18 + 1, 5)
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected
 
 
 # -- pending service plans ----------------------------------------------------------------
@@ -586,10 +583,10 @@ def test_service_plan_scheduled_meanwhile_on_touched_group(
     if refused:
         with pytest.raises(WriteConflictError, match=f"the {action} plan"):
             writer.commit(start, plan, stats)
-        assert _rows(table.read())["k0"] == (1, 0)
+        assert rows_by_key(table.read(), "key", VALUES)["k0"] == (1, 0)
     else:
         writer.commit(start, plan, stats)
-        assert _rows(table.read())["k0"] == (5, 1)
+        assert rows_by_key(table.read(), "key", VALUES)["k0"] == (5, 1)
     assert plan.instant.requested_time not in _pending(table)
     assert _files_of_uncommitted(table) == []
 
@@ -636,5 +633,5 @@ def test_nbcc_bulk_insert_base_files_checked_optimistically(tmp_path: Path) -> N
         b.commit(b_start, b_plan, b_stats)
     c.commit(c_start, c_plan, c_stats)
     expected = {"k0": (5, 1), "k2": (5, 1), "k6": (5, 3)}
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(table.read(), "key", VALUES) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", VALUES) == expected

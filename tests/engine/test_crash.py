@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, row_tuples
+
+COLUMNS = ("key", "v")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,13 +51,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _rows(table: pa.Table) -> list[tuple[str, int]]:
-    if not table.num_rows:
-        return []
-    return sorted(zip(table.column("key").to_pylist(), table.column("v").to_pylist(),
-                      strict=True))
-
-
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_type: str,
@@ -68,7 +63,7 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     keys = [f"k{i:03d}" for i in range(60)]
     table.upsert(pa.table({"key": keys, "ts": [1] * 60, "part": [k[-1] for k in keys],
                            "v": [-1] * 60}))
-    before = _rows(table.read())
+    before = row_tuples(table.read(), COLUMNS)
     # "after_some_files" lets one file group be written, then dies in the second.
     calls = 1 if point == "after_some_files" else 0
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -78,17 +73,17 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     states = {e.state for e in table.timeline()}
     assert states & {"requested", "inflight"}, "the crash must leave a pending instant"
     # Nothing of the crashed write is visible to either reader.
-    assert _rows(table.read()) == before
-    assert _rows(hudi_rs_read(path)) == before
+    assert row_tuples(table.read(), COLUMNS) == before
+    assert row_tuples(hudi_rs_read(path), COLUMNS) == before
     # The dead writer's heartbeat is still fresh, but it names a process of this machine
     # that provably ended: the next writer rolls the instant back at once (a writer that
     # may be alive elsewhere waits for the expiry: tests/engine/test_ownership.py), then
     # commits normally.
     reopened = Table.open(path)
     reopened.upsert(pa.table({"key": ["z999"], "ts": [5], "part": ["9"], "v": [7]}))
-    after = _rows(reopened.read())
+    after = row_tuples(reopened.read(), COLUMNS)
     assert after == sorted([*before, ("z999", 7)])
-    assert _rows(hudi_rs_read(path)) == after
+    assert row_tuples(hudi_rs_read(path), COLUMNS) == after
     timeline = reopened.timeline()
     assert all(e.state == "completed" for e in timeline)
     assert any(e.action == "rollback" for e in timeline)
@@ -109,4 +104,4 @@ def test_unreadable_rollback_plan_fails_loudly_naming_the_file(tmp_path: Path) -
     from engine.errors import CorruptTableError
     with pytest.raises(CorruptTableError, match=r"20990101000000000\.rollback\.requested"):
         Table.open(path).upsert(pa.table({"key": ["b"], "ts": [1], "part": ["x"], "v": [2]}))
-    assert _rows(Table.open(path).read()) == [("a", 1)]
+    assert row_tuples(Table.open(path).read(), COLUMNS) == [("a", 1)]

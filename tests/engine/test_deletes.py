@@ -23,7 +23,9 @@ from engine import Table
 from engine.format.log_block import BlockType, iter_blocks
 from engine.layout.file_group import list_table_files
 from engine.storage import Storage
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, row_tuples
+
+COLUMNS = ("key", "ts", "v")
 
 
 def _table(path: Path) -> Table:
@@ -35,12 +37,6 @@ def _table(path: Path) -> Table:
                                  # would start the group with a log file)
                                  "hoodie.write.concurrency.mode":
                                      "OPTIMISTIC_CONCURRENCY_CONTROL"})
-
-
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    if not table.num_rows:
-        return []
-    return sorted((r["key"], r["ts"], r["v"]) for r in table.select(["key", "ts", "v"]).to_pylist())
 
 
 def _apply(table: Table, steps: list[tuple[Any, ...]]) -> None:
@@ -88,8 +84,8 @@ def test_delete_ordering_scenario_reads_as_java_in_ours_and_hudi_rs(
     steps, expected = SCENARIOS[name]
     table = _table(tmp_path / "t")
     _apply(table, steps)
-    assert _rows(table.read(columns=["key", "ts", "v"])) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert row_tuples(table.read(columns=["key", "ts", "v"]), COLUMNS) == expected
+    assert row_tuples(hudi_rs_read(table.path), COLUMNS) == expected
 
 
 ORDERING_TYPES = {
@@ -136,5 +132,5 @@ def test_delete_block_natural_and_ordered_deletes_go_to_separate_blocks(tmp_path
     logs = list_table_files(storage).log_files
     blocks = [b for log in logs for b in iter_blocks(storage.read(log.path))]
     assert [b.block_type for b in blocks] == [BlockType.DELETE, BlockType.DELETE]
-    assert _rows(hudi_rs_read(table.path)) == [("c", 5, "z")]
-    assert _rows(table.read(columns=["key", "ts", "v"])) == [("c", 5, "z")]
+    assert row_tuples(hudi_rs_read(table.path), COLUMNS) == [("c", 5, "z")]
+    assert row_tuples(table.read(columns=["key", "ts", "v"]), COLUMNS) == [("c", 5, "z")]

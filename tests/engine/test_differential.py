@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,73 +18,14 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.helpers import hudi_rs_read
-
-PARTITIONS = ["north", "south", "east/west", ".."]
-DATA_COLUMNS = ["key", "ts", "region", "amount", "note"]
-
-
-@dataclass
-class Oracle:
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    commit_time: dict[str, str] = field(default_factory=dict)
-    stale_commits: set[str] = field(default_factory=set)  # wrote a record that lost
-
-    def upsert(self, batch: list[dict[str, Any]], instant: str) -> None:
-        latest: dict[str, dict[str, Any]] = {}
-        for row in batch:  # in-batch combine: greatest ts, later row on ties
-            seen = latest.get(row["key"])
-            if seen is None or row["ts"] >= seen["ts"]:
-                latest[row["key"]] = row
-        for key, row in latest.items():
-            current = self.rows.get(key)
-            if current is not None and current["ts"] > row["ts"]:
-                self.stale_commits.add(instant)
-                continue
-            self.rows[key] = row
-            self.commit_time[key] = instant
-
-    def delete(self, keys: list[str]) -> None:
-        for key in keys:
-            self.rows.pop(key, None)
-            self.commit_time.pop(key, None)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return [dict(self.rows[k], _hoodie_commit_time=self.commit_time[k])
-                for k in sorted(self.rows)]
-
-
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    if not table.num_rows:
-        return []
-    cols = [*DATA_COLUMNS, "_hoodie_commit_time"]
-    rows = table.select(cols).to_pylist()
-    return sorted(rows, key=lambda r: r["key"])
-
-
-def _random_batch(rng: random.Random, oracle: Oracle, counter: list[int],
-                  size: int, *, new_only: bool = False) -> list[dict[str, Any]]:
-    batch = []
-    for _ in range(size):
-        existing = list(oracle.rows)
-        if existing and not new_only and rng.random() < 0.5:
-            key = rng.choice(existing)
-            region = oracle.rows[key]["region"] if rng.random() < 0.9 else \
-                rng.choice(PARTITIONS)
-        else:
-            counter[0] += 1
-            key = f"k{counter[0]:05d}-é"
-            region = rng.choice(PARTITIONS)
-        batch.append({"key": key, "ts": rng.randint(0, 50), "region": region,
-                      "amount": rng.random() * 100 if rng.random() > 0.1 else None,
-                      "note": rng.choice(["", "x", "ünï", None, "a,b:c"])})
-    return batch
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
+from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
 
 def _check(table: Table, oracle: Oracle) -> None:
     expected = oracle.snapshot()
-    assert _rows(table.read()) == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert sorted_rows(table.read(), COLUMNS) == expected
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
 
 
 CASES = [
@@ -128,25 +68,26 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
             instant = table.delete(data)
             oracle.delete(victims)
         elif roll < 0.3:
-            batch = _random_batch(rng, oracle, counter, rng.randint(1, 40), new_only=True)
-            instant = table.insert(pa.Table.from_pylist(batch, schema=_SCHEMA))
+            batch = random_batch(rng, oracle, counter, rng.randint(1, 40), new_only=True)
+            instant = table.insert(pa.Table.from_pylist(batch, schema=SCHEMA))
             oracle.upsert(batch, instant)
         else:
-            batch = _random_batch(rng, oracle, counter, rng.randint(1, 60))
+            batch = random_batch(rng, oracle, counter, rng.randint(1, 60))
             if index != "GLOBAL_SIMPLE":
                 # only a global index can move a key to another partition
                 for row in batch:
                     if row["key"] in oracle.rows:
                         row["region"] = oracle.rows[row["key"]]["region"]
-            instant = table.upsert(pa.Table.from_pylist(batch, schema=_SCHEMA))
+            instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
             oracle.upsert(batch, instant)
         history.append((instant, oracle.snapshot()))
         _check(table, oracle)
 
     # Time travel to every third commit, both readers.
     for instant, expected in history[::3]:
-        assert _rows(table.read(as_of=instant)) == expected, f"as_of {instant}"
-        assert _rows(hudi_rs_read(table.path, as_of=instant)) == expected, f"rs as_of {instant}"
+        assert sorted_rows(table.read(as_of=instant), COLUMNS) == expected, f"as_of {instant}"
+        assert sorted_rows(hudi_rs_read(table.path, as_of=instant), COLUMNS) == expected, \
+            f"rs as_of {instant}"
 
     # Incremental: changes of commits completed after commit i, up to commit j.
     completions = {e.instant_time: e.completion_time for e in table.timeline()
@@ -157,18 +98,14 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
         start, end = completions[instants[i]], completions[instants[j]]
         in_range = set(instants[i + 1:j + 1])
         expected = [r for r in history[j][1] if r["_hoodie_commit_time"] in in_range]
-        assert _rows(table.read_incremental(start, end)) == expected
+        assert sorted_rows(table.read_incremental(start, end), COLUMNS) == expected
         if index == "BUCKET" and table_type == "MERGE_ON_READ" and \
                 in_range & oracle.stale_commits:
             # The bucket index writes late (lower-ordering) updates to logs unseen; hudi-rs
             # 0.5.0's MOR incremental query returns such a losing version (it does not
             # merge with the base file), where Hudi's Java reader and ours return none.
             continue
-        assert _rows(hudi_rs_read(table.path, start=start, end=end)) == expected
-
-
-_SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.string()),
-                     ("amount", pa.float64()), ("note", pa.string())])
+        assert sorted_rows(hudi_rs_read(table.path, start=start, end=end), COLUMNS) == expected
 
 
 @pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,

@@ -28,38 +28,22 @@ from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.write.write_client import UPSERT, WriteClient, WritePlan
-from tests.helpers import hudi_rs_read
+from tests.helpers import Oracle, hudi_rs_read, rows_by_key
 
-Rows = dict[str, tuple[int, int]]
+VALUES = ("ts", "v")
+"""What each key holds, as the tests compare it: (ordering value, v)."""
 
 SMALL_ARCHIVE = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
                  "hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false"}
 """Archival due after a few commits; services run by the tests only."""
 
 
-class Oracle:
-    """The rows after each commit: key → (ts, v)."""
-
-    def __init__(self) -> None:
-        self.rows: Rows = {}
-        self.at: dict[str, Rows] = {}
-
-    def upsert(self, batch: pa.Table, instant: str) -> None:
-        for row in batch.to_pylist():
-            self.rows[row["key"]] = (row["ts"], row["v"])
-        self.at[instant] = dict(self.rows)
-
-
-def _rows(table: pa.Table) -> Rows:
-    if not table.num_rows:
-        return {}
-    return {r["key"]: (r["ts"], r["v"]) for r in table.select(["key", "ts", "v"]).to_pylist()}
-
-
-def _check(table: Table, expected: Rows) -> None:
-    """Our snapshot and hudi-rs's equal ``expected``, each key once."""
+def _check(table: Table, oracle: Oracle) -> None:
+    """Our snapshot and hudi-rs's equal the oracle's, each key once."""
+    expected = rows_by_key(oracle.snapshot(), "key", VALUES)
     for reader, read in (("ours", table.read()), ("hudi-rs", hudi_rs_read(table.path))):
-        assert (reader, _rows(read), read.num_rows) == (reader, expected, len(expected))
+        assert (reader, rows_by_key(read, "key", VALUES), read.num_rows) == \
+            (reader, expected, len(expected))
 
 
 def _batch(keys: Sequence[str], ts: int, part: str) -> pa.Table:
@@ -105,7 +89,7 @@ def _active(table: Table) -> set[str]:
 def test_archive_commit_completed_during_inflight_write_kept_conflict_refused(
         tmp_path: Path) -> None:
     table = _table(tmp_path)
-    oracle = Oracle()
+    oracle = Oracle(ordering=None)  # applied in commit order
     first = _batch(["a0", "a1", "a2"], 1, "p0")  # one file group in p0
     oracle.upsert(first, table.upsert(first))
     long_writer = _stage(table, _batch(["a0"], 2, "p0"))  # O: a backfill, say
@@ -123,15 +107,15 @@ def test_archive_commit_completed_during_inflight_write_kept_conflict_refused(
         refused = None
     except WriteConflictError as exc:
         refused = exc
-    _check(table, oracle.rows)
+    _check(table, oracle)
     assert refused is not None and o_instant in str(refused)
     assert o_instant not in run.completed and o_instant in _active(table)
-    assert oracle.rows["a0"] == (2, 200)  # O's update survived
+    assert rows_by_key(oracle.snapshot(), "key", VALUES)["a0"] == (2, 200)  # O's update survived
 
 
 def test_archive_commit_completed_during_clustering_kept_carried_over(tmp_path: Path) -> None:
     table = _table(tmp_path, **{"hoodie.clustering.plan.strategy.sort.columns": "v"})
-    oracle = Oracle()
+    oracle = Oracle(ordering=None)  # applied in commit order
     first = _batch(["a0", "a1", "a2"], 1, "p0")
     oracle.upsert(first, table.upsert(first))
     writer = _stage(table, _batch(["a0"], 2, "p0"))  # W, in flight when C is scheduled
@@ -151,8 +135,8 @@ def test_archive_commit_completed_during_clustering_kept_carried_over(tmp_path: 
 
     run = table.cluster(runner=runner)
     assert run.completed, "the clustering must commit"
-    _check(table, oracle.rows)
-    assert oracle.rows["a0"] == (2, 200)
+    _check(table, oracle)
+    assert rows_by_key(oracle.snapshot(), "key", VALUES)["a0"] == (2, 200)
     assert archived, "archival was due"
     assert w_instant[0] not in archived
     assert run.details["carried_over_groups"] >= 1
@@ -168,7 +152,7 @@ def test_archive_replacecommit_only_after_cleaner_deleted_replaced_groups(
         "hoodie.clustering.plan.strategy.sort.columns": "v",
         "hoodie.cleaner.policy": policy, "hoodie.cleaner.commits.retained": "3",
         "hoodie.cleaner.fileversions.retained": "1"})
-    oracle = Oracle()
+    oracle = Oracle(ordering=None)  # applied in commit order
     for ts in (1, 2):
         batch = _batch(["a0", "a1", "a2"], ts, "p0")
         oracle.upsert(batch, table.upsert(batch))
@@ -185,7 +169,7 @@ def test_archive_replacecommit_only_after_cleaner_deleted_replaced_groups(
         services = [table.archive, table.clean]
         for service in services if archive_first else services[::-1]:
             service()
-            _check(table, oracle.rows)
+            _check(table, oracle)
             _check_rule(table, clustering, replaced)
             _check_time_travel(table, oracle)
 
@@ -216,6 +200,8 @@ def _check_rule(table: Table, clustering: list[str], replaced: set[str]) -> None
 def _check_time_travel(table: Table, oracle: Oracle) -> None:
     """Every view the cleaner left readable is whole (our reader)."""
     floor = earliest_readable_instant(Timeline.load(table.storage, table.config)) or ""
-    for instant, rows in oracle.at.items():
+    for instant in oracle.instants:
         if instant >= floor:
-            assert _rows(table.read(as_of=instant)) == rows, f"as of {instant}"
+            rows = rows_by_key(oracle.snapshot(instant), "key", VALUES)
+            assert rows_by_key(table.read(as_of=instant), "key", VALUES) == rows, \
+                f"as of {instant}"

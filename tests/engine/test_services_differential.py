@@ -24,8 +24,8 @@ import pytest
 from engine import InstantNotReadableError, Table
 from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
-from tests.engine.test_differential import _SCHEMA, Oracle, _random_batch, _rows
-from tests.helpers import hudi_rs_read
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
+from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,8 +81,8 @@ CHILD = textwrap.dedent("""
 
 def _check(table: Table, oracle: Oracle, where: str) -> None:
     expected = oracle.snapshot()
-    assert _rows(table.read()) == expected, where
-    assert _rows(hudi_rs_read(table.path)) == expected, f"hudi-rs {where}"
+    assert sorted_rows(table.read(), COLUMNS) == expected, where
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected, f"hudi-rs {where}"
 
 
 def _straddled(table: Table, instant: str) -> bool:
@@ -142,11 +142,11 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
             instant = table.delete(data)
             oracle.delete(victims)
         else:
-            batch = _random_batch(rng, oracle, counter, rng.randint(1, 50))
+            batch = random_batch(rng, oracle, counter, rng.randint(1, 50))
             for row in batch:  # the key's partition stays (no global index here)
                 if row["key"] in oracle.rows:
                     row["region"] = oracle.rows[row["key"]]["region"]
-            instant = table.upsert(pa.Table.from_pylist(batch, schema=_SCHEMA))
+            instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
             oracle.upsert(batch, instant)
         history.append((instant, oracle.snapshot()))
 
@@ -183,7 +183,7 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
                 action = "archive"
             payload = None
             if action == "upsert":
-                payload = _random_batch(rng, oracle, counter, rng.randint(1, 20))
+                payload = random_batch(rng, oracle, counter, rng.randint(1, 20))
                 for row in payload:
                     if row["key"] in oracle.rows:
                         row["region"] = oracle.rows[row["key"]]["region"]
@@ -222,9 +222,9 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
             with pytest.raises(InstantNotReadableError, match=earliest):
                 table.read(as_of=instant)
             continue
-        assert _rows(table.read(as_of=instant)) == expected, f"as_of {instant}"
+        assert sorted_rows(table.read(as_of=instant), COLUMNS) == expected, f"as_of {instant}"
         if instant in active and not _straddled(table, instant):
-            assert _rows(hudi_rs_read(table.path, as_of=instant)) == expected, \
+            assert sorted_rows(hudi_rs_read(table.path, as_of=instant), COLUMNS) == expected, \
                 f"hudi-rs as_of {instant}"
 
     # Incremental reads between two commits still on the active timeline and readable.
@@ -240,7 +240,7 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
         start, end = completions[instants[i]], completions[instants[j]]
         in_range = set(instants[i + 1:j + 1])
         expected = [r for r in history[j][1] if r["_hoodie_commit_time"] in in_range]
-        assert _rows(table.read_incremental(start, end)) == expected, (start, end)
+        assert sorted_rows(table.read_incremental(start, end), COLUMNS) == expected, (start, end)
     if earliest is not None and instants[0] < earliest:
         with pytest.raises(InstantNotReadableError, match=earliest):
             table.read_incremental(instants[0])

@@ -65,7 +65,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import DELETE, UPSERT, WriteClient, WritePlan
-from tests.helpers import hudi_rs_read
+from tests.helpers import Oracle, hudi_rs_read, rows_by_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = 3
@@ -126,30 +126,20 @@ Row = tuple[str, int, int]
 """(key, ordering, value) of an upsert."""
 
 
-class Oracle:
-    """Key -> (ordering, value) of every committed write, by event-time ordering."""
+def _upserted(oracle: Oracle, rows: Sequence[Row]) -> None:
+    """Apply the rows of a committed upsert to the oracle."""
+    for key, ts, _ in rows:
+        # The workload never writes a version older than a delete of its key: what that reads
+        # depends on whether compaction folded the delete (issue 22, 12).
+        assert key in oracle.rows or ts > oracle.tombstones.get(key, -1), \
+            f"workload bug: {key}@{ts} after a delete"
+    oracle.upsert([{"key": key, "ts": ts, "val": val} for key, ts, val in rows])
 
-    def __init__(self) -> None:
-        self.rows: dict[str, tuple[int, int]] = {}
-        self._tombs: dict[str, int] = {}
 
-    def upsert(self, rows: Sequence[Row]) -> None:
-        for key, ts, val in rows:
-            held = self.rows.get(key)
-            if held is None:
-                # The workload never writes a version older than a delete of its key: what
-                # that reads depends on whether compaction folded the delete (issue 22, 12).
-                assert ts > self._tombs.get(key, -1), f"workload bug: {key}@{ts} after a delete"
-                self.rows[key] = (ts, val)
-            elif ts > held[0]:
-                self.rows[key] = (ts, val)
-
-    def delete(self, rows: Sequence[tuple[str, int]]) -> None:
-        for key, ts in rows:
-            held = self.rows.get(key)
-            if held is not None and held[0] <= ts:
-                del self.rows[key]
-                self._tombs[key] = ts
+def _deleted(oracle: Oracle, rows: Sequence[tuple[str, int]]) -> None:
+    """Apply the ordered deletes (key, ordering value) of a committed delete to the oracle."""
+    for key, ts in rows:
+        oracle.delete([key], ts)
 
 
 class Workload:
@@ -503,7 +493,7 @@ class Run:
     def child_writer_outcome(self, child: Child) -> None:
         """Put a finished or killed child writer's batch into the oracle if it committed."""
         if child.first("committed") is not None:
-            self.oracle.upsert(child.batch)
+            _upserted(self.oracle, child.batch)
             self.note(f"child writer committed {child.first('committed')}")
             return
         begun = child.first("begun")
@@ -512,7 +502,7 @@ class Run:
             return
         instant = begun[1]
         if self.completed_on_storage(instant):
-            self.oracle.upsert(child.batch)
+            _upserted(self.oracle, child.batch)
             self.note(f"killed child writer had committed {instant}")
         else:
             self.note(f"killed child writer left {instant} uncommitted")
@@ -558,7 +548,7 @@ class Run:
     def upsert(self, label: str, rows: list[Row],
                run: Callable[[WriteClient, WritePlan], list[WriteStat]] | None = None) -> None:
         if self.try_write(f"{label} {len(rows)} rows", UPSERT, _batch(rows), run):
-            self.oracle.upsert(rows)
+            _upserted(self.oracle, rows)
 
     def stalled_write(self) -> None:
         """A write whose process pauses past its heartbeat's expiry; a helper write rolls it
@@ -712,7 +702,7 @@ class Run:
         elif kind == "delete":
             rows = self.main.deletes(max(1, self.size.batch // 2))
             if self.try_write(f"delete {len(rows)} keys", DELETE, _delete_batch(rows)):
-                self.oracle.delete(rows)
+                _deleted(self.oracle, rows)
         elif kind == "stalled":
             self.stalled_write()
         else:
@@ -745,7 +735,7 @@ class Run:
         return found
 
     def compare(self, reader: str, got: dict[str, tuple[int, int]]) -> None:
-        expected = self.oracle.rows
+        expected = rows_by_key(self.oracle.snapshot(), "key", ("ts", "val"))
         if got == expected:
             return
         missing = sorted(set(expected) - set(got))

@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 
 from engine import InvalidOptionError, InvalidRecordError, Table
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, row_tuples
+
+COLUMNS = ("id", "ts", "city")
 
 INDEX = "hoodie.index.type"
 
@@ -22,12 +24,8 @@ def _create(tmp_path: Path, table_type: str = "MERGE_ON_READ", index: str = "SIM
                         options={INDEX: index, **kwargs.pop("options", {})}, **kwargs)
 
 
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    return sorted((r["id"], r["ts"], r["city"]) for r in table.to_pylist())
-
-
 def _both(table: Table) -> list[list[tuple[Any, ...]]]:
-    return [_rows(table.read()), _rows(hudi_rs_read(table.path))]
+    return [row_tuples(table.read(), COLUMNS), row_tuples(hudi_rs_read(table.path), COLUMNS)]
 
 
 def _no_pending(table: Table) -> bool:
@@ -55,7 +53,7 @@ def test_delete_by_key_alone_found_in_two_partitions_deletes_both(tmp_path: Path
     table = _create(tmp_path, table_type)
     table.upsert(pa.table({"id": ["k", "j"], "ts": [1, 1], "city": ["x", "x"]}))
     table.upsert(pa.table({"id": ["k"], "ts": [1], "city": ["y"]}))  # SIMPLE: a second copy
-    assert _rows(table.read()) == [("j", 1, "x"), ("k", 1, "x"), ("k", 1, "y")]
+    assert row_tuples(table.read(), COLUMNS) == [("j", 1, "x"), ("k", 1, "x"), ("k", 1, "y")]
     table.delete(pa.table({"id": ["k"]}))
     assert _no_pending(table)
     assert _both(table) == [[("j", 1, "x")], [("j", 1, "x")]]

@@ -8,7 +8,6 @@ import random
 import re
 import threading
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,28 +17,12 @@ from engine.layout.file_group import list_table_files
 from engine.services.base import ServiceRun
 from jobs.cli import main
 from jobs.table_commands import ProgressRunner, summary_line
-from tests.helpers import hudi_rs_read
+from tests.helpers import Oracle, hudi_rs_read, row_tuples
 
 CITIES = ["oslo", "lima", "pune"]
 
 
-class Oracle:
-    """Latest row per key under event-time ordering (every batch here has larger ts)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-
-    def apply(self, batch: list[dict[str, Any]]) -> None:
-        for row in batch:
-            self.rows[row["id"]] = row
-
-    def expected(self) -> list[tuple[Any, ...]]:
-        return sorted((r["id"], r["ts"], r["city"], r["fare"]) for r in self.rows.values())
-
-
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    cols = table.select(["id", "ts", "city", "fare"]).to_pylist()
-    return sorted((r["id"], r["ts"], r["city"], r["fare"]) for r in cols)
+COLUMNS = ("id", "ts", "city", "fare")
 
 
 def _write(path: Path, batches: int, *, table_type: str = "MERGE_ON_READ",
@@ -52,20 +35,21 @@ def _write(path: Path, batches: int, *, table_type: str = "MERGE_ON_READ",
     opts.update(options or {})
     table = Table.create(str(path), name="trips", table_type=table_type, record_key="id",
                          precombine="ts", partition_by=["city"], options=opts)
-    oracle = Oracle()
+    oracle = Oracle(key="id")  # every batch here has larger ts
     for b in range(batches):
         batch = [{"id": f"k{rng.randrange(size * 2):04d}", "ts": b * 1000 + i,
                   "fare": round(rng.uniform(1, 90), 2)} for i in range(size)]
         for row in batch:  # a key keeps its partition
             row["city"] = CITIES[int(row["id"][1:]) % len(CITIES)]
         table.upsert(pa.Table.from_pylist(batch))
-        oracle.apply(batch)
+        oracle.upsert(batch)
     return table, oracle
 
 
 def _check_snapshot(path: Path, oracle: Oracle) -> None:
-    assert _rows(Table.open(str(path)).read()) == oracle.expected()
-    assert _rows(hudi_rs_read(path)) == oracle.expected()
+    expected = row_tuples(oracle.snapshot(), COLUMNS)
+    assert row_tuples(Table.open(str(path)).read(), COLUMNS) == expected
+    assert row_tuples(hudi_rs_read(path), COLUMNS) == expected
 
 
 # -- without services -----------------------------------------------------------------------
