@@ -23,7 +23,7 @@ from ingest.decode import JsonDecoder
 from ingest.prepare import DELETE, ERROR, OP, REASON, UPSERT, PrepareSpec, prepare_batch
 from ingest.sink import key_decoder
 from jobs.job_config import load as load_job_config
-from tests.ingest.test_sink import KAFKA
+from tests.ingest.helpers import KAFKA
 
 DDL = "id STRING, kind STRING, ts BIGINT, city STRING"
 KEY_AVSC = {"type": "record", "name": "Key", "fields": [

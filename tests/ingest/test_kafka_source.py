@@ -29,6 +29,7 @@ from ingest.kafka_offsets import (
     starting_offsets_json,
 )
 from ingest.kafka_options import KafkaSourceOptions, redact_options
+from ingest.kafka_produce import create_topic, produce
 from ingest.kafka_source import (
     _TASK_CONSUMERS,
     ARROW_SCHEMA,
@@ -39,7 +40,7 @@ from ingest.kafka_source import (
     MissingTopicsError,
     read_kafka_stream,
 )
-from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
 
 # kafka (imported by tests.kafka_broker) may import more of its protocol modules lazily.

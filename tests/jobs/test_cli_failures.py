@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ingest.kafka_produce import create_topic, produce
 from jobs.cli import main
-from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
