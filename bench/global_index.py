@@ -151,7 +151,7 @@ def operator_ms(progress: dict[str, Any]) -> float:
 
 def measure(spark: Any, keys: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from ingest.decode import JsonDecoder
-    from ingest.sink import HudiStreamingSink
+    from ingest.sink import HudiStreamingSink, SinkConfig
 
     rng = np.random.default_rng(args.seed)
     path = str(folder / "table")
@@ -162,8 +162,8 @@ def measure(spark: Any, keys: int, args: argparse.Namespace, folder: Path) -> di
     source = Source(folder / "source")
 
     def sink() -> Any:
-        return HudiStreamingSink(path, decoder=JsonDecoder(DDL), index="GLOBAL_STATE",
-                                 state_shards=args.shards, services=False)
+        return HudiStreamingSink(SinkConfig(path, decoder=JsonDecoder(DDL), index="GLOBAL_STATE",
+                                            state_shards=args.shards, services=False))
 
     source.add([0], ts=2)  # one update: the batch is the bootstrap
     started = time.perf_counter()

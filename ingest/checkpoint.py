@@ -36,6 +36,7 @@ from ingest.kafka_offsets import (
     offsets_from_json_dict,
     parse_hudi_checkpoint,
 )
+from ingest.sink_config import DEFAULT_IDENTIFIER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 
 SINK_CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
 """Hudi's ``HoodieStreamingSink.SINK_CHECKPOINT_KEY``."""
-DEFAULT_IDENTIFIER = "default_single_writer"
-"""Default of Hudi's ``hoodie.datasource.write.streaming.checkpoint.identifier``."""
 QUERY_ID_KEY = "tidelake.streaming.query.id"
 STREAMER_CHECKPOINT_KEY = "streamer.checkpoint.key"
 HUDI_STREAMER_CHECKPOINT_KEY = "deltastreamer.checkpoint.key"

@@ -130,6 +130,7 @@ from ingest.prepare import (
     unpack_blobs,
 )
 from ingest.resolve import ABSENT, DELETED, KIND_CODES, LIVE, KeyState, resolve_key, resolve_single
+from ingest.sink_config import DEFAULT_SHARDS, MAX_SHARDS
 from ingest.state_index import (
     CHUNK_ROWS,
     FOLD_MIN_ROWS,
@@ -174,8 +175,6 @@ CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.e
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 IS_ERROR = "_tl_is_error"
 GROUP = "_tl_group"
-DEFAULT_SHARDS = 32
-MAX_SHARDS = 4096
 META_STATE = "shard_meta"
 BLOB_STATE = "shard_blobs"
 META_SCHEMA = pa.schema([pa.field("base_token", pa.string()), pa.field("base_chunks", pa.int32()),

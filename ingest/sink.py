@@ -2,9 +2,10 @@
 
 Usage::
 
-    sink = HudiStreamingSink("/data/trips", decoder=JsonDecoder("id STRING, ts BIGINT, ..."),
-                             record_key="id", precombine="ts", partition_by=["city"],
-                             error_table_path="/data/trips_errors")
+    sink = HudiStreamingSink(SinkConfig("/data/trips",
+                                        decoder=JsonDecoder("id STRING, ts BIGINT, ..."),
+                                        record_key="id", precombine="ts", partition_by=["city"],
+                                        error_table_path="/data/trips_errors"))
     query = start_ingest(spark, read_kafka_stream(spark, kafka_options), sink,
                          checkpoint="/chk/trips", trigger={"processingTime": "30 seconds"})
 
@@ -76,7 +77,6 @@ from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
-    DEFAULT_IDENTIFIER,
     batch_end_offsets,
     checkpoint_metadata,
     is_committed,
@@ -88,8 +88,6 @@ from ingest.checkpoint import (
 from ingest.decode import Decoder
 from ingest.error_table import ERROR_SCHEMA, ErrorStaging, open_error_table, read_staged
 from ingest.global_index import (
-    DEFAULT_SHARDS,
-    MAX_SHARDS,
     GlobalIndexSpec,
     bootstrap_frame,
     check_dependencies,
@@ -109,6 +107,13 @@ from ingest.prepare import (
     spark_schema,
 )
 from ingest.services import StreamingServices
+from ingest.sink_config import (
+    BUCKET,
+    DEFAULT_MAX_ERROR_FRACTION,
+    ERROR_GUARD_MIN_RECORDS,
+    GLOBAL_STATE,
+    SinkConfig,
+)
 from ingest.spark_write import (
     InstantPlan,
     TaskReport,
@@ -126,9 +131,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKET",
+    "DEFAULT_MAX_ERROR_FRACTION",
+    "ERROR_GUARD_MIN_RECORDS",
     "GLOBAL_STATE",
     "BatchResult",
     "HudiStreamingSink",
+    "SinkConfig",
     "SinkTotals",
     "TooManyBadRecordsError",
     "start_ingest",
@@ -137,14 +145,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BUCKET = "BUCKET"
-GLOBAL_STATE = "GLOBAL_STATE"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
-DEFAULT_MAX_ERROR_FRACTION = 0.5
-"""Default ``max_error_fraction``: a batch with more bad records than good ones fails."""
-ERROR_GUARD_MIN_RECORDS = 10
-"""Batches with fewer records are not judged by ``max_error_fraction`` (their bad records go to
-the error table): one bad record in a quiet topic must not stop the job."""
 
 
 class TooManyBadRecordsError(TerminalError):
@@ -210,36 +211,10 @@ def _default_name(path: str) -> str:
 class HudiStreamingSink:
     """A ``foreachBatch`` sink writing Kafka micro-batches into one Hudi table.
 
-    Built on the driver: opens the table at ``table_path``, or creates it from the decoder's
-    schema (``record_key`` required then). ``index`` is ``"BUCKET"`` (partition-level: the
-    key's hash picks its file group; the table uses the bucket layout) or ``"GLOBAL_STATE"``
-    (key → location in the streaming query's RocksDB state; needs :func:`start_ingest` or
-    :meth:`streaming_frame`). Bad records go to the error table at ``error_table_path``;
-    without one, a batch with a bad record fails naming it. ``delete_column`` names a boolean
-    column marking deletes; Kafka tombstones delete the key they carry.
-    ``update_partition_path`` (GLOBAL_STATE): an update whose partition value changed moves the
-    record (True, Hudi's default) or updates it in its old partition (False).
-    ``key_format`` says how a tombstone's Kafka key gives its record key: ``"string"`` (the
-    key, as UTF-8, is the record key string — on a table with several key fields the engine's
-    ``field:value,...`` form), ``"json"`` (a JSON object holding the record key fields, and
-    optionally the partition fields; ``key_schema`` a DDL string or ``.avsc``, by default those
-    fields of the table) or ``"avro"`` (an Avro record written with ``key_schema``, an
-    ``.avsc`` path, JSON text or dict). A Kafka key that cannot be mapped sends the tombstone
-    to the error table with the reason.
-    ``checkpoint_identifier`` is Hudi's streaming writer identifier. ``state_shards``
-    (GLOBAL_STATE): how many shards the keys are hashed into (the state operator is entered
-    once per shard and batch; :mod:`ingest.state_index`); fixed for a checkpoint.
-    ``conflict_retries``: how often a batch refused because a concurrent writer's commit
-    touched the same file groups is replanned and written again before the query fails; the
-    same budget bounds the retries of a batch whose start or commit waited for the table lock
-    longer than ``hoodie.write.lock.wait_time_ms`` (a table service holding it).
-    Every job writing the same table needs its own ``checkpoint_identifier``.
-    ``max_error_fraction`` (0 to 1, default 0.5): a batch of at least
-    :data:`ERROR_GUARD_MIN_RECORDS` records with a larger share of bad records fails
-    (:class:`TooManyBadRecordsError`) and commits nothing; 1 turns the check off.
-    ``services``: run the table services inside the job (:mod:`ingest.services`: compaction,
-    clustering, cleaning, archival as the table options say); False leaves them to another
-    process (``tidelake table compact|clean|...``).
+    Built on the driver from a :class:`~ingest.sink_config.SinkConfig` (every argument, its
+    default and doc): opens the table at ``table_path``, or creates it from the decoder's
+    schema (``record_key`` required then). Bad records go to the error table at
+    ``error_table_path``; without one, a batch with a bad record fails naming it.
 
     A missing table is defined here but created on storage only by the first batch with a
     valid record, just before its commit (:attr:`table_created`).
@@ -247,45 +222,23 @@ class HudiStreamingSink:
     Only the driver uses this object; what tasks need is copied into picklable specs.
     """
 
-    def __init__(self, table_path: str, *, decoder: Decoder,
-                 record_key: str | Sequence[str] | None = None, precombine: str | None = None,
-                 partition_by: str | Sequence[str] | None = None, table_name: str | None = None,
-                 table_type: str = "MERGE_ON_READ", index: str = BUCKET, num_buckets: int = 4,
-                 options: Mapping[str, Any] | None = None, error_table_path: str | None = None,
-                 error_table_partitioned: bool = True,
-                 delete_column: str | None = "_hoodie_is_deleted",
-                 update_partition_path: bool = True,
-                 checkpoint_identifier: str = DEFAULT_IDENTIFIER,
-                 write_parallelism: int | None = None, state_shards: int = DEFAULT_SHARDS,
-                 conflict_retries: int = 10,
-                 max_error_fraction: float = DEFAULT_MAX_ERROR_FRACTION,
-                 key_format: str = "string", key_schema: Any = None,
-                 services: bool = True) -> None:
-        self.index = str(index).upper()
-        if self.index not in (BUCKET, GLOBAL_STATE):
-            raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {index!r}")
-        if isinstance(state_shards, bool) or not isinstance(state_shards, int) \
-                or not 1 <= state_shards <= MAX_SHARDS:
-            raise ValueError(f"state_shards: expected an integer from 1 to {MAX_SHARDS}, got "
-                             f"{state_shards!r}")
-        self.state_shards = state_shards
+    def __init__(self, config: SinkConfig) -> None:
+        if not isinstance(config, SinkConfig):
+            raise TypeError(f"HudiStreamingSink takes a SinkConfig (ingest.sink_config), got "
+                            f"{type(config).__name__}: HudiStreamingSink(SinkConfig(table_path, "
+                            "decoder=..., ...))")
+        self.config = config
+        """What the sink was built from."""
+        self.index = config.index
+        self.state_shards = config.state_shards
         # When a shard's state deltas fold into a new base (ingest.state_index); tests lower them.
         self.state_fold = (FOLD_MIN_ROWS, MAX_DELTAS)
-        if not checkpoint_identifier:
-            raise ValueError("checkpoint_identifier: must not be empty")
-        if conflict_retries < 0:
-            raise ValueError(f"conflict_retries: must not be negative, got {conflict_retries}")
-        self.conflict_retries = conflict_retries
-        if write_parallelism is not None and write_parallelism <= 0:
-            raise ValueError(f"write_parallelism: must be positive, got {write_parallelism}")
-        if isinstance(max_error_fraction, bool) or not (
-                isinstance(max_error_fraction, int | float) and 0 <= max_error_fraction <= 1):
-            raise ValueError(f"max_error_fraction: expected a number from 0 to 1, got "
-                             f"{max_error_fraction!r}")
-        self.max_error_fraction = float(max_error_fraction)
-        self.identifier = checkpoint_identifier
-        self.write_parallelism = write_parallelism
-        self.update_partition_path = update_partition_path
+        self.conflict_retries = config.conflict_retries
+        self.max_error_fraction = config.max_error_fraction
+        self.identifier = config.checkpoint_identifier
+        self.write_parallelism = config.write_parallelism
+        self.update_partition_path = config.update_partition_path
+        table_path, decoder = config.table_path, config.decoder
         decoded = normalize_input_schema(decoder.schema)
         self._check_reserved(decoded)
         # The engine stores no _hoodie_* data column (it drops them from its input).
@@ -293,37 +246,44 @@ class HudiStreamingSink:
         self._folder_existed = os.path.exists(table_path)
         # Service commits carry the checkpoint forward (a job without its Spark checkpoint
         # resumes from the table's offsets after any number of compactions and archivals).
-        options = {ROLLING_METADATA_KEYS: ",".join(CHECKPOINT_KEYS), **(options or {})}
-        self.table = self._open_or_create(table_path, table_name, table_type, record_key,
-                                          precombine, partition_by, num_buckets, options,
+        options = {ROLLING_METADATA_KEYS: ",".join(CHECKPOINT_KEYS), **(config.options or {})}
+        self.table = self._open_or_create(table_path, config.table_name, config.table_type,
+                                          config.record_key, config.precombine,
+                                          config.partition_by, config.num_buckets, options,
                                           stored)
         self.data_schema = self._check_schema(stored, decoded)
-        config = self.table.config
+        delete_column = config.delete_column
+        key_format, key_schema = config.key_format, config.key_schema
+        error_table_path = config.error_table_path
+        error_table_partitioned = config.error_table_partitioned
+        services = config.services
+        table_config = self.table.config
         if delete_column is not None and delete_column in decoded.names:
             if not pa.types.is_boolean(decoded.field(delete_column).type):
                 raise ValueError(f"delete_column: {delete_column!r} must be a boolean column")
         else:
             delete_column = None
-        rings = config.consistent_hashing
-        if not config.partition_fields:
+        rings = table_config.consistent_hashing
+        if not table_config.partition_fields:
             tombstones = "none"
         elif self.index == GLOBAL_STATE:
             tombstones = "state"
         else:  # a ring per partition: a tombstone must name its partition
             tombstones = "unknown" if rings else "bucket"
-        self.spec = PrepareSpec(decoder=decoder, config=config, data_schema=self.data_schema,
+        self.spec = PrepareSpec(decoder=decoder, config=table_config,
+                                data_schema=self.data_schema,
                                 delete_column=delete_column, tombstone_partition=tombstones,
-                                key_decoder=key_decoder(key_format, key_schema, config,
+                                key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
                                 with_data=self.index == BUCKET,
-                                num_buckets=(config.num_buckets
+                                num_buckets=(table_config.num_buckets
                                              or self.table.write_config.num_buckets)
                                 if self.index == BUCKET else None,
                                 pack=True,
                                 state_shards=self.state_shards
                                 if self.index == GLOBAL_STATE else None,
                                 ring_table=self.table.storage.base_path if rings else None)
-        self.error_table = (open_error_table(error_table_path, f"{config.name}_errors",
+        self.error_table = (open_error_table(error_table_path, f"{table_config.name}_errors",
                                              partitioned=error_table_partitioned,
                                              options=options)
                             if error_table_path else None)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidOptionError, TerminalError
-from jobs.job_config import SERVICE_OPTIONS, JobConfig, source_options
+from jobs.job_config import SERVICE_OPTIONS, SINK_FIELDS, JobConfig, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from ingest.decode import Decoder
     from ingest.sink import HudiStreamingSink
+    from ingest.sink_config import SinkConfig
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +126,19 @@ def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:
     """The foreachBatch sink from ``[table]``, ``[index]`` and ``[errors]``."""
     from ingest.sink import HudiStreamingSink
 
-    errors = config["errors.table_path"] or f"{config['table.path'].rstrip('/')}_errors"
-    return HudiStreamingSink(
-        config["table.path"], decoder=decoder, record_key=config["table.record_key"],
-        precombine=config["table.precombine"], partition_by=config["table.partition_by"],
-        table_name=config["table.name"], table_type=config["table.type"],
-        index=config["index.type"], num_buckets=config["index.num_buckets"],
-        options=service_options(config), error_table_path=errors,
-        delete_column=config["table.delete_field"],
-        update_partition_path=config["index.update_partition_path"],
-        state_shards=config["index.state_shards"],
-        checkpoint_identifier=config["checkpoint.identifier"],
-        conflict_retries=config["table.conflict_retries"],
-        max_error_fraction=config["errors.max_fraction"],
-        key_format=config["decode.key_format"], key_schema=config["decode.key_schema"],
-        services=config["services.enabled"])
+    return HudiStreamingSink(sink_config(config, decoder))
+
+
+def sink_config(config: JobConfig, decoder: Decoder) -> SinkConfig:
+    """The sink's :class:`~ingest.sink_config.SinkConfig`: every setting that fills one of its
+    fields (:data:`~jobs.job_config.SINK_FIELDS`), the service settings as table options, and
+    the error table beside the table unless ``errors.table_path`` says where."""
+    from ingest.sink_config import SinkConfig
+
+    values = {field: config[name] for name, field in SINK_FIELDS.items()}
+    values["error_table_path"] = (config["errors.table_path"]
+                                  or f"{config['table.path'].rstrip('/')}_errors")
+    return SinkConfig(decoder=decoder, options=service_options(config), **values)
 
 
 def service_options(config: JobConfig) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 Each setting is declared once in :data:`SETTINGS` (section, key, type, default, doc); the
 TOML file and the ``--section.key value`` flags are parsed into a frozen
-:class:`JobConfig`. An unknown section or key, or a value of the wrong type, is an
+:class:`JobConfig`. A setting that fills an argument of the sink takes its default from
+:class:`~ingest.sink_config.SinkConfig` (``sink``); one that stands for a table option takes
+its default and doc from the option's declaration in :mod:`engine.config` (``option``). An
+unknown section or key, or a value of the wrong type, is an
 :class:`~engine.errors.InvalidOptionError` naming ``section.key``. Pass-through tables
 (``[source.kafka]``, ``[table.options]``, ``[spark.conf]``) take any key of their kind;
 values whose key looks secret are redacted wherever the config is printed.
@@ -11,6 +14,7 @@ values whose key looks secret are redacted wherever the config is printed.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +22,10 @@ from typing import Any
 
 import tomllib
 
+from engine.config import WRITE_KEYS
 from engine.errors import InvalidOptionError
 from engine.redact import REDACTED, is_secret_key, redact
+from ingest.sink_config import sink_default
 
 
 def _str(key: str, value: Any) -> str:
@@ -99,11 +105,38 @@ class Setting:
     parse: Callable[[str, Any], Any]
     default: Any
     doc: str
+    sink: str = ""
+    """The :class:`~ingest.sink_config.SinkConfig` field the setting fills, if any."""
+    option: str = ""
+    """The table option the setting stands for, if any (``[services]``): unset, the table
+    option decides."""
 
     @property
     def name(self) -> str:
         """``section.key``."""
         return f"{self.section}.{self.key}"
+
+
+_NO_DEFAULT: Any = object()
+
+
+def _sink(section: str, key: str, parse: Callable[[str, Any], Any], field_name: str, doc: str,
+          default: Any = _NO_DEFAULT) -> Setting:
+    """A setting that fills the sink's ``field_name``, by default with the sink's default."""
+    value = sink_default(field_name) if default is _NO_DEFAULT else default
+    return Setting(section, key, parse, value, doc, sink=field_name)
+
+
+def _option(section: str, key: str, parse: Callable[[str, Any], Any], option: str,
+            doc: str) -> Setting:
+    """A setting that stands for the table option ``option``; its doc ends with the option's
+    default and key."""
+    spec = next(s for s in WRITE_KEYS if s.key == option)
+    value = spec.default
+    shown = (str(value).lower() if isinstance(value, bool)
+             else getattr(value, "value", value))
+    return Setting(section, key, parse, None, f"{doc} (default {shown}; {option}).",
+                   option=option)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -125,100 +158,87 @@ SETTINGS: tuple[Setting, ...] = (
             "Avro; not usable from a job file yet, see docs/ingest.md)."),
     Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
     Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
-    Setting("decode", "key_format", _choice("string", "json", "avro"), "string",
-            "How a tombstone's Kafka key gives its record key: string (the key is the record "
+    _sink("decode", "key_format", _choice("string", "json", "avro"), "key_format",
+          "How a tombstone's Kafka key gives its record key: string (the key is the record "
             "key string), json or avro (the key holds the record key fields)."),
-    Setting("decode", "key_schema", _str, None,
-            "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
-            "fields), .avsc for avro (required)."),
-    Setting("table", "path", _location, None,
-            "Table folder or file:// URI (required; object storage is not supported yet)."),
-    Setting("table", "name", _str, None, "Table name (required when creating)."),
-    Setting("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "MERGE_ON_READ",
-            "Table type when creating."),
-    Setting("table", "record_key", _list, None, "Record key field(s) (required)."),
-    Setting("table", "precombine", _str, None, "Ordering (precombine) field."),
-    Setting("table", "partition_by", _list, (), "Partition field(s)."),
-    Setting("table", "delete_field", _str, "_hoodie_is_deleted",
-            "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
-    Setting("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "BUCKET",
-            "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
-    Setting("index", "bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"), None,
+    _sink("decode", "key_schema", _str, "key_schema",
+          "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
+          "fields), .avsc for avro (required)."),
+    _sink("table", "path", _location, "table_path",
+          "Table folder or file:// URI (required; object storage is not supported yet).",
+          default=None),
+    _sink("table", "name", _str, "table_name", "Table name (required when creating)."),
+    _sink("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "table_type",
+          "Table type when creating."),
+    _sink("table", "record_key", _list, "record_key", "Record key field(s) (required)."),
+    _sink("table", "precombine", _str, "precombine", "Ordering (precombine) field."),
+    _sink("table", "partition_by", _list, "partition_by", "Partition field(s).", default=()),
+    _sink("table", "delete_field", _str, "delete_column",
+          "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
+    _sink("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "index",
+          "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
+    _option("index", "bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"),
+            "hoodie.index.bucket.engine",
             "BUCKET: SIMPLE (a fixed bucket count) or CONSISTENT_HASHING (buckets split and "
             "merge as partitions grow and shrink; MERGE_ON_READ only; resizes run with "
-            "[services] clustering). Fixed when the table is created (default SIMPLE; "
-            "hoodie.index.bucket.engine)."),
-    Setting("index", "num_buckets", _int, 4,
-            "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
-    Setting("index", "update_partition_path", _bool, True,
-            "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
-    Setting("index", "state_shards", _int, 32,
-            "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
-            "state operator runs once per shard and micro-batch."),
+            "[services] clustering). Fixed when the table is created"),
+    _sink("index", "num_buckets", _int, "num_buckets",
+          "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
+    _sink("index", "update_partition_path", _bool, "update_partition_path",
+          "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
+    _sink("index", "state_shards", _int, "state_shards",
+          "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
+          "state operator runs once per shard and micro-batch."),
     Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
     Setting("trigger", "available_now", _bool, False,
             "Process what is in the topics now, then stop."),
     Setting("checkpoint", "location", _location, None,
             "Spark checkpoint folder or file:// URI (required)."),
-    Setting("checkpoint", "identifier", _str, "default_single_writer",
-            "This job's writer identifier in the table's commits (Hudi's "
+    _sink("checkpoint", "identifier", _str, "checkpoint_identifier",
+          "This job's writer identifier in the table's commits (Hudi's "
             "hoodie.datasource.write.streaming.checkpoint.identifier): give every job that "
             "writes the same table its own."),
-    Setting("table", "conflict_retries", _int, 10,
-            "How often a micro-batch refused because a concurrent writer touched the same "
+    _sink("table", "conflict_retries", _int, "conflict_retries",
+          "How often a micro-batch refused because a concurrent writer touched the same "
             "file groups is replanned and written again before the job fails."),
-    Setting("services", "enabled", _bool, True,
-            "Run the table services inside the job (beside ingestion); false leaves them to "
+    _sink("services", "enabled", _bool, "services",
+          "Run the table services inside the job (beside ingestion); false leaves them to "
             "'tidelake table compact|clean|...' or another process."),
-    Setting("services", "compaction", _bool, None,
-            "MERGE_ON_READ: schedule compactions and execute them in the job (default true; "
-            "hoodie.datasource.compaction.async.enable)."),
-    Setting("services", "compaction_delta_commits", _int, None,
-            "Deltacommits after which a compaction is scheduled (default 5; "
-            "hoodie.compact.inline.max.delta.commits)."),
-    Setting("services", "max_pending_compactions", _int, None,
-            "With this many compactions pending the next micro-batch waits (default 2; "
-            "tidelake.services.max.pending.compactions)."),
-    Setting("services", "clean", _bool, None,
-            "Clean file slices no longer needed (default true; hoodie.clean.automatic)."),
-    Setting("services", "commits_retained", _int, None,
+    _option("services", "compaction", _bool, "hoodie.datasource.compaction.async.enable",
+            "MERGE_ON_READ: schedule compactions and execute them in the job"),
+    _option("services", "compaction_delta_commits", _int,
+            "hoodie.compact.inline.max.delta.commits",
+            "Deltacommits after which a compaction is scheduled"),
+    _option("services", "max_pending_compactions", _int,
+            "tidelake.services.max.pending.compactions",
+            "With this many compactions pending the next micro-batch waits"),
+    _option("services", "clean", _bool, "hoodie.clean.automatic",
+            "Clean file slices no longer needed"),
+    _option("services", "commits_retained", _int, "hoodie.cleaner.commits.retained",
             "Commits whose files the cleaner keeps readable for time travel and incremental "
-            "reads (default 10; hoodie.cleaner.commits.retained)."),
-    Setting("services", "archive", _bool, None,
-            "Archive old instants to the timeline history (default true; "
-            "hoodie.archive.automatic)."),
-    Setting("services", "clustering", _bool, None,
-            "Schedule and run clustering in the job (default false; "
-            "hoodie.clustering.async.enabled; not for SIMPLE bucket tables; on "
-            "CONSISTENT_HASHING tables a clustering resizes the buckets)."),
-    Setting("services", "clustering_commits", _int, None,
-            "Commits after which a clustering is scheduled (default 4; "
-            "hoodie.clustering.async.max.commits)."),
-    Setting("services", "parallelism", _int, None,
-            "Spark tasks a service runs at once (default: half the cores; "
-            "tidelake.services.parallelism)."),
+            "reads"),
+    _option("services", "archive", _bool, "hoodie.archive.automatic",
+            "Archive old instants to the timeline history"),
+    _option("services", "clustering", _bool, "hoodie.clustering.async.enabled",
+            "Schedule and run clustering in the job (not for SIMPLE bucket tables; on "
+            "CONSISTENT_HASHING tables a clustering resizes the buckets)"),
+    _option("services", "clustering_commits", _int, "hoodie.clustering.async.max.commits",
+            "Commits after which a clustering is scheduled"),
+    _option("services", "parallelism", _int, "tidelake.services.parallelism",
+            "Spark tasks a service runs at once, 0 for half the cores"),
     Setting("spark", "master", _str, "local[2]", "Spark master URL."),
     Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
-    Setting("errors", "table_path", _location, None,
-            "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
-    Setting("errors", "max_fraction", _fraction, 0.5,
-            "A micro-batch (of 10 records or more) with a larger share of bad records fails "
+    _sink("errors", "table_path", _location, "error_table_path",
+          "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
+    _sink("errors", "max_fraction", _fraction, "max_error_fraction",
+          "A micro-batch (of 10 records or more) with a larger share of bad records fails "
             "and commits nothing, naming the most common reason; 1 turns the check off."),
 )
 
-SERVICE_OPTIONS = {
-    "services.compaction": "hoodie.datasource.compaction.async.enable",
-    "services.compaction_delta_commits": "hoodie.compact.inline.max.delta.commits",
-    "services.max_pending_compactions": "tidelake.services.max.pending.compactions",
-    "services.clean": "hoodie.clean.automatic",
-    "services.commits_retained": "hoodie.cleaner.commits.retained",
-    "services.archive": "hoodie.archive.automatic",
-    "services.clustering": "hoodie.clustering.async.enabled",
-    "services.clustering_commits": "hoodie.clustering.async.max.commits",
-    "services.parallelism": "tidelake.services.parallelism",
-    "index.bucket_engine": "hoodie.index.bucket.engine",
-}
+SERVICE_OPTIONS = {s.name: s.option for s in SETTINGS if s.option}
 """``[services]`` settings (and ``index.bucket_engine``) and the table option each sets."""
+SINK_FIELDS = {s.name: s.sink for s in SETTINGS if s.sink}
+"""Settings that fill an argument of the sink, and the :class:`SinkConfig` field each fills."""
 
 PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
 REQUIRED = ("source.bootstrap_servers", "source.topics", "table.path", "table.record_key",
@@ -399,4 +419,35 @@ def describe(settings: Sequence[Setting] = SETTINGS) -> str:
     for s in settings:
         default = "" if s.default in (None, ()) else f"`{s.default}`"
         rows.append(f"| `{s.name}` | {default} | {s.doc} |")
+    return "\n".join(rows)
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reST as a Markdown table cell: ``x`` becomes `x`, :role:`~a.b.x` `x`,
+    :role:`a.b.x` `a.b.x`; ``|`` is escaped."""
+    text = re.sub(r":\w+:`(~?)([\w.]+)`",
+                  lambda m: f"`{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}`",
+                  text)
+    return text.replace("``", "`").replace("|", "\\|")
+
+
+def describe_sink_arguments() -> str:
+    """A Markdown table of :class:`~ingest.sink_config.SinkConfig`'s fields with the job setting
+    that fills each (kept in sync with docs/configuration.md by a test)."""
+    from dataclasses import MISSING, fields
+
+    from ingest.sink_config import SinkConfig, field_docs
+
+    setting = {field: name for name, field in SINK_FIELDS.items()}
+    docs = field_docs()
+    rows = ["| argument | job setting | default | meaning |", "|---|---|---|---|"]
+    for f in fields(SinkConfig):
+        if f.default is MISSING:
+            default = "required"
+        elif f.default is None:
+            default = "none"
+        else:
+            default = f"`{f.default}`"
+        name = f"`{setting[f.name]}`" if f.name in setting else ""
+        rows.append(f"| `{f.name}` | {name} | {default} | {_markdown(docs[f.name])} |")
     return "\n".join(rows)

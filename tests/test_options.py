@@ -74,3 +74,88 @@ def test_bad_write_option_error_names_the_option() -> None:
                 WriteConfig.from_options({key: "\x00 not a value"})
             except InvalidOptionError as exc:
                 assert exc.key == key and f"'{key}'" in str(exc)
+
+
+# -- job settings and the sink --------------------------------------------------------------
+
+_JOB_DEFAULTS_OF_THEIR_OWN = {"table.path": None, "table.partition_by": (),
+                              "errors.table_path": None}
+"""Sink-filling settings whose default is not the sink's: the path is required (the sink has
+no default), no partition fields, and the job derives the error table's path."""
+
+
+def test_sink_settings_take_the_sinks_defaults() -> None:
+    from ingest.sink_config import SinkConfig, sink_default
+    from jobs.job_config import SETTINGS, SINK_FIELDS
+
+    fields_of_sink = {f.name for f in fields(SinkConfig)}
+    by_name = {s.name: s for s in SETTINGS}
+    for name, field_name in SINK_FIELDS.items():
+        assert field_name in fields_of_sink, name
+        expected = (_JOB_DEFAULTS_OF_THEIR_OWN[name] if name in _JOB_DEFAULTS_OF_THEIR_OWN
+                    else sink_default(field_name))
+        assert by_name[name].default == expected, name
+    assert len(set(SINK_FIELDS.values())) == len(SINK_FIELDS)
+
+
+def test_service_settings_stand_for_declared_options_and_show_their_defaults() -> None:
+    from jobs.job_config import SERVICE_OPTIONS, SETTINGS
+
+    declared = {spec.key: spec for spec in WRITE_KEYS}
+    by_name = {s.name: s for s in SETTINGS}
+    for name, key in SERVICE_OPTIONS.items():
+        spec = declared[key]
+        setting = by_name[name]
+        assert setting.default is None  # unset: the table option decides
+        value = spec.default
+        shown = str(value).lower() if isinstance(value, bool) else getattr(value, "value", value)
+        assert setting.doc.endswith(f"(default {shown}; {key}).")
+
+
+def test_job_builds_the_sink_config_from_its_settings(tmp_path: Path) -> None:
+    from ingest.sink_config import SinkConfig
+    from jobs.ingest_job import sink_config
+    from jobs.job_config import load
+
+    config = load(None, {"source.bootstrap_servers": "127.0.0.1:9", "source.topics": "t",
+                         "table.path": str(tmp_path / "t"), "table.record_key": "id",
+                         "checkpoint.location": str(tmp_path / "cp"),
+                         "decode.schema": "id STRING", "index.state_shards": "7",
+                         "source.use_builtin_kafka": "true"})
+    decoder = object()
+    built = sink_config(config, decoder)  # type: ignore[arg-type]
+    assert built == SinkConfig(
+        str(tmp_path / "t"), decoder=decoder, record_key=("id",),  # type: ignore[arg-type]
+        partition_by=(), state_shards=7, options={},
+        error_table_path=f"{tmp_path / 't'}_errors")
+
+
+def test_every_job_setting_is_read() -> None:
+    from jobs.job_config import PASS_THROUGH, SERVICE_OPTIONS, SETTINGS, SINK_FIELDS
+
+    source = _source()
+    unread = [s.name for s in SETTINGS
+              if s.name not in SINK_FIELDS and s.name not in SERVICE_OPTIONS
+              and f'"{s.name}"' not in source and f"'{s.name}'" not in source]
+    assert unread == []
+    assert set(PASS_THROUGH) == {"source.kafka", "table.options", "spark.conf"}
+
+
+def test_docs_list_every_sink_argument_and_job_setting() -> None:
+    from jobs.job_config import describe, describe_sink_arguments
+
+    assert describe_sink_arguments() in DOC.read_text()
+    assert describe() in (ROOT / "docs" / "ingest.md").read_text()
+
+
+def test_sink_takes_a_config_object() -> None:
+    from ingest.sink import HudiStreamingSink
+    from ingest.sink_config import SinkConfig
+
+    with pytest.raises(TypeError, match="SinkConfig"):
+        HudiStreamingSink("/tmp/t")  # type: ignore[arg-type]
+    for bad, field_name in (({"index": "BLOOM"}, "index"), ({"state_shards": 0}, "state_shards"),
+                            ({"max_error_fraction": 2}, "max_error_fraction"),
+                            ({"conflict_retries": -1}, "conflict_retries")):
+        with pytest.raises(ValueError, match=f"^{field_name}: "):
+            SinkConfig("/tmp/t", decoder=None, **bad)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ import pytest
 
 import ingest.sink as sink_module
 from engine import Table, WriteConflictError
-from ingest.sink import HudiStreamingSink
+from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
@@ -69,8 +69,9 @@ def other_writer_commits_during(times: int, commit: Callable[[], None]) -> Itera
 def test_sink_conflicting_commit_replanned_and_retried_nothing_lost(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1))
     oracle, offsets = Oracle(), dict[int, int]()
     first = [Event("a", 10, "oslo", 1.0), Event("b", 10, "oslo", 2.0)]
     sink.process_batch(_frame(spark, kafka_rows(first, "ev", offsets)), 0)
@@ -102,9 +103,10 @@ def test_sink_conflicting_commit_replanned_and_retried_nothing_lost(
 def test_sink_conflicts_beyond_retries_fail_and_leave_nothing(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1,
-                             conflict_retries=1)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1,
+        conflict_retries=1))
     offsets: dict[int, int] = {}
     sink.process_batch(_frame(spark, kafka_rows([Event("a", 10, "oslo", 1.0)], "ev",
                                                 offsets)), 0)
@@ -127,8 +129,9 @@ def test_sink_conflicts_beyond_retries_fail_and_leave_nothing(
 def test_sink_non_blocking_mor_bucket_concurrent_commit_no_retry(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1))
     offsets: dict[int, int] = {}
 
     def backfill() -> None:

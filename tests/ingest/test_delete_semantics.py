@@ -30,7 +30,7 @@ import pytest
 from engine import Table
 from engine.schema import normalize_input_schema
 from ingest.decode import JsonDecoder
-from ingest.sink import BUCKET, GLOBAL_STATE, HudiStreamingSink
+from ingest.sink import BUCKET, GLOBAL_STATE, HudiStreamingSink, SinkConfig
 from tests.helpers import hudi_rs_read
 from tests.ingest.test_sink import (
     CITIES,
@@ -162,9 +162,10 @@ def test_deletes_any_micro_batch_cut_gives_the_oracle_table_in_ours_and_hudi_rs(
     started = time.monotonic()
     for n, sizes in enumerate(cuts(rng, len(events))):
         path = str(tmp_path / f"t{n}")
-        sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                                 partition_by=["city"], table_type=table_type, index=index,
-                                 num_buckets=2)
+        sink = HudiStreamingSink(SinkConfig(
+            path, decoder=decoder(), record_key="id", precombine="ts",
+            partition_by=["city"], table_type=table_type, index=index,
+            num_buckets=2))
         if global_index:
             stream = ParquetStream(tmp_path / f"s{n}", "ev")
             for batch in _batches(events, sizes):
@@ -207,7 +208,7 @@ def test_global_state_timestamp_ordering_in_non_utc_session_updates_bootstrapped
     before = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
-        sink = HudiStreamingSink(path, decoder=JsonDecoder(ddl), index=GLOBAL_STATE)
+        sink = HudiStreamingSink(SinkConfig(path, decoder=JsonDecoder(ddl), index=GLOBAL_STATE))
         _run(spark, stream, sink, tmp_path / "ck")
     finally:
         spark.conf.set("spark.sql.session.timeZone", before)
@@ -227,8 +228,9 @@ def test_bucket_tombstone_on_partitioned_table_deletes_the_key_in_every_partitio
         spark: Any, tmp_path: Path, table_type: str) -> None:  # noqa: F811
     """Tombstones on partitioned BUCKET tables went to the error table before."""
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type=table_type, num_buckets=2)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type=table_type, num_buckets=2))
     offsets: dict[int, int] = {}
     first = [Event("a", 10, "oslo", 1.0), Event("a", 11, "rome", 2.0),
              Event("c", 10, "oslo", 3.0), Event("b", 10, "lima", 4.0)]
@@ -251,9 +253,10 @@ def test_bucket_tombstone_with_json_kafka_key_deletes_complex_key_record(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
     ddl = "id STRING, kind STRING, ts BIGINT, city STRING, fare DOUBLE"
-    sink = HudiStreamingSink(path, decoder=JsonDecoder(ddl), record_key=["id", "kind"],
-                             precombine="ts", partition_by=["city"], num_buckets=2,
-                             key_format="json", error_table_path=str(tmp_path / "errors"))
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=JsonDecoder(ddl), record_key=["id", "kind"],
+        precombine="ts", partition_by=["city"], num_buckets=2,
+        key_format="json", error_table_path=str(tmp_path / "errors")))
     value = b'{"id": "a", "kind": "x", "ts": 1, "city": "oslo", "fare": 1.0}'
     other = b'{"id": "a", "kind": "y", "ts": 1, "city": "oslo", "fare": 2.0}'
     rows = [(b"k", value), (b"k", other)]

@@ -79,7 +79,13 @@ from ingest.resolve import (
     resolve_key,
     resolve_single,
 )
-from ingest.sink import GLOBAL_STATE, HudiStreamingSink, TooManyBadRecordsError, start_ingest
+from ingest.sink import (
+    GLOBAL_STATE,
+    HudiStreamingSink,
+    SinkConfig,
+    start_ingest,
+    TooManyBadRecordsError,
+)
 from tests.conftest import hudi_rs_read
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
@@ -394,7 +400,7 @@ def test_sink_on_table_with_corrupt_recorded_schema_raises_naming_the_file(
                  extra_metadata={"schema": '{"type": "record", "fields": 7}'})
     with pytest.raises(CorruptTableError, match=r"\.hoodie/timeline/\d+_\d+\.deltacommit: "
                        "the table schema it records cannot be parsed"):
-        HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts")
+        HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts"))
 
 
 def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
@@ -514,8 +520,9 @@ def _frame(spark: Any, rows: pa.Table) -> Any:  # noqa: F811
 def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
         spark: Any, tmp_path: Path, table_type: str) -> None:  # noqa: F811
     path = str(tmp_path / "trips")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type=table_type, num_buckets=2)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type=table_type, num_buckets=2))
     oracle, offsets, clock = Oracle(), {}, [0]
     rng = random.Random(3 if table_type == "MERGE_ON_READ" else 4)
     for batch_id, events in enumerate(random_batches(rng, 3, 40, moves=False,
@@ -564,9 +571,9 @@ def failing_commits(only: str | None = None) -> Iterator[None]:
 def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="MERGE_ON_READ",
-                             error_table_path=errors)
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], table_type="MERGE_ON_READ",
+                                        error_table_path=errors))
     events = [Event("a", 10, "oslo", 1.0), Event("b", 11, "rome", 2.0),
               Event("x", raw=b"\xff\xfe not utf-8"), Event("c", raw=b'{"id": "c"}'),
               Event("d", 12, "r" * 260, 3.0), Event("", tombstone=True)]  # no key
@@ -610,8 +617,8 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
 def test_bucket_sink_replay_after_the_error_commit_stages_no_error_rows(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], error_table_path=errors)
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], error_table_path=errors))
     rows = kafka_rows([Event("a", 10, "oslo", 1.0), Event("x", raw=b"nope"),
                        Event("b", 11, "rome", 2.0)], "ev", {})
     with failing_commits(only=path), pytest.raises(OSError):
@@ -632,8 +639,8 @@ def test_bucket_sink_replay_after_the_error_commit_stages_no_error_rows(
 @pytest.mark.spark
 def test_bucket_sink_without_error_table_fails_naming_the_record(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
-    sink = HudiStreamingSink(str(tmp_path / "t"), decoder=decoder(), record_key="id",
-                             precombine="ts", partition_by=["city"])
+    sink = HudiStreamingSink(SinkConfig(str(tmp_path / "t"), decoder=decoder(), record_key="id",
+                                        precombine="ts", partition_by=["city"]))
     rows = kafka_rows([Event("a", 1, "oslo"), Event("x", raw=b"nope")], "ev", {})
     with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
         sink.process_batch(_frame(spark, rows), 0)
@@ -651,29 +658,30 @@ def test_bucket_sink_without_error_table_fails_naming_the_record(
 
 def test_sink_rejects_mismatched_table_and_bad_arguments(tmp_path: Path) -> None:
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"])
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"]))
     assert not sink.table_created and not (tmp_path / "t").exists(), "created by a batch"
     Table.create(path, name="t", record_key="id", precombine="ts", partition_by=["city"],
                  options={"hoodie.index.type": "BUCKET"})
     with pytest.raises(ValueError, match="partition_by"):
-        HudiStreamingSink(path, decoder=decoder(), partition_by=["id"])
+        HudiStreamingSink(SinkConfig(path, decoder=decoder(), partition_by=["id"]))
     with pytest.raises(ValueError, match="index"):
-        HudiStreamingSink(path, decoder=decoder(), index="BLOOM")
+        HudiStreamingSink(SinkConfig(path, decoder=decoder(), index="BLOOM"))
     with pytest.raises(ValueError, match="reserved prefix"):
-        HudiStreamingSink(str(tmp_path / "u"), decoder=JsonDecoder("id STRING, _tl_x INT"),
-                          record_key="id")
+        HudiStreamingSink(SinkConfig(
+            str(tmp_path / "u"), decoder=JsonDecoder("id STRING, _tl_x INT"),
+            record_key="id"))
     with pytest.raises(ValueError, match="ordering field"):
-        HudiStreamingSink(str(tmp_path / "v"), decoder=decoder(), record_key="id",
-                          precombine="nope")
+        HudiStreamingSink(SinkConfig(str(tmp_path / "v"), decoder=decoder(), record_key="id",
+                                     precombine="nope"))
     simple = str(tmp_path / "simple")
     Table.create(simple, name="simple", record_key="id")
     with pytest.raises(ValueError, match="BUCKET index"):
-        HudiStreamingSink(simple, decoder=decoder())
+        HudiStreamingSink(SinkConfig(simple, decoder=decoder()))
     for bad in (-0.1, 1.5, "half", True):
         with pytest.raises(ValueError, match="max_error_fraction"):
-            HudiStreamingSink(str(tmp_path / "w"), decoder=decoder(), record_key="id",
-                              max_error_fraction=bad)  # type: ignore[arg-type]
+            HudiStreamingSink(SinkConfig(str(tmp_path / "w"), decoder=decoder(), record_key="id",
+                                         max_error_fraction=bad))  # type: ignore[arg-type]
 
 
 WRONG_DDL = "id STRING, ts BIGINT, city STRING, fare STRING"
@@ -688,8 +696,9 @@ def _good(n: int, start: int = 0) -> list[Event]:
 def test_bucket_sink_schema_not_matching_data_fails_and_creates_nothing(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
-    sink = HudiStreamingSink(path, decoder=JsonDecoder(WRONG_DDL), record_key="id",
-                             precombine="ts", partition_by=["city"], error_table_path=errors)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=JsonDecoder(WRONG_DDL), record_key="id",
+        precombine="ts", partition_by=["city"], error_table_path=errors))
     rows = kafka_rows(_good(12), "ev", {})
     with pytest.raises(TooManyBadRecordsError,
                        match=r"12 of 12 records are bad.*most common reason \(12 records\): "
@@ -708,7 +717,7 @@ def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed
     path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
     args: dict[str, Any] = dict(decoder=decoder(), record_key="id", precombine="ts",
                                 partition_by=["city"], error_table_path=errors)
-    sink = HudiStreamingSink(path, **args)
+    sink = HudiStreamingSink(SinkConfig(path, **args))
     offsets: dict[int, int] = {}
     sink.process_batch(_frame(spark, kafka_rows(_good(3), "ev", offsets)), 0)
     bad = [Event(f"x{i}", raw=b"{not json" if i % 3 else b"[]") for i in range(7)]
@@ -725,7 +734,7 @@ def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed
     assert set(table_rows(path)) == {"k0", "k1", "k2"}
 
     # The operator decides these records are bad indeed: the replay goes through.
-    lenient = HudiStreamingSink(path, **args, max_error_fraction=1.0)
+    lenient = HudiStreamingSink(SinkConfig(path, **args, max_error_fraction=1.0))
     lenient.process_batch(_frame(spark, rows), 1)
     result = lenient.last_result
     assert result is not None and result.errors == 7 and result.instant_time
@@ -737,9 +746,9 @@ def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed
 def test_bucket_sink_creates_the_table_with_the_first_valid_record_only(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path, errors = str(tmp_path / "t"), str(tmp_path / "errors")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], error_table_path=errors,
-                             max_error_fraction=1.0)
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], error_table_path=errors,
+                                        max_error_fraction=1.0))
     offsets: dict[int, int] = {}
     sink.process_batch(_frame(spark, kafka_rows([Event("x", raw=b"nope")] * 12, "ev",
                                                 offsets)), 0)
@@ -761,12 +770,12 @@ import sys
 from pyspark.sql import SparkSession
 from engine.errors import InvalidOptionError
 from ingest.decode import DecoderError, JsonDecoder
-from ingest.sink import HudiStreamingSink
+from ingest.sink import HudiStreamingSink, SinkConfig
 
 spark = (SparkSession.builder.master("local[1]").config("spark.speculation", "true")
          .config("spark.ui.enabled", "false").getOrCreate())
-sink = HudiStreamingSink(sys.argv[1], decoder=JsonDecoder("id STRING, ts BIGINT"),
-                         record_key="id")
+sink = HudiStreamingSink(SinkConfig(sys.argv[1], decoder=JsonDecoder("id STRING, ts BIGINT"),
+                                    record_key="id"))
 rows = spark.createDataFrame(
     [(b"a", b'{"id": "a", "ts": 1}', "t", 0, 0, None)],
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP")
@@ -845,10 +854,10 @@ def test_global_state_index_moves_keys_and_deletes_tombstones_exactly_once(
     share a shard's state, folded into a new base every other batch (a query restarted on
     the checkpoint catches up or rebuilds the workers' shard images)."""
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="MERGE_ON_READ",
-                             index=GLOBAL_STATE, num_buckets=2, state_shards=2,
-                             error_table_path=str(tmp_path / "errors"))
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], table_type="MERGE_ON_READ",
+                                        index=GLOBAL_STATE, num_buckets=2, state_shards=2,
+                                        error_table_path=str(tmp_path / "errors")))
     sink.state_fold = (1, 2)
     stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
     batches = list(random_batches(random.Random(5), 3, 30, moves=True, tombstones=True,
@@ -891,7 +900,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
     seed = pa.table({"id": ["a", "b", "c"], "ts": [1, 1, 1], "city": ["oslo", "rome", "lima"],
                      "fare": [1.0, 2.0, 3.0], "_hoodie_is_deleted": [False] * 3})
     existing.upsert(seed)
-    sink = HudiStreamingSink(path, decoder=decoder(), index=GLOBAL_STATE)
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), index=GLOBAL_STATE))
     stream = ParquetStream(tmp_path, "ev")
     # Batch 0: "a" moves rome, "b" is deleted by a tombstone (no partition in it).
     stream.add([Event("a", 5, "rome", 9.0), Event("b", tombstone=True)])
@@ -960,8 +969,9 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
                                      for e in events])
     oracle.apply(events)
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], error_table_path=str(tmp_path / "errors"))
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], error_table_path=str(tmp_path / "errors")))
     options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
                "startingOffsets": "earliest"}
     query = start_ingest(spark, read_kafka_stream(spark, options), sink,
@@ -1010,8 +1020,8 @@ def test_kafka_checkpoint_after_accepted_loss_records_batch_end_of_unread_partit
     topic = unique_topic("regress")
     create_topic(kafka_bootstrap, topic, 2)
     path, checkpoint = str(tmp_path / "t"), str(tmp_path / "ck")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"])
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"]))
     options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
                "startingOffsets": "earliest", "failOnDataLoss": "false"}
     oracle, clock = Oracle(), iter(range(1, 1_000))
@@ -1052,8 +1062,9 @@ def test_sink_refuses_key_field_without_java_text_at_setup(tmp_path: Path) -> No
     from engine.errors import InvalidRecordError
 
     with pytest.raises(InvalidRecordError, match="'id'"):
-        HudiStreamingSink(str(tmp_path / "t"), decoder=JsonDecoder("id BINARY, ts BIGINT"),
-                          record_key="id", precombine="ts")
+        HudiStreamingSink(SinkConfig(
+            str(tmp_path / "t"), decoder=JsonDecoder("id BINARY, ts BIGINT"),
+            record_key="id", precombine="ts"))
 
 
 @pytest.mark.spark
@@ -1062,8 +1073,9 @@ def test_bucket_sink_log_stats_name_the_slice_files_as_hudi(
     """Streaming appends record the slice's base instant, base file and earlier logs
     (``HoodieAppendHandle``), as the engine's own appends do."""
     path = str(tmp_path / "t")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1))
     offsets: dict[int, int] = {}
     for batch_id in range(3):
         sink.process_batch(_frame(spark, kafka_rows([Event("a", batch_id + 1, "oslo", 1.0)],

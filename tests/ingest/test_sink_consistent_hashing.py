@@ -21,7 +21,7 @@ from engine.index.consistent_hashing import HashingMetadata, load_metadata, xxh3
 from engine.timeline.active import Timeline
 from ingest import spark_write
 from ingest.prepare import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
-from ingest.sink import HudiStreamingSink
+from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.test_sink import (
     Event,
     Oracle,
@@ -45,9 +45,9 @@ CH = {"hoodie.index.bucket.engine": "CONSISTENT_HASHING",
 
 
 def _sink(path: str, **kwargs: Any) -> HudiStreamingSink:
-    return HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], num_buckets=2,
-                             options={**CH, **kwargs.pop("options", {})}, **kwargs)
+    return HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], num_buckets=2,
+                                        options={**CH, **kwargs.pop("options", {})}, **kwargs))
 
 
 def _rings(path: str) -> dict[str, HashingMetadata]:
@@ -208,9 +208,9 @@ def test_ch_sink_refuses_the_global_state_index_naming_the_option(tmp_path: Path
     Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
                  table_type="MERGE_ON_READ", options={"hoodie.index.type": "BUCKET", **CH})
     with pytest.raises(InvalidOptionError, match=r"hoodie\.index\.bucket\.engine"):
-        HudiStreamingSink(str(tmp_path / "t"), decoder=decoder(), index="GLOBAL_STATE")
+        HudiStreamingSink(SinkConfig(str(tmp_path / "t"), decoder=decoder(), index="GLOBAL_STATE"))
     # the BUCKET index writes it
-    HudiStreamingSink(str(tmp_path / "t"), decoder=decoder(), index="BUCKET")
+    HudiStreamingSink(SinkConfig(str(tmp_path / "t"), decoder=decoder(), index="BUCKET"))
 
 
 

@@ -22,7 +22,7 @@ from engine import Table
 from engine.errors import LockTimeoutError
 from engine.storage import Storage
 from engine.timeline.lock import FileSystemLock
-from ingest.sink import HudiStreamingSink
+from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.job_harness import pending_instants
 from tests.ingest.test_sink import Event, Oracle, decoder, kafka_rows, table_rows
 from tests.spark_session import spark  # noqa: F401
@@ -58,10 +58,10 @@ def service_holding_lock(path: str, seconds: float | None) -> Iterator[threading
 
 
 def _sink(path: str, **kwargs: Any) -> HudiStreamingSink:
-    return HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], num_buckets=1, services=False,
-                             options={"hoodie.write.lock.wait_time_ms": str(WAIT_MS)},
-                             **kwargs)
+    return HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], num_buckets=1, services=False,
+                                        options={"hoodie.write.lock.wait_time_ms": str(WAIT_MS)},
+                                        **kwargs))
 
 
 def _rollbacks(path: str) -> int:

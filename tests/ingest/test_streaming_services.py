@@ -26,7 +26,7 @@ from engine import Table
 from engine.timeline.active import Timeline
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY, starting_offsets_from_table
-from ingest.sink import HudiStreamingSink
+from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
@@ -97,8 +97,9 @@ def _run_batches(session: Any, sink: HudiStreamingSink, oracle: Oracle,
 def test_sink_runs_compaction_clean_and_archival_beside_batches(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "trips")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], num_buckets=2, options=FAST_SERVICES)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], num_buckets=2, options=FAST_SERVICES))
     oracle, offsets = Oracle(), dict[int, int]()
     _run_batches(spark, sink, oracle, offsets, _batches(11), 12)
     assert sink.services.drain(timeout=300), sink.services.state.describe()
@@ -126,10 +127,11 @@ def test_sink_runs_compaction_clean_and_archival_beside_batches(
 def test_failing_compaction_is_logged_retried_and_never_stops_ingestion(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     path = str(tmp_path / "trips")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], num_buckets=2,
-                             options={**FAST_SERVICES,
-                                      "tidelake.services.max.pending.compactions": "50"})
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+        partition_by=["city"], num_buckets=2,
+        options={**FAST_SERVICES,
+                 "tidelake.services.max.pending.compactions": "50"}))
     original = compaction_module.run_compaction
     calls = [0]
 
@@ -166,10 +168,11 @@ def test_failing_compaction_is_logged_retried_and_never_stops_ingestion(
 def test_too_many_pending_compactions_make_the_next_batch_wait(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     path = str(tmp_path / "trips")
-    sink = HudiStreamingSink(path, decoder=decoder(), record_key="id", precombine="ts",
-                             partition_by=["city"], num_buckets=2,
-                             options={**FAST_SERVICES,
-                                      "tidelake.services.max.pending.compactions": "1"})
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), record_key="id", precombine="ts",
+                   partition_by=["city"], num_buckets=2,
+                   options={**FAST_SERVICES,
+                            "tidelake.services.max.pending.compactions": "1"}))
     original = compaction_module.run_compaction
     gate = threading.Event()
 
@@ -354,8 +357,9 @@ def test_global_state_index_follows_keys_that_clustering_moved(
     options = {**FAST_SERVICES, "hoodie.clustering.async.enabled": "true",
                "hoodie.clustering.async.max.commits": "2",
                "hoodie.clustering.plan.strategy.sort.columns": "fare"}
-    sink = HudiStreamingSink(path, decoder=decoder(), index="GLOBAL_STATE", options=options,
-                             state_shards=3)
+    sink = HudiStreamingSink(SinkConfig(
+        path, decoder=decoder(), index="GLOBAL_STATE", options=options,
+        state_shards=3))
     stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
     source = random_batches(random.Random(17), 1_000, 40, moves=True, tombstones=True,
                             clock=clock)
