@@ -426,9 +426,10 @@ class Table:
 
     def file_slices(self) -> list[FileSlice]:
         """The latest file slice of every live file group."""
+        from engine.layout.view import TableView
+
         reader = self._reader()
-        from engine.layout.file_group import visible_instants
-        return reader.file_slices(visible_instants(reader.timeline))
+        return TableView(reader.storage, reader.timeline).latest_file_slices()
 
     def __repr__(self) -> str:
         return (f"Table({self.path!r}, name={self.config.name!r}, "

@@ -285,10 +285,9 @@ def pending_services(table: Table, timeline: Any) -> list[str]:
 def file_group_lines(table: Table, timeline: Any, limit: int = SHOW_GROUPS) -> list[str]:
     """A compact table of the live file groups: slices, logs of the latest slice, bytes,
     base file; at most ``limit`` rows, then "… N more"."""
-    from engine.layout.file_group import build_file_slices, list_table_files, visible_instants
+    from engine.layout.view import TableView
 
-    slices = build_file_slices(list_table_files(table.storage), timeline,
-                               visible_instants(timeline), latest_only=False)
+    slices = TableView(table.storage, timeline).all_file_slices()
     groups: dict[tuple[str, str], list[Any]] = {}
     for slc in slices:
         groups.setdefault((slc.partition_path, slc.file_id), []).append(slc)

@@ -5,9 +5,9 @@ Planning (:func:`plan_clean`, driver, under the table lock):
 1. The *earliest commit to retain* (ECR, :func:`earliest_commit_to_retain`) by
    ``hoodie.cleaner.policy``; never later than the earliest pending write, compaction or
    clustering.
-2. Every slice of every file group, as Java slices them (:func:`build_file_slices` with
-   ``latest_only=False``): logs by completion time; a pending compaction starts an empty
-   slice at its instant for the groups in its plan.
+2. Every slice of every file group, as Java slices them
+   (:meth:`~engine.layout.view.TableView.all_file_slices`): logs by completion time; a
+   pending compaction starts an empty slice at its instant for the groups in its plan.
 3. Per group, Java's ``CleanPlanner`` rules: keep the latest slice, the latest slice before
    the ECR (commit and hour policies) or the V latest (file versions), every slice holding a
    savepointed file or an input of a pending clustering, every slice a pending compaction
@@ -40,12 +40,8 @@ from typing import Any
 
 from engine.config import CleanerPolicy, WriteConfig
 from engine.errors import CorruptTableError, InstantNotReadableError
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.file_group import FileSlice
+from engine.layout.view import TableView
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.rollback import remove_orphan_files
 from engine.services.savepoint import savepointed_files, savepoints
@@ -222,6 +218,10 @@ def _read_plan(timeline: Timeline, instant: Instant) -> dict[str, Any]:
 
 
 def _pending_services(timeline: Timeline) -> _Pending:
+    """What pending services protect from the cleaner, read from their plans. Not
+    :meth:`~engine.layout.view.TableView.pending_service_groups` (the groups a new plan must
+    leave alone): the cleaner needs each compaction's base instant and start, and the files
+    (not groups) a clustering reads; a pending replacecommit counts only as a clustering."""
     base: dict[Group, str] = {}
     start: dict[Group, str] = {}
     for inst in timeline.pending([Action.COMPACTION, Action.LOG_COMPACTION]):
@@ -247,7 +247,8 @@ def _replaced_groups(timeline: Timeline) -> dict[Group, str]:
     """Groups replaced by completed replacecommits → the (earliest) replacing instant's
     completion time: time travel sees a replacecommit only once it completed
     (:func:`~engine.layout.file_group.visible_instants`), so the groups it replaced serve
-    every view before that."""
+    every view before that. Not :meth:`~engine.layout.view.TableView.replaced_groups` (the
+    groups a view hides): when each group was replaced, over the active timeline."""
     replaced: dict[Group, str] = {}
     for inst in timeline.completed_data_instants:
         if inst.action.completed_action is not Action.REPLACE_COMMIT:
@@ -286,9 +287,8 @@ def plan_clean(storage: Storage, timeline: Timeline, write_config: WriteConfig, 
     pending = _pending_services(timeline)
     protected = protected | pending.clustering_files
     replaced = _replaced_groups(timeline)
-    slices = build_file_slices(list_table_files(storage), timeline, visible_instants(timeline),
-                               latest_only=False, pending_slice_starts=pending.compaction_start,
-                               include_replaced=True)
+    slices = TableView(storage, timeline).all_file_slices(
+        pending_slice_starts=pending.compaction_start, include_replaced=True)
     groups: dict[Group, list[FileSlice]] = {}
     for slc in slices:
         groups.setdefault((slc.partition_path, slc.file_id), []).append(slc)

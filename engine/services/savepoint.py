@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 
 from engine.errors import CommitConflictError, CorruptTableError, InstantNotReadableError
-from engine.layout.file_group import build_file_slices, list_table_files, visible_instants
+from engine.layout.view import TableView
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
@@ -95,8 +95,7 @@ def create_savepoint(client: WriteClient, instant: str | None = None, comment: s
             raise InstantNotReadableError(
                 f"cannot savepoint {t}: the cleaner may have deleted its files; the earliest "
                 f"instant still readable is {earliest}", earliest)
-        slices = build_file_slices(list_table_files(client.storage), timeline,
-                                   visible_instants(timeline, as_of=t))
+        slices = TableView(client.storage, timeline, as_of=t).latest_file_slices()
         partitions: dict[str, list[str]] = {}
         for slc in slices:
             names = partitions.setdefault(slc.partition_path, [])
