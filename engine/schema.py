@@ -85,3 +85,20 @@ def normalize_input_schema(schema: pa.Schema) -> pa.Schema:
             t = t.value_type
         fields.append(pa.field(f.name, t, nullable=True))
     return pa.schema(fields)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` as ``schema``: its columns in that order, cast to those types (dictionary
+    columns decoded where the schema's type is plain), missing ones null; the result's schema
+    is exactly ``schema``, metadata included, so a file's key-value metadata read with a table
+    (a base file's bloom filter) never travels into the file it is rewritten to."""
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -16,7 +16,7 @@ tombstone — which carries only the key — finds the partition to delete from.
 shards``) and batch, executor side. It looks the shard's keys up in this worker's image of the
 shard's state (:mod:`ingest.state_index`: base chunks + per-batch deltas in the state store,
 an in-memory copy checked against them), applies each key's versions to its stored entry
-(:func:`ingest.resolve.resolve_key`: a tombstone deletes the live version at its ordering
+(:func:`engine.merge.policy.resolve_key`: a tombstone deletes the live version at its ordering
 value), emits the rows to write — each naming its partition and file group — and writes the
 entries that changed as the batch's delta. Under event time a deleted key keeps its ordering
 value in state, without a location, so that an older version arriving in a later batch loses
@@ -65,7 +65,7 @@ layout.
 row with our columns) and converts its output cell by cell, so rows cross it packed: the read
 tasks pack their rows by shard (:func:`ingest.prepare.pack_by_shard`), the operator unpacks
 a shard's blobs, tags them column-wise (keys with one version in the batch through
-:func:`ingest.resolve.resolve_single`, the others key by key) and emits them packed by file
+:func:`engine.merge.policy.resolve_single`, the others key by key) and emits them packed by file
 group (:data:`TAGGED_SCHEMA`); the write tasks unpack them. State calls are a handful per
 shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py`` measure it
 (``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
@@ -102,6 +102,15 @@ from engine.layout.file_group import (
     list_table_files,
     visible_instants,
 )
+from engine.merge.policy import (
+    ABSENT,
+    DELETED,
+    KIND_CODES,
+    LIVE,
+    KeyState,
+    resolve_key,
+    resolve_single,
+)
 from engine.read.reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY, arrow_from_avro_json
 from engine.storage import Storage
@@ -123,13 +132,14 @@ from ingest.prepare import (
     UPSERT,
     VALUE,
     ordering_column,
+    ordering_column_type,
     pack_rows,
     packed_schema,
     shard_packed_schema,
     spark_schema,
     unpack_blobs,
 )
-from ingest.resolve import ABSENT, DELETED, KIND_CODES, LIVE, KeyState, resolve_key, resolve_single
+from ingest.resolve import POLICY
 from ingest.sink_config import DEFAULT_SHARDS, MAX_SHARDS
 from ingest.state_index import (
     CHUNK_ROWS,
@@ -243,9 +253,7 @@ class GlobalIndexSpec:
     def state_ordering_type(self) -> pa.DataType:
         """Type of the ordering value kept in state (timestamps and dates as integers)."""
         t = self.ordering_type
-        if t is None or pa.types.is_timestamp(t) or pa.types.is_date(t):
-            return pa.int64()
-        return t
+        return pa.int64() if t is None else ordering_column_type(t)
 
     def file_group(self, partition: str, bucket: int, generation: int = 0) -> str:
         """The file group a new key of ``bucket`` (:func:`engine.index.bucket.bucket_ids`)
@@ -438,7 +446,7 @@ class GlobalIndexProcessor(StatefulProcessor):
                     digests: list[bytes], changed: list[bytes],
                     changes: list[Entry | None]) -> None:
         """:meth:`_tag` for keys with one version each (:meth:`_single_versions`; ``at``:
-        their rows), column-wise: :func:`ingest.resolve.resolve_single` decides, the
+        their rows), column-wise: :func:`engine.merge.policy.resolve_single` decides, the
         placement follows the same rules."""
         spec = self.spec
         entries = [stored[j] for j in keys.tolist()]
@@ -452,10 +460,10 @@ class GlobalIndexProcessor(StatefulProcessor):
         if spec.event_time:
             orderings = rows.column(ORDERING).take(pa.array(at)).combine_chunks().cast(
                 spec.state_ordering_type)
-        out = resolve_single(cols[OP][at], orderings,
+        out = resolve_single(cols[OP][at] == DELETE, orderings,
                              cols[ORDERING_NULL][at] if spec.event_time else
                              np.ones(len(at), dtype=bool),
-                             kind, stored_ordering, event_time=spec.event_time)
+                             kind, stored_ordering, event_time=spec.event_time, policy=POLICY)
         live = kind == KIND_CODES[LIVE]
         upsert_wins = out.winner & (out.kind == KIND_CODES[LIVE])
         delete_wins = out.winner & (out.kind == KIND_CODES[DELETED])  # where it is stored
@@ -495,7 +503,7 @@ class GlobalIndexProcessor(StatefulProcessor):
                 entry: Entry | None = (part[i], fid[i], after[i])
             elif state == KIND_CODES[LIVE]:
                 continue  # a version that lost to the live stored one
-            elif state == deleted and spec.event_time:
+            elif state == deleted and spec.event_time and POLICY.remembers_deletes:
                 entry = (None, None, after[i])
             else:
                 entry = None
@@ -596,7 +604,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         else:  # a deleted key keeps its ordering value, with no location
             kind = LIVE if stored[0] is not None else DELETED
             before = KeyState(kind, stored[2] if spec.event_time else None)
-        outcome = resolve_key(ops, orderings, nulls, event_time=spec.event_time, stored=before)
+        outcome = resolve_key([o == DELETE for o in ops], orderings, nulls,
+                              event_time=spec.event_time, policy=POLICY, stored=before)
         for i in range(first, end):  # every version but the winner writes nothing
             op[i] = SKIP
         after = outcome.state
@@ -604,7 +613,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         if after.kind != LIVE:
             # Event time: a deleted key keeps the ordering value it was deleted at, so that an
             # older version arriving later loses, as it does in the table's readers.
-            if after.kind == DELETED and spec.event_time:
+            if after.kind == DELETED and spec.event_time and POLICY.remembers_deletes:
                 change = (None, None, after.ordering)
             else:
                 change = None
@@ -726,9 +735,10 @@ def _tagged_table(rows: pa.Table, cols: dict[str, np.ndarray],
     old = replaced(old, PARTITION_PATH, [m[1] for m in moves])
     old = replaced(old, FILE_ID, [m[2] for m in moves])
     old = replaced(old, VALUE, [None] * len(moves))
-    if event_time:  # the old copy is deleted at its own ordering value
-        old = replaced(old, ORDERING, [m[3] for m in moves])
-        old = replaced(old, ORDERING_NULL, [m[3] is None for m in moves])
+    if event_time:  # the old copy is deleted at the policy's value (its stored one)
+        at = [POLICY.delete_ordering(m[3]) for m in moves]
+        old = replaced(old, ORDERING, at)
+        old = replaced(old, ORDERING_NULL, [a is None for a in at])
     return pa.concat_tables([rows, old])
 
 

@@ -1,10 +1,11 @@
 """In-batch resolution: one version per record key, upserts and deletes together.
 
 A micro-batch may hold several versions of a key — updates, marker deletes, tombstones. As
-Hudi's in-batch combine does, only one version per key is written. The rule is *event time
-with remembered deletes* (``docs/ingest.md``, "Delete semantics"), applied to the versions in
-arrival order, starting from what the table holds for the key (live at ordering value *o*,
-deleted at *o*, or absent):
+Hudi's in-batch combine does, only one version per key is written. The rule is the engine's,
+:mod:`engine.merge.policy`, under the sink's delete policy :data:`POLICY` — *remembered
+deletes* (``docs/ingest.md``, "Deletes"; ``docs/engine.md``, "Delete policies") — applied to the
+versions in arrival order, starting from what the table holds for the key (live at ordering
+value *o*, deleted at *o*, or absent):
 
 * an upsert with ordering value *r* wins unless *r* < *o* (it is then late and dropped);
   the key is live at *r*;
@@ -25,15 +26,12 @@ changes nothing.
 (topic, Kafka partition, offset) — the real order within a Kafka partition, and the same
 order whenever a batch is replayed.
 
-:func:`resolve` is vectorized for keys without tombstones (write tasks); :func:`resolve_key`
-is the same rule for the versions of one key (tombstones; the state operator), and
-:func:`resolve_single` for many keys of one version each against their stored states (the
-state operator's common case). All are pure; a property test holds the last two equal.
+:func:`resolve` is vectorized for keys without tombstones (write tasks) and calls
+:func:`engine.merge.policy.resolve_key` for the keys with tombstones. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +39,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.merge.policy import LIVE, DeletePolicy, KeyState, resolve_key
 from engine.schema import RECORD_KEY
 from ingest.prepare import DELETE, KAFKA_PARTITION, OFFSET, OP, ORDERING, ORDERING_NULL, TOPIC
 
-__all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "KeyOutcome", "KeyState", "Resolved",
-           "SingleOutcomes", "arrival_order", "resolve", "resolve_key", "resolve_single"]
+__all__ = ["POLICY", "Resolved", "arrival_order", "resolve"]
+
+POLICY = DeletePolicy.REMEMBERED
+"""The streaming sink's delete policy (:class:`engine.merge.policy.DeletePolicy`), for its write
+tasks and its GLOBAL_STATE index alike: remembered deletes (the index keeps a deleted key's
+ordering value, so that a late older version loses in a later batch too)."""
 
 
 @dataclass(frozen=True)
@@ -62,113 +65,6 @@ def arrival_order(rows: pa.Table) -> pa.Table:
         return rows
     return rows.sort_by([(TOPIC, "ascending"), (KAFKA_PARTITION, "ascending"),
                          (OFFSET, "ascending")])
-
-
-LIVE = "live"
-DELETED = "deleted"
-ABSENT = "absent"
-
-
-@dataclass(frozen=True)
-class KeyState:
-    """What the table holds for a key: ``LIVE`` or ``DELETED`` at ``ordering``, or ``ABSENT``.
-
-    ``ordering`` is None without event time (or when unknown)."""
-
-    kind: str = ABSENT
-    ordering: Any = None
-
-
-@dataclass(frozen=True)
-class KeyOutcome:
-    """The result of one key's versions (:func:`resolve_key`)."""
-
-    winner: int
-    """Index of the version to write, or -1 when nothing is to be written."""
-    ordering: Any
-    """Ordering value the winner is written with (for a tombstone: the deleted version's)."""
-    state: KeyState
-    """What the table holds for the key afterwards."""
-
-
-def resolve_key(ops: Sequence[int], orderings: Sequence[Any], ordering_null: Sequence[bool],
-                *, event_time: bool, stored: KeyState = KeyState()) -> KeyOutcome:
-    """Apply one key's versions (in arrival order) to its stored state; see the module doc.
-
-    ``orderings`` must be comparable with each other and with ``stored.ordering``. The winner
-    is -1 when the final state is the stored one, or when the key ends deleted but was not
-    live (nothing stored to delete).
-    """
-    state = stored
-    winner, win_ordering = -1, None
-    for i, op in enumerate(ops):
-        if op == DELETE:
-            if event_time and not ordering_null[i]:
-                d = orderings[i]
-                if state.ordering is None or d >= state.ordering:
-                    state, winner, win_ordering = KeyState(DELETED, d), i, d
-            elif state.kind == LIVE:  # a tombstone (or any delete without event time)
-                state, winner, win_ordering = KeyState(DELETED, state.ordering), i, state.ordering
-        else:
-            r = orderings[i] if event_time else None
-            if not event_time or state.ordering is None or r >= state.ordering:
-                state, winner, win_ordering = KeyState(LIVE, r), i, r
-    if state.kind != LIVE and stored.kind != LIVE:
-        winner = -1
-    return KeyOutcome(winner, win_ordering, state)
-
-
-KIND_CODES = {ABSENT: 0, LIVE: 1, DELETED: 2}
-"""The kinds of :class:`KeyState` as the codes :func:`resolve_single` takes and gives."""
-_LIVE, _DELETED = KIND_CODES[LIVE], KIND_CODES[DELETED]
-
-
-@dataclass(frozen=True)
-class SingleOutcomes:
-    """:class:`KeyOutcome` of many keys at once (:func:`resolve_single`), one entry a key."""
-
-    winner: np.ndarray
-    """True where the key's version is written."""
-    ordering: pa.Array | None
-    """Ordering value the winner is written with (event time; None without)."""
-    kind: np.ndarray
-    """:data:`KIND_CODES` of the state afterwards."""
-    state_ordering: pa.Array | None
-    """Ordering value of the state afterwards (event time; None without)."""
-
-
-def resolve_single(ops: np.ndarray, orderings: pa.Array | None, ordering_null: np.ndarray,
-                   stored_kind: np.ndarray, stored_ordering: pa.Array | None, *,
-                   event_time: bool) -> SingleOutcomes:
-    """:func:`resolve_key` for keys that have one version each, vectorized.
-
-    ``ops`` (UPSERT/DELETE), ``orderings`` and ``ordering_null`` are the versions;
-    ``stored_kind`` (:data:`KIND_CODES`) and ``stored_ordering`` the keys' stored states
-    (orderings are used with ``event_time`` only, and must then have one type). With event
-    time an upsert must carry an ordering value (:func:`resolve_key` cannot compare a null
-    one with a stored value either).
-    """
-    is_delete = ops == DELETE
-    live = stored_kind == _LIVE
-    if not event_time:  # every version is natural: an upsert wins; a delete of a live key
-        winner = ~is_delete | live
-        kind = np.where(is_delete, np.where(live, _DELETED, stored_kind), _LIVE)
-        return SingleOutcomes(winner, None, kind.astype(np.int8), None)
-    assert orderings is not None and stored_ordering is not None
-    newer = pc.fill_null(pc.or_kleene(pc.is_null(stored_ordering),
-                                      pc.greater_equal(orderings, stored_ordering)), True)
-    newer_np = newer.to_numpy(zero_copy_only=False)
-    upsert_wins = ~is_delete & newer_np
-    marker_wins = is_delete & ~ordering_null & newer_np
-    tombstone_hits = is_delete & ordering_null & live  # deletes at the stored value
-    kind = np.where(upsert_wins, _LIVE,
-                    np.where(marker_wins | tombstone_hits, _DELETED, stored_kind))
-    takes_own = pa.array(upsert_wins | marker_wins)
-    return SingleOutcomes(
-        upsert_wins | ((marker_wins | tombstone_hits) & live),
-        pc.if_else(pa.array(tombstone_hits), stored_ordering, orderings),
-        kind.astype(np.int8),
-        pc.if_else(takes_own, orderings, stored_ordering))
 
 
 def resolve(rows: pa.Table, *, event_time: bool, stored: dict[str, Any] | None = None,
@@ -231,8 +127,9 @@ def _resolve_per_key(rows: pa.Table, *, event_time: bool, stored: dict[str, Any]
     picked: list[tuple[int, Any]] = []
     for key, idx in by_key.items():
         state = KeyState(LIVE, stored[key]) if key in stored else KeyState()
-        out = resolve_key([ops[i] for i in idx], [orderings[i] for i in idx],
-                          [nulls[i] for i in idx], event_time=event_time, stored=state)
+        out = resolve_key([ops[i] == DELETE for i in idx], [orderings[i] for i in idx],
+                          [nulls[i] for i in idx], event_time=event_time, policy=POLICY,
+                          stored=state)
         if out.winner >= 0:
             picked.append((idx[out.winner], out.ordering))
     picked.sort(key=lambda p: p[0])

@@ -52,6 +52,7 @@ __all__ = [
     "delete_record_list_schema",
     "encode_delete_block",
     "encode_delete_content",
+    "ordering_as",
     "ordering_kind",
 ]
 
@@ -146,6 +147,21 @@ def ordering_kind(arrow_type: pa.DataType) -> str | None:
     if pa.types.is_time64(t) or pa.types.is_timestamp(t):
         return "long"
     return None
+
+
+def ordering_as(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """Ordering values read from a delete block as ``target``, the ordering field's type: the
+    inverse of how :func:`ordering_kind` wraps them (integers stand for dates, in days, and for
+    times and timestamps in ``target``'s own unit)."""
+    if values.type.equals(target):
+        return values
+    kind = ordering_kind(target)
+    if pa.types.is_integer(values.type) and pa.types.is_temporal(target) \
+            and kind in ("int", "long"):
+        values = values.cast(pa.int32() if kind == "int" else pa.int64())
+        if pa.types.is_date(target):
+            values = values.cast(pa.date32())
+    return values.cast(target)
 
 
 def _unscaled_bytes(value: Decimal) -> bytes:
@@ -315,8 +331,9 @@ def encode_delete_block(
     ordering value is written in the ``orderingVal`` wrapper branch of that kind (``long`` ->
     ``LongWrapper``, branch 3). A None ordering value is written as ``IntWrapper(0)`` (bytes
     ``04 00``), exactly what Java's Spark ``DELETE`` writes: both Java and hudi-rs read it as
-    *natural order* (see :mod:`engine.read.merge`). (``LongWrapper(0)`` would not do that: hudi-rs
-    compares it with the record's ordering value and keeps any record with ts > 0.) With
+    *natural order* (see :mod:`engine.merge.record_merger`). (``LongWrapper(0)`` would not do
+    that: hudi-rs compares it with the record's ordering value and keeps any record with
+    ts > 0.) With
     ``ordering_type`` None every record is natural order and ordering values are refused.
 
     hudi-rs 0.5.0 refuses a block whose records use different branches ("Delete block mixes

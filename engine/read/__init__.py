@@ -1,1 +1,2 @@
-"""Readers (snapshot, read-optimized, incremental, time travel) and the record merger."""
+"""Readers (snapshot, read-optimized, incremental, time travel); they merge versions with
+:mod:`engine.merge.record_merger`."""

@@ -3,7 +3,7 @@
 Every view is built the same way: choose the visible completed instants, build the file
 slices they see (:mod:`engine.layout.file_group`), prune slices by partition, then read each
 slice — base file, plus for merge-on-read its log blocks merged by key
-(:mod:`engine.read.merge`). Uncommitted and rolled-back files are never read.
+(:mod:`engine.merge.record_merger`). Uncommitted and rolled-back files are never read.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from engine.layout.file_group import (
 )
 from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
-from engine.read.merge import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
     COMMIT_TIME,
     LOW_CARDINALITY_META,

@@ -79,6 +79,7 @@ from engine.schema import (
     FILE_NAME,
     RECORD_KEY,
     arrow_from_avro_json,
+    conform,
     data_schema_of,
     with_meta_fields,
 )
@@ -449,20 +450,6 @@ def _output_schema(schema_json: str) -> pa.Schema:
     return with_meta_fields(data)
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Columns of ``schema`` in its order and types (plain strings; missing → nulls)."""
-    columns = []
-    for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
-            if pa.types.is_dictionary(col.type):
-                col = col.cast(col.type.value_type)
-            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
 def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
     """Rewrite one clustering group into new file groups; returns one stat per new file.
 
@@ -473,7 +460,7 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
     schema = _output_schema(task.schema_json)
     reader = SliceReader(storage, Timeline(storage, task.config, ()), task.visible,
                          arrow_from_avro_json(task.schema_json))
-    parts = [_conform(reader.read_slice(slc), schema) for slc in task.slices]
+    parts = [conform(reader.read_slice(slc), schema) for slc in task.slices]
     rows = pa.concat_tables(parts) if parts else schema.empty_table()
     rows = sort_table(rows, task.sort_columns, task.strategy)
     if rows.num_rows == 0:

@@ -51,13 +51,14 @@ from engine.layout.file_group import (
     list_table_files,
     visible_instants,
 )
-from engine.read.merge import DataLayer, DeleteLayer, merge_layers
+from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,
     RECORD_KEY,
     arrow_from_avro_json,
+    conform,
 )
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
@@ -251,19 +252,6 @@ def _write_schema(schema_json: str) -> pa.Schema:
                       for f in plain])
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    columns = []
-    for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
-            if not col.type.equals(f.type):
-                col = col.cast(f.type)
-        else:
-            col = pa.nulls(table.num_rows, f.type)
-        columns.append(col)
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
 def _rel(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
@@ -273,7 +261,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     instant; returns its write stat. Executor side; never touches the timeline.
 
     The merge is the reader's (:meth:`SliceReader.log_layers` and
-    :func:`~engine.read.merge.merge_layers` under the table's merge mode): deletes applied,
+    :func:`~engine.merge.record_merger.merge_layers` under the table's merge mode): deletes applied,
     each surviving key keeps the meta fields of its winning version, ``_hoodie_file_name``
     becomes the new name. A group whose rows were all deleted gets an empty base file, so the
     old slice's rows never show again. The file is published whole and fsynced (a task may
@@ -301,7 +289,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     merged = merge_layers(base, layers, mode=config.merge_mode,
                           ordering_field=config.precombine_field,
                           schema=base.schema if base is not None else plain)
-    merged = _conform(merged, schema)
+    merged = conform(merged, schema)
     attempt = 0
     while True:
         name = BaseFileName(op.file_id, f"{task.task_partition}-{task.stage}-{attempt}",

@@ -36,7 +36,8 @@ from engine.layout.file_group import (
     visible_instants,
 )
 from engine.layout.keygen import key_batch, partition_paths, record_keys
-from engine.read.merge import dedupe_batch
+from engine.merge.policy import ABSENT, KIND_CODES, LIVE, DeletePolicy, resolve_single
+from engine.merge.record_merger import dedupe_batch
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
@@ -112,6 +113,10 @@ class WriteClient:
     meanwhile (optimistic mode) and completes it. A refused or failed write is rolled back
     at once (:meth:`abort`).
     """
+
+    delete_policy = DeletePolicy.NATURAL
+    """Natural deletes (:class:`engine.merge.policy.DeletePolicy`): a delete without an
+    ordering value, and the delete of a moved key's old copy, win over every earlier version."""
 
     def __init__(self, storage: Storage, config: TableConfig, write_config: WriteConfig) -> None:
         self.storage = storage
@@ -494,17 +499,24 @@ class WriteClient:
             group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
         if pc.any(moved_kept).as_py():
             # Update-partition-path: delete the old copies, insert into the new partition.
-            old = pa.table({RECORD_KEY: expanded.column(RECORD_KEY), PARTITION_PATH: loc_p,
-                            "_p": loc_p, "_f": loc_f}).filter(moved_kept)
+            # The old copy's delete carries the ordering value the delete policy gives it
+            # (natural deletes: none, so it wins over the copy whatever its value).
+            columns = {RECORD_KEY: expanded.column(RECORD_KEY), PARTITION_PATH: loc_p}
+            ordering = self.config.precombine_field
+            at = (self.delete_policy.delete_ordering(tagged.column("loc_ordering"))
+                  if "loc_ordering" in tagged.column_names else None)
+            if at is not None and ordering:
+                columns[ordering] = at.cast(expanded.schema.field(ordering).type)
+            old = pa.table({**columns, "_p": loc_p, "_f": loc_f}).filter(moved_kept)
             for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
-                group_deletes.setdefault((part, fid), []).append(
-                    _natural_delete(piece.drop_columns(["_p", "_f"]),
-                                    self.config.precombine_field))
+                group_deletes.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
         return records.filter(pa.array(insert_mask))
 
     def _loses_to_stored(self, records: pa.Table, tagged: pa.Table,
                          found: pa.Array) -> pa.Array | None:
-        """Rows whose ordering value is lower than the stored version's (event time)."""
+        """Rows that lose to the stored version of their key, by
+        :func:`engine.merge.policy.resolve_single` under :attr:`delete_policy` (event time:
+        their ordering value is lower); None without event time."""
         ordering = self.config.precombine_field
         if (self.config.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering
                 or "loc_ordering" not in tagged.column_names):
@@ -513,8 +525,13 @@ class WriteClient:
         incoming = records.column(ordering).combine_chunks()
         if not stored.type.equals(incoming.type):
             stored = stored.cast(incoming.type)
-        lower = pc.fill_null(pc.less(incoming, stored), False)
-        return pc.and_(found, lower)
+        is_found = found.to_numpy(zero_copy_only=False).astype(bool)
+        outcome = resolve_single(
+            np.zeros(len(incoming), dtype=bool), incoming,
+            pc.is_null(incoming).to_numpy(zero_copy_only=False).astype(bool),
+            np.where(is_found, KIND_CODES[LIVE], KIND_CODES[ABSENT]).astype(np.int8), stored,
+            event_time=True, policy=self.delete_policy)
+        return pa.array(is_found & ~outcome.winner)
 
     # -- executing and committing -----------------------------------------------------------
 
@@ -772,13 +789,6 @@ def _key_columns_as_stored(data: pa.Table, schema: pa.Schema | None,
                 f"column {name!r} of type {column.type} cannot be stored as {wanted}") from None
         data = data.set_column(data.column_names.index(name), pa.field(name, wanted), cast)
     return data
-
-
-def _natural_delete(table: pa.Table, ordering: str | None) -> pa.Table:
-    """A delete that wins regardless of ordering values: its ordering value is null."""
-    if ordering and ordering in table.column_names:
-        table = table.drop_columns([ordering])
-    return table
 
 
 def _split_by_group(located: pa.Table) -> list[tuple[tuple[str, str], pa.Table]]:

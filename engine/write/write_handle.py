@@ -30,7 +30,7 @@ from engine.format.log_format import (
 )
 from engine.format.naming import BaseFileName, LogFileName
 from engine.layout.partition import write_partition_metadata
-from engine.read.merge import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,

@@ -1,5 +1,5 @@
 """``merge_layers`` on the slice shapes a streaming table reads most: a base file and one data
-block with distinct keys (the shortcut in ``engine/read/merge.py``), and a base file with
+block with distinct keys (the shortcut in ``engine/merge/record_merger.py``), and a base file with
 several such blocks, judged against a dict oracle of the merge rule in the module docstring —
 in random order, with every log key in the base or only some, keys repeated across blocks,
 ties, and both merge modes."""
@@ -7,12 +7,15 @@ ties, and both merge modes."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from engine import Table
 from engine.config import MergeMode
-from engine.read.merge import KEY, DataLayer, DeleteLayer, merge_layers
+from engine.merge.record_merger import KEY, DataLayer, DeleteLayer, merge_layers
 
 SCHEMA = pa.schema([pa.field(KEY, pa.string()), pa.field("ts", pa.int64()),
                     pa.field("v", pa.string())])
@@ -91,3 +94,26 @@ def test_base_and_several_blocks_match_the_rule(
     with_delete = merge_layers(base_table, [*layers, DeleteLayer(pa.array(["absent"]))],
                                mode=mode, ordering_field="ts", schema=SCHEMA)
     assert {tuple(r.values()) for r in with_delete.to_pylist()} == expected
+
+
+def test_merge_result_has_the_target_schema_metadata_not_the_base_file_s(
+        tmp_path: Path) -> None:
+    """A base file read with its footer's key-value metadata (its bloom filter) and merged:
+    the result carries the target schema's metadata only, so a copy-on-write rewrite does
+    not write the old file's bloom filter into the new file's Arrow schema."""
+    base = pa.table({KEY: ["a", "b"], "ts": [1, 1], "v": ["x", "y"]}).replace_schema_metadata(
+        {"org.apache.hudi.bloomfilter": "old filter"})
+    log = pa.table({KEY: ["a"], "ts": [2], "v": ["z"]})
+    merged = merge_layers(base, [DataLayer(log)], mode=MergeMode.EVENT_TIME_ORDERING,
+                          ordering_field="ts", schema=SCHEMA)
+    assert merged.schema.metadata is None
+    assert sorted(merged.to_pylist(), key=lambda r: r[KEY]) == [
+        {KEY: "a", "ts": 2, "v": "z"}, {KEY: "b", "ts": 1, "v": "y"}]
+    table = Table.create(str(tmp_path / "t"), name="m", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts", partition_by=["part"],
+                         options={"hoodie.index.type": "SIMPLE"})
+    table.upsert(pa.table({"key": ["a", "b"], "ts": [1, 1], "part": ["x", "x"], "v": [1, 2]}))
+    table.upsert(pa.table({"key": ["a"], "ts": [2], "part": ["x"], "v": [3]}))
+    first, second = sorted((tmp_path / "t" / "x").glob("*.parquet"))
+    sizes = [len(pq.ParquetFile(f).metadata.metadata[b"ARROW:schema"]) for f in (first, second)]
+    assert sizes[1] == sizes[0]

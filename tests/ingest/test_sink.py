@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -31,7 +30,8 @@ from engine import Table
 from engine.config import MergeMode
 from engine.errors import CorruptTableError, TableNotFoundError
 from engine.index.bucket import bucket_id
-from engine.read.merge import dedupe_batch
+from engine.merge.policy import LIVE, KeyState, resolve_key
+from engine.merge.record_merger import dedupe_batch
 from engine.schema import PARTITION_PATH
 from engine.timeline.active import Timeline
 from engine.write.write_client import WriteClient
@@ -69,22 +69,13 @@ from ingest.prepare import (
     shard_packed_schema,
     unpack_rows,
 )
-from ingest.resolve import (
-    ABSENT,
-    DELETED,
-    KIND_CODES,
-    LIVE,
-    KeyState,
-    resolve,
-    resolve_key,
-    resolve_single,
-)
+from ingest.resolve import POLICY, resolve
 from ingest.sink import (
     GLOBAL_STATE,
     HudiStreamingSink,
     SinkConfig,
-    start_ingest,
     TooManyBadRecordsError,
+    start_ingest,
 )
 from tests.conftest import hudi_rs_read
 from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
@@ -269,9 +260,9 @@ def test_resolve_random_versions_match_scalar_rule_per_key(event_time: bool) -> 
                                 for r in mine)
             before = KeyState(LIVE, stored[key]) if key in stored and has_tombstone \
                 else KeyState()
-            out = resolve_key([r[OP] for r in mine], [r[ORDERING] for r in mine],
+            out = resolve_key([r[OP] == DELETE for r in mine], [r[ORDERING] for r in mine],
                               [r[ORDERING_NULL] for r in mine], event_time=event_time,
-                              stored=before)
+                              policy=POLICY, stored=before)
             if out.winner < 0:  # nothing to write; without tombstones a delete may be written
                 assert key not in got or (not has_tombstone and got[key][0] == DELETE), key
                 continue
@@ -294,55 +285,6 @@ def test_resolve_upserts_only_agrees_with_engine_dedupe() -> None:
         ours = resolve(rows, event_time=True).upserts
         engine = dedupe_batch(rows, mode=MergeMode.EVENT_TIME_ORDERING, ordering_field="ts")
         assert sorted(ours.column("seq").to_pylist()) == sorted(engine.column("seq").to_pylist())
-
-
-def test_resolve_key_tombstone_deletes_at_the_live_ordering_then_older_version_loses() -> None:
-    live = KeyState(LIVE, 9)
-    # stored ts=9, tombstone, upsert ts=1: the tombstone deletes at 9; ts=1 is late and loses.
-    out = resolve_key([DELETE, UPSERT], [0, 1], [True, False], event_time=True, stored=live)
-    assert (out.winner, out.ordering, out.state) == (0, 9, KeyState(DELETED, 9))
-    # the same with the ts=9 version earlier in the batch (nothing stored): nothing to write.
-    out = resolve_key([UPSERT, DELETE, UPSERT], [9, 0, 1], [False, True, False],
-                      event_time=True)
-    assert (out.winner, out.state) == (-1, KeyState(DELETED, 9))
-    # a version at least as new as the deleted one comes back.
-    out = resolve_key([DELETE, UPSERT], [0, 9], [True, False], event_time=True, stored=live)
-    assert (out.winner, out.state) == (1, KeyState(LIVE, 9))
-    # a tombstone of a key that is not live changes nothing.
-    out = resolve_key([DELETE], [0], [True], event_time=True, stored=KeyState(DELETED, 9))
-    assert (out.winner, out.state) == (-1, KeyState(DELETED, 9))
-    assert resolve_key([UPSERT, DELETE, UPSERT], [9, 8, 9], [False, False, False],
-                       event_time=True).winner == 2  # tie: the later version wins
-    assert resolve_key([UPSERT, UPSERT], [9, 1], [False, False], event_time=False).winner == 1
-
-
-@pytest.mark.parametrize("event_time", [True, False])
-def test_resolve_single_is_resolve_key_for_every_single_version(event_time: bool) -> None:
-    cases = []  # every version against every stored state, orderings tied, older and newer
-    for op in (UPSERT, DELETE):
-        for r in (None, 1, 2, 3):
-            if event_time and op == UPSERT and r is None:
-                continue  # an upsert without ordering value: refused by both
-            for kind in (ABSENT, LIVE, DELETED):
-                stored_orderings = (None,) if kind == ABSENT or not event_time else \
-                    (None, 1, 2, 3)
-                cases += [(op, r, kind, so) for so in stored_orderings]
-    out = resolve_single(
-        np.array([c[0] for c in cases], np.int8), pa.array([c[1] for c in cases], pa.int64()),
-        np.array([c[1] is None for c in cases]),
-        np.array([KIND_CODES[c[2]] for c in cases], np.int8),
-        pa.array([c[3] for c in cases], pa.int64()), event_time=event_time)
-    for i, (op, r, kind, so) in enumerate(cases):
-        one = resolve_key([op], [r], [r is None], event_time=event_time,
-                          stored=KeyState(kind, so))
-        assert bool(out.winner[i]) == (one.winner == 0), cases[i]
-        assert out.kind[i] == KIND_CODES[one.state.kind], cases[i]
-        if event_time:
-            assert out.state_ordering is not None and out.ordering is not None
-            assert out.state_ordering[i].as_py() == one.state.ordering, cases[i]
-            if one.winner == 0:
-                assert out.ordering[i].as_py() == one.ordering, cases[i]
-    assert len(cases) >= 24
 
 
 def test_prepare_batch_routes_bad_records_with_specific_reasons(tmp_path: Path) -> None:

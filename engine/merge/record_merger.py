@@ -37,6 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import MergeMode
+from engine.format.delete_block import ordering_as
+from engine.schema import conform
 
 KEY = "_hoodie_record_key"
 
@@ -73,7 +75,7 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
               if (isinstance(layer, DataLayer) and layer.table.num_rows)
               or (isinstance(layer, DeleteLayer) and len(layer.keys))]
     if not active:
-        return _conform(base, schema) if base is not None else schema.empty_table()
+        return conform(base, schema) if base is not None else schema.empty_table()
     event_time = mode is MergeMode.EVENT_TIME_ORDERING and ordering_field is not None
     if base is not None and base.num_rows and len(active) == 1 \
             and isinstance(active[0], DataLayer):
@@ -166,18 +168,18 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
     live = winners.filter(pc.invert(winners.column("d")))
     pieces: list[pa.Table] = []
     if base_pass is not None and base_pass.num_rows:
-        pieces.append(_conform(base_pass, schema))
+        pieces.append(conform(base_pass, schema))
     src = live.column("src").to_numpy()
     rows = live.column("row").to_numpy()
     for t_index in np.unique(src):
         picked = rows[src == t_index]
         table = data_tables[int(t_index)]
         if len(picked) == table.num_rows:  # every row of the table won: keep it whole
-            pieces.append(_conform(table, schema))
+            pieces.append(conform(table, schema))
             continue
         mask = np.zeros(table.num_rows, bool)
         mask[picked] = True  # a filter keeps row order and costs less than a take
-        pieces.append(_conform(table.filter(pa.array(mask)), schema))
+        pieces.append(conform(table.filter(pa.array(mask)), schema))
     if not pieces:
         return schema.empty_table()
     return pa.concat_tables(pieces)
@@ -217,11 +219,11 @@ def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None
     keep_base[base_hit[log_wins]] = False
     log_keep = np.ones(layer.num_rows, bool)
     log_keep[log_row[~log_wins]] = False
-    pieces = [_conform(base.filter(pa.array(keep_base)), schema)]
+    pieces = [conform(base.filter(pa.array(keep_base)), schema)]
     if log_keep.all():
-        pieces.append(_conform(layer, schema))
+        pieces.append(conform(layer, schema))
     elif log_keep.any():
-        pieces.append(_conform(layer.filter(pa.array(log_keep)), schema))
+        pieces.append(conform(layer.filter(pa.array(log_keep)), schema))
     return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
 
@@ -262,21 +264,6 @@ def _pick_winners(versions: pa.Table) -> pa.Table:
     return ordered.filter(pa.array(last))
 
 
-def ordering_as(values: pa.Array, target: pa.DataType) -> pa.Array:
-    """Ordering values as ``target``; integers stand for dates (days) and for times and
-    timestamps in ``target``'s own unit, as delete blocks carry them."""
-    if values.type.equals(target):
-        return values
-    if pa.types.is_integer(values.type):
-        if pa.types.is_date(target):
-            return values.cast(pa.int32()).cast(pa.date32()).cast(target)
-        if pa.types.is_time32(target):
-            return values.cast(pa.int32()).cast(target)
-        if pa.types.is_timestamp(target) or pa.types.is_time64(target):
-            return values.cast(pa.int64()).cast(target)
-    return values.cast(target)
-
-
 def _ordering_type(base: pa.Table | None, layers: Sequence[Layer],
                    ordering_field: str | None, schema: pa.Schema) -> pa.DataType | None:
     if not ordering_field:
@@ -298,20 +285,6 @@ def _ordering_of(table: pa.Table, idx: np.ndarray, ordering_field: str | None,
     if len(idx) != len(col):
         col = pc.take(col, pa.array(idx))
     return col.cast(ordering_type) if ordering_type is not None else col
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Select and cast ``table``'s columns to ``schema`` (missing columns become null)."""
-    if table.schema.equals(schema):
-        return table
-    columns = []
-    for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
-            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def dedupe_batch(table: pa.Table, *, mode: MergeMode, ordering_field: str | None,

@@ -1,0 +1,188 @@
+"""A new version of a key against the version the table stores: which one wins, and what a
+delete means (the delete policy).
+
+Readers merge whatever versions a file slice holds (:mod:`engine.merge.record_merger`); a
+writer decides before that what it writes at all. Two writers of this repository decide it
+differently on purpose, and say which way by naming a :class:`DeletePolicy`:
+
+* the engine API (``Table.upsert`` and ``Table.delete``, through ``WriteClient``) writes
+  **natural deletes**, as Java's ``DefaultHoodieRecordPayload``: a delete without an ordering
+  value is written as a natural-order delete, which wins over every version written before
+  it, and a key moving partitions has its old copy deleted that way; nothing remembers a
+  deleted key but the table;
+* the streaming sink and its GLOBAL_STATE index (``ingest/resolve.py``,
+  ``ingest/global_index.py``) write **remembered deletes**: a delete without an ordering value
+  (a Kafka tombstone) deletes the live version *at that version's ordering value*, a moved key's
+  old copy is deleted at its stored ordering value, and the index keeps a deleted key's
+  ordering value, so a late version older than the deleted one loses in a later batch as it
+  would in the same one.
+
+Under both, with event time, a version wins over the stored one unless its ordering value is
+lower (:func:`loses_to_stored`), and a delete that carries an ordering value competes like a
+version. Without event time the later write wins and a delete removes a live key. The policies
+and why the sink needs the second are in ``docs/engine.md`` ("Delete policies").
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
+           "SingleOutcomes", "loses_to_stored", "resolve_key", "resolve_single"]
+
+
+class DeletePolicy(enum.Enum):
+    """What a delete without an ordering value means, and whether a deleted key's ordering
+    value outlives the delete (see the module doc)."""
+
+    NATURAL = "natural"
+    """A natural-order delete (Java's ``DefaultHoodieRecordPayload``): it wins over every
+    version written before it; the deleted key is forgotten (but for the table)."""
+    REMEMBERED = "remembered"
+    """A delete at the live version's ordering value (nothing if the key is not live); the
+    deleted key keeps that ordering value, so an older version arriving later loses."""
+
+    def delete_ordering(self, stored: Any) -> Any:
+        """The ordering value a delete that names none is written at, the key's stored one
+        being ``stored`` (a value or an Arrow array): None (natural order) or ``stored``."""
+        return stored if self is DeletePolicy.REMEMBERED else None
+
+    @property
+    def remembers_deletes(self) -> bool:
+        """True when an index that outlives a batch keeps a deleted key's ordering value
+        (event time), so that an older version arriving later loses to the delete."""
+        return self is DeletePolicy.REMEMBERED
+
+
+def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
+    """Where a version with ordering value ``incoming`` loses to the stored version's
+    ``stored`` (event time): ``incoming`` is lower. Null on either side never loses; a tie goes
+    to the incoming version (the later write). Both arrays must have one type."""
+    return pc.fill_null(pc.less(incoming, stored), False)
+
+
+def _loses(incoming: Any, stored: Any) -> bool:
+    """:func:`loses_to_stored` for one pair of Python values."""
+    return incoming is not None and stored is not None and bool(incoming < stored)
+
+
+LIVE = "live"
+DELETED = "deleted"
+ABSENT = "absent"
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """What the table holds for a key: ``LIVE`` or ``DELETED`` at ``ordering``, or ``ABSENT``.
+
+    ``ordering`` is None without event time (or when unknown, or for a natural-order
+    delete)."""
+
+    kind: str = ABSENT
+    ordering: Any = None
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """The result of one key's versions (:func:`resolve_key`)."""
+
+    winner: int
+    """Index of the version to write, or -1 when nothing is to be written."""
+    ordering: Any
+    """Ordering value the winner is written with (for a delete without one: the policy's
+    :meth:`DeletePolicy.delete_ordering`)."""
+    state: KeyState
+    """What the table holds for the key afterwards."""
+
+
+def resolve_key(deletes: Sequence[bool], orderings: Sequence[Any],
+                ordering_null: Sequence[bool], *, event_time: bool, policy: DeletePolicy,
+                stored: KeyState = KeyState()) -> KeyOutcome:
+    """Apply one key's versions (in arrival order; ``deletes[i]`` true for a delete) to its
+    stored state under ``policy``; see the module doc.
+
+    ``orderings`` must be comparable with each other and with ``stored.ordering``. The winner
+    is -1 when the final state is the stored one, or when the key ends deleted but was not
+    live (nothing stored to delete).
+    """
+    state = stored
+    winner, win_ordering = -1, None
+    for i, delete in enumerate(deletes):
+        if delete:
+            if event_time and not ordering_null[i]:
+                d = orderings[i]
+                if not _loses(d, state.ordering):
+                    state, winner, win_ordering = KeyState(DELETED, d), i, d
+            elif state.kind == LIVE:  # a delete without ordering value (or without event time)
+                at = policy.delete_ordering(state.ordering)
+                state, winner, win_ordering = KeyState(DELETED, at), i, at
+        else:
+            r = orderings[i] if event_time else None
+            if not event_time or not _loses(r, state.ordering):
+                state, winner, win_ordering = KeyState(LIVE, r), i, r
+    if state.kind != LIVE and stored.kind != LIVE:
+        winner = -1
+    return KeyOutcome(winner, win_ordering, state)
+
+
+KIND_CODES = {ABSENT: 0, LIVE: 1, DELETED: 2}
+"""The kinds of :class:`KeyState` as the codes :func:`resolve_single` takes and gives."""
+_LIVE, _DELETED = KIND_CODES[LIVE], KIND_CODES[DELETED]
+
+
+@dataclass(frozen=True)
+class SingleOutcomes:
+    """:class:`KeyOutcome` of many keys at once (:func:`resolve_single`), one entry a key."""
+
+    winner: np.ndarray
+    """True where the key's version is written."""
+    ordering: pa.Array | None
+    """Ordering value the winner is written with (event time; None without)."""
+    kind: np.ndarray
+    """:data:`KIND_CODES` of the state afterwards."""
+    state_ordering: pa.Array | None
+    """Ordering value of the state afterwards (event time; None without)."""
+
+
+def resolve_single(deletes: np.ndarray, orderings: pa.Array | None, ordering_null: np.ndarray,
+                   stored_kind: np.ndarray, stored_ordering: pa.Array | None, *,
+                   event_time: bool, policy: DeletePolicy) -> SingleOutcomes:
+    """:func:`resolve_key` for keys that have one version each, vectorized.
+
+    ``deletes`` (true for a delete), ``orderings`` and ``ordering_null`` are the versions;
+    ``stored_kind`` (:data:`KIND_CODES`) and ``stored_ordering`` the keys' stored states
+    (orderings are used with ``event_time`` only, and must then have one type). With event
+    time an upsert must carry an ordering value (:func:`resolve_key` cannot compare a null
+    one with a stored value either).
+    """
+    is_delete = np.asarray(deletes, dtype=bool)
+    live = stored_kind == _LIVE
+    if not event_time:  # every version is natural: an upsert wins; a delete of a live key
+        winner = ~is_delete | live
+        kind = np.where(is_delete, np.where(live, _DELETED, stored_kind), _LIVE)
+        return SingleOutcomes(winner, None, kind.astype(np.int8), None)
+    assert orderings is not None and stored_ordering is not None
+    newer = pc.invert(loses_to_stored(orderings, stored_ordering)).to_numpy(
+        zero_copy_only=False)
+    upsert_wins = ~is_delete & newer
+    ordered_wins = is_delete & ~ordering_null & newer
+    unordered_hits = is_delete & ordering_null & live  # at the policy's ordering value
+    kind = np.where(upsert_wins, _LIVE,
+                    np.where(ordered_wins | unordered_hits, _DELETED, stored_kind))
+    takes_own = pa.array(upsert_wins | ordered_wins)
+    at = policy.delete_ordering(stored_ordering)
+    if at is None:
+        at = pa.nulls(len(stored_ordering), stored_ordering.type)
+    return SingleOutcomes(
+        upsert_wins | ((ordered_wins | unordered_hits) & live),
+        pc.if_else(pa.array(unordered_hits), at, orderings),
+        kind.astype(np.int8),
+        pc.if_else(takes_own, orderings, pc.if_else(pa.array(unordered_hits), at,
+                                                     stored_ordering)))
