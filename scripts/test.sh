@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command: set up, lint, type-check, then the quick suite and the slow one.
+# `--soak` (or TIDELAKE_SOAK=1) runs the repeated random rounds at their full size
+# (docs/testing.md); other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--soak" ]; then
+  export TIDELAKE_SOAK=1
+  shift
+fi
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy

@@ -24,6 +24,7 @@ from engine.format.avro_codec import (
     encode_records,
     flat_fields,
 )
+from tests.soak import soak
 
 
 def fastavro_payloads(rows: list[dict[str, Any]], schema: dict[str, Any]) -> list[bytes]:
@@ -98,7 +99,7 @@ def flat_tables(draw: st.DrawFn) -> tuple[pa.Table, dict[str, Any]]:
     return pa.table(columns), record(fields)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=soak(60, 600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flat_tables())
 def test_arrow_to_avro_payloads_random_flat_tables_round_trip_and_match_fastavro(
     case: tuple[pa.Table, dict[str, Any]],
@@ -113,7 +114,7 @@ def test_arrow_to_avro_payloads_random_flat_tables_round_trip_and_match_fastavro
     assert back.cast(table.schema).equals(table)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=soak(25, 250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(max_size=30) | st.none(), min_size=1, max_size=30), st.integers(0, 7))
 def test_avro_payloads_to_arrow_unaligned_buffer_equal(texts: list[str | None], shift: int) -> None:
     table = pa.table({"s": pa.array(texts, pa.string()), "n": list(range(len(texts)))})

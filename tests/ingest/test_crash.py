@@ -19,7 +19,8 @@ reaches them, then through random moments:
 * ``after_commit``: the commit is published, Spark has not recorded the batch's end (its
   restart replays the batch, which the sink must skip);
 * random: a kill at a random moment of a micro-batch: between Spark logging its offsets and
-  as long after as the job's micro-batches have taken so far.
+  as long after as the job's micro-batches have taken so far (one such kill at the CI size,
+  four with ``TIDELAKE_SOAK=1``: ``tests/soak.py``).
 
 The parent arms a point by writing its name to a file the child checks there; the child writes
 a signal file on reaching it and waits, and the parent kills it. Right after each kill the table
@@ -50,6 +51,7 @@ from tests.ingest.job_harness import (
     write_job,
 )
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.soak import soak
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka,
@@ -57,7 +59,7 @@ pytestmark = [
 ]
 
 SLICE = 1_500  # records sent before each kill; a micro-batch reads at most 1,000
-RANDOM_KILLS = 2
+RANDOM_KILLS = soak(1, 4)  # every named point is killed at either size; these are repeats
 CATCH_UP_S = 900.0  # generous: other Spark jobs may share the machine
 
 
