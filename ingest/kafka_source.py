@@ -4,30 +4,12 @@ Built on Spark's Python Data Source API, so it needs no ``spark-sql-kafka`` jar;
 the jar can use Spark's own source through :func:`read_kafka_stream` (``use_builtin=True``).
 Rows have Spark's Kafka schema (:data:`KAFKA_DDL`, headers always included).
 
-Options (case-insensitive, as Spark's ``kafka`` source):
-
-=============================  ==============================================================
-``kafka.bootstrap.servers``    required; ``host:port[,host:port...]``
-``subscribe``                  required; comma-separated topic names (must exist)
-``startingOffsets``            ``latest`` (default), ``earliest``, or JSON
-                               ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest;
-                               partitions left out start at their earliest offset)
-``maxOffsetsPerTrigger``       offsets per micro-batch over all partitions, split in proportion
-                               to each partition's backlog (``availableNow`` honours it too)
-``failOnDataLoss``             ``true`` (default): fail when wanted offsets are gone (retention,
-                               topic recreated); ``false``: log a warning and skip them
-``kafkaConsumer.pollTimeoutMs``  how long a task waits for records it knows exist (120000)
-``fastDecode``                 ``true`` (default): decode fetched record batches whole
-                               (:mod:`ingest.kafka_records`); ``false``: kafka-python's
-                               record-by-record decoding
-``kafka.*`` client settings    see :data:`CLIENT_OPTIONS`; any other ``kafka.*`` key is an error;
-                               ``kafka.isolation.level`` is ``read_committed`` by default
-                               (records of aborted transactions are skipped; Spark's own
-                               source defaults to ``read_uncommitted``)
-``tidelake.prepare``           set by :func:`read_kafka_stream` (``prepare=``), not by hand:
-                               the read tasks run the sink's prepare step, and rows are
-                               prepared (or packed) rows (:mod:`ingest.prepare`), not Kafka rows
-=============================  ==============================================================
+Options (case-insensitive, as Spark's ``kafka`` source) are declared, each once with its parser,
+default and doc, in :mod:`ingest.kafka_options`: the source's own (:data:`SOURCE_KEYS`:
+``subscribe``, ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
+``kafkaConsumer.pollTimeoutMs``, ``fastDecode``, ``tidelake.prepare``) and the ``kafka.*``
+client settings (:data:`CLIENT_KEYS`; any other ``kafka.*`` key is an error).
+docs/configuration.md lists them all.
 
 Prepared reads: with ``prepare=sink.spec`` each record crosses from Python into the JVM once,
 already decoded, keyed and placed in its bucket — with the BUCKET index packed by file group
@@ -109,7 +91,9 @@ from ingest.kafka_offsets import (
     starting_offsets_json,
 )
 from ingest.kafka_options import (
+    CLIENT_KEYS,
     CLIENT_OPTIONS,
+    SOURCE_KEYS,
     SOURCE_NAME,
     KafkaSourceOptions,
     is_secret_key,
@@ -142,8 +126,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ARROW_SCHEMA",
     "BATCH_ROWS",
+    "CLIENT_KEYS",
     "CLIENT_OPTIONS",
     "KAFKA_DDL",
+    "SOURCE_KEYS",
     "SOURCE_NAME",
     "KafkaDataLossError",
     "KafkaDataSource",

@@ -110,6 +110,9 @@ class Setting:
     option: str = ""
     """The table option the setting stands for, if any (``[services]``): unset, the table
     option decides."""
+    kafka: str = ""
+    """The option of the ``tidelake-kafka`` source the setting sets, if any
+    (:func:`source_options`)."""
 
     @property
     def name(self) -> str:
@@ -127,6 +130,17 @@ def _sink(section: str, key: str, parse: Callable[[str, Any], Any], field_name: 
     return Setting(section, key, parse, value, doc, sink=field_name)
 
 
+def _kafka(section: str, key: str, parse: Callable[[str, Any], Any], source_key: str, doc: str,
+           default: Any = _NO_DEFAULT) -> Setting:
+    """A setting that sets the Kafka source's option ``source_key``, by default to the
+    source's own default."""
+    from ingest.kafka_options import CLIENT_KEYS, SOURCE_KEYS
+
+    if default is _NO_DEFAULT:
+        default = next(s.default for s in (*SOURCE_KEYS, *CLIENT_KEYS) if s.key == source_key)
+    return Setting(section, key, parse, default, doc, kafka=source_key)
+
+
 def _option(section: str, key: str, parse: Callable[[str, Any], Any], option: str,
             doc: str) -> Setting:
     """A setting that stands for the table option ``option``; its doc ends with the option's
@@ -140,15 +154,16 @@ def _option(section: str, key: str, parse: Callable[[str, Any], Any], option: st
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("source", "bootstrap_servers", _str, None, "Kafka bootstrap servers (required)."),
-    Setting("source", "topics", _list, None, "Topics to read (required)."),
-    Setting("source", "starting_offsets", _str, "earliest",
-            "earliest, latest, or JSON {\"topic\": {\"0\": 42}}; used when the checkpoint "
-            "and the table hold no offsets."),
-    Setting("source", "max_offsets_per_trigger", _int, 200000,
-            "Records per micro-batch at most, across partitions."),
-    Setting("source", "fail_on_data_loss", _bool, True,
-            "Stop when offsets to read were lost to retention."),
+    _kafka("source", "bootstrap_servers", _str, "kafka.bootstrap.servers",
+           "Kafka bootstrap servers (required)."),
+    _kafka("source", "topics", _list, "subscribe", "Topics to read (required).", default=None),
+    _kafka("source", "starting_offsets", _str, "startingOffsets",
+           "earliest, latest, or JSON {\"topic\": {\"0\": 42}}; used when the checkpoint "
+           "and the table hold no offsets.", default="earliest"),
+    _kafka("source", "max_offsets_per_trigger", _int, "maxOffsetsPerTrigger",
+           "Records per micro-batch at most, across partitions.", default=200000),
+    _kafka("source", "fail_on_data_loss", _bool, "failOnDataLoss",
+           "Stop when offsets to read were lost to retention."),
     Setting("source", "use_builtin_kafka", _bool, False,
             "Use Spark's own 'kafka' format (needs the spark-sql-kafka jar)."),
     Setting("decode", "format", _choice("json", "avro", "avro-confluent"), "json",
@@ -351,23 +366,24 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     return config
 
 
-_SOURCE_OPTION_SETTINGS = {"subscribe": "source.topics",
-                           "startingoffsets": "source.starting_offsets",
-                           "maxoffsetspertrigger": "source.max_offsets_per_trigger",
-                           "failondataloss": "source.fail_on_data_loss",
-                           "kafka.bootstrap.servers": "source.bootstrap_servers"}
+_SOURCE_OPTION_SETTINGS = {s.kafka.lower(): s.name for s in SETTINGS if s.kafka}
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple | list):
+        return ",".join(value)
+    return str(value)
 
 
 def source_options(config: JobConfig, starting_offsets: str | None = None) -> dict[str, str]:
-    """The options of the ``tidelake-kafka`` source for this job (``starting_offsets``
-    replaces ``source.starting_offsets``, e.g. by offsets the table recorded)."""
-    options = {
-        "kafka.bootstrap.servers": config["source.bootstrap_servers"],
-        "subscribe": ",".join(config["source.topics"]),
-        "startingOffsets": starting_offsets or config["source.starting_offsets"],
-        "maxOffsetsPerTrigger": str(config["source.max_offsets_per_trigger"]),
-        "failOnDataLoss": str(config["source.fail_on_data_loss"]).lower(),
-    }
+    """The options of the ``tidelake-kafka`` source for this job: the settings that set one
+    (``Setting.kafka``) and ``[source.kafka]`` (``starting_offsets`` replaces
+    ``source.starting_offsets``, e.g. by offsets the table recorded)."""
+    options = {s.kafka: _option_text(config[s.name]) for s in SETTINGS if s.kafka}
+    if starting_offsets:
+        options["startingOffsets"] = starting_offsets
     for key, value in config.kafka.items():
         options[f"kafka.{key}"] = value
     return options

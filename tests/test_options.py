@@ -134,8 +134,8 @@ def test_every_job_setting_is_read() -> None:
     from jobs.job_config import PASS_THROUGH, SERVICE_OPTIONS, SETTINGS, SINK_FIELDS
 
     source = _source()
-    unread = [s.name for s in SETTINGS
-              if s.name not in SINK_FIELDS and s.name not in SERVICE_OPTIONS
+    unread = [s.name for s in SETTINGS  # read by name, or through one of the three mappings
+              if s.name not in SINK_FIELDS and s.name not in SERVICE_OPTIONS and not s.kafka
               and f'"{s.name}"' not in source and f"'{s.name}'" not in source]
     assert unread == []
     assert set(PASS_THROUGH) == {"source.kafka", "table.options", "spark.conf"}
@@ -159,3 +159,55 @@ def test_sink_takes_a_config_object() -> None:
                             ({"conflict_retries": -1}, "conflict_retries")):
         with pytest.raises(ValueError, match=f"^{field_name}: "):
             SinkConfig("/tmp/t", decoder=None, **bad)  # type: ignore[arg-type]
+
+
+# -- the Kafka source -------------------------------------------------------------------------
+
+
+def test_kafka_source_fields_are_its_declared_options() -> None:
+    from ingest.kafka_options import CLIENT_KEYS, SOURCE_KEYS, KafkaSourceOptions
+
+    declared = {spec.attr: spec for spec in SOURCE_KEYS}
+    for f in fields(KafkaSourceOptions):
+        if f.name == "client_config":
+            continue
+        assert f.name in declared, f"KafkaSourceOptions.{f.name} has no option declaration"
+        assert f.default == declared[f.name].default, f.name
+    parsed = KafkaSourceOptions.from_options({"kafka.bootstrap.servers": "h:1",
+                                              "subscribe": "t"})
+    for spec in SOURCE_KEYS[1:]:
+        assert getattr(parsed, spec.attr) == spec.default, spec.key
+    names = [k.lower() for spec in (*SOURCE_KEYS, *CLIENT_KEYS)
+             for k in (spec.key, *spec.aliases)]
+    assert len(names) == len(set(names))
+
+
+def test_kafka_client_settings_are_kafka_python_consumer_arguments() -> None:
+    import kafka
+
+    from ingest.kafka_options import CLIENT_KEYS
+
+    accepted = set(kafka.KafkaConsumer.DEFAULT_CONFIG)
+    assert [spec.attr for spec in CLIENT_KEYS if spec.attr not in accepted] == []
+
+
+def test_job_source_settings_set_declared_source_options() -> None:
+    from ingest.kafka_options import CLIENT_KEYS, SOURCE_KEYS
+    from jobs.job_config import SETTINGS
+
+    declared = {spec.key: spec for spec in (*SOURCE_KEYS, *CLIENT_KEYS)}
+    own_defaults = {"source.topics": None, "source.starting_offsets": "earliest",
+                    "source.max_offsets_per_trigger": 200000}
+    """The job reads from the earliest offset and bounds its batches; the source does not."""
+    for setting in SETTINGS:
+        if setting.kafka:
+            expected = own_defaults.get(setting.name, declared[setting.kafka].default)
+            assert setting.default == expected, setting.name
+
+
+def test_docs_list_exactly_the_declared_kafka_options() -> None:
+    from ingest.kafka_options import CLIENT_GROUP, CLIENT_KEYS, SOURCE_GROUP, SOURCE_KEYS
+
+    text = DOC.read_text()
+    assert describe_options(SOURCE_KEYS, SOURCE_GROUP) in text
+    assert describe_options(CLIENT_KEYS, CLIENT_GROUP) in text
