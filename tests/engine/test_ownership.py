@@ -277,6 +277,64 @@ def test_stale_compaction_attempt_never_deletes_takeover_files(tmp_path: Path) -
     _check(table, {k: (2 if i < 6 else 1) for i, k in enumerate(keys)})
 
 
+def _bucket_mor_table(tmp_path: Path) -> tuple[Table, dict[str, int]]:
+    table = Table.create(str(tmp_path / "t"), name="own", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by=["part"],
+                         options={"hoodie.index.type": "BUCKET",
+                                  "hoodie.bucket.index.num.buckets": "2", **FAST})
+    keys = [f"k{i}" for i in range(12)]
+    table.upsert(_batch(keys, 1))
+    table.upsert(_batch(keys[:6], 2, ts=2))
+    return table, {k: (2 if i < 6 else 1) for i, k in enumerate(keys)}
+
+
+@pytest.mark.parametrize("service", ["compaction", "clustering"])
+def test_service_attempt_finishes_a_half_done_revert_before_taking_the_plan(
+        tmp_path: Path, service: str) -> None:
+    """Hudi's rule, for both services (``engine/services/attempt.py``): a rollback left
+    half-done by a dead executor is finished before any new attempt starts. Attempt 1 stalls
+    after its tasks wrote; executor 2 judges it dead and dies half-way through reverting it;
+    executor 3 finishes that rollback, then runs the plan; attempt 1 commits nothing."""
+    table, expected = (_bucket_mor_table(tmp_path) if service == "compaction"
+                       else _small_groups_table(tmp_path))
+
+    def run(t: Table, runner: Any = None) -> Any:
+        if service == "compaction":
+            return t.compact(instant=scheduled, runner=runner)
+        return t.cluster(instant=scheduled, runner=runner)
+
+    opened = Table.open(table.path, FAST)
+    scheduled = (opened.compact(schedule_only=True) if service == "compaction"
+                 else opened.cluster(schedule_only=True)).scheduled
+    assert scheduled
+    gate = _Gate()
+    t1, r1 = _run(lambda: run(Table.open(table.path, FAST), gate))
+    assert gate.reached.wait(30)
+    _stall_service(table.storage, scheduled)
+    killer = Table.open(table.path, FAST)
+    real_delete = killer.storage.delete
+
+    def dying_delete(rel: str) -> bool:
+        if scheduled in rel and not rel.startswith(".hoodie"):
+            raise KeyboardInterrupt("killed half-way through the revert")
+        return real_delete(rel)
+
+    killer.storage.delete = dying_delete  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run(killer)
+    timeline = Timeline.load(table.storage, table.config)
+    assert [i.action.value for i in timeline.pending()] == [service, "rollback"]
+    done = run(Table.open(table.path, FAST))
+    assert done.completed == (scheduled,), done
+    timeline = Timeline.load(table.storage, table.config)
+    assert timeline.pending() == []  # the half-done rollback was finished, not left behind
+    gate.release.set()  # the stalled attempt wakes up and tries to commit
+    t1.join(30)
+    assert isinstance(r1[0], TidelakeError), r1
+    _stats_exist(table)
+    _check(table, expected)
+
+
 # -- item 4: a writer checks its own heartbeat --------------------------------------------------
 
 
