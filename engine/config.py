@@ -615,6 +615,55 @@ P_INDEX_TYPE = "hoodie.index.type"
 P_BUCKET_ENGINE = "hoodie.index.bucket.engine"
 
 
+def _parse_true_false(key: str, raw: str) -> bool:
+    lowered = str(raw).strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidOptionError(key, "expected true or false")
+    return lowered == "true"
+
+
+def _parse_merge_mode(key: str, raw: str) -> MergeMode:
+    try:
+        return MergeMode(str(raw).strip().upper())
+    except ValueError:
+        raise InvalidOptionError(
+            key, "expected EVENT_TIME_ORDERING or COMMIT_TIME_ORDERING") from None
+
+
+def _parse_as_given(key: str, raw: str) -> str:
+    return str(raw)
+
+
+CREATE_KEYS: tuple[ConfigKey[Any], ...] = (
+    ConfigKey(P_HIVE_STYLE, _parse_true_false, False,
+              "Partition folders named `field=value` instead of `value`.",
+              attr="hive_style", group="create"),
+    ConfigKey(P_URL_ENCODE, _parse_true_false, True,
+              "How partition values become folder names (see below). New tables record `true`; "
+              "tables that record `false` (e.g. created by Java with its default) are written "
+              "as Java writes them.", attr="url_encode", group="create"),
+    ConfigKey(P_MERGE_MODE, _parse_merge_mode, None, "How two versions of a record resolve.",
+              shown="`EVENT_TIME_ORDERING` with a precombine field, else "
+              "`COMMIT_TIME_ORDERING`", attr="merge_mode", group="create"),
+    ConfigKey(P_DATABASE, _parse_as_given, "default", "Enters `hoodie.table.checksum`.",
+              attr="database", group="create"),
+)
+"""Options ``Table.create`` takes besides the writer options: stored in ``hoodie.properties``
+at creation, fixed for the table's life."""
+
+
+def parse_options(keys: tuple[ConfigKey[Any], ...],
+                  options: Mapping[str, str]) -> dict[str, Any]:
+    """``attr`` -> value of each of ``keys``: parsed from ``options`` where given (in the order
+    ``keys`` declares them), else its default."""
+    values: dict[str, Any] = {}
+    for spec in keys:
+        given = next((k for k in (spec.key, *spec.aliases) if k in options), None)
+        values[spec.attr] = spec.default if given is None else spec.parse(given,
+                                                                           options[given])
+    return values
+
+
 def table_checksum(database: str, name: str) -> int:
     """Hudi's ``hoodie.table.checksum``: CRC32 of ``"<database>.<name>"`` in UTF-8."""
     return zlib.crc32(f"{database}.{name}".encode())

@@ -21,11 +21,10 @@ from typing import Any
 import pyarrow as pa
 
 from engine.config import (
+    CREATE_KEYS,
     P_BUCKET_ENGINE,
-    P_HIVE_STYLE,
     P_INDEX_TYPE,
     P_MERGE_MODE,
-    P_URL_ENCODE,
     BucketEngine,
     IndexType,
     KeyGeneratorType,
@@ -33,6 +32,7 @@ from engine.config import (
     TableConfig,
     TableType,
     WriteConfig,
+    parse_options,
 )
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
 from engine.layout.file_group import FileSlice
@@ -54,7 +54,7 @@ from engine.write.write_client import (
 )
 
 PROPERTIES = f"{HOODIE}/hoodie.properties"
-_CREATE_KEYS = (P_HIVE_STYLE, P_MERGE_MODE, P_URL_ENCODE, "hoodie.database.name")
+_CREATE_KEYS = tuple(key for spec in CREATE_KEYS for key in (spec.key, *spec.aliases))
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -162,28 +162,12 @@ class Table:
                                        or "," in precombine):
             raise ValueError(f"precombine: expected one column name, got {precombine!r}")
         write_config = WriteConfig.from_options(options, allow=_CREATE_KEYS)
-        extra = write_config.extra
-        hive_style = False
-        if P_HIVE_STYLE in extra:
-            hive_style = extra[P_HIVE_STYLE].strip().lower() == "true"
-            if extra[P_HIVE_STYLE].strip().lower() not in ("true", "false"):
-                raise InvalidOptionError(P_HIVE_STYLE, "expected true or false")
-        url_encode = True  # Java escaping (plus a leading '.'); see engine/layout/partition.py
-        if P_URL_ENCODE in extra:
-            if extra[P_URL_ENCODE].strip().lower() not in ("true", "false"):
-                raise InvalidOptionError(P_URL_ENCODE, "expected true or false")
-            url_encode = extra[P_URL_ENCODE].strip().lower() == "true"
-        mode = MergeMode.EVENT_TIME_ORDERING if precombine else MergeMode.COMMIT_TIME_ORDERING
-        if P_MERGE_MODE in extra:
-            try:
-                mode = MergeMode(extra[P_MERGE_MODE].strip().upper())
-            except ValueError:
-                raise InvalidOptionError(
-                    P_MERGE_MODE, "expected EVENT_TIME_ORDERING or COMMIT_TIME_ORDERING") \
-                    from None
-            if mode is MergeMode.EVENT_TIME_ORDERING and not precombine:
-                raise InvalidOptionError(P_MERGE_MODE,
-                                         "EVENT_TIME_ORDERING needs a precombine field")
+        # url_encode: Java escaping (plus a leading '.'); see engine/layout/partition.py
+        created = parse_options(CREATE_KEYS, write_config.extra)
+        mode = created["merge_mode"] or (MergeMode.EVENT_TIME_ORDERING if precombine
+                                         else MergeMode.COMMIT_TIME_ORDERING)
+        if mode is MergeMode.EVENT_TIME_ORDERING and not precombine:
+            raise InvalidOptionError(P_MERGE_MODE, "EVENT_TIME_ORDERING needs a precombine field")
         if not parts:
             keygen = KeyGeneratorType.NON_PARTITION
         elif len(keys) > 1 or len(parts) > 1:
@@ -201,8 +185,9 @@ class Table:
         config = TableConfig(
             name=name, table_type=ttype, version=8, record_key_fields=keys,
             partition_fields=parts, precombine_field=precombine, merge_mode=mode,
-            hive_style=hive_style, url_encode=url_encode, populate_meta_fields=True,
-            create_schema=create_schema, database=extra.get("hoodie.database.name", "default"),
+            hive_style=created["hive_style"], url_encode=created["url_encode"],
+            populate_meta_fields=True, create_schema=create_schema,
+            database=created["database"],
             keygen_type=keygen,
             index_type=write_config.index_type,
             num_buckets=(write_config.num_buckets

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import WRITE_KEYS, WriteConfig, describe_options
+from engine.config import CREATE_KEYS, WRITE_KEYS, WriteConfig, describe_options
 from engine.errors import InvalidOptionError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,10 +61,31 @@ def test_every_declared_write_option_is_read() -> None:
 
 
 @pytest.mark.parametrize(("heading", "group"), [("## Writer options", "writer"),
-                                                ("## Table services", "services")])
-def test_docs_list_exactly_the_declared_write_options(heading: str, group: str) -> None:
-    assert describe_options(WRITE_KEYS, group) in DOC.read_text()
-    assert _doc_table_keys(heading) == [s.key for s in WRITE_KEYS if s.group == group]
+                                                ("## Table services", "services"),
+                                                ("## Table options (only at creation)",
+                                                 "create")])
+def test_docs_list_exactly_the_declared_table_options(heading: str, group: str) -> None:
+    keys = (*WRITE_KEYS, *CREATE_KEYS)
+    assert describe_options(keys, group) in DOC.read_text()
+    assert _doc_table_keys(heading) == [s.key for s in keys if s.group == group]
+
+
+def test_creation_options_are_declared_read_and_accepted_only_at_creation(
+        tmp_path: Path) -> None:
+    from engine import Table
+
+    source = _source(skip=("engine/config.py",))
+    for spec in CREATE_KEYS:
+        assert re.search(rf"created\[\"{spec.attr}\"\]", source), spec.attr
+        if spec.key == "hoodie.database.name":  # any text: it only enters the checksum
+            continue
+        with pytest.raises(InvalidOptionError) as caught:
+            Table.create(str(tmp_path / "t"), name="t", record_key="id",
+                         options={spec.key: "\x00 not a value"})
+        assert caught.value.key == spec.key
+        with pytest.raises(InvalidOptionError, match="unknown option"):
+            WriteConfig.from_options({spec.key: "true"})  # Table.open refuses it
+    assert not {s.key for s in CREATE_KEYS} & {s.key for s in WRITE_KEYS}
 
 
 def test_bad_write_option_error_names_the_option() -> None:
