@@ -652,6 +652,55 @@ CREATE_KEYS: tuple[ConfigKey[Any], ...] = (
 at creation, fixed for the table's life."""
 
 
+def _parse_flag(key: str, raw: str) -> bool:
+    return raw.lower() == "true"  # as Java's Boolean.parseBoolean: anything else is false
+
+
+def _parse_optional_index(key: str, raw: str) -> IndexType | None:
+    return IndexType(raw) if raw else None
+
+
+def _parse_optional_count(key: str, raw: str) -> int | None:
+    return int(raw) if raw else None
+
+
+def _parse_stored_bucket_engine(key: str, raw: str) -> BucketEngine | None:
+    try:
+        return BucketEngine(raw.upper()) if raw else None
+    except ValueError:
+        raise UnsupportedTableError(f"bucket index engine {raw!r} is not supported") from None
+
+
+PROPERTY_KEYS: tuple[ConfigKey[Any], ...] = (
+    ConfigKey(P_HIVE_STYLE, _parse_flag, False, "Partition folders are named `field=value`.",
+              attr="hive_style", group="properties"),
+    ConfigKey(P_URL_ENCODE, _parse_flag, False,
+              "Partition values are escaped in folder names (docs: *Partition values*).",
+              attr="url_encode", group="properties"),
+    ConfigKey(P_POPULATE_META, _parse_flag, True, "Base files carry the five meta columns.",
+              attr="populate_meta_fields", group="properties"),
+    ConfigKey(P_CREATE_SCHEMA, _parse_as_given, None,
+              "The Avro schema the table was created with.", attr="create_schema",
+              group="properties"),
+    ConfigKey(P_DATABASE, _parse_as_given, "", "Enters `hoodie.table.checksum`.",
+              attr="database", group="properties"),
+    ConfigKey(P_TIMELINE_PATH, _parse_as_given, "timeline",
+              "The active timeline's folder under `.hoodie`.", attr="timeline_path",
+              group="properties"),
+    ConfigKey(P_BUCKET_ENGINE, _parse_stored_bucket_engine, None,
+              "The BUCKET index's engine (`SIMPLE`, `CONSISTENT_HASHING`).",
+              attr="bucket_engine", group="properties"),
+    ConfigKey(P_INDEX_TYPE, _parse_optional_index, None, "The index the table was created with.",
+              attr="index_type", group="properties"),
+    ConfigKey(P_BUCKETS, _parse_optional_count, None,
+              "Buckets per partition of a BUCKET table.", attr="num_buckets",
+              group="properties"),
+)
+"""The ``hoodie.properties`` keys :meth:`TableConfig.from_properties` reads one by one: parser
+and the value a table without the key has (the key, the record key and partition fields, the
+ordering field, the merge mode and the key generator are read together, by the code there)."""
+
+
 def parse_options(keys: tuple[ConfigKey[Any], ...],
                   options: Mapping[str, str]) -> dict[str, Any]:
     """``attr`` -> value of each of ``keys``: parsed from ``options`` where given (in the order
@@ -740,29 +789,11 @@ class TableConfig:
         partition_fields = _split_fields(props.get(P_PARTITION_FIELDS))
         record_keys = _split_fields(props.get(P_RECORD_KEYS))
         keygen = _keygen_of(props, record_keys, partition_fields)
-        index_raw = props.get(P_INDEX_TYPE)
-        buckets_raw = props.get(P_BUCKETS)
-        engine_raw = props.get(P_BUCKET_ENGINE)
-        try:
-            engine = BucketEngine(engine_raw.upper()) if engine_raw else None
-        except ValueError:
-            raise UnsupportedTableError(f"bucket index engine {engine_raw!r} is not "
-                                        "supported") from None
         return cls(
             name=name, table_type=table_type, version=version,
             record_key_fields=record_keys, partition_fields=partition_fields,
-            precombine_field=precombine, merge_mode=merge_mode,
-            hive_style=props.get(P_HIVE_STYLE, "false").lower() == "true",
-            url_encode=props.get(P_URL_ENCODE, "false").lower() == "true",
-            populate_meta_fields=props.get(P_POPULATE_META, "true").lower() == "true",
-            create_schema=props.get(P_CREATE_SCHEMA),
-            database=props.get(P_DATABASE, ""),
-            keygen_type=keygen,
-            timeline_path=props.get(P_TIMELINE_PATH, "timeline"),
-            index_type=IndexType(index_raw) if index_raw else None,
-            num_buckets=int(buckets_raw) if buckets_raw else None,
-            bucket_engine=engine,
-            raw=dict(props),
+            precombine_field=precombine, merge_mode=merge_mode, keygen_type=keygen,
+            **parse_options(PROPERTY_KEYS, props), raw=dict(props),
         )
 
     def to_properties(self) -> dict[str, str]:

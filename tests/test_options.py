@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import CREATE_KEYS, WRITE_KEYS, WriteConfig, describe_options
+from engine.config import (
+    CREATE_KEYS,
+    PROPERTY_KEYS,
+    WRITE_KEYS,
+    TableConfig,
+    WriteConfig,
+    describe_options,
+)
 from engine.errors import InvalidOptionError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +70,10 @@ def test_every_declared_write_option_is_read() -> None:
 @pytest.mark.parametrize(("heading", "group"), [("## Writer options", "writer"),
                                                 ("## Table services", "services"),
                                                 ("## Table options (only at creation)",
-                                                 "create")])
+                                                 "create"),
+                                                ("## hoodie.properties keys", "properties")])
 def test_docs_list_exactly_the_declared_table_options(heading: str, group: str) -> None:
-    keys = (*WRITE_KEYS, *CREATE_KEYS)
+    keys = (*WRITE_KEYS, *CREATE_KEYS, *PROPERTY_KEYS)
     assert describe_options(keys, group) in DOC.read_text()
     assert _doc_table_keys(heading) == [s.key for s in keys if s.group == group]
 
@@ -232,3 +240,14 @@ def test_docs_list_exactly_the_declared_kafka_options() -> None:
     text = DOC.read_text()
     assert describe_options(SOURCE_KEYS, SOURCE_GROUP) in text
     assert describe_options(CLIENT_KEYS, CLIENT_GROUP) in text
+
+
+def test_stored_properties_fill_table_config_fields_with_their_defaults() -> None:
+    fields_of_table = {f.name: f for f in fields(TableConfig)}
+    minimal = TableConfig.from_properties({"hoodie.table.name": "t",
+                                           "hoodie.table.type": "COPY_ON_WRITE"})
+    for spec in PROPERTY_KEYS:
+        assert spec.attr in fields_of_table, spec.attr
+        assert getattr(minimal, spec.attr) == spec.default, spec.key
+    written = TableConfig.from_properties(minimal.to_properties())
+    assert written.to_properties() == minimal.to_properties()
