@@ -31,18 +31,11 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import read_avro_ocf
 from engine.timeline.heartbeat import Heartbeat, heartbeat_path
 from engine.write.write_client import UPSERT, WriteClient
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, rows_by_key
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"hoodie.client.heartbeat.interval_in_ms": "200",
         "hoodie.client.heartbeat.tolerable.misses": "3"}
-
-
-def _rows(table: pa.Table) -> dict[str, int]:
-    rows = table.select(["key", "v"]).to_pylist()
-    found = {r["key"]: r["v"] for r in rows}
-    assert len(found) == len(rows), f"a key is read twice: {sorted(r['key'] for r in rows)}"
-    return found
 
 
 def _batch(keys: Sequence[str], v: int, ts: int = 1) -> pa.Table:
@@ -80,9 +73,9 @@ def _orphans(table: Table) -> list[str]:
 
 
 def _check(table: Table, expected: dict[str, int]) -> None:
-    ours = _rows(Table.open(table.path).read())
+    ours = rows_by_key(Table.open(table.path).read(), "key", "v", once=True)
     assert ours == expected
-    assert _rows(hudi_rs_read(table.path)) == expected
+    assert rows_by_key(hudi_rs_read(table.path), "key", "v", once=True) == expected
     assert _orphans(table) == []
 
 

@@ -32,16 +32,16 @@ from engine.schema import normalize_input_schema
 from ingest.decode import JsonDecoder
 from ingest.sink import BUCKET, GLOBAL_STATE, HudiStreamingSink, SinkConfig
 from tests.helpers import hudi_rs_read
-from tests.ingest.test_sink import (
+from tests.ingest.helpers import (
     CITIES,
     KAFKA,
     Event,
     ParquetStream,
-    _frame,
-    _run,
+    data_frame,
     decoder,
     hudi_rs_rows,
     kafka_rows,
+    run_stream,
     table_rows,
 )
 from tests.spark_session import spark  # noqa: F401
@@ -170,11 +170,11 @@ def test_deletes_any_micro_batch_cut_gives_the_oracle_table_in_ours_and_hudi_rs(
             stream = ParquetStream(tmp_path / f"s{n}", "ev")
             for batch in _batches(events, sizes):
                 stream.add(batch)
-            _run(spark, stream, sink, tmp_path / f"ck{n}")
+            run_stream(spark, stream, sink, tmp_path / f"ck{n}")
         else:
             offsets: dict[int, int] = {}
             for batch_id, batch in enumerate(_batches(events, sizes)):
-                sink.process_batch(_frame(spark, kafka_rows(batch, "ev", offsets)), batch_id)
+                sink.process_batch(data_frame(spark, kafka_rows(batch, "ev", offsets)), batch_id)
                 assert sink.last_result is not None and sink.last_result.errors == 0
         assert table_rows(path) == expected, f"cut {sizes}"
         assert hudi_rs_rows(path) == expected, f"cut {sizes} (hudi-rs)"
@@ -209,7 +209,7 @@ def test_global_state_timestamp_ordering_in_non_utc_session_updates_bootstrapped
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
         sink = HudiStreamingSink(SinkConfig(path, decoder=JsonDecoder(ddl), index=GLOBAL_STATE))
-        _run(spark, stream, sink, tmp_path / "ck")
+        run_stream(spark, stream, sink, tmp_path / "ck")
     finally:
         spark.conf.set("spark.sql.session.timeZone", before)
     rows = {r["id"]: (r["fare"], r["ts"]) for r in
@@ -234,12 +234,12 @@ def test_bucket_tombstone_on_partitioned_table_deletes_the_key_in_every_partitio
     offsets: dict[int, int] = {}
     first = [Event("a", 10, "oslo", 1.0), Event("a", 11, "rome", 2.0),
              Event("c", 10, "oslo", 3.0), Event("b", 10, "lima", 4.0)]
-    sink.process_batch(_frame(spark, kafka_rows(first, "ev", offsets)), 0)
+    sink.process_batch(data_frame(spark, kafka_rows(first, "ev", offsets)), 0)
     # "a" lives in oslo and rome (the BUCKET index is per partition); "d" is new in a new
     # partition and deleted in the same batch; "zz" does not exist.
     second = [Event("a", tombstone=True), Event("d", 20, "kyiv", 5.0), Event("d", tombstone=True),
               Event("zz", tombstone=True), Event("a", 5, "oslo", 6.0)]
-    sink.process_batch(_frame(spark, kafka_rows(second, "ev", offsets)), 1)
+    sink.process_batch(data_frame(spark, kafka_rows(second, "ev", offsets)), 1)
     result = sink.last_result
     assert result is not None and result.errors == 0
     expected = {"b": ("lima", 10, 4.0), "c": ("oslo", 10, 3.0)}
@@ -266,8 +266,8 @@ def test_bucket_tombstone_with_json_kafka_key_deletes_complex_key_record(
                       "value": [v for _, v in rows] + [None, None],
                       "topic": ["ev"] * 4, "partition": [0] * 4, "offset": offsets,
                       "timestamp": [0] * 4}, schema=KAFKA)
-    sink.process_batch(_frame(spark, batch.slice(0, 2)), 0)
-    sink.process_batch(_frame(spark, batch.slice(2)), 1)
+    sink.process_batch(data_frame(spark, batch.slice(0, 2)), 0)
+    sink.process_batch(data_frame(spark, batch.slice(2)), 1)
     result = sink.last_result
     assert result is not None and result.errors == 1  # {"id": "a"} names no full record key
     ours = Table.open(path).read(columns=["id", "kind"]).to_pylist()

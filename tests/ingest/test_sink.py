@@ -18,12 +18,10 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from engine import Table
@@ -49,6 +47,7 @@ from ingest.checkpoint import (
     starting_offsets_from_table,
 )
 from ingest.decode import DecoderError, JsonDecoder
+from ingest.kafka_produce import create_topic, produce
 from ingest.prepare import (
     BUCKET,
     DELETE,
@@ -77,8 +76,21 @@ from ingest.sink import (
     TooManyBadRecordsError,
     start_ingest,
 )
-from tests.conftest import hudi_rs_read
-from tests.kafka_broker import create_topic, kafka_bootstrap, produce, unique_topic  # noqa: F401
+from tests.ingest.helpers import (
+    CITIES,
+    DDL,
+    Event,
+    EventOracle,
+    ParquetStream,
+    data_frame,
+    decoder,
+    hudi_rs_rows,
+    kafka_rows,
+    random_batches,
+    run_stream,
+    table_rows,
+)
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
 
 # pyspark warns on the driver, each time a pandas-based plan (mapInArrow,
@@ -89,133 +101,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
 ]
 
-DDL = "id STRING, ts BIGINT, city STRING, fare DOUBLE, _hoodie_is_deleted BOOLEAN"
-CITIES = ("oslo", "rome", "lima")
-KAFKA = pa.schema([
-    pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-])
-DAY_MS = 1_700_000_000_000  # 2023-11-14 UTC
 
-
-# --- events, Kafka rows and the oracle ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Event:
-    """One Kafka record: an upsert, a marker delete, a tombstone, or raw (malformed) bytes."""
-
-    id: str
-    ts: int = 0
-    city: str = ""
-    fare: float = 0.0
-    delete: bool = False
-    tombstone: bool = False
-    raw: bytes | None = None
-    kafka_partition: int = 0
-
-    def value(self) -> bytes | None:
-        if self.raw is not None:
-            return self.raw
-        if self.tombstone:
-            return None
-        record: dict[str, Any] = {"id": self.id, "ts": self.ts, "city": self.city,
-                                  "fare": self.fare}
-        if self.delete:
-            record["_hoodie_is_deleted"] = True
-        return json.dumps(record).encode()
-
-
-def kafka_rows(events: Sequence[Event], topic: str, next_offsets: dict[int, int]) -> pa.Table:
-    """Kafka-shaped rows; offsets continue from ``next_offsets`` (updated in place)."""
-    offsets = []
-    for e in events:
-        offsets.append(next_offsets.get(e.kafka_partition, 0))
-        next_offsets[e.kafka_partition] = offsets[-1] + 1
-    return pa.table({
-        "key": [e.id.encode() if e.id else None for e in events],
-        "value": [e.value() for e in events],
-        "topic": [topic] * len(events),
-        "partition": [e.kafka_partition for e in events],
-        "offset": offsets,
-        "timestamp": [DAY_MS * 1000 + i for i in range(len(events))],
-    }, schema=KAFKA)
-
-
-class Oracle:
-    """Live records by key: each version applied in arrival order, event-time rules."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, tuple[str, int, float]] = {}
-
-    def apply(self, events: Sequence[Event]) -> None:
-        for e in sorted(events, key=lambda e: e.kafka_partition):  # Kafka order per partition
-            if e.raw is not None:
-                continue
-            stored = self.rows.get(e.id)
-            if e.tombstone:
-                self.rows.pop(e.id, None)
-            elif stored is not None and e.ts < stored[1]:
-                continue
-            elif e.delete:
-                self.rows.pop(e.id, None)
-            else:
-                self.rows[e.id] = (e.city, e.ts, e.fare)
-
-
-def random_batches(rng: random.Random, batches: int, size: int, *, moves: bool,
-                   tombstones: bool, clock: list[int]) -> Iterator[list[Event]]:
-    """Batches of inserts, updates (moving partition if ``moves``), deletes and late versions.
-
-    Timestamps are unique and mostly increasing; a *late* version (lower ts than its key's
-    version earlier in the same batch) must lose. No late version follows a delete.
-    """
-    live: dict[str, str] = {}
-    next_id = 0
-    for _ in range(batches):
-        events: list[Event] = []
-        deleted: set[str] = set()
-        for _ in range(size):
-            clock[0] += 10
-            r = rng.random()
-            if live and r < 0.2:
-                key = rng.choice(sorted(live))
-                if tombstones and rng.random() < 0.5:
-                    events.append(Event(key, tombstone=True))
-                else:
-                    events.append(Event(key, clock[0], live[key], delete=True))
-                live.pop(key)
-                deleted.add(key)
-                continue
-            if live and r < 0.55:
-                key = rng.choice(sorted(live))
-                city = rng.choice(CITIES) if moves and rng.random() < 0.4 else live[key]
-            else:
-                next_id += 1
-                key, city = f"k{next_id:04d}", rng.choice(CITIES)
-            live[key] = city
-            events.append(Event(key, clock[0], city, round(rng.uniform(1, 99), 2)))
-        for e in list(events):
-            if not e.delete and not e.tombstone and e.id not in deleted and rng.random() < 0.15:
-                events.append(Event(e.id, e.ts - 5, e.city, -1.0))  # late: must lose
-        yield events
-
-
-def table_rows(path: str | Path) -> dict[str, tuple[str, int, float]]:
-    """tidelake's snapshot read: id → (city, ts, fare); fails if a key is stored twice."""
-    data = Table.open(str(path)).read(columns=["id", "city", "ts", "fare"]).to_pylist()
-    counts = Counter(r["id"] for r in data)
-    assert not [k for k, c in counts.items() if c > 1], "a key is stored more than once"
-    return {r["id"]: (r["city"], r["ts"], r["fare"]) for r in data}
-
-
-def hudi_rs_rows(path: str | Path) -> dict[str, tuple[str, int, float]]:
-    data = hudi_rs_read(path)
-    if not data.num_rows:
-        return {}
-    return {r["id"]: (r["city"], r["ts"], r["fare"])
-            for r in data.select(["id", "city", "ts", "fare"]).to_pylist()}
+# --- reading commits back ---------------------------------------------------------------------
 
 
 def commits(path: str | Path) -> list[dict[str, str]]:
@@ -224,10 +111,6 @@ def commits(path: str | Path) -> list[dict[str, str]]:
     timeline = Timeline.load(table.storage, table.config)
     return [dict(timeline.commit_metadata(i).extra_metadata)
             for i in timeline.completed_data_instants]
-
-
-def decoder() -> JsonDecoder:
-    return JsonDecoder(DDL)
 
 
 # --- unit: in-batch resolution, preparation, commit metadata (no Spark) -------------------------
@@ -453,10 +336,6 @@ def test_checkpoint_metadata_round_trips_through_commits(tmp_path: Path) -> None
 # --- Spark: the bucket index through process_batch ----------------------------------------------
 
 
-def _frame(spark: Any, rows: pa.Table) -> Any:  # noqa: F811
-    return spark.createDataFrame(rows)
-
-
 @pytest.mark.spark
 @pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
 def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
@@ -465,14 +344,14 @@ def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
     sink = HudiStreamingSink(SinkConfig(
         path, decoder=decoder(), record_key="id", precombine="ts",
         partition_by=["city"], table_type=table_type, num_buckets=2))
-    oracle, offsets, clock = Oracle(), {}, [0]
+    oracle, offsets, clock = EventOracle(), {}, [0]
     rng = random.Random(3 if table_type == "MERGE_ON_READ" else 4)
     for batch_id, events in enumerate(random_batches(rng, 3, 40, moves=False,
                                                      tombstones=False, clock=clock)):
         # Keyed records: all versions of a key go to the same Kafka partition.
         events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
                   for e in events]
-        sink.process_batch(_frame(spark, kafka_rows(events, "trips", offsets)), batch_id)
+        sink.process_batch(data_frame(spark, kafka_rows(events, "trips", offsets)), batch_id)
         oracle.apply(events)
         result = sink.last_result
         assert result is not None and not result.skipped and result.instant_time
@@ -520,7 +399,7 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
               Event("x", raw=b"\xff\xfe not utf-8"), Event("c", raw=b'{"id": "c"}'),
               Event("d", 12, "r" * 260, 3.0), Event("", tombstone=True)]  # no key
     rows = kafka_rows(events, "ev", {})
-    sink.process_batch(_frame(spark, rows), 0)
+    sink.process_batch(data_frame(spark, rows), 0)
     first = sink.last_result
     assert first is not None and first.errors == 4 and first.error_instant_time
     assert table_rows(path) == {"a": ("oslo", 10, 1.0), "b": ("rome", 11, 2.0)}
@@ -536,7 +415,7 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
     before = [(e.instant_time, e.state) for e in Table.open(path).timeline()]
     errors_before = Table.open(errors).timeline()
 
-    sink.process_batch(_frame(spark, rows), 0)  # Spark replays batch 0
+    sink.process_batch(data_frame(spark, rows), 0)  # Spark replays batch 0
     assert sink.last_result is not None and sink.last_result.skipped
     assert [(e.instant_time, e.state) for e in Table.open(path).timeline()] == before
     assert Table.open(errors).timeline() == errors_before
@@ -544,8 +423,8 @@ def test_bucket_sink_replayed_batch_is_a_no_op_and_errors_go_to_error_table(
     # A failed commit leaves an inflight instant; the replay rolls it back and commits once.
     later = kafka_rows([Event("b", 20, "rome", 5.0), Event("y", raw=b"[]")], "ev", {0: 6})
     with failing_commits(), pytest.raises(OSError):
-        sink.process_batch(_frame(spark, later), 1)
-    sink.process_batch(_frame(spark, later), 1)
+        sink.process_batch(data_frame(spark, later), 1)
+    sink.process_batch(data_frame(spark, later), 1)
     assert table_rows(path) == {"a": ("oslo", 10, 1.0), "b": ("rome", 20, 5.0)}
     assert hudi_rs_rows(path) == table_rows(path)
     assert sorted(r["error_id"] for r in Table.open(errors).read().to_pylist()) == [
@@ -564,12 +443,12 @@ def test_bucket_sink_replay_after_the_error_commit_stages_no_error_rows(
     rows = kafka_rows([Event("a", 10, "oslo", 1.0), Event("x", raw=b"nope"),
                        Event("b", 11, "rome", 2.0)], "ev", {})
     with failing_commits(only=path), pytest.raises(OSError):
-        sink.process_batch(_frame(spark, rows), 0)
+        sink.process_batch(data_frame(spark, rows), 0)
     assert not commits(path) and len(commits(errors)) == 1
     errors_before = Table.open(errors).timeline()
     assert not list((Path(path) / ".hoodie" / ".temp").iterdir())
 
-    sink.process_batch(_frame(spark, rows), 0)  # the replay
+    sink.process_batch(data_frame(spark, rows), 0)  # the replay
     result = sink.last_result
     assert result is not None and result.errors == 1 and result.error_instant_time is None
     assert Table.open(errors).timeline() == errors_before
@@ -585,12 +464,12 @@ def test_bucket_sink_without_error_table_fails_naming_the_record(
                                         precombine="ts", partition_by=["city"]))
     rows = kafka_rows([Event("a", 1, "oslo"), Event("x", raw=b"nope")], "ev", {})
     with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
-        sink.process_batch(_frame(spark, rows), 0)
+        sink.process_batch(data_frame(spark, rows), 0)
     # The table was to be created by this batch: the failed batch leaves nothing behind.
     assert not sink.table_created and not list((tmp_path / "t").glob("**/*"))
-    sink.process_batch(_frame(spark, kafka_rows([Event("a", 1, "oslo")], "ev", {})), 0)
+    sink.process_batch(data_frame(spark, kafka_rows([Event("a", 1, "oslo")], "ev", {})), 0)
     with pytest.raises(Exception, match=r"record ev-0 offset 1: cannot decode the value"):
-        sink.process_batch(_frame(spark, kafka_rows([Event("x", raw=b"nope")], "ev", {0: 1})),
+        sink.process_batch(data_frame(spark, kafka_rows([Event("x", raw=b"nope")], "ev", {0: 1})),
                            1)
     assert len(commits(tmp_path / "t")) == 1
     # The instant whose files the batch's tasks wrote is rolled back at once.
@@ -646,7 +525,7 @@ def test_bucket_sink_schema_not_matching_data_fails_and_creates_nothing(
                        match=r"12 of 12 records are bad.*most common reason \(12 records\): "
                              r"cannot decode the value: field 'fare': expected STRING"
                              r".*first: record ev-0 offset 0"):
-        sink.process_batch(_frame(spark, rows), 0)
+        sink.process_batch(data_frame(spark, rows), 0)
     assert not sink.table_created and not (tmp_path / "t").exists()
     with pytest.raises(TableNotFoundError):
         Table.open(path)
@@ -661,14 +540,14 @@ def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed
                                 partition_by=["city"], error_table_path=errors)
     sink = HudiStreamingSink(SinkConfig(path, **args))
     offsets: dict[int, int] = {}
-    sink.process_batch(_frame(spark, kafka_rows(_good(3), "ev", offsets)), 0)
+    sink.process_batch(data_frame(spark, kafka_rows(_good(3), "ev", offsets)), 0)
     bad = [Event(f"x{i}", raw=b"{not json" if i % 3 else b"[]") for i in range(7)]
     rows = kafka_rows(_good(5, start=3) + bad, "ev", offsets)  # 7 of 12 bad: 58%
     before = Table.open(path).timeline(), Table.open(errors).timeline()
     with pytest.raises(TooManyBadRecordsError, match=r"batch 1: 7 of 12 records are bad "
                        r"\(58%, more than max_error_fraction 0.5\); most common reason "
                        r"\(4 records\): cannot decode the value: invalid JSON at char N"):
-        sink.process_batch(_frame(spark, rows), 1)
+        sink.process_batch(data_frame(spark, rows), 1)
     after = Table.open(path).timeline(), Table.open(errors).timeline()
     assert [(e.instant_time, e.state) for e in after[0] if e.action != "rollback"] == [
         (e.instant_time, e.state) for e in before[0]]
@@ -677,7 +556,7 @@ def test_bucket_sink_batch_over_max_error_fraction_commits_nothing_until_allowed
 
     # The operator decides these records are bad indeed: the replay goes through.
     lenient = HudiStreamingSink(SinkConfig(path, **args, max_error_fraction=1.0))
-    lenient.process_batch(_frame(spark, rows), 1)
+    lenient.process_batch(data_frame(spark, rows), 1)
     result = lenient.last_result
     assert result is not None and result.errors == 7 and result.instant_time
     assert set(table_rows(path)) == {f"k{i}" for i in range(8)}
@@ -692,7 +571,7 @@ def test_bucket_sink_creates_the_table_with_the_first_valid_record_only(
                                         partition_by=["city"], error_table_path=errors,
                                         max_error_fraction=1.0))
     offsets: dict[int, int] = {}
-    sink.process_batch(_frame(spark, kafka_rows([Event("x", raw=b"nope")] * 12, "ev",
+    sink.process_batch(data_frame(spark, kafka_rows([Event("x", raw=b"nope")] * 12, "ev",
                                                 offsets)), 0)
     result = sink.last_result
     assert result is not None and result.errors == 12 and result.error_instant_time
@@ -700,7 +579,7 @@ def test_bucket_sink_creates_the_table_with_the_first_valid_record_only(
     assert not sink.table_created and not (tmp_path / "t").exists()
     assert len(Table.open(errors).read()) == 12
 
-    sink.process_batch(_frame(spark, kafka_rows(_good(4), "ev", offsets)), 1)
+    sink.process_batch(data_frame(spark, kafka_rows(_good(4), "ev", offsets)), 1)
     assert sink.table_created
     assert table_rows(path) == hudi_rs_rows(path) == {
         e.id: (e.city, e.ts, e.fare) for e in _good(4)}
@@ -747,42 +626,6 @@ def test_sink_refuses_spark_speculation_naming_the_setting(tmp_path: Path) -> No
 # --- Spark streaming: the global-state index -----------------------------------------------------
 
 
-class ParquetStream:
-    """A folder of Kafka-shaped parquet files read as a stream, one file per micro-batch."""
-
-    def __init__(self, root: Path, topic: str) -> None:
-        self.dir = root / "source"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.topic = topic
-        self.offsets: dict[int, int] = {}
-        self.count = 0
-
-    def add(self, events: Sequence[Event]) -> None:
-        path = self.dir / f"batch-{self.count:05d}.parquet"
-        pq.write_table(kafka_rows(events, self.topic, self.offsets), path)
-        stamp = 1_700_000_000 + self.count  # the file source takes files oldest first
-        os.utime(path, (stamp, stamp))
-        self.count += 1
-
-    def frame(self, spark: Any) -> Any:  # noqa: F811
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        return (spark.readStream.schema(from_arrow_schema(KAFKA))
-                .option("maxFilesPerTrigger", 1).parquet(str(self.dir)))
-
-
-def _run(spark: Any, stream: ParquetStream, sink: HudiStreamingSink,  # noqa: F811
-         checkpoint: Path) -> None:
-    query = start_ingest(spark, stream.frame(spark), sink, str(checkpoint),
-                         trigger={"availableNow": True})
-    try:
-        query.awaitTermination(600)
-    except Exception as exc:  # StreamingQueryException: the query failed
-        raise RuntimeError(str(exc)) from exc
-    finally:
-        query.stop()
-
-
 def _partition_of(path: str | Path) -> dict[str, str]:
     data = Table.open(str(path)).read(columns=["id", "_hoodie_partition_path"]).to_pylist()
     return {r["id"]: r["_hoodie_partition_path"] for r in data}
@@ -801,14 +644,14 @@ def test_global_state_index_moves_keys_and_deletes_tombstones_exactly_once(
                                         index=GLOBAL_STATE, num_buckets=2, state_shards=2,
                                         error_table_path=str(tmp_path / "errors")))
     sink.state_fold = (1, 2)
-    stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
+    stream, oracle, clock = ParquetStream(tmp_path, "ev"), EventOracle(), [0]
     batches = list(random_batches(random.Random(5), 3, 30, moves=True, tombstones=True,
                                   clock=clock))
     batches[1] += [Event("bad", raw=b"{")]
     for events in batches:
         stream.add(events)
         oracle.apply(events)
-    _run(spark, stream, sink, tmp_path / "ck")
+    run_stream(spark, stream, sink, tmp_path / "ck")
     assert table_rows(path) == oracle.rows
     assert hudi_rs_rows(path) == oracle.rows
     assert _partition_of(path) == {k: v[0] for k, v in oracle.rows.items()}
@@ -825,7 +668,7 @@ def test_global_state_index_moves_keys_and_deletes_tombstones_exactly_once(
     stream.add(late[:1])
     stream.add(late[1:])
     oracle.apply(late[:1])
-    _run(spark, stream, sink, tmp_path / "ck")
+    run_stream(spark, stream, sink, tmp_path / "ck")
     assert table_rows(path) == oracle.rows
     assert _partition_of(path)[moved] == other
 
@@ -846,7 +689,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
     stream = ParquetStream(tmp_path, "ev")
     # Batch 0: "a" moves rome, "b" is deleted by a tombstone (no partition in it).
     stream.add([Event("a", 5, "rome", 9.0), Event("b", tombstone=True)])
-    _run(spark, stream, sink, tmp_path / "ck")
+    run_stream(spark, stream, sink, tmp_path / "ck")
     assert table_rows(path) == {"a": ("rome", 5, 9.0), "c": ("lima", 1, 3.0)}
 
     # Batch 1 fails at its commit: nothing of it may show, and its state must not stick.
@@ -861,7 +704,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
     WriteClient.finish = failing_finish  # type: ignore[method-assign]
     try:
         with pytest.raises(RuntimeError, match="disk full"):
-            _run(spark, stream, sink, tmp_path / "ck")
+            run_stream(spark, stream, sink, tmp_path / "ck")
     finally:
         WriteClient.finish = original  # type: ignore[method-assign]
     assert calls and table_rows(path) == {"a": ("rome", 5, 9.0), "c": ("lima", 1, 3.0)}
@@ -874,7 +717,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
     WriteClient.finish = finish_then_die  # type: ignore[method-assign]
     try:
         with pytest.raises(RuntimeError, match="driver lost after the commit"):
-            _run(spark, stream, sink, tmp_path / "ck")
+            run_stream(spark, stream, sink, tmp_path / "ck")
     finally:
         WriteClient.finish = original  # type: ignore[method-assign]
     after_one = table_rows(path)
@@ -883,7 +726,7 @@ def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_c
 
     # The restarted query skips batch 1 (already committed) and goes on from its state.
     stream.add([Event("a", 7, "lima", 11.0), Event("c", 8, "rome", 12.0)])
-    _run(spark, stream, sink, tmp_path / "ck")
+    run_stream(spark, stream, sink, tmp_path / "ck")
     assert len(commits(path)) == instants + 1
     assert table_rows(path) == {"a": ("lima", 7, 11.0), "c": ("rome", 8, 12.0)}
     assert hudi_rs_rows(path) == table_rows(path)
@@ -902,7 +745,7 @@ def test_kafka_topic_to_table_end_to_end_with_resume_offsets(
 
     topic = unique_topic("sink")
     create_topic(kafka_bootstrap, topic, 2)
-    oracle, clock = Oracle(), [0]
+    oracle, clock = EventOracle(), [0]
     events = next(random_batches(random.Random(9), 1, 60, moves=False, tombstones=False,
                                  clock=clock))
     events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
@@ -966,7 +809,7 @@ def test_kafka_checkpoint_after_accepted_loss_records_batch_end_of_unread_partit
                                         partition_by=["city"]))
     options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
                "startingOffsets": "earliest", "failOnDataLoss": "false"}
-    oracle, clock = Oracle(), iter(range(1, 1_000))
+    oracle, clock = EventOracle(), iter(range(1, 1_000))
 
     def send(ids: Sequence[str], partition: int) -> None:
         events = [Event(i, next(clock), "oslo", 1.0, kafka_partition=partition) for i in ids]
@@ -999,7 +842,6 @@ def test_kafka_checkpoint_after_accepted_loss_records_batch_end_of_unread_partit
     assert starting_offsets_from_table(path) == {topic: {0: 5, 1: 4}}
 
 
-
 def test_sink_refuses_key_field_without_java_text_at_setup(tmp_path: Path) -> None:
     from engine.errors import InvalidRecordError
 
@@ -1020,7 +862,7 @@ def test_bucket_sink_log_stats_name_the_slice_files_as_hudi(
         partition_by=["city"], table_type="MERGE_ON_READ", num_buckets=1))
     offsets: dict[int, int] = {}
     for batch_id in range(3):
-        sink.process_batch(_frame(spark, kafka_rows([Event("a", batch_id + 1, "oslo", 1.0)],
+        sink.process_batch(data_frame(spark, kafka_rows([Event("a", batch_id + 1, "oslo", 1.0)],
                                                     "ev", offsets)), batch_id)
     table = Table.open(path)
     timeline = Timeline.load(table.storage, table.config)

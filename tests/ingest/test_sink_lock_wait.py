@@ -23,8 +23,8 @@ from engine.errors import LockTimeoutError
 from engine.storage import Storage
 from engine.timeline.lock import FileSystemLock
 from ingest.sink import HudiStreamingSink, SinkConfig
+from tests.ingest.helpers import Event, EventOracle, decoder, kafka_rows, table_rows
 from tests.ingest.job_harness import pending_instants
-from tests.ingest.test_sink import Event, Oracle, decoder, kafka_rows, table_rows
 from tests.spark_session import spark  # noqa: F401
 
 WAIT_MS = 300
@@ -73,7 +73,7 @@ def test_sink_lock_busy_at_begin_waits_again_and_commits_once(
         spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
     path = str(tmp_path / "t")
     sink = _sink(path)
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     first = [Event("a", 10, "oslo", 1.0)]
     sink.process_batch(spark.createDataFrame(kafka_rows(first, "ev", offsets)), 0)
     oracle.apply(first)
@@ -116,7 +116,7 @@ def test_sink_lock_busy_at_commit_commits_the_same_instant_again(
         spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
     path = str(tmp_path / "t")
     sink = _sink(path)
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     first = [Event("a", 10, "oslo", 1.0)]
     sink.process_batch(spark.createDataFrame(kafka_rows(first, "ev", offsets)), 0)
     oracle.apply(first)
@@ -139,7 +139,7 @@ def test_sink_lock_busy_beyond_retries_fails_then_next_batch_rolls_it_back(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
     sink = _sink(path, conflict_retries=1)
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     first = [Event("a", 10, "oslo", 1.0)]
     sink.process_batch(spark.createDataFrame(kafka_rows(first, "ev", offsets)), 0)
     oracle.apply(first)
