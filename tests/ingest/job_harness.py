@@ -32,7 +32,7 @@ from engine.timeline.active import Timeline
 from ingest.checkpoint import QUERY_ID_KEY, SINK_CHECKPOINT_KEY, starting_offsets_from_table
 from ingest.kafka_produce import create_topic, produce
 from jobs.sample_events import SCHEMA_DDL, SampleEvents
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, rows_by_key
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = ("trip_id", "ts", "city", "fare", "rider")
@@ -143,15 +143,12 @@ def read_rows(path: str | Path) -> tuple[dict[str, Row], list[str]]:
             sorted(k for k, c in counts.items() if c > 1))
 
 
-def hudi_rs_rows(path: str | Path) -> tuple[dict[str, Row], int]:
+def hudi_rs_trips(path: str | Path) -> tuple[dict[str, Row], int]:
     """hudi-rs's rows by key, and how many rows it returned."""
     if not (Path(path) / ".hoodie" / "hoodie.properties").exists():
         return {}, 0
     data = hudi_rs_read(path)
-    if not data.num_rows:
-        return {}, 0
-    rows = data.select(list(COLUMNS)).to_pylist()
-    return {r["trip_id"]: tuple(r[c] for c in COLUMNS) for r in rows}, len(rows)
+    return rows_by_key(data, "trip_id", COLUMNS), data.num_rows
 
 
 def committed_offsets(path: str | Path, topic: str,
@@ -212,7 +209,7 @@ def table_problems(table: str | Path, errors: str | Path, stream: KeyedStream,
     if duplicates:
         problems.append(f"keys stored more than once: {duplicates[:5]}")
     problems.append(_diff("tidelake reader", ours, want) or "")
-    theirs, count = hudi_rs_rows(table)
+    theirs, count = hudi_rs_trips(table)
     if count != len(theirs):
         problems.append(f"hudi-rs returned {count} rows for {len(theirs)} keys")
     problems.append(_diff("hudi-rs", theirs, want) or "")

@@ -23,18 +23,25 @@ import pytest
 import ingest.sink as sink_module
 from engine import Table, WriteConflictError
 from ingest.sink import HudiStreamingSink, SinkConfig
+from tests.ingest.helpers import (
+    Event,
+    EventOracle,
+    data_frame,
+    decoder,
+    hudi_rs_rows,
+    kafka_rows,
+    table_rows,
+)
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
     committed_offsets,
-    hudi_rs_rows,
+    hudi_rs_trips,
     job_settings,
     pending_instants,
     read_rows,
     write_job,
 )
-from tests.ingest.test_sink import Event, Oracle, _frame, decoder, kafka_rows, table_rows
-from tests.ingest.test_sink import hudi_rs_rows as sink_hudi_rs_rows
 from tests.kafka_broker import kafka_bootstrap  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
 
@@ -72,9 +79,9 @@ def test_sink_conflicting_commit_replanned_and_retried_nothing_lost(
     sink = HudiStreamingSink(SinkConfig(
         path, decoder=decoder(), record_key="id", precombine="ts",
         partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1))
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     first = [Event("a", 10, "oslo", 1.0), Event("b", 10, "oslo", 2.0)]
-    sink.process_batch(_frame(spark, kafka_rows(first, "ev", offsets)), 0)
+    sink.process_batch(data_frame(spark, kafka_rows(first, "ev", offsets)), 0)
     oracle.apply(first)
     other = [Event("b", 50, "oslo", 9.0), Event("c", 50, "oslo", 9.5)]
 
@@ -87,14 +94,14 @@ def test_sink_conflicting_commit_replanned_and_retried_nothing_lost(
     second = [Event("a", 20, "oslo", 3.0), Event("b", 20, "oslo", 4.0),
               Event("d", 20, "oslo", 5.0)]
     with other_writer_commits_during(2, backfill) as calls:
-        sink.process_batch(_frame(spark, kafka_rows(second, "ev", offsets)), 1)
+        sink.process_batch(data_frame(spark, kafka_rows(second, "ev", offsets)), 1)
     assert calls[0] == 3  # refused twice, written three times
     assert sink.totals.retries == 2
     oracle.apply([Event("b", 50, "oslo", 9.0), Event("c", 50, "oslo", 9.5),
                   Event("b", 51, "oslo", 10.0), Event("c", 51, "oslo", 10.5)])
     oracle.apply(second)
     assert table_rows(path) == oracle.rows
-    assert sink_hudi_rs_rows(path) == oracle.rows
+    assert hudi_rs_rows(path) == oracle.rows
     assert pending_instants(path) == []
     assert sum(e.action == "rollback" for e in Table.open(path).timeline()) == 2
 
@@ -108,7 +115,7 @@ def test_sink_conflicts_beyond_retries_fail_and_leave_nothing(
         partition_by=["city"], table_type="COPY_ON_WRITE", num_buckets=1,
         conflict_retries=1))
     offsets: dict[int, int] = {}
-    sink.process_batch(_frame(spark, kafka_rows([Event("a", 10, "oslo", 1.0)], "ev",
+    sink.process_batch(data_frame(spark, kafka_rows([Event("a", 10, "oslo", 1.0)], "ev",
                                                 offsets)), 0)
     ts = [100]
 
@@ -119,7 +126,7 @@ def test_sink_conflicts_beyond_retries_fail_and_leave_nothing(
 
     with other_writer_commits_during(5, backfill), \
             pytest.raises(WriteConflictError, match="after 1 retries"):
-        sink.process_batch(_frame(spark, kafka_rows([Event("z", 20, "oslo", 3.0)], "ev",
+        sink.process_batch(data_frame(spark, kafka_rows([Event("z", 20, "oslo", 3.0)], "ev",
                                                     offsets)), 1)
     assert table_rows(path) == {"a": ("oslo", 102, 7.0)}  # nothing of batch 1
     assert pending_instants(path) == []
@@ -138,15 +145,15 @@ def test_sink_non_blocking_mor_bucket_concurrent_commit_no_retry(
         Table.open(path).upsert(pa.table({"id": ["a", "b"], "ts": [15, 5],
                                           "city": ["oslo", "oslo"], "fare": [8.0, 8.5]}))
 
-    sink.process_batch(_frame(spark, kafka_rows([Event("z", 1, "oslo", 0.5)], "ev",
+    sink.process_batch(data_frame(spark, kafka_rows([Event("z", 1, "oslo", 0.5)], "ev",
                                                 offsets)), 0)
     events = [Event("a", 10, "oslo", 1.0), Event("b", 10, "oslo", 2.0)]
     with other_writer_commits_during(1, backfill) as calls:
-        sink.process_batch(_frame(spark, kafka_rows(events, "ev", offsets)), 1)
+        sink.process_batch(data_frame(spark, kafka_rows(events, "ev", offsets)), 1)
     assert calls[0] == 1 and sink.totals.retries == 0
     expected = {"a": ("oslo", 15, 8.0), "b": ("oslo", 10, 2.0), "z": ("oslo", 1, 0.5)}
     assert table_rows(path) == expected
-    assert sink_hudi_rs_rows(path) == expected
+    assert hudi_rs_rows(path) == expected
 
 
 @pytest.mark.slow
@@ -223,7 +230,7 @@ def test_two_ingest_jobs_and_a_backfill_one_mor_bucket_table_no_commit_refused(
     ours, duplicates = read_rows(table)
     assert duplicates == []
     assert ours == expected
-    theirs, count = hudi_rs_rows(table)
+    theirs, count = hudi_rs_trips(table)
     assert count == len(theirs) and theirs == expected
     assert pending_instants(table) == []
 

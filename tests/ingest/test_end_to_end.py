@@ -24,7 +24,7 @@ from tests.ingest.job_harness import (
     COLUMNS,
     KeyedStream,
     committed_offsets,
-    hudi_rs_rows,
+    hudi_rs_trips,
     job_settings,
     pending_instants,
     read_rows,
@@ -201,7 +201,7 @@ def test_global_index_key_changing_partition_ends_in_exactly_one_partition(
             k: [c] for k, c in latest.items()}
         rows, duplicates = read_rows(tmp_path / "trips")
         assert not duplicates
-        theirs, count = hudi_rs_rows(tmp_path / "trips")
+        theirs, count = hudi_rs_trips(tmp_path / "trips")
         assert count == len(latest) and theirs == rows
 
     # Batch 1: every key inserted, four of them moved again within the same micro-batch.

@@ -22,9 +22,9 @@ from engine.timeline.active import Timeline
 from ingest import spark_write
 from ingest.prepare import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
 from ingest.sink import HudiStreamingSink, SinkConfig
-from tests.ingest.test_sink import (
+from tests.ingest.helpers import (
     Event,
-    Oracle,
+    EventOracle,
     decoder,
     hudi_rs_rows,
     kafka_rows,
@@ -77,7 +77,7 @@ def _check_placement(path: str) -> dict[str, HashingMetadata]:
     return rings
 
 
-def _feed(spark: Any, sink: HudiStreamingSink, oracle: Oracle, offsets: dict[int, int],  # noqa: F811
+def _feed(spark: Any, sink: HudiStreamingSink, oracle: EventOracle, offsets: dict[int, int],  # noqa: F811
           batch_id: int, events: list[Event]) -> None:
     events = [Event(e.id, e.ts, e.city, e.fare, e.delete, kafka_partition=int(e.id[1:]) % 2)
               for e in events]
@@ -97,7 +97,7 @@ def test_ch_sink_matches_oracle_and_ring_across_resizes(spark: Any, tmp_path: Pa
     the hot partitions end with more buckets than they started with."""
     path = str(tmp_path / "trips")
     sink = _sink(path, services=False)
-    oracle, offsets, clock = Oracle(), {}, [0]
+    oracle, offsets, clock = EventOracle(), {}, [0]
     rng = random.Random(11)
     for batch_id, events in enumerate(random_batches(rng, 6, 150, moves=False,
                                                      tombstones=False, clock=clock)):
@@ -123,7 +123,7 @@ def test_ch_sink_ring_changed_under_a_batch_retries_it_whole(
     written and the sink writes it again; with no retries left it fails, committing nothing."""
     path = str(tmp_path / "trips")
     sink = _sink(path, services=False, conflict_retries=0)
-    oracle, offsets = Oracle(), {}
+    oracle, offsets = EventOracle(), {}
     first = [Event(f"k{i:04d}", 10 + i, "oslo", 1.0) for i in range(300)]
     _feed(spark, sink, oracle, offsets, 0, first)
     Table.open(path, CH).compact()
@@ -145,7 +145,7 @@ def test_ch_sink_ring_changed_under_a_batch_retries_it_whole(
     second = [Event(f"k{i:04d}", 1000 + i, "oslo", 2.0) for i in range(0, 300, 3)]
     completed = _completed(path)
     with pytest.raises(WriteConflictError, match="ring of partition 'oslo' changed"):
-        _feed(spark, sink, Oracle(), dict(offsets), 1, second)
+        _feed(spark, sink, EventOracle(), dict(offsets), 1, second)
     assert _completed(path) == completed
     assert table_rows(path) == oracle.rows
 
@@ -192,7 +192,7 @@ def test_ch_sink_tombstone_without_partition_goes_to_the_error_table(
     apply)."""
     path = str(tmp_path / "trips")
     sink = _sink(path, services=False, error_table_path=str(tmp_path / "errors"))
-    oracle, offsets = Oracle(), {}
+    oracle, offsets = EventOracle(), {}
     _feed(spark, sink, oracle, offsets, 0,
           [Event(f"k{i:04d}", 10 + i, "rome", 1.0) for i in range(20)])
     events = [Event("k0001", tombstone=True), Event("k0002", 500, "rome", delete=True)]
@@ -224,7 +224,7 @@ def test_ch_sink_resizes_beside_its_batches(spark: Any, tmp_path: Path) -> None:
     sink = _sink(path, options={"hoodie.clustering.async.enabled": "true",
                                 "hoodie.clustering.async.max.commits": "2",
                                 "hoodie.cleaner.commits.retained": "2"})
-    oracle, offsets, clock = Oracle(), {}, [0]
+    oracle, offsets, clock = EventOracle(), {}, [0]
     rng = random.Random(12)
     for batch_id, events in enumerate(random_batches(rng, 10, 120, moves=False,
                                                      tombstones=False, clock=clock)):

@@ -27,6 +27,18 @@ from engine.timeline.active import Timeline
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY, starting_offsets_from_table
 from ingest.sink import HudiStreamingSink, SinkConfig
+from tests.ingest.helpers import (
+    Event,
+    EventOracle,
+    ParquetStream,
+    data_frame,
+    decoder,
+    hudi_rs_rows,
+    kafka_rows,
+    random_batches,
+    run_stream,
+    table_rows,
+)
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
@@ -34,18 +46,6 @@ from tests.ingest.job_harness import (
     pending_instants,
     table_problems,
     write_job,
-)
-from tests.ingest.test_sink import (
-    Event,
-    Oracle,
-    ParquetStream,
-    _frame,
-    _run,
-    decoder,
-    hudi_rs_rows,
-    kafka_rows,
-    random_batches,
-    table_rows,
 )
 from tests.kafka_broker import kafka_bootstrap  # noqa: F401
 from tests.spark_session import spark  # noqa: F401
@@ -83,12 +83,12 @@ def _batches(seed: int) -> Iterator[list[Event]]:
         yield _keyed(events)
 
 
-def _run_batches(session: Any, sink: HudiStreamingSink, oracle: Oracle,
+def _run_batches(session: Any, sink: HudiStreamingSink, oracle: EventOracle,
                  offsets: dict[int, int], source: Iterator[list[Event]], count: int,
                  first_batch: int = 0) -> None:
     for n in range(count):
         events = next(source)
-        sink.process_batch(_frame(session, kafka_rows(events, "trips", offsets)),
+        sink.process_batch(data_frame(session, kafka_rows(events, "trips", offsets)),
                            first_batch + n)
         oracle.apply(events)
 
@@ -100,7 +100,7 @@ def test_sink_runs_compaction_clean_and_archival_beside_batches(
     sink = HudiStreamingSink(SinkConfig(
         path, decoder=decoder(), record_key="id", precombine="ts",
         partition_by=["city"], num_buckets=2, options=FAST_SERVICES))
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     _run_batches(spark, sink, oracle, offsets, _batches(11), 12)
     assert sink.services.drain(timeout=300), sink.services.state.describe()
     sink.services.stop()
@@ -140,7 +140,7 @@ def test_failing_compaction_is_logged_retried_and_never_stops_ingestion(
         raise OSError("disk full (injected)")
 
     monkeypatch.setattr(compaction_module, "run_compaction", broken)
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     source = _batches(12)
     _run_batches(spark, sink, oracle, offsets, source, 8)
     deadline = time.monotonic() + 120
@@ -183,7 +183,7 @@ def test_too_many_pending_compactions_make_the_next_batch_wait(
     monkeypatch.setattr(compaction_module, "run_compaction", slow)
     opener = threading.Timer(3.0, gate.set)
     opener.start()
-    oracle, offsets = Oracle(), dict[int, int]()
+    oracle, offsets = EventOracle(), dict[int, int]()
     started = time.monotonic()
     _run_batches(spark, sink, oracle, offsets, _batches(14), 3)
     opener.join()
@@ -360,7 +360,7 @@ def test_global_state_index_follows_keys_that_clustering_moved(
     sink = HudiStreamingSink(SinkConfig(
         path, decoder=decoder(), index="GLOBAL_STATE", options=options,
         state_shards=3))
-    stream, oracle, clock = ParquetStream(tmp_path, "ev"), Oracle(), [0]
+    stream, oracle, clock = ParquetStream(tmp_path, "ev"), EventOracle(), [0]
     source = random_batches(random.Random(17), 1_000, 40, moves=True, tombstones=True,
                             clock=clock)
 
@@ -369,7 +369,7 @@ def test_global_state_index_follows_keys_that_clustering_moved(
             events = next(source)
             stream.add(events)
             oracle.apply(events)
-        _run(spark, stream, sink, tmp_path / "ck")
+        run_stream(spark, stream, sink, tmp_path / "ck")
         assert sink.services.drain(timeout=300), sink.services.state.describe()
         assert table_rows(path) == oracle.rows
         assert hudi_rs_rows(path) == oracle.rows
