@@ -1,4 +1,4 @@
-"""Shared fixtures: the sample tables beside the project, and hudi-rs as the judge."""
+"""Shared fixtures: the sample tables beside the project (hudi-rs, the oracle: tests/helpers.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "hudi-samples"
 """Java-written sample tables shipped with the tests (see its README.md)."""
@@ -51,25 +49,3 @@ def jsonable(value: Any) -> Any:
         return value.hex()
     return value
 
-
-def hudi_rs_read(path: str | Path, **read_options: Any) -> pa.Table:
-    """Read a table with hudi-rs (PyPI ``hudi``), the external judge.
-
-    ``as_of``, ``start``/``end`` (incremental) and ``read_optimized`` map to hudi-rs
-    read options.
-    """
-    table = HudiTableBuilder.from_base_uri(str(path)).build()
-    options = HudiReadOptions()
-    if read_options.get("as_of"):
-        options = options.with_as_of_timestamp(read_options["as_of"])
-    if read_options.get("start") is not None:
-        options = options.with_query_type(HudiQueryType.Incremental).with_start_timestamp(
-            read_options["start"])
-        if read_options.get("end"):
-            options = options.with_end_timestamp(read_options["end"])
-    if read_options.get("read_optimized"):
-        options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    batches = table.read(options)
-    if not batches:
-        return pa.table({})
-    return pa.Table.from_batches(batches)

@@ -1,4 +1,4 @@
-"""The Kafka broker of the test session, and small helpers to create topics and produce records.
+"""The Kafka broker of the test session (topics and records: :mod:`ingest.kafka_produce`).
 
 ``kafka_bootstrap`` (session scope) yields a bootstrap address, from the first that works of:
 
@@ -38,25 +38,15 @@ import tarfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from ingest.broker import EmbeddedBroker
 
-with warnings.catch_warnings():
-    # kafka-python 3.0 loads its protocol schemas with importlib.resources.read_text (and
-    # open_text), deprecated in Python 3.11: DeprecationWarnings at import time.
-    warnings.filterwarnings("ignore", r"(read|open)_text is deprecated", DeprecationWarning)
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-    from kafka.admin import NewTopic
-
-__all__ = ["BROKER_MODES", "DEFAULT_KAFKA_IMAGE", "DEFAULT_LOCAL_IMAGE", "create_topic",
-           "kafka_bootstrap", "produce", "start_broker", "unique_topic"]
-
-Record = tuple[bytes | None, bytes | None, int | None]
-"""(key, value, partition); partition None lets the producer's partitioner choose."""
+__all__ = ["BROKER_MODES", "DEFAULT_KAFKA_IMAGE", "DEFAULT_LOCAL_IMAGE", "kafka_bootstrap",
+           "start_broker", "unique_topic"]
 
 BROKER_MODES = ("auto", "container", "embedded")
 """Values of ``TIDELAKE_KAFKA_BROKER``."""
@@ -281,49 +271,3 @@ def unique_topic(prefix: str) -> str:
     """A topic name no other test (or earlier run against a shared broker) uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
-
-def create_topic(bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0) -> None:
-    """Create ``name`` with ``partitions`` partitions and wait until its metadata shows them."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, allow_auto_create_topics=False)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while len(consumer.partitions_for_topic(name) or ()) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {name!r} has no {partitions} partitions after creation")
-            time.sleep(0.05)
-            consumer.topics()  # refreshes the metadata cache
-    finally:
-        consumer.close()
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    records: Sequence[Record],
-    headers: Sequence[tuple[str, bytes]] | None = None,
-) -> list[int]:
-    """Send ``records`` and wait for all acks; returns the offset of each record, in order.
-
-    ``headers``, if given, go on every record.
-    Records are sent without waiting in between and linger in the producer, so each produce
-    request carries many records per partition: the case where Tansu's ListOffsets goes wrong.
-    """
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20, acks="all"
-    )
-    try:
-        futures = [
-            producer.send(
-                topic, key=key, value=value, partition=partition, headers=list(headers or [])
-            )
-            for key, value, partition in records
-        ]
-        producer.flush(timeout=60)
-        return [int(future.get(timeout=60).offset) for future in futures]
-    finally:
-        producer.close()
