@@ -1,12 +1,16 @@
 """Helpers shared by the engine's test modules: the random workload of the differential tests
-(``test_differential``, ``test_services_differential``)."""
+(``test_differential``, ``test_services_differential``), Java's hash definitions written out
+(``test_bucket``, ``test_keygen``) and a Parquet footer check (``test_base_file``,
+``test_log_format``)."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tests.helpers import COMMIT_TIME, Oracle
 
@@ -37,3 +41,33 @@ def random_batch(rng: random.Random, oracle: Oracle, counter: list[int],
                       "amount": rng.random() * 100 if rng.random() > 0.1 else None,
                       "note": rng.choice(["", "x", "ünï", None, "a,b:c"])})
     return batch
+
+
+def ref_string_hash(s: str) -> int:
+    """Java String.hashCode from the definition: s[0]*31^(n-1) + ... over UTF-16 units."""
+    units: list[int] = []
+    for ch in s:
+        cp = ord(ch)
+        if cp > 0xFFFF:
+            cp -= 0x10000
+            units += [0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF)]
+        else:
+            units.append(cp)
+    n = len(units)
+    h = sum(u * 31 ** (n - 1 - i) for i, u in enumerate(units)) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+def ref_bucket(values: list[str | None], num_buckets: int) -> int:
+    """(Arrays.asList(values).hashCode() & Integer.MAX_VALUE) % numBuckets."""
+    h = 1
+    for v in values:
+        h = (31 * h + (0 if v is None else ref_string_hash(v))) % 2**32
+    return (h & 0x7FFFFFFF) % num_buckets
+
+
+def dictionary_encoded(path: Path | str | pa.NativeFile) -> dict[str, bool]:
+    """Whether each column chunk of a Parquet file is dictionary encoded, from its footer."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    return {meta.column(i).path_in_schema: "RLE_DICTIONARY" in meta.column(i).encodings
+            for i in range(meta.num_columns)}

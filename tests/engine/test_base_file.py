@@ -23,6 +23,7 @@ from engine.format.base_file import (
 )
 from engine.format.bloom import BloomFilter, BloomFilterTypeCode
 from tests.conftest import SAMPLES
+from tests.engine.helpers import dictionary_encoded
 
 NAME = "00000001-1b2c-4d5e-8f90-123456789abc-0_0-1-1_20250101000000000.parquet"
 
@@ -74,13 +75,6 @@ def test_write_base_file_round_trip_rows_equal(tmp_path: Path) -> None:
     assert back.equals(table)
     assert pq.ParquetFile(path).metadata.num_row_groups == 2
     assert pq.ParquetFile(path).metadata.row_group(0).column(0).compression == "ZSTD"
-
-
-def dictionary_encoded(path: Path | str | pa.NativeFile) -> dict[str, bool]:
-    """Whether each column chunk of a Parquet file is dictionary encoded, from its footer."""
-    meta = pq.ParquetFile(path).metadata.row_group(0)
-    return {meta.column(i).path_in_schema: "RLE_DICTIONARY" in meta.column(i).encodings
-            for i in range(meta.num_columns)}
 
 
 def _columns_of_mixed_cardinality(n: int) -> dict[str, list[object]]:

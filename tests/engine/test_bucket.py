@@ -19,30 +19,7 @@ from engine.index.bucket import (
     java_list_hash,
     java_string_hash,
 )
-
-
-def ref_string_hash(s: str) -> int:
-    """Java String.hashCode from the definition: s[0]*31^(n-1) + ... over UTF-16 units."""
-    units: list[int] = []
-    for ch in s:
-        cp = ord(ch)
-        if cp > 0xFFFF:
-            cp -= 0x10000
-            units += [0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF)]
-        else:
-            units.append(cp)
-    n = len(units)
-    h = sum(u * 31 ** (n - 1 - i) for i, u in enumerate(units)) % 2**32
-    return h - 2**32 if h >= 2**31 else h
-
-
-def ref_bucket(values: list[str | None], num_buckets: int) -> int:
-    """(Arrays.asList(values).hashCode() & Integer.MAX_VALUE) % numBuckets."""
-    h = 1
-    for v in values:
-        h = (31 * h + (0 if v is None else ref_string_hash(v))) % 2**32
-    return (h & 0x7FFFFFFF) % num_buckets
-
+from tests.engine.helpers import ref_bucket, ref_string_hash
 
 # --- String / List hashCode ------------------------------------------------------------
 

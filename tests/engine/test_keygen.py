@@ -21,7 +21,7 @@ from engine.index.bucket import bucket_from_file_id
 from engine.layout.keygen import field_strings
 from engine.read.reader import TableReader, _partition_may_match
 from engine.timeline.active import Timeline
-from tests.engine.test_bucket import ref_bucket
+from tests.engine.helpers import ref_bucket
 from tests.helpers import hudi_rs_read
 
 UTC = dt.timezone.utc

@@ -39,7 +39,7 @@ from engine.format.log_format import (
     read_log_file,
 )
 from tests.conftest import SAMPLES
-from tests.engine.test_base_file import dictionary_encoded
+from tests.engine.helpers import dictionary_encoded
 
 V8_TRIPS = "quickstart_trips_table__mor__avro__v8_trips_8i3u1d"
 ROLLBACK = "sample_table__mor__parquet__v6_nonpartitioned_rollback"
