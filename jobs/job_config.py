@@ -22,7 +22,7 @@ from typing import Any
 
 import tomllib
 
-from engine.config import WRITE_KEYS
+from engine.config import WRITE_KEYS, ConfigKey
 from engine.errors import InvalidOptionError
 from engine.redact import REDACTED, is_secret_key, redact
 from ingest.sink_config import sink_default
@@ -97,14 +97,10 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One declared job setting."""
+class Setting(ConfigKey[Any]):
+    """One declared job setting: an option (:class:`~engine.config.ConfigKey`) whose key is
+    ``section.key``, plus what it fills or stands for."""
 
-    section: str
-    key: str
-    parse: Callable[[str, Any], Any]
-    default: Any
-    doc: str
     sink: str = ""
     """The :class:`~ingest.sink_config.SinkConfig` field the setting fills, if any."""
     option: str = ""
@@ -117,20 +113,25 @@ class Setting:
     @property
     def name(self) -> str:
         """``section.key``."""
-        return f"{self.section}.{self.key}"
+        return self.key
+
+    @property
+    def section(self) -> str:
+        """The TOML table the setting is in."""
+        return self.key.split(".", 1)[0]
 
 
 _NO_DEFAULT: Any = object()
 
 
-def _sink(section: str, key: str, parse: Callable[[str, Any], Any], field_name: str, doc: str,
+def _sink(name: str, parse: Callable[[str, Any], Any], field_name: str, doc: str,
           default: Any = _NO_DEFAULT) -> Setting:
     """A setting that fills the sink's ``field_name``, by default with the sink's default."""
     value = sink_default(field_name) if default is _NO_DEFAULT else default
-    return Setting(section, key, parse, value, doc, sink=field_name)
+    return Setting(name, parse, value, doc, sink=field_name)
 
 
-def _kafka(section: str, key: str, parse: Callable[[str, Any], Any], source_key: str, doc: str,
+def _kafka(name: str, parse: Callable[[str, Any], Any], source_key: str, doc: str,
            default: Any = _NO_DEFAULT) -> Setting:
     """A setting that sets the Kafka source's option ``source_key``, by default to the
     source's own default."""
@@ -138,116 +139,114 @@ def _kafka(section: str, key: str, parse: Callable[[str, Any], Any], source_key:
 
     if default is _NO_DEFAULT:
         default = next(s.default for s in (*SOURCE_KEYS, *CLIENT_KEYS) if s.key == source_key)
-    return Setting(section, key, parse, default, doc, kafka=source_key)
+    return Setting(name, parse, default, doc, kafka=source_key)
 
 
-def _option(section: str, key: str, parse: Callable[[str, Any], Any], option: str,
-            doc: str) -> Setting:
+def _option(name: str, parse: Callable[[str, Any], Any], option: str, doc: str) -> Setting:
     """A setting that stands for the table option ``option``; its doc ends with the option's
     default and key."""
     spec = next(s for s in WRITE_KEYS if s.key == option)
     value = spec.default
     shown = (str(value).lower() if isinstance(value, bool)
              else getattr(value, "value", value))
-    return Setting(section, key, parse, None, f"{doc} (default {shown}; {option}).",
-                   option=option)
+    return Setting(name, parse, None, f"{doc} (default {shown}; {option}).", option=option)
 
 
 SETTINGS: tuple[Setting, ...] = (
-    _kafka("source", "bootstrap_servers", _str, "kafka.bootstrap.servers",
+    _kafka("source.bootstrap_servers", _str, "kafka.bootstrap.servers",
            "Kafka bootstrap servers (required)."),
-    _kafka("source", "topics", _list, "subscribe", "Topics to read (required).", default=None),
-    _kafka("source", "starting_offsets", _str, "startingOffsets",
+    _kafka("source.topics", _list, "subscribe", "Topics to read (required).", default=None),
+    _kafka("source.starting_offsets", _str, "startingOffsets",
            "earliest, latest, or JSON {\"topic\": {\"0\": 42}}; used when the checkpoint "
            "and the table hold no offsets.", default="earliest"),
-    _kafka("source", "max_offsets_per_trigger", _int, "maxOffsetsPerTrigger",
+    _kafka("source.max_offsets_per_trigger", _int, "maxOffsetsPerTrigger",
            "Records per micro-batch at most, across partitions.", default=200000),
-    _kafka("source", "fail_on_data_loss", _bool, "failOnDataLoss",
+    _kafka("source.fail_on_data_loss", _bool, "failOnDataLoss",
            "Stop when offsets to read were lost to retention."),
-    Setting("source", "use_builtin_kafka", _bool, False,
+    Setting("source.use_builtin_kafka", _bool, False,
             "Use Spark's own 'kafka' format (needs the spark-sql-kafka jar)."),
-    Setting("decode", "format", _choice("json", "avro", "avro-confluent"), "json",
+    Setting("decode.format", _choice("json", "avro", "avro-confluent"), "json",
             "Value encoding: json (one JSON object per value; schema from decode.schema or "
             "decode.schema_file), avro (Avro binary, one record per value, written with "
             "decode.schema_file) or avro-confluent (Confluent framing: magic byte, schema id, "
             "Avro; not usable from a job file yet, see docs/ingest.md)."),
-    Setting("decode", "schema", _str, None, "Spark DDL schema of JSON values."),
-    Setting("decode", "schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
-    _sink("decode", "key_format", _choice("string", "json", "avro"), "key_format",
+    Setting("decode.schema", _str, None, "Spark DDL schema of JSON values."),
+    Setting("decode.schema_file", _str, None, "Avro .avsc file (JSON or Avro values)."),
+    _sink("decode.key_format", _choice("string", "json", "avro"), "key_format",
           "How a tombstone's Kafka key gives its record key: string (the key is the record "
-            "key string), json or avro (the key holds the record key fields)."),
-    _sink("decode", "key_schema", _str, "key_schema",
+          "key string), json or avro (the key holds the record key fields)."),
+    _sink("decode.key_schema", _str, "key_schema",
           "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
           "fields), .avsc for avro (required)."),
-    _sink("table", "path", _location, "table_path",
+    _sink("table.path", _location, "table_path",
           "Table folder or file:// URI (required; object storage is not supported yet).",
           default=None),
-    _sink("table", "name", _str, "table_name", "Table name (required when creating)."),
-    _sink("table", "type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "table_type",
+    _sink("table.name", _str, "table_name", "Table name (required when creating)."),
+    _sink("table.type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "table_type",
           "Table type when creating."),
-    _sink("table", "record_key", _list, "record_key", "Record key field(s) (required)."),
-    _sink("table", "precombine", _str, "precombine", "Ordering (precombine) field."),
-    _sink("table", "partition_by", _list, "partition_by", "Partition field(s).", default=()),
-    _sink("table", "delete_field", _str, "delete_column",
+    _sink("table.record_key", _list, "record_key", "Record key field(s) (required)."),
+    _sink("table.precombine", _str, "precombine", "Ordering (precombine) field."),
+    _sink("table.partition_by", _list, "partition_by", "Partition field(s).", default=()),
+    _sink("table.delete_field", _str, "delete_column",
           "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
-    _sink("index", "type", _choice("BUCKET", "GLOBAL_STATE"), "index",
+    _sink("index.type", _choice("BUCKET", "GLOBAL_STATE"), "index",
           "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
-    _option("index", "bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"),
+    _option("index.bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"),
             "hoodie.index.bucket.engine",
             "BUCKET: SIMPLE (a fixed bucket count) or CONSISTENT_HASHING (buckets split and "
             "merge as partitions grow and shrink; MERGE_ON_READ only; resizes run with "
             "[services] clustering). Fixed when the table is created"),
-    _sink("index", "num_buckets", _int, "num_buckets",
+    _sink("index.num_buckets", _int, "num_buckets",
           "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
-    _sink("index", "update_partition_path", _bool, "update_partition_path",
+    _sink("index.update_partition_path", _bool, "update_partition_path",
           "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
-    _sink("index", "state_shards", _int, "state_shards",
+    _sink("index.state_shards", _int, "state_shards",
           "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
           "state operator runs once per shard and micro-batch."),
-    Setting("trigger", "processing_time", _str, "5 seconds", "Micro-batch interval."),
-    Setting("trigger", "available_now", _bool, False,
+    Setting("trigger.processing_time", _str, "5 seconds", "Micro-batch interval."),
+    Setting("trigger.available_now", _bool, False,
             "Process what is in the topics now, then stop."),
-    Setting("checkpoint", "location", _location, None,
+    Setting("checkpoint.location", _location, None,
             "Spark checkpoint folder or file:// URI (required)."),
-    _sink("checkpoint", "identifier", _str, "checkpoint_identifier",
+    _sink("checkpoint.identifier", _str, "checkpoint_identifier",
           "This job's writer identifier in the table's commits (Hudi's "
-            "hoodie.datasource.write.streaming.checkpoint.identifier): give every job that "
-            "writes the same table its own."),
-    _sink("table", "conflict_retries", _int, "conflict_retries",
+          "hoodie.datasource.write.streaming.checkpoint.identifier): give every job that "
+          "writes the same table its own."),
+    _sink("table.conflict_retries", _int, "conflict_retries",
           "How often a micro-batch refused because a concurrent writer touched the same "
-            "file groups is replanned and written again before the job fails."),
-    _sink("services", "enabled", _bool, "services",
+          "file groups is replanned and written again before the job fails."),
+    _sink("services.enabled", _bool, "services",
           "Run the table services inside the job (beside ingestion); false leaves them to "
-            "'tidelake table compact|clean|...' or another process."),
-    _option("services", "compaction", _bool, "hoodie.datasource.compaction.async.enable",
+          "'tidelake table compact|clean|...' or another process."),
+    _option("services.compaction", _bool, "hoodie.datasource.compaction.async.enable",
             "MERGE_ON_READ: schedule compactions and execute them in the job"),
-    _option("services", "compaction_delta_commits", _int,
+    _option("services.compaction_delta_commits", _int,
             "hoodie.compact.inline.max.delta.commits",
             "Deltacommits after which a compaction is scheduled"),
-    _option("services", "max_pending_compactions", _int,
+    _option("services.max_pending_compactions", _int,
             "tidelake.services.max.pending.compactions",
             "With this many compactions pending the next micro-batch waits"),
-    _option("services", "clean", _bool, "hoodie.clean.automatic",
+    _option("services.clean", _bool, "hoodie.clean.automatic",
             "Clean file slices no longer needed"),
-    _option("services", "commits_retained", _int, "hoodie.cleaner.commits.retained",
+    _option("services.commits_retained", _int, "hoodie.cleaner.commits.retained",
             "Commits whose files the cleaner keeps readable for time travel and incremental "
             "reads"),
-    _option("services", "archive", _bool, "hoodie.archive.automatic",
+    _option("services.archive", _bool, "hoodie.archive.automatic",
             "Archive old instants to the timeline history"),
-    _option("services", "clustering", _bool, "hoodie.clustering.async.enabled",
+    _option("services.clustering", _bool, "hoodie.clustering.async.enabled",
             "Schedule and run clustering in the job (not for SIMPLE bucket tables; on "
             "CONSISTENT_HASHING tables a clustering resizes the buckets)"),
-    _option("services", "clustering_commits", _int, "hoodie.clustering.async.max.commits",
+    _option("services.clustering_commits", _int, "hoodie.clustering.async.max.commits",
             "Commits after which a clustering is scheduled"),
-    _option("services", "parallelism", _int, "tidelake.services.parallelism",
+    _option("services.parallelism", _int, "tidelake.services.parallelism",
             "Spark tasks a service runs at once, 0 for half the cores"),
-    Setting("spark", "master", _str, "local[2]", "Spark master URL."),
-    Setting("spark", "app_name", _str, "tidelake-ingest", "Spark application name."),
-    _sink("errors", "table_path", _location, "error_table_path",
+    Setting("spark.master", _str, "local[2]", "Spark master URL."),
+    Setting("spark.app_name", _str, "tidelake-ingest", "Spark application name."),
+    _sink("errors.table_path", _location, "error_table_path",
           "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
-    _sink("errors", "max_fraction", _fraction, "max_error_fraction",
+    _sink("errors.max_fraction", _fraction, "max_error_fraction",
           "A micro-batch (of 10 records or more) with a larger share of bad records fails "
-            "and commits nothing, naming the most common reason; 1 turns the check off."),
+          "and commits nothing, naming the most common reason; 1 turns the check off."),
 )
 
 SERVICE_OPTIONS = {s.name: s.option for s in SETTINGS if s.option}
