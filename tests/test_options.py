@@ -251,3 +251,13 @@ def test_stored_properties_fill_table_config_fields_with_their_defaults() -> Non
         assert getattr(minimal, spec.attr) == spec.default, spec.key
     written = TableConfig.from_properties(minimal.to_properties())
     assert written.to_properties() == minimal.to_properties()
+
+
+def test_every_kafka_source_option_and_sink_argument_is_read() -> None:
+    from ingest.kafka_options import SOURCE_KEYS
+    from ingest.sink_config import SinkConfig
+
+    source = _source(skip=("ingest/kafka_options.py", "ingest/sink_config.py"))
+    assert [s.attr for s in SOURCE_KEYS if not re.search(rf"\.{s.attr}\b", source)] == []
+    assert [f.name for f in fields(SinkConfig)
+            if not re.search(rf"config\.{f.name}\b", source)] == []
