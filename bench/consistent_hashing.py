@@ -79,14 +79,9 @@ def remember(table: pa.Table) -> None:
 
 def sizes_by_partition(path: str) -> dict[str, list[int]]:
     from engine import Table
-    from engine.layout.file_group import build_file_slices, list_table_files, visible_instants
-    from engine.timeline.active import Timeline
 
-    table = Table.open(path)
-    timeline = Timeline.load(table.storage, table.config)
     out: dict[str, list[int]] = {}
-    for s in build_file_slices(list_table_files(table.storage), timeline,
-                               visible_instants(timeline)):
+    for s in Table.open(path).file_slices():
         out.setdefault(s.partition_path, []).append(s.total_size())
     return out
 

@@ -1,7 +1,7 @@
 """Readers: snapshot, read-optimized, incremental and time-travel views into Arrow.
 
-Every view is built the same way: choose the visible completed instants, build the file
-slices they see (:mod:`engine.layout.file_group`), prune slices by partition, then read each
+Every view is built the same way: choose the visible completed instants, take the file
+slices they see (:class:`engine.layout.view.TableView`), prune slices by partition, then read each
 slice — base file, plus for merge-on-read its log blocks merged by key
 (:mod:`engine.merge.record_merger`). Uncommitted and rolled-back files are never read.
 """
@@ -32,14 +32,10 @@ from engine.format.log_format import (
     iter_blocks,
 )
 from engine.index.bucket import bucket_from_file_id, bucket_ids
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.file_group import FileSlice
 from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
+from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.schema import (
     COMMIT_TIME,
@@ -364,15 +360,11 @@ class TableReader:
         the recorded schema cannot be parsed."""
         return table_schema(self.timeline)
 
-    def file_slices(self, visible: Mapping[str, str]) -> list[FileSlice]:
-        """Latest live file slices under ``visible``."""
-        files = list_table_files(self.storage)
-        return build_file_slices(files, self.timeline, visible)
-
-    def read(self, spec: ReadSpec, visible: Mapping[str, str]) -> pa.Table:
-        """Read the view defined by ``visible`` with ``spec``'s columns and filters."""
+    def read(self, spec: ReadSpec, view: TableView) -> pa.Table:
+        """Read ``view`` (a snapshot of this reader's timeline) with ``spec``'s columns and
+        filters."""
         schema = self.table_schema()
-        slices = self.file_slices(visible)
+        slices = view.latest_file_slices()
         expr = to_expression(spec.filters)
         dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
         if dnf and schema is not None:
@@ -384,7 +376,7 @@ class TableReader:
         if keys is not None:
             wanted = self._prune_for_keys(wanted, keys)
         parallel = len(wanted) > 1
-        reader = SliceReader(self.storage, self.timeline, visible, schema,
+        reader = SliceReader(self.storage, self.timeline, view.visible, schema,
                              use_threads=not parallel)
 
         def read_one(slc: FileSlice) -> pa.Table:
@@ -454,16 +446,16 @@ class TableReader:
 
     def snapshot(self, spec: ReadSpec, as_of: str | None = None) -> pa.Table:
         """Snapshot (or time travel ``as_of`` an instant time) of the table."""
-        return self.read(spec, visible_instants(self.timeline, as_of=as_of))
+        return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of))
 
     def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
         """Latest versions of records written by commits completed in (start, end]."""
-        visible = visible_instants(self.timeline, end_completion=end)
-        in_range = visible.completed_after(start)
+        view = TableView(self.storage, self.timeline, end_completion=end)
+        in_range = view.visible.completed_after(start)
         if not in_range:
             schema = self.table_schema()
             return (schema or pa.schema([])).empty_table()
-        table = self.read(ReadSpec(None, spec.filters, False), visible)
+        table = self.read(ReadSpec(None, spec.filters, False), view)
         if table.num_rows:
             table = table.filter(pc.is_in(table.column(COMMIT_TIME),
                                           value_set=pa.array(in_range, pa.string())))

@@ -67,13 +67,9 @@ from engine.index.consistent_hashing import (
     nodes_json,
     plan_resize,
 )
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.file_group import FileSlice
 from engine.layout.partition import write_partition_metadata
+from engine.layout.view import TableView
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
@@ -96,7 +92,7 @@ from engine.timeline.commit_metadata import (
     write_avro_ocf,
 )
 from engine.timeline.instant import Action, Instant, new_instant_time
-from engine.write.conflict import FileGroupId, planned_groups
+from engine.write.conflict import FileGroupId
 
 if TYPE_CHECKING:
     from engine.write.write_client import WriteClient
@@ -167,21 +163,13 @@ def _slice_size(slc: FileSlice, write_config: WriteConfig) -> int:
     return slc.base_file.size if slc.base_file is not None else write_config.max_file_size
 
 
-def _excluded_groups(timeline: Timeline) -> set[FileGroupId]:
-    excluded: set[FileGroupId] = set()
-    for pending in timeline.pending((Action.COMPACTION, Action.LOG_COMPACTION,
-                                     Action.CLUSTERING, Action.REPLACE_COMMIT)):
-        excluded |= planned_groups(timeline, pending)
-    return excluded
-
-
 def plan_groups(storage: Storage, timeline: Timeline,
                 write_config: WriteConfig) -> list[PlannedGroup]:
     """The clustering groups a plan would take now (Java ``SparkSizeBasedClusteringPlanStrategy``);
     [] if nothing qualifies."""
-    visible = visible_instants(timeline)
-    slices = build_file_slices(list_table_files(storage), timeline, visible)
-    excluded = _excluded_groups(timeline)
+    view = TableView(storage, timeline)
+    slices = view.latest_file_slices()
+    excluded = view.pending_service_groups()
     selected = set(write_config.clustering_partitions_selected)
     regex = (re.compile(write_config.clustering_partition_regex)
              if write_config.clustering_partition_regex else None)
@@ -308,9 +296,9 @@ def schedule_resize(client: WriteClient) -> str | None:
         timeline = Timeline.load(client.storage, client.config)
         if timeline.pending((Action.DELTA_COMMIT,)):
             return None
-        visible = visible_instants(timeline)
-        slices = build_file_slices(list_table_files(client.storage), timeline, visible)
-        excluded = _excluded_groups(timeline)
+        view = TableView(client.storage, timeline)
+        slices = view.latest_file_slices()
+        excluded = view.pending_service_groups()
         busy = {partition for partition, _ in excluded}
         by_partition: dict[str, dict[str, FileSlice]] = {}
         for slc in slices:
@@ -319,7 +307,7 @@ def schedule_resize(client: WriteClient) -> str | None:
         for partition in sorted(by_partition):
             if partition in busy:
                 continue
-            ring = load_metadata(client.storage, timeline, partition)
+            ring = view.ring(partition)
             if ring is None:
                 continue
             members = by_partition[partition]
@@ -548,9 +536,9 @@ class _Attempt:
     def tasks(self, timeline: Timeline, which: Sequence[int]) -> list[ClusteringTask]:
         """Tasks of the given clustering groups, reading from ``timeline``."""
         client = self.client
-        visible = visible_instants(timeline)
-        live = {(s.partition_path, s.file_id): s for s in build_file_slices(
-            list_table_files(client.storage), timeline, visible)}
+        view = TableView(client.storage, timeline)
+        visible = view.visible
+        live = view.latest_by_group()
         schema_json = timeline.latest_schema() or ""
         if not schema_json:
             raise CorruptTableError("the table has no schema (no commit records one); "

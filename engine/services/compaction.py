@@ -43,14 +43,8 @@ from engine.errors import (
 )
 from engine.format.base_file import read_base_file, write_base_file
 from engine.format.naming import BaseFileName, parse_log_file
-from engine.layout.file_group import (
-    BaseFile,
-    FileSlice,
-    LogFile,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.file_group import BaseFile, FileSlice, LogFile
+from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
 from engine.read.reader import SliceReader
 from engine.schema import (
@@ -71,7 +65,6 @@ from engine.timeline.commit_metadata import (
     WriteStat,
 )
 from engine.timeline.instant import Action, new_instant_time, parse_instant_time
-from engine.write.conflict import planned_groups
 from engine.write.write_client import WriteClient
 
 COMPACT = "COMPACT"
@@ -144,14 +137,6 @@ def _require_mor(config: TableConfig) -> None:
             "false): its records have no keys to merge by, so it cannot be compacted")
 
 
-def _groups_in_pending_services(timeline: Timeline) -> set[tuple[str, str]]:
-    busy: set[tuple[str, str]] = set()
-    for pending in timeline.pending([Action.COMPACTION, Action.LOG_COMPACTION,
-                                     Action.CLUSTERING, Action.REPLACE_COMMIT]):
-        busy |= planned_groups(timeline, pending)
-    return busy
-
-
 def _operation(slc: FileSlice, write_config: WriteConfig) -> CompactionOperation:
     log_bytes = sum(log.size for log in slc.log_files)
     base_bytes = slc.base_file.size if slc.base_file else 0
@@ -202,9 +187,9 @@ def schedule_compaction(client: WriteClient) -> str | None:
     _require_mor(client.config)
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
-        busy = _groups_in_pending_services(timeline)
-        slices = build_file_slices(list_table_files(client.storage), timeline,
-                                   visible_instants(timeline))
+        view = TableView(client.storage, timeline)
+        busy = view.pending_service_groups()
+        slices = view.latest_file_slices()
         ops = [_operation(s, client.write_config) for s in slices
                if s.log_files and (s.partition_path, s.file_id) not in busy]
         ops = _apply_strategy(ops, client.write_config)
