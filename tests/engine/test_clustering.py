@@ -31,6 +31,7 @@ from engine.timeline.commit_metadata import avro_schema
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import UPSERT, WriteClient
 from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read, sorted_rows
+from tests.soak import soak
 
 SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("part", pa.string()),
                     ("x", pa.int32()), ("y", pa.int64()), ("note", pa.string())])
@@ -427,7 +428,7 @@ def test_writers_during_clustering_lose_nothing(tmp_path: Path, table_type: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(3, 15))
+@pytest.mark.parametrize("seed", soak(range(3, 5), range(3, 15)))
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_writers_during_clustering_many_seeds_lose_nothing(tmp_path: Path, table_type: str,
                                                            seed: int) -> None:

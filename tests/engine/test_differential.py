@@ -20,6 +20,7 @@ import pytest
 from engine import Table
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.soak import soak
 
 
 def _check(table: Table, oracle: Oracle) -> None:
@@ -117,7 +118,7 @@ def test_random_writes_match_oracle_and_hudi_rs(tmp_path: Path, table_type: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", soak(range(1), range(6)))
 @pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,
                          ids=["-".join(c) for c in CASES])
 def test_random_writes_many_seeds_match_oracle_and_hudi_rs(

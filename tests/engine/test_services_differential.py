@@ -26,6 +26,7 @@ from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.soak import soak
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -265,7 +266,7 @@ def test_services_interleaved_with_writes_and_kills_match_oracle(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", soak(range(2), range(6)))  # each case runs above already
 def test_services_many_seeds(tmp_path: Path, seed: int) -> None:
     table_type, index, block_format, partitioned = CASES[seed % len(CASES)]
     _run(tmp_path, 2000 + seed, table_type, index, block_format, partitioned, steps=70)

@@ -24,9 +24,10 @@ returned, or (a killed child writer) if its completed instant file is in the tim
 Ordering values never tie, and a key is upserted after a delete only with a greater ordering
 value than the delete's, so every order of the same commits reads the same.
 
-Size: the CI size by default; ``TIDELAKE_STRESS=full`` runs the full size. The seed is
-printed and named in every failure; ``TIDELAKE_STRESS_SEED`` replays its decisions (thread and
-process timing is not replayed).
+Size: the CI size by default; ``TIDELAKE_STRESS=full``, or ``TIDELAKE_SOAK=1`` (every soak size
+at once: ``tests/soak.py``), runs the full size. The seed is printed and named in every
+failure; ``TIDELAKE_STRESS_SEED`` replays its decisions (thread and process timing is not
+replayed).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.heartbeat import Heartbeat
 from engine.write.write_client import DELETE, UPSERT, WriteClient, WritePlan
 from tests.helpers import Oracle, hudi_rs_read, rows_by_key
+from tests.soak import soak
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = 3
@@ -108,7 +110,7 @@ SIZES = {"ci": Size(steps=20, keys=40, batch=6), "full": Size(steps=250, keys=20
 
 
 def _size() -> Size:
-    name = os.environ.get("TIDELAKE_STRESS", "").strip().lower() or "ci"
+    name = os.environ.get("TIDELAKE_STRESS", "").strip().lower() or soak("ci", "full")
     if name not in SIZES:
         raise ValueError(f"TIDELAKE_STRESS={name!r}: expected one of {sorted(SIZES)}")
     return SIZES[name]
