@@ -44,6 +44,7 @@ from tests.ingest.helpers import (
     run_stream,
     table_rows,
 )
+from tests.soak import soak
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -130,9 +131,10 @@ PREFIX_BUCKET = [Event("a", 100, "oslo", 1.0), Event("c", 100, "rome", 2.0),
 
 
 def cuts(rng: random.Random, n: int) -> list[list[int]]:
-    """Batch sizes: everything in one batch, thirds, and two random cuts."""
+    """Batch sizes: everything in one batch, thirds, and random cuts (one at the CI size, four
+    with ``TIDELAKE_SOAK=1``)."""
     out = [[n], [n // 3, n // 3, n - 2 * (n // 3)]]
-    for _ in range(2):
+    for _ in range(soak(1, 4)):
         points = sorted(rng.sample(range(1, n), 3))
         out.append([b - a for a, b in zip([0, *points], [*points, n], strict=True)])
     return out

@@ -5,9 +5,12 @@
   and service commits carry the streaming checkpoint forward.
 * A failing service is logged and retried at the next trigger; ingestion goes on.
 * Back-pressure: with too many compactions pending, the next micro-batch waits.
-* ``tidelake ingest`` with the defaults, 100 micro-batches of upserts into MERGE_ON_READ:
-  compaction, cleaning and archival ran inside the job, the table equals the oracle, and the
-  offsets recorded in the table resume the job exactly.
+* ``tidelake ingest`` with the defaults, 60 micro-batches of upserts into MERGE_ON_READ (100
+  with ``TIDELAKE_SOAK=1``; 60 is past the default ``hoodie.keep.max.commits`` of 30 with
+  room to spare): compaction, cleaning and archival ran inside the job, the table equals the
+  oracle, and the offsets recorded in the table resume the job exactly.
+* SIGKILL inside each service, and at random moments (one at the CI size, three with
+  ``TIDELAKE_SOAK=1``); each restart finishes what was interrupted.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from tests.ingest.job_harness import (
     write_job,
 )
 from tests.kafka_broker import kafka_bootstrap  # noqa: F401
+from tests.soak import soak
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -194,13 +198,19 @@ def test_too_many_pending_compactions_make_the_next_batch_wait(
     assert table_rows(path) == oracle.rows
 
 
+JOB_BATCHES = soak(60, 100)
+"""Micro-batches of 100 records of the long default-services run."""
+RANDOM_SERVICE_KILLS = soak(1, 3)
+"""Kills at random moments after the named service points (repeats of one kind)."""
+
+
 @pytest.mark.slow
-def test_ingest_job_100_micro_batches_with_default_services(
+def test_ingest_job_many_micro_batches_with_default_services(
         kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
-    """``tidelake ingest`` with the defaults on MERGE_ON_READ: 100 micro-batches of upserts;
-    compaction, cleaning and archival run inside the job; the table equals the oracle; the
-    table's offsets are the topic's end."""
-    stream = KeyedStream(kafka_bootstrap, f"svc-{time.time_ns()}", 10_000, seed=31)
+    """``tidelake ingest`` with the defaults on MERGE_ON_READ: ``JOB_BATCHES`` micro-batches
+    of upserts; compaction, cleaning and archival run inside the job; the table equals the
+    oracle; the table's offsets are the topic's end."""
+    stream = KeyedStream(kafka_bootstrap, f"svc-{time.time_ns()}", JOB_BATCHES * 100, seed=31)
     stream.send()
     work = tmp_path
     settings = job_settings(work, kafka_bootstrap, stream.topic, batch=100)
@@ -210,7 +220,7 @@ def test_ingest_job_100_micro_batches_with_default_services(
     finally:
         job.kill()
     table = str(work / "trips")
-    assert len(job.batches()) >= 100
+    assert len(job.batches()) >= JOB_BATCHES
     problems = table_problems(table, work / "trips_errors", stream)
     assert not problems, problems
     actions = [(e.action, e.state) for e in Table.open(table).timeline(include_archived=True)]
@@ -296,8 +306,8 @@ def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
     from tests.ingest.job_child import SERVICE_POINTS
 
     points = [p for p in SERVICE_POINTS if not p.startswith("clustering")]
-    stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, {}, [*points, "random", "random"],
-                                  seed=41)
+    stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, {},
+                                  [*points, *["random"] * RANDOM_SERVICE_KILLS], seed=41)
     # each named point stopped a service with its instant pending
     assert {"compaction_task", "compaction_commit", "clean"} <= stopped
 
