@@ -26,7 +26,8 @@ changes nothing.
 (topic, Kafka partition, offset) — the real order within a Kafka partition, and the same
 order whenever a batch is replayed.
 
-:func:`resolve` is vectorized for keys without tombstones (write tasks) and calls
+:func:`resolve` combines the keys without tombstones as the engine combines a batch
+(:func:`engine.merge.record_merger.dedupe_batch`, vectorized) and calls
 :func:`engine.merge.policy.resolve_key` for the keys with tombstones. Pure.
 """
 
@@ -39,7 +40,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.config import MergeMode
 from engine.merge.policy import LIVE, DeletePolicy, KeyState, resolve_key
+from engine.merge.record_merger import dedupe_batch
 from engine.schema import RECORD_KEY
 from ingest.prepare import DELETE, KAFKA_PARTITION, OFFSET, OP, ORDERING, ORDERING_NULL, TOPIC
 
@@ -138,28 +141,13 @@ def _resolve_per_key(rows: pa.Table, *, event_time: bool, stored: dict[str, Any]
 
 
 def _resolve_vectorized(rows: pa.Table, *, event_time: bool) -> Resolved:
-    """Winners of keys without tombstones: the greatest (ordering, arrival), or the last."""
-    n = rows.num_rows
-    is_delete = pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False)
-    if n < 2:
-        return _split(rows, is_delete)
-    seq = np.arange(n, dtype=np.int64)
-    keys = rows.column(RECORD_KEY).combine_chunks()
-    if not event_time:
-        last = pa.table({"k": keys, "s": seq}).group_by("k", use_threads=False) \
-            .aggregate([("s", "max")]).column("s_max").to_numpy()
-        picked = np.sort(last)
-        return _split(rows.take(pa.array(picked)), is_delete[picked])
-    versions = pa.table({"k": keys, "o": rows.column(ORDERING).combine_chunks(), "s": seq})
-    ordered = versions.sort_by([("k", "ascending"), ("o", "ascending"), ("s", "ascending")])
-    ks = ordered.column("k").combine_chunks()
-    m = ordered.num_rows
-    last_of_key = np.ones(m, dtype=bool)
-    if m > 1:
-        last_of_key[:-1] = pc.not_equal(ks.slice(0, m - 1), ks.slice(1)).to_numpy(
-            zero_copy_only=False)
-    picked = np.sort(ordered.column("s").to_numpy()[last_of_key])
-    return _split(rows.take(pa.array(picked)), is_delete[picked])
+    """Winners of keys without tombstones: the engine's in-batch combine
+    (:func:`engine.merge.record_merger.dedupe_batch`) on :data:`~ingest.prepare.ORDERING` — the
+    greatest (ordering, arrival) — or, without event time, the last."""
+    if rows.num_rows > 1:
+        mode = MergeMode.EVENT_TIME_ORDERING if event_time else MergeMode.COMMIT_TIME_ORDERING
+        rows = dedupe_batch(rows, mode=mode, ordering_field=ORDERING if event_time else None)
+    return _split(rows, pc.equal(rows.column(OP), DELETE).to_numpy(zero_copy_only=False))
 
 
 def _split(rows: pa.Table, is_delete: np.ndarray) -> Resolved:
