@@ -45,9 +45,9 @@ checkpoint) ignores the initial state: its state already holds every key. Single
 table written by anyone else while the query runs is not seen by the state.
 
 **Layout.** New keys go to the file group of their bucket in their partition (the live group
-for that bucket at query start, else the deterministic id
-:func:`engine.write.write_client.new_bucket_file_id`), so retries and replays agree; the table's
-bucket layout stays valid for the BUCKET index.
+for that bucket at query start, else the deterministic id:
+:func:`engine.write.placement.bucket_group`, as the write client places keys), so retries and
+replays agree; the table's bucket layout stays valid for the BUCKET index.
 
 **Clustering.** On a table without the bucket layout a clustering (the job's own service
 thread, or another process) rewrites file groups into new ones, and the state still names the
@@ -56,7 +56,8 @@ old group. Each task reads the table's replacecommits at its first key
 looked up in the groups that replaced it (:class:`~engine.index.relocation.MovedKeys`, which
 reads each clustering output's keys once per Python worker) and the state learns where it is
 now. A new key whose bucket group was replaced goes to the group holding it if a replayed batch
-wrote it before the clustering, else to the bucket's next group that was never replaced. If a
+wrote it before the clustering, else to the bucket's next group that was never replaced
+(:func:`engine.write.placement.unreplaced_generation`). If a
 clustering commits after a batch was tagged, the batch's commit is refused
 (``WriteConflictError``) and the sink's retry runs the plan again, state included, on the new
 layout.
@@ -96,12 +97,7 @@ from engine.index.bucket import bucket_id, bucket_ids
 from engine.index.relocation import FileGroupLineage, MovedKeys
 from engine.index.simple import ORDERING as LOC_ORDERING
 from engine.index.simple import key_locations
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.view import TableView
 from engine.merge.policy import (
     ABSENT,
     DELETED,
@@ -110,12 +106,12 @@ from engine.merge.policy import (
     KeyState,
     resolve_key,
     resolve_single,
+    stays_in_place,
 )
-from engine.read.reader import SliceReader
-from engine.schema import PARTITION_PATH, RECORD_KEY, arrow_from_avro_json
+from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.timeline.active import Timeline
-from engine.write.write_client import new_bucket_file_id
+from engine.write.placement import bucket_group, live_buckets, unreplaced_generation
 from ingest.prepare import (
     DELETE,
     FILE_ID,
@@ -254,15 +250,6 @@ class GlobalIndexSpec:
         """Type of the ordering value kept in state (timestamps and dates as integers)."""
         t = self.ordering_type
         return pa.int64() if t is None else ordering_column_type(t)
-
-    def file_group(self, partition: str, bucket: int, generation: int = 0) -> str:
-        """The file group a new key of ``bucket`` (:func:`engine.index.bucket.bucket_ids`)
-        goes to in ``partition``: its bucket's (``generation`` > 0: the bucket's next group,
-        once clusterings replaced the earlier ones)."""
-        if generation:
-            return new_bucket_file_id(self.table_name, partition, bucket, generation)
-        return (self.bucket_groups.get((partition, bucket))
-                or new_bucket_file_id(self.table_name, partition, bucket))
 
 
 
@@ -468,10 +455,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         upsert_wins = out.winner & (out.kind == KIND_CODES[LIVE])
         delete_wins = out.winner & (out.kind == KIND_CODES[DELETED])  # where it is stored
         target = cols[PARTITION_PATH][at]
-        if spec.update_partition_path:
-            stays = upsert_wins & live & (target == stored_part)
-        else:
-            stays = upsert_wins & live
+        stays = upsert_wins & live & stays_in_place(
+            stored_part, target, update_partition_path=spec.update_partition_path)
         moved = upsert_wins & live & ~stays
         in_place = stays | delete_wins
         part = np.where(in_place, stored_part, target)
@@ -632,7 +617,8 @@ class GlobalIndexProcessor(StatefulProcessor):
         fid: str | None
         if stored is None or stored[0] is None:
             fid = self._new_key_group(key, bucket, target)
-        elif target == stored[0] or not spec.update_partition_path:
+        elif stays_in_place(stored[0], target,
+                            update_partition_path=spec.update_partition_path):
             target, fid = stored[0], stored[1]
         else:  # moved: delete the old copy at its ordering value, insert the new one
             assert stored[1] is not None
@@ -678,19 +664,21 @@ class GlobalIndexProcessor(StatefulProcessor):
         found = moves.locate(partition, group, key)
         if found is not None:
             return found
-        generation = 1
-        while moves.lineage.is_replaced(partition, group := self._bucket_group(
-                partition, bucket, generation)):
-            generation += 1
-        return group
+        known = bucket
+        return unreplaced_generation(
+            lambda generation: self._bucket_group(partition, known, generation),
+            lambda file_id: moves.lineage.is_replaced(partition, file_id))
 
     def _bucket_group(self, partition: str, bucket: int, generation: int = 0) -> str:
-        """:meth:`GlobalIndexSpec.file_group`, remembered per task (the id is a hash)."""
+        """The file group a new key of ``bucket`` goes to in ``partition``
+        (:func:`engine.write.placement.bucket_group` over the live groups at query start),
+        remembered per task (the id is a hash)."""
         cache = self._groups
         found = cache.get((partition, bucket, generation))
         if found is None:
-            found = cache[(partition, bucket, generation)] = self.spec.file_group(
-                partition, bucket, generation)
+            spec = self.spec
+            found = cache[(partition, bucket, generation)] = bucket_group(
+                spec.bucket_groups, spec.table_name, partition, bucket, generation)
         return found
 
     def close(self) -> None:
@@ -877,15 +865,11 @@ def _packed_by_shard(parts: list[pa.Table], shards: int) -> Iterator[pa.RecordBa
     yield from pack_rows(rows, keys={SHARD: key_shards(rows.column(0), shards)}).to_batches()
 
 
-def _read_locations(base_path: str, config: TableConfig, slices: list[FileSlice],
-                    ordering_type: pa.DataType, shards: int
+def _read_locations(view: TableView, ordering_type: pa.DataType, shards: int
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        storage = Storage(base_path)
-        timeline = Timeline.load(storage, config)
-        schema_json = timeline.latest_schema()
-        reader = SliceReader(storage, timeline, visible_instants(timeline),
-                             arrow_from_avro_json(schema_json) if schema_json else None)
+        reader = view.slice_reader()
+        slices = view.latest_file_slices()
         held: list[pa.Table] = []
         held_rows = 0
         for batch in batches:
@@ -911,26 +895,18 @@ def bootstrap_frame(spark: SparkSession, table: Table, spec: GlobalIndexSpec) ->
     Driver side: lists the latest file slices; executors read one slice's key (and ordering)
     columns each. Lazy: Spark evaluates it in the first batch of a new query only.
     """
-    timeline = Timeline.load(table.storage, table.config)
-    slices = build_file_slices(list_table_files(table.storage), timeline,
-                               visible_instants(timeline))
+    view = TableView.load(table.storage, table.config).materialize()
+    slices = view.latest_file_slices()
     if not slices:
         return spark.createDataFrame([], spark_schema(shard_packed_schema()))
     parallelism = max(1, min(len(slices), spark.sparkContext.defaultParallelism * 2))
     return spark.range(len(slices), numPartitions=parallelism).mapInArrow(
-        _read_locations(table.storage.base_path, table.config, slices,
-                        spec.state_ordering_type, spec.shards),
+        _read_locations(view, spec.state_ordering_type, spec.shards),
         spark_schema(shard_packed_schema()))
 
 
 def live_bucket_groups(table: Table) -> dict[tuple[str, int], str]:
-    """(partition, bucket) → file id of the table's live bucket groups (driver side)."""
-    from ingest.spark_write import TableLayout
-
-    if table.config.num_buckets is None:
-        return {}
-    timeline = Timeline.load(table.storage, table.config)
-    slices = build_file_slices(list_table_files(table.storage), timeline,
-                               visible_instants(timeline))
-    return dict(TableLayout.of(slices, bucketed=True).buckets)
+    """(partition, bucket) → file id of the table's live bucket groups (driver side;
+    :func:`engine.write.placement.live_buckets`)."""
+    return dict(live_buckets(TableView.load(table.storage, table.config)))
 

@@ -1,15 +1,17 @@
 """One instant of one table, written by Spark tasks: executors write, the driver commits.
 
 The driver starts the instant (:func:`start_instant`: roll back failed writes, requested →
-inflight) and takes a :class:`TableLayout` of the live file groups. Executor tasks then
-place rows in file groups (:func:`place_rows`: the record key's bucket, unless the row already
-names its file group), the rows are repartitioned by file group, and one write handle per
-file group runs inside a task (:func:`write_rows`, ``mapInArrow``); each returns a small
-picklable :class:`~engine.timeline.commit_metadata.WriteStat` and where it ran. Only the
-driver touches the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts
-and completes the instant with the stats.
+inflight) and takes the :class:`~engine.layout.view.TableView` of its snapshot. Executor tasks
+then place rows in file groups (:func:`place_rows`: the record key's bucket, by
+:mod:`engine.write.placement`, unless the row already names its file group), the rows are
+repartitioned by file group, and one write handle per file group runs inside a task
+(:func:`write_rows`, ``mapInArrow``), as the write client decides it
+(:class:`~engine.write.write_client.TaskRule`); each returns a small picklable
+:class:`~engine.timeline.commit_metadata.WriteStat` and where it ran. Only the driver touches
+the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts and
+completes the instant with the stats.
 
-What crosses to executors — the :class:`~engine.write.write_handle.WriteContext`, the layout
+What crosses to executors — the :class:`~engine.write.write_handle.WriteContext`, the view
 (broadcast), flags — is picklable and read-only; nothing in a task relies on driver state, so
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
@@ -25,7 +27,6 @@ only).
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
@@ -33,40 +34,33 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import TableConfig
 from engine.errors import InvalidOptionError
-from engine.format.delete_block import ordering_kind
-from engine.index.bucket import bucket_from_file_id, bucket_ids
 from engine.index.consistent_hashing import (
     HashingMetadata,
-    ensure_initial_metadata,
-    load_metadata,
 )
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    list_table_files,
-    visible_instants,
-)
-from engine.read.reader import SliceReader
+from engine.layout.file_group import FileSlice
+from engine.layout.view import TableView
 from engine.schema import (
     PARTITION_PATH,
     RECORD_KEY,
-    arrow_from_avro_json,
-    avro_data_schema,
-    avro_full_schema,
 )
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.instant import Instant
+from engine.write.placement import (
+    bucket_file_ids,
+    live_buckets,
+    record_buckets,
+    ring_file_ids,
+    spread_tombstones,
+)
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
-from engine.write.write_client import WriteClient, new_bucket_file_id
-from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
+from engine.write.write_client import TaskRule, WriteClient
+from engine.write.write_handle import WriteContext, execute
 from ingest.error_table import ErrorStaging
 from ingest.prepare import (
     BUCKET,
@@ -103,7 +97,6 @@ __all__ = [
     "FirstError",
     "InstantPlan",
     "SourceCount",
-    "TableLayout",
     "TaskReport",
     "WriteOutcome",
     "WriteResult",
@@ -116,41 +109,6 @@ __all__ = [
 
 RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 """One row per write task: its pickled :class:`TaskResult`."""
-
-@dataclass(frozen=True)
-class TableLayout:
-    """The live file groups when an instant starts (picklable; broadcast to tasks)."""
-
-    groups: Mapping[tuple[str, str], tuple[str | None, str]]
-    """(partition, file id) → (base file path or None, base instant) of its latest slice."""
-    buckets: Mapping[tuple[str, int], str]
-    """(partition, bucket) → file id, for live groups whose id names a bucket."""
-    log_files: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
-    """(partition, file id) → names of its latest slice's log files (for write stats)."""
-    rings: Mapping[str, HashingMetadata] | None = None
-    """Consistent hashing: partition → its committed ring as of the instant's snapshot (a
-    partition without one gets its initial ring); None for other tables."""
-
-    @classmethod
-    def of(cls, slices: Sequence[FileSlice], *, bucketed: bool,
-           rings: Mapping[str, HashingMetadata] | None = None) -> TableLayout:
-        """Layout of the latest slices; ``bucketed``: the table uses the bucket layout."""
-        groups: dict[tuple[str, str], tuple[str | None, str]] = {}
-        buckets: dict[tuple[str, int], str] = {}
-        logs: dict[tuple[str, str], tuple[str, ...]] = {}
-        for s in slices:
-            groups[(s.partition_path, s.file_id)] = (
-                s.base_file.path if s.base_file else None, s.base_instant)
-            if s.log_files:
-                logs[(s.partition_path, s.file_id)] = tuple(log.name for log in s.log_files)
-            if bucketed:
-                try:
-                    buckets.setdefault((s.partition_path, bucket_from_file_id(s.file_id)),
-                                       s.file_id)
-                except ValueError:
-                    continue
-        return cls(groups, buckets, logs, rings)
-
 
 @dataclass(frozen=True)
 class TaskReport:
@@ -182,17 +140,15 @@ class InstantPlan:
     client: WriteClient
     timeline: Timeline
     instant: Instant
-    layout: TableLayout
+    view: TableView
+    """The snapshot the instant writes on (broadcast to the write tasks)."""
     context: WriteContext
     data_schema: pa.Schema
 
     def finish(self, stats: Sequence[WriteStat], tasks: Sequence[TaskReport],
                extra_metadata: Mapping[str, str]) -> WriteOutcome:
         """Complete the instant (driver only): the commit point."""
-        extra = {"schema": json.dumps(avro_data_schema(self.data_schema,
-                                                       self.table.config.name),
-                                      separators=(",", ":"))}
-        extra.update(extra_metadata)
+        extra = self.client.commit_extra(self.data_schema, extra_metadata)
         done = self.client.finish(self.timeline, self.instant, stats, UPSERT_OPERATION, extra)
         return WriteOutcome(done.requested_time, tuple(stats), tuple(tasks))
 
@@ -221,39 +177,14 @@ def check_spark_conf(spark: SparkSession) -> None:
 
 def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     """Roll back failed writes, start an inflight instant (its heartbeat beats until
-    :meth:`InstantPlan.finish` or :meth:`InstantPlan.abort`), snapshot the layout. Driver
-    only."""
+    :meth:`InstantPlan.finish` or :meth:`InstantPlan.abort`), take the view of its snapshot
+    (listed now). Driver only."""
     client = WriteClient(table.storage, table.config, table.write_config)
     timeline, instant = client.begin()
-    slices = build_file_slices(list_table_files(table.storage), timeline,
-                               visible_instants(timeline))
-    bucketed = table.config.num_buckets is not None
-    rings = None
-    if table.config.consistent_hashing:  # as of the snapshot the slices come from
-        found = {p: load_metadata(table.storage, timeline, p)
-                 for p in sorted({s.partition_path for s in slices})}
-        rings = {p: ring for p, ring in found.items() if ring is not None}
-    layout = TableLayout.of(slices, bucketed=bucketed, rings=rings)
-    return InstantPlan(table, client, timeline, instant, layout,
-                       write_context(table, instant, data_schema), data_schema)
-
-
-def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> WriteContext:
-    """The context every write handle of ``instant`` shares (as ``WriteClient.plan`` builds)."""
-    config, write_config = table.config, table.write_config
-    ordering = config.precombine_field
-    ordering_type = None
-    if ordering and ordering in data_schema.names:
-        ordering_type = ordering_kind(data_schema.field(ordering).type)
-    return WriteContext(
-        base_path=table.storage.base_path, instant_time=instant.requested_time,
-        table_name=config.name, data_schema=data_schema,
-        avro_schema_with_meta=avro_full_schema(data_schema, config.name),
-        merge_mode=config.merge_mode, ordering_field=ordering,
-        ordering_avro_type=ordering_type, log_block_format=write_config.log_block_format,
-        compression=write_config.compression,
-        write_bloom_filter=write_config.write_bloom_filter,
-        timeline_folder=Timeline.folder_for(config))
+    view = TableView(table.storage, timeline)
+    view.materialize()
+    return InstantPlan(table, client, timeline, instant, view,
+                       client.write_context(instant, data_schema), data_schema)
 
 
 # --- placement (executor side) --------------------------------------------------------------
@@ -261,47 +192,42 @@ def write_context(table: Table, instant: Instant, data_schema: pa.Schema) -> Wri
 
 def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
                live: Mapping[tuple[str, int], str]) -> pa.Table:
-    """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the key's bucket.
+    """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the file group
+    of the key's bucket (:func:`engine.write.placement.bucket_file_ids`, as the write client
+    places keys).
 
     The bucket is the row's :data:`~ingest.prepare.BUCKET` when prepare computed it, else the
-    record key's. The file group of a (partition, bucket) is the live group's, else the
-    deterministic new id (:func:`~engine.write.write_client.new_bucket_file_id`), so a retried task
-    or a replayed batch agrees. Rows that already name a file group (the global-state index
-    decided) keep it; other rows (errors, skipped versions) are dropped.
-
-    A delete without a partition (a tombstone on a partitioned BUCKET table) goes to the key's
-    bucket in every partition that has it — live at the instant's start, or written by the rows
-    at hand — as one copy per partition; the write handle of each group then deletes the key if
-    it holds it (deleting an absent key changes nothing). The caller must hand over all rows of
-    a bucket at once (``write_rows(..., by_bucket=True)``). Executor side.
+    record key's. Rows that already name a file group (the global-state index decided) keep
+    it; other rows (errors, skipped versions) are dropped. A delete without a partition (a
+    tombstone on a partitioned BUCKET table) is copied to the key's bucket in every partition
+    that has it (:func:`engine.write.placement.spread_tombstones`); the caller must hand over
+    all rows of a bucket at once (``write_rows(..., by_bucket=True)``). Executor side.
     """
     ops = rows.column(OP).combine_chunks()
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
     if rows.column(PARTITION_PATH).null_count:
-        rows = _spread_tombstones(rows, num_buckets, live)
+        rows = spread_tombstones(rows, _buckets(rows, num_buckets).to_pylist(), live)
     fids = rows.column(FILE_ID).combine_chunks()
     if not rows.num_rows or not fids.null_count:
         return rows
-    if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
-        buckets = rows.column(BUCKET).combine_chunks().cast(pa.int32())
-    else:
-        buckets = pa.array(bucket_ids(rows.column(RECORD_KEY), num_buckets), pa.int32())
-    parts = rows.column(PARTITION_PATH).combine_chunks()
-    # One look-up per distinct (partition, bucket), not per row.
-    labels = pc.binary_join_element_wise(parts, buckets.cast(pa.string()), "/").dictionary_encode()
-    distinct = [label.rsplit("/", 1) for label in labels.dictionary.to_pylist()]
-    ids = [live.get((part, int(b))) or new_bucket_file_id(table_name, part, int(b))
-           for part, b in distinct]
-    placed = pa.array(ids, pa.string()).take(labels.indices)
+    placed = bucket_file_ids(rows.column(PARTITION_PATH).combine_chunks(),
+                             _buckets(rows, num_buckets), table_name=table_name, live=live)
     return rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(fids, placed))
+
+
+def _buckets(rows: pa.Table, num_buckets: int) -> pa.Array:
+    """Each row's bucket: prepare's :data:`~ingest.prepare.BUCKET`, else the key's."""
+    if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
+        return rows.column(BUCKET).combine_chunks().cast(pa.int32())
+    return pa.array(record_buckets(rows.column(RECORD_KEY), num_buckets), pa.int32())
 
 
 def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
                    rings: Mapping[str, HashingMetadata]) -> tuple[pa.Table, tuple[str, ...]]:
     """Consistent hashing: fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes from the
     node prepare found (:data:`~ingest.prepare.BUCKET`) in the ring of the instant's snapshot
-    (``rings``; a partition without one gets its initial ring, written now).
+    (:func:`engine.write.placement.ring_file_ids`).
 
     Prepare read the rings itself (:data:`~ingest.prepare.RING` names the one it used), and
     the rows of one file group reach one task only if it used the snapshot's ring: rows of a
@@ -313,56 +239,13 @@ def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
     if not rows.num_rows:
         return rows, ()
-    parts = rows.column(PARTITION_PATH).combine_chunks()
-    nodes = rows.column(BUCKET).combine_chunks().cast(pa.int32())
-    used = rows.column(RING).combine_chunks()
-    labels = pc.binary_join_element_wise(parts, used, nodes.cast(pa.string()), "/")
-    encoded = labels.dictionary_encode()
-    storage = Storage(base_path)
-    ids: list[str | None] = []
-    stale: set[str] = set()
-    for part, instant, node in (label.rsplit("/", 2) for label in
-                                encoded.dictionary.to_pylist()):
-        ring = rings.get(part)
-        if ring is None:
-            ensure_initial_metadata(storage, part, num_buckets)
-            ring = HashingMetadata.initial(part, num_buckets)
-        if instant != ring.instant:
-            stale.add(part)
-            ids.append(None)
-        else:
-            ids.append(ring.nodes[int(node)].file_id)
-    placed = pa.array(ids, pa.string()).take(encoded.indices)
+    placed, stale = ring_file_ids(
+        rows.column(PARTITION_PATH).combine_chunks(), rows.column(RING).combine_chunks(),
+        rows.column(BUCKET).combine_chunks().cast(pa.int32()), rings=rings,
+        storage=Storage(base_path), num_buckets=num_buckets)
     rows = rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(rows.column(FILE_ID).combine_chunks(), placed))
-    return rows.filter(pc.is_valid(rows.column(FILE_ID))), tuple(sorted(stale))
-
-
-def _spread_tombstones(rows: pa.Table, num_buckets: int,
-                       live: Mapping[tuple[str, int], str]) -> pa.Table:
-    """Partition-less deletes copied to each partition holding their bucket (place_rows)."""
-    parts = rows.column(PARTITION_PATH).combine_chunks()
-    if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
-        buckets = rows.column(BUCKET).combine_chunks().cast(pa.int32()).to_pylist()
-    else:
-        buckets = np.asarray(bucket_ids(rows.column(RECORD_KEY), num_buckets)).tolist()
-    homeless = pc.is_null(parts).to_numpy(zero_copy_only=False)
-    where: dict[int, set[str]] = {}
-    for (part, bucket) in live:
-        where.setdefault(int(bucket), set()).add(part)
-    for part, bucket, lost in zip(parts.to_pylist(), buckets, homeless.tolist(), strict=True):
-        if not lost:
-            where.setdefault(int(bucket), set()).add(part)
-    take: list[int] = []
-    paths: list[str] = []
-    for i in np.flatnonzero(homeless).tolist():
-        for part in sorted(where.get(int(buckets[i]), ())):
-            take.append(i)
-            paths.append(part)
-    copies = rows.take(pa.array(take, pa.int64()))
-    copies = copies.set_column(copies.schema.get_field_index(PARTITION_PATH), PARTITION_PATH,
-                               pa.array(paths, pa.string()))
-    return pa.concat_tables([rows.filter(pa.array(~homeless)), copies])
+    return rows.filter(pc.is_valid(rows.column(FILE_ID))), stale
 
 
 # --- writing (executor side) ----------------------------------------------------------------
@@ -373,7 +256,8 @@ class WriteSpec:
     """What a write task needs besides its rows (picklable)."""
 
     context: WriteContext
-    is_mor: bool
+    rule: TaskRule
+    """What each file group's task writes, as the write client decides it."""
     event_time: bool
     table_name: str
     num_buckets: int
@@ -381,10 +265,6 @@ class WriteSpec:
     """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
     """Set when the batch's error rows must be staged for the error table."""
-    log_only_inserts: bool = False
-    """New file groups get a log file, not a base file (non-blocking concurrency)."""
-    config: TableConfig | None = None
-    """The table's config: tombstones look up what the file group stores (BUCKET index)."""
 
 
 @dataclass(frozen=True)
@@ -508,34 +388,27 @@ def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
     return pa.table(columns)
 
 
-def write_group(spec: WriteSpec, layout: TableLayout, partition: str, file_id: str,
+def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
-    """Resolve one file group's rows and run its write handle; None if nothing to write."""
+    """Resolve one file group's rows and run its write handle (the task the write client's
+    :class:`~engine.write.write_client.TaskRule` decides); None if nothing to write."""
     ctx = spec.context
-    existing = layout.groups.get((partition, file_id))
+    existing = view.latest_slice(partition, file_id)
     if spec.attach is not None:  # the global-state index decided every key already
         resolved = resolve(rows, event_time=spec.event_time, decided=True)
     else:
         rows = arrival_order(rows)
-        stored = (_stored_orderings(spec, partition, file_id, _tombstone_keys(rows, spec))
+        stored = (_stored_orderings(spec, view, existing, _tombstone_keys(rows, spec))
                   if existing is not None else {})
         resolved = resolve(rows, event_time=spec.event_time, stored=stored)
-    if existing is None:
-        kind = APPEND if spec.log_only_inserts else CREATE
-    else:
-        kind = APPEND if spec.is_mor else MERGE
     data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
     records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
-    deletes = (_deletes(resolved.deletes, spec)
-               if resolved.deletes.num_rows and kind != CREATE else None)
-    if records is None and deletes is None:
-        return None
+    deletes = _deletes(resolved.deletes, spec) if resolved.deletes.num_rows else None
     task_partition, stage, attempt = token
-    base_file, base_instant = existing if existing is not None else (None, None)
-    task = WriteTask(kind=kind, partition_path=partition, file_id=file_id, records=records,
-                     deletes=deletes, base_file=base_file, base_instant=base_instant,
-                     task_partition=task_partition, stage=stage, attempt=attempt,
-                     log_files=layout.log_files.get((partition, file_id), ()))
+    task = spec.rule.task(view, partition, file_id, records, deletes,
+                          task_partition=task_partition, stage=stage, attempt=attempt)
+    if task is None:
+        return None
     # sync: the task flushes its own files; the driver's sync reaches only its own host.
     return execute(ctx, task, sync=True)
 
@@ -548,39 +421,14 @@ def _tombstone_keys(rows: pa.Table, spec: WriteSpec) -> pa.Array:
     return pc.unique(rows.column(RECORD_KEY).filter(deletes).combine_chunks())
 
 
-_VIEWS: dict[tuple[str, str], tuple[SliceReader, dict[tuple[str, str], FileSlice]]] = {}
-
-
-def _committed_view(base_path: str, instant_time: str, config: TableConfig
-                    ) -> tuple[SliceReader, dict[tuple[str, str], FileSlice]]:
-    """A reader and the latest committed slice of every file group, listed once per instant
-    and worker process (what an instant's write tasks read does not change under them)."""
-    key = (base_path, instant_time)
-    if key not in _VIEWS:
-        _VIEWS.clear()
-        storage = Storage(base_path)
-        timeline = Timeline.load(storage, config)
-        visible = visible_instants(timeline)
-        slices = build_file_slices(list_table_files(storage), timeline, visible)
-        schema_json = timeline.latest_schema()
-        reader = SliceReader(storage, timeline, visible,
-                             arrow_from_avro_json(schema_json) if schema_json else None)
-        _VIEWS[key] = (reader, {(s.partition_path, s.file_id): s for s in slices})
-    return _VIEWS[key]
-
-
-def _stored_orderings(spec: WriteSpec, partition: str, file_id: str,
+def _stored_orderings(spec: WriteSpec, view: TableView, slc: FileSlice,
                       keys: pa.Array) -> dict[str, Any]:
     """The keys among ``keys`` that file group stores live → their ordering values (as
     :data:`~ingest.prepare.ORDERING` holds them; None without event time). Reads the group's
-    latest committed slice, key and ordering columns of those keys only."""
-    if not len(keys) or spec.config is None:
+    latest slice in the instant's view, key and ordering columns of those keys only."""
+    if not len(keys):
         return {}
-    reader, slices = _committed_view(spec.context.base_path, spec.context.instant_time,
-                                     spec.config)
-    slc = slices.get((partition, file_id))
-    if slc is None:
-        return {}
+    reader = view.slice_reader()
     ordering = spec.context.ordering_field if spec.event_time else None
     columns = [RECORD_KEY] + ([ordering] if ordering else [])
     found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
@@ -643,7 +491,7 @@ def reason_histogram(rows: pa.Table) -> tuple[tuple[str, int], ...]:
     return tuple((str(kind), int(n)) for kind, n in pairs[:REASON_KINDS])
 
 
-def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
+def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -663,18 +511,18 @@ def _write_partition(spec: WriteSpec, layout_of: Callable[[], TableLayout]
         sources, first_error = source_counts(rows)
         staged = (spec.errors.stage(rows, token)
                   if spec.errors is not None and first_error is not None else None)
-        layout = layout_of()
+        view = view_of()
         stale: tuple[str, ...] = ()
-        if layout.rings is not None:
+        if view.config.consistent_hashing:
             placed, stale = place_on_rings(rows, base_path=spec.context.base_path,
-                                           num_buckets=spec.num_buckets, rings=layout.rings)
+                                           num_buckets=spec.num_buckets, rings=view.rings())
         else:
             placed = place_rows(rows, table_name=spec.table_name,
-                                num_buckets=spec.num_buckets, live=layout.buckets)
+                                num_buckets=spec.num_buckets, live=live_buckets(view))
         stats: list[WriteStat] = []
         groups: list[str] = []
         for (partition, file_id), group in _groups(placed):
-            stat = write_group(spec, layout, partition, file_id, group, token)
+            stat = write_group(spec, view, partition, file_id, group, token)
             if stat is not None:
                 stats.append(stat)
                 groups.append(f"{partition}/{file_id}")
@@ -736,15 +584,14 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     ``rows`` are prepared rows (:mod:`ingest.prepare`), or error-table rows; every row is
     read once. The tasks place rows in file groups, run the write handles, count the rows
     per Kafka partition and, with ``errors``, stage the error rows; ``attach`` decodes slim
-    rows in the task. Driver side: broadcasts the layout and collects one small result per
+    rows in the task. Driver side: broadcasts the view and collects one small result per
     task.
     """
     spark = rows.sparkSession
-    broadcast = spark.sparkContext.broadcast(plan.layout)
+    broadcast = spark.sparkContext.broadcast(plan.view)
     config = plan.table.config
-    spec = WriteSpec(plan.context, config.is_mor, event_time, config.name,
-                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors,
-                     log_only_inserts=plan.client.log_only_inserts, config=config)
+    spec = WriteSpec(plan.context, plan.client.task_rule, event_time, config.name,
+                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
                                                                by_bucket=by_bucket))

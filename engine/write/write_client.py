@@ -12,7 +12,6 @@ only step that touches the timeline after the instant started.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,18 +24,19 @@ from engine.config import ConcurrencyMode, IndexType, MergeMode, TableConfig, Wr
 from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
-from engine.index.bucket import bucket_file_id, bucket_from_file_id, bucket_ids
-from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata, route
+from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
-from engine.layout.file_group import (
-    FileSlice,
-    build_file_slices,
-    delete_unreferenced,
-    list_table_files,
-    visible_instants,
-)
+from engine.layout.file_group import FileSlice, delete_unreferenced
 from engine.layout.keygen import key_batch, partition_paths, record_keys
-from engine.merge.policy import ABSENT, KIND_CODES, LIVE, DeletePolicy, resolve_single
+from engine.layout.view import TableView
+from engine.merge.policy import (
+    ABSENT,
+    KIND_CODES,
+    LIVE,
+    DeletePolicy,
+    resolve_single,
+    stays_in_place,
+)
 from engine.merge.record_merger import dedupe_batch
 from engine.read.reader import SliceReader
 from engine.schema import (
@@ -55,8 +55,14 @@ from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
-from engine.write.conflict import check_conflicts, planned_groups
+from engine.write.conflict import check_conflicts
 from engine.write.partitioner import assign_inserts, average_record_size
+from engine.write.placement import (
+    bucket_group,
+    place_buckets,
+    record_buckets,
+    routed,
+)
 from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
 
 UPSERT = "UPSERT"
@@ -74,6 +80,47 @@ class WritePlan:
     tasks: list[WriteTask]
     operation: str
     extra_metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskRule:
+    """Decides each file group's write task of an instant: its kind (create, append or
+    merge), the slice it writes on, what it carries. The write client plans with it, and
+    the streaming job's write tasks ask the same (picklable; :meth:`WriteClient.task_rule`)."""
+
+    is_mor: bool
+    log_only_inserts: bool
+    """New file groups get a log file, not a base file (non-blocking concurrency)."""
+
+    def task(self, view: TableView, partition: str, file_id: str, records: pa.Table | None,
+             deletes: pa.Table | None, *, operation: str = UPSERT, task_partition: int = 0,
+             stage: int = 0, attempt: int = 0, num_updates: int = 0) -> WriteTask | None:
+        """The task writing ``records`` and ``deletes`` to one file group of ``view``; None
+        if it has nothing to write (a group the view does not have takes no deletes,
+        unless new groups start with a log file)."""
+        existing = view.latest_slice(partition, file_id)
+        if existing is None:
+            # bulk_insert writes base files even here: its commit is then checked as
+            # under optimistic concurrency (finish), which keeps two base files from
+            # starting one group twice. Deletes alone are always a log file.
+            kind = (APPEND if self.log_only_inserts
+                    and (operation != BULK_INSERT or records is None) else CREATE)
+        elif self.is_mor:
+            kind = APPEND
+        else:
+            kind = MERGE
+        if kind == CREATE:
+            deletes = None
+        if records is None and deletes is None:
+            return None
+        base_file = existing.base_file.path if existing and existing.base_file else None
+        return WriteTask(
+            kind=kind, partition_path=partition, file_id=file_id, records=records,
+            deletes=deletes, base_file=base_file,
+            base_instant=existing.base_instant if existing else None,
+            task_partition=task_partition, stage=stage, attempt=attempt,
+            num_updates=num_updates,
+            log_files=tuple(log.name for log in existing.log_files) if existing else ())
 
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
@@ -246,21 +293,13 @@ class WriteClient:
              records: pa.Table | None, deletes: pa.Table | None,
              extra_metadata: Mapping[str, str] | None = None) -> WritePlan:
         """Tag and place every record and delete; one task per touched file group."""
-        files = list_table_files(self.storage)
-        visible = visible_instants(timeline)
-        slices = build_file_slices(files, timeline, visible)
-        by_group = {(s.partition_path, s.file_id): s for s in slices}
-        by_partition: dict[str, list[FileSlice]] = {}
-        for s in slices:
-            by_partition.setdefault(s.partition_path, []).append(s)
+        view = TableView(self.storage, timeline)
         data_schema = self._table_data_schema(timeline)
         if data_schema is None and records is not None:
             data_schema = records.drop_columns([RECORD_KEY, PARTITION_PATH]).schema
         if data_schema is None:
             data_schema = pa.schema([])
-        reader = SliceReader(self.storage, timeline, visible,
-                             arrow_from_avro_json(timeline.latest_schema() or "")
-                             if timeline.latest_schema() else None)
+        reader = view.slice_reader()
 
         group_records: dict[tuple[str, str], list[pa.Table]] = {}
         group_deletes: dict[tuple[str, str], list[pa.Table]] = {}
@@ -271,33 +310,57 @@ class WriteClient:
 
         def ring_of(partition: str) -> HashingMetadata:
             if partition not in rings:
-                rings[partition] = load_or_create_metadata(
+                rings[partition] = view.ring(partition) or load_or_create_metadata(
                     self.storage, timeline, partition, self.write_config.num_buckets)
             return rings[partition]
 
         if deletes is not None and deletes.num_rows:
-            located = self._locate(deletes, reader, slices, by_partition, ring_of)
+            located = self._locate(deletes, reader, view, ring_of)
             for group, part in _split_by_group(located):
                 # Non-blocking: a delete may address a bucket group not created yet (_locate).
-                if group in by_group or self.log_only_inserts:
+                if view.latest_slice(*group) is not None or self.log_only_inserts:
                     group_deletes.setdefault(group, []).append(part)
 
         if records is not None and records.num_rows:
             if index is IndexType.BUCKET and self.config.consistent_hashing:
-                for part, fid, rows in _routed(records, ring_of):
+                for part, fid, rows in routed(records, ring_of):
                     group_records.setdefault((part, fid), []).append(
                         records.take(pa.array(rows)))
             elif index is IndexType.BUCKET:
-                self._place_bucket(records, by_partition, group_records, group_updates)
+                for group, rows in place_buckets(records, table_name=self.config.name,
+                                                 num_buckets=self.write_config.num_buckets,
+                                                 live=view.bucket_groups()):
+                    group_records.setdefault(group, []).append(rows)
             else:
-                self._place_simple(timeline, operation, records, reader, slices,
-                                   by_partition, group_records, group_deletes,
-                                   group_updates)
+                self._place_simple(timeline, operation, records, reader, view,
+                                   group_records, group_deletes, group_updates)
 
+        tasks: list[WriteTask] = []
+        rule = self.task_rule
+        for group in sorted(set(group_records) | set(group_deletes)):
+            task = rule.task(view, *group, _concat(group_records.get(group)),
+                             _concat(group_deletes.get(group)), operation=operation,
+                             task_partition=len(tasks),
+                             num_updates=group_updates.get(group, 0))
+            if task is not None:
+                tasks.append(task)
+        return WritePlan(instant, self.write_context(instant, data_schema), tasks, operation,
+                         self.commit_extra(data_schema, extra_metadata or {}))
+
+    # -- what one instant's tasks write (the Spark write tasks ask the same) ----------------
+
+    @property
+    def task_rule(self) -> TaskRule:
+        """How this writer's tasks are decided (picklable: Spark tasks carry it)."""
+        return TaskRule(is_mor=self.config.is_mor, log_only_inserts=self.log_only_inserts)
+
+    def write_context(self, instant: Instant, data_schema: pa.Schema) -> WriteContext:
+        """The context every write task of ``instant`` shares, for the table's data schema
+        (data columns only)."""
         ordering_type = None
         if self.config.precombine_field and self.config.precombine_field in data_schema.names:
             ordering_type = ordering_kind(data_schema.field(self.config.precombine_field).type)
-        context = WriteContext(
+        return WriteContext(
             base_path=self.storage.base_path, instant_time=instant.requested_time,
             table_name=self.config.name, data_schema=data_schema,
             avro_schema_with_meta=avro_full_schema(data_schema, self.config.name),
@@ -306,74 +369,53 @@ class WriteClient:
             log_block_format=self.write_config.log_block_format,
             compression=self.write_config.compression,
             write_bloom_filter=self.write_config.write_bloom_filter,
-            timeline_folder=timeline.folder,
+            timeline_folder=Timeline.folder_for(self.config),
         )
-        tasks: list[WriteTask] = []
-        for group in sorted(set(group_records) | set(group_deletes)):
-            partition, file_id = group
-            recs = _concat(group_records.get(group))
-            dels = _concat(group_deletes.get(group))
-            existing = by_group.get(group)
-            if existing is None:
-                if recs is None and not self.log_only_inserts:
-                    continue
-                # bulk_insert writes base files even here: its commit is then checked as
-                # under optimistic concurrency (finish), which keeps two base files from
-                # starting one group twice. Deletes alone are always a log file.
-                kind = (APPEND if self.log_only_inserts
-                        and (operation != BULK_INSERT or recs is None) else CREATE)
-            elif self.config.is_mor:
-                kind = APPEND
-            else:
-                kind = MERGE
-            base_rel = existing.base_file.path if existing and existing.base_file else None
-            tasks.append(WriteTask(
-                kind=kind, partition_path=partition, file_id=file_id, records=recs,
-                deletes=dels if kind != CREATE else None, base_file=base_rel,
-                base_instant=existing.base_instant if existing else None,
-                task_partition=len(tasks), num_updates=group_updates.get(group, 0),
-                log_files=tuple(log.name for log in existing.log_files) if existing else ()))
+
+    def commit_extra(self, data_schema: pa.Schema,
+                     extra_metadata: Mapping[str, str]) -> dict[str, str]:
+        """The commit's extra metadata: the data schema (as Hudi records it), then
+        ``extra_metadata``."""
         extra = {"schema": json.dumps(avro_data_schema(data_schema, self.config.name),
                                       separators=(",", ":"))}
-        extra.update(extra_metadata or {})
-        return WritePlan(instant, context, tasks, operation, extra)
+        extra.update(extra_metadata)
+        return extra
 
-    def _locate(self, deletes: pa.Table, reader: SliceReader, slices: list[FileSlice],
-                by_partition: Mapping[str, list[FileSlice]],
+    def _locate(self, deletes: pa.Table, reader: SliceReader, view: TableView,
                 ring_of: Callable[[str], HashingMetadata]) -> pa.Table:
         """Deletes with the partition and file group their key lives in (found ones only).
 
         Non-blocking mode, BUCKET index, partition known: a delete whose bucket has no file
         group in the snapshot goes to the group the bucket's first insert creates
-        (:func:`new_bucket_file_id`), as Java's NBCC bucket writers address an unknown bucket
-        by its fixed id (``BucketIdentifier.newBucketFileIdForNBCC``). A concurrent writer
-        may create that group before either commits; the delete, a log block ordered by
-        event time like the insert, then deletes the key whichever commits first.
+        (:func:`engine.write.placement.new_bucket_file_id`), as Java's NBCC bucket writers
+        address an unknown bucket by its fixed id (``BucketIdentifier.newBucketFileIdForNBCC``).
+        A concurrent writer may create that group before either commits; the delete, a log
+        block ordered by event time like the insert, then deletes the key whichever commits
+        first.
         """
         known_partition = PARTITION_PATH in deletes.column_names
         if (self.write_config.index_type is IndexType.BUCKET and known_partition
                 and self.config.consistent_hashing):
-            routed: list[str | None] = [None] * deletes.num_rows
-            for _, group_id, rows in _routed(deletes, ring_of):
+            groups: list[str | None] = [None] * deletes.num_rows
+            for _, group_id, rows in routed(deletes, ring_of):
                 for i in rows.tolist():
-                    routed[i] = group_id
-            return deletes.append_column("_file_id", pa.array(routed, pa.string()))
+                    groups[i] = group_id
+            return deletes.append_column("_file_id", pa.array(groups, pa.string()))
         if (self.write_config.index_type is IndexType.BUCKET and known_partition):
-            buckets = _record_buckets(deletes.column(RECORD_KEY),
-                                      self.write_config.num_buckets)
+            buckets = record_buckets(deletes.column(RECORD_KEY), self.write_config.num_buckets)
+            live = view.bucket_groups()
             file_ids = []
             for part, b in zip(deletes.column(PARTITION_PATH).to_pylist(), buckets.tolist(),
                                strict=True):
-                fid = _bucket_group(by_partition.get(part, []), b)
-                if fid is None and self.log_only_inserts:
-                    fid = new_bucket_file_id(self.config.name, part, b)
-                file_ids.append(fid)
+                # Only non-blocking writers address a bucket group not created yet.
+                file_ids.append(bucket_group(live, self.config.name, part, b)
+                                if self.log_only_inserts else live.get((part, b)))
             located = deletes.append_column("_file_id", pa.array(file_ids, pa.string()))
             return located.filter(pc.is_valid(located.column("_file_id")))
         global_lookup = (not known_partition
                          or self.write_config.index_type is IndexType.GLOBAL_SIMPLE)
         wanted = None if global_lookup else set(deletes.column(PARTITION_PATH).to_pylist())
-        locations = key_locations(reader, slices, wanted)
+        locations = key_locations(reader, view.latest_file_slices(), wanted)
         parts = (deletes.column(PARTITION_PATH).combine_chunks() if known_partition
                  else pa.nulls(deletes.num_rows, pa.string()))
         tagged = tag(deletes.column(RECORD_KEY).combine_chunks(), parts, locations,
@@ -387,36 +429,14 @@ class WriteClient:
         located = located.append_column("_file_id", tagged.column("loc_file_id"))
         return located.filter(pc.is_valid(located.column("_file_id")))
 
-    def _place_bucket(self, records: pa.Table, by_partition: Mapping[str, list[FileSlice]],
-                      group_records: dict[tuple[str, str], list[pa.Table]],
-                      group_updates: dict[tuple[str, str], int]) -> None:
-        buckets = np.asarray(_record_buckets(records.column(RECORD_KEY),
-                                             self.write_config.num_buckets), dtype=np.int64)
-        encoded = records.column(PARTITION_PATH).combine_chunks().dictionary_encode()
-        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        group_code = codes * self.write_config.num_buckets + buckets
-        order = np.argsort(group_code, kind="stable")
-        ordered = records.take(pa.array(order))
-        sorted_codes = group_code[order]
-        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-        ends = np.r_[starts[1:], len(order)]
-        names = encoded.dictionary.to_pylist()
-        n_buckets = self.write_config.num_buckets
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            code = int(sorted_codes[start])
-            part, bucket = names[code // n_buckets], code % n_buckets
-            fid = _bucket_group(by_partition.get(part, []), bucket) or new_bucket_file_id(
-                self.config.name, part, bucket)
-            group_records.setdefault((part, fid), []).append(ordered.slice(start, end - start))
-
     def _place_simple(self, timeline: Timeline, operation: str, records: pa.Table,
-                      reader: SliceReader, slices: list[FileSlice],
-                      by_partition: Mapping[str, list[FileSlice]],
+                      reader: SliceReader, view: TableView,
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_deletes: dict[tuple[str, str], list[pa.Table]],
                       group_updates: dict[tuple[str, str], int]) -> None:
         global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
         inserts = records
+        slices = view.latest_file_slices()
         if operation == UPSERT and slices:
             inserts = self._tag_updates(records, reader, slices, global_index,
                                         group_records, group_deletes, group_updates)
@@ -424,9 +444,7 @@ class WriteClient:
             return
         record_size = average_record_size(timeline, self.write_config)
         # Inserts never go to file groups a pending compaction or clustering will rewrite.
-        planned: set[tuple[str, str]] = set()
-        for pending in timeline.pending((Action.COMPACTION, Action.CLUSTERING)):
-            planned |= planned_groups(timeline, pending)
+        planned = view.pending_rewrite_groups()
         parts = inserts.column(PARTITION_PATH).combine_chunks()
         for part in parts.unique().to_pylist():
             mask = pc.equal(parts, part)
@@ -434,7 +452,7 @@ class WriteClient:
             if operation == BULK_INSERT:
                 candidates: list[FileSlice] = []
             else:
-                candidates = [s for s in by_partition.get(part, [])
+                candidates = [s for s in view.latest_in_partition(part)
                               if (s.partition_path, s.file_id) not in planned]
             placement = assign_inserts(part, part_rows.num_rows, candidates,
                                        self.write_config, record_size)
@@ -470,7 +488,7 @@ class WriteClient:
         loc_f = tagged.column("loc_file_id").combine_chunks()
         found = pc.is_valid(loc_f)
         exp_parts = expanded.column(PARTITION_PATH).combine_chunks()
-        same = pc.and_(found, pc.fill_null(pc.equal(loc_p, exp_parts), False))
+        same = pc.and_(found, stays_in_place(loc_p, exp_parts))
         moved = pc.and_(found, pc.invert(same))
         losing = self._loses_to_stored(expanded, tagged, found)
         if losing is not None:
@@ -708,49 +726,6 @@ def _delete_marker(data: pa.Table) -> pa.Array | None:
         raise InvalidRecordError(
             f"column {DELETE_MARKER!r} of type {column.type} is not a boolean") from None
     return pc.fill_null(flags, False)
-
-
-def new_bucket_file_id(table_name: str, partition: str, bucket: int,
-                       generation: int = 0) -> str:
-    """File id of a new bucket's file group, the same for every writer of that bucket.
-
-    Derived from (table, partition, bucket) so that a retried task, or another executor,
-    names the group identically; Hudi does the same for its non-blocking bucket ids.
-    ``generation`` > 0 names the bucket's next group once a clustering replaced the
-    previous one (a replaced file id is never written again).
-    """
-    name = f"tidelake:{table_name}:{partition}:{bucket}"
-    seed = uuid.uuid5(uuid.NAMESPACE_URL, f"{name}:{generation}" if generation else name)
-    return bucket_file_id(bucket, str(seed))
-
-
-def _routed(data: pa.Table, ring_of: Callable[[str], HashingMetadata]
-            ) -> list[tuple[str, str, np.ndarray]]:
-    """Consistent hashing: rows by the file group their key's hash falls in
-    (:func:`engine.index.consistent_hashing.route`); a key Java cannot parse is a bad
-    record."""
-    try:
-        return route(data.column(RECORD_KEY), data.column(PARTITION_PATH), ring_of)
-    except ValueError as exc:
-        raise InvalidRecordError(f"consistent hashing bucket index: {exc}") from None
-
-
-def _record_buckets(keys: pa.Array | pa.ChunkedArray, num_buckets: int) -> np.ndarray:
-    """Bucket ids of record keys; a key Java's bucket index cannot parse is a bad record."""
-    try:
-        return bucket_ids(keys, num_buckets)
-    except ValueError as exc:
-        raise InvalidRecordError(f"bucket index: {exc}") from None
-
-
-def _bucket_group(slices: Sequence[FileSlice], bucket: int) -> str | None:
-    for slc in slices:
-        try:
-            if bucket_from_file_id(slc.file_id) == bucket:
-                return slc.file_id
-        except ValueError:
-            continue
-    return None
 
 
 def _concat(tables: list[pa.Table] | None) -> pa.Table | None:

@@ -19,7 +19,6 @@ from engine import Table
 from engine.storage import Storage
 from engine.write.write_client import WriteClient
 from engine.write.write_handle import CREATE, WriteTask, execute
-from ingest.spark_write import write_context
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
                                 reason="needs /proc/self/fd to name fsynced descriptors")
@@ -83,7 +82,7 @@ def _data_task(table: Table, sync: bool) -> tuple[str, str]:
     data = pa.table({"id": [f"k{i}" for i in range(50)], "ts": np.arange(50)})
     client = WriteClient(table.storage, table.config, table.write_config)
     _, instant = client.begin()
-    ctx = write_context(table, instant, data.schema)
+    ctx = client.write_context(instant, data.schema)
     records = data.append_column("_hoodie_record_key", data.column("id")) \
         .append_column("_hoodie_partition_path", pa.array(["p"] * 50))
     stat = execute(ctx, WriteTask(kind=CREATE, partition_path="p",

@@ -16,7 +16,8 @@ import pytest
 from engine import Table
 from engine.index.bucket import bucket_from_file_id
 from engine.layout.file_group import list_table_files
-from engine.write.write_client import DELETE, UPSERT, WriteClient, new_bucket_file_id
+from engine.write.placement import new_bucket_file_id
+from engine.write.write_client import DELETE, UPSERT, WriteClient
 from tests.helpers import hudi_rs_read, rows_by_key
 
 VALUES = ("ts", "v")

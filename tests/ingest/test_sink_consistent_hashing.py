@@ -18,6 +18,7 @@ import pytest
 from engine import Table
 from engine.errors import InvalidOptionError, WriteConflictError
 from engine.index.consistent_hashing import HashingMetadata, load_metadata, xxh32
+from engine.layout import view as view_module
 from engine.timeline.active import Timeline
 from ingest import spark_write
 from ingest.prepare import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
@@ -131,7 +132,7 @@ def test_ch_sink_ring_changed_under_a_batch_retries_it_whole(
     before = HashingMetadata.initial("oslo", 2)
     assert _rings(path)["oslo"] != before
 
-    real = spark_write.load_metadata
+    real = view_module.load_metadata
     stale_calls = [1]
 
     def snapshot_before_the_resize(storage: Any, timeline: Any, partition: str
@@ -141,7 +142,7 @@ def test_ch_sink_ring_changed_under_a_batch_retries_it_whole(
             return before if partition == "oslo" else real(storage, timeline, partition)
         return real(storage, timeline, partition)
 
-    monkeypatch.setattr(spark_write, "load_metadata", snapshot_before_the_resize)
+    monkeypatch.setattr(view_module, "load_metadata", snapshot_before_the_resize)
     second = [Event(f"k{i:04d}", 1000 + i, "oslo", 2.0) for i in range(0, 300, 3)]
     completed = _completed(path)
     with pytest.raises(WriteConflictError, match="ring of partition 'oslo' changed"):
