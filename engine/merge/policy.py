@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
-           "SingleOutcomes", "loses_to_stored", "resolve_key", "resolve_single"]
+           "SingleOutcomes", "loses_to_stored", "resolve_key", "resolve_single",
+           "stays_in_place"]
 
 
 class DeletePolicy(enum.Enum):
@@ -66,6 +67,23 @@ def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
     ``stored`` (event time): ``incoming`` is lower. Null on either side never loses; a tie goes
     to the incoming version (the later write). Both arrays must have one type."""
     return pc.fill_null(pc.less(incoming, stored), False)
+
+
+def stays_in_place(stored_partition: Any, partition: Any, *,
+                   update_partition_path: bool = True) -> Any:
+    """Where a new version of a live key updates the stored copy where it is: in the same
+    partition, or always when the index keeps keys where they are (``update_partition_path``
+    false, Hudi's ``hoodie.simple.index.update.partition.path``). Elsewhere the key moves: the
+    old copy is deleted (at :meth:`DeletePolicy.delete_ordering`) and the new version inserted
+    into its own partition. Python values, numpy arrays or Arrow arrays, element-wise (a null
+    partition never matches)."""
+    if isinstance(partition, (pa.Array, pa.ChunkedArray)):
+        if not update_partition_path:
+            return pa.array(np.ones(len(partition), dtype=bool))
+        return pc.fill_null(pc.equal(stored_partition, partition), False)
+    if not update_partition_path:
+        return np.ones(np.shape(partition), dtype=bool) if np.ndim(partition) else True
+    return stored_partition == partition
 
 
 def _loses(incoming: Any, stored: Any) -> bool:
