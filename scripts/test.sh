@@ -12,8 +12,16 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
-# Quick subset first (fails fast), then everything marked slow.
-.venv/bin/python -m pytest -m "not slow" -q "$@"
+# Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
+# no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
+# share one Spark session and one broker per process and run in one. With arguments (paths,
+# -k ...) the quick suite runs in one process, as given.
+if [ "$#" -eq 0 ]; then
+  .venv/bin/python -m pytest -m "not slow" -q -n 2 tests/engine
+  .venv/bin/python -m pytest -m "not slow" -q --ignore=tests/engine
+else
+  .venv/bin/python -m pytest -m "not slow" -q "$@"
+fi
 status=0
 .venv/bin/python -m pytest -m slow -q "$@" || status=$?
 # Exit code 5 means "no test selected": not a failure when no suite is marked slow.
