@@ -253,13 +253,7 @@ def _stats_exist(table: Table) -> None:
 
 
 def test_stale_compaction_attempt_never_deletes_takeover_files(tmp_path: Path) -> None:
-    table = Table.create(str(tmp_path / "t"), name="own", table_type="MERGE_ON_READ",
-                         record_key="key", precombine="ts", partition_by=["part"],
-                         options={"hoodie.index.type": "BUCKET",
-                                  "hoodie.bucket.index.num.buckets": "2", **FAST})
-    keys = [f"k{i}" for i in range(12)]
-    table.upsert(_batch(keys, 1))
-    table.upsert(_batch(keys[:6], 2, ts=2))
+    table, expected = _bucket_mor_table(tmp_path)
     scheduled = Table.open(table.path, FAST).compact(schedule_only=True).scheduled
     assert scheduled
     r1, r2 = _stale_and_takeover(table, scheduled, lambda t, runner: t.compact(
@@ -267,7 +261,7 @@ def test_stale_compaction_attempt_never_deletes_takeover_files(tmp_path: Path) -
     assert isinstance(r1, TidelakeError), r1
     assert r2.completed == (scheduled,), r2
     _stats_exist(table)
-    _check(table, {k: (2 if i < 6 else 1) for i, k in enumerate(keys)})
+    _check(table, expected)
 
 
 def _bucket_mor_table(tmp_path: Path) -> tuple[Table, dict[str, int]]:
