@@ -12,6 +12,9 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
+# The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
+# per Java and Spark install, about a minute; it halves each JVM's start.
+.venv/bin/python -m tests.spark_jvm
 # Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
 # no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
 # share one Spark session and one broker per process and run in one. With arguments (paths,

@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests import spark_jvm
+
+spark_jvm.use_in_environment()  # the Spark JVMs the tests start: C1 and the class-data archive
+
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "hudi-samples"
 """Java-written sample tables shipped with the tests (see its README.md)."""
 

@@ -1,0 +1,157 @@
+"""JVM options for the Spark drivers the tests start: a class-data-sharing archive and C1 only.
+
+Most of a short Spark job's time on this project's 2-core machines is the JVM starting: loading
+and verifying ~15,000 classes and compiling them with both JIT tiers. Measured on one job run of
+the crash test's shape (1,500 records, two micro-batches, ``tests.ingest.job_child``):
+
+================================================  ===========  =======
+driver JVM options                                JVM CPU (s)  wall (s)
+================================================  ===========  =======
+none                                              42           42
+``-XX:TieredStopAtLevel=1`` (C1 only)             25           36
+C1 and ``-XX:SharedArchiveFile`` (this archive)   13           27
+================================================  ===========  =======
+
+and a local session's first ``count()`` in 7 s instead of 17. The archive is a dynamic AppCDS
+archive (JDK 13+): the classes a representative job loaded, dumped by its JVM at exit
+(``-XX:ArchiveClassesAtExit``). ``python -m tests.spark_jvm`` writes it once per Java and Spark
+install (``scripts/test.sh`` runs it before the suites; about a minute); :func:`use_in_environment`
+(called by ``tests/conftest.py``) puts the options in ``SPARK_SUBMIT_OPTS``, which spark-submit
+adds to the driver JVM only, so the test session's own Spark, every child job (the crash, cluster
+and CLI tests) and the standalone cluster's driver start with them. A missing or stale archive is
+silently not used (``-Xshare:auto``, the JVM's default): the tests pass the same way, slower.
+
+Neither option changes what Spark or the JVM computes; the product's own JVMs are not touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["archive_path", "submit_opts", "use_in_environment", "write_archive"]
+
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+_DUMP_WAIT_S = 180.0
+
+
+def _java() -> Path | None:
+    """The ``java`` that pyspark launches (``JAVA_HOME`` first, as ``spark-class`` does)."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def archive_path() -> Path | None:
+    """Where the archive of this Java and this Spark install lives (None without a ``java``).
+
+    Keyed by the Java runtime's image and the Spark jars: an archive only maps into the JVM
+    and class path that wrote it."""
+    java = _java()
+    if java is None:
+        return None
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    key = hashlib.sha256()
+    modules = java.parent.parent / "lib" / "modules"
+    for path in (java, modules):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            key.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    key.update(pyspark.__version__.encode())
+    key.update("\n".join(sorted(p.name for p in jars.glob("*.jar"))).encode())
+    return Path(sys.prefix) / "spark-cds" / f"{key.hexdigest()[:16]}.jsa"
+
+
+def submit_opts() -> str:
+    """The driver JVM options: C1 only, and the archive where one was written."""
+    archive = archive_path()
+    if archive is not None and archive.is_file():
+        return f"{C1_ONLY} -XX:SharedArchiveFile={archive}"
+    return C1_ONLY
+
+
+def use_in_environment() -> None:
+    """Add :func:`submit_opts` to ``SPARK_SUBMIT_OPTS`` (kept: whatever the user set there)."""
+    ours = submit_opts()
+    current = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if ours not in current:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {ours}".strip()
+
+
+def _jvms_writing(target: Path) -> list[int]:
+    """Pids of live processes whose command line names ``target`` (the JVM dumping into it)."""
+    needle = str(target).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+    return pids
+
+
+def write_archive() -> Path | None:
+    """Write the archive unless it exists: run one GLOBAL_STATE job of the crash test's shape
+    (two micro-batches through the Kafka source, the state operator, the sink and a commit)
+    with ``-XX:ArchiveClassesAtExit``. Returns the archive, or None where none could be
+    written (the reason is printed; the tests then run without it)."""
+    target = archive_path()
+    if target is None:
+        print("spark_jvm: no java found; Spark JVMs start without a class-data archive")
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; the others find it written
+        if target.is_file():
+            print(f"spark_jvm: {target} (class-data archive) is there")
+            return target
+        return _dump(target)
+
+
+def _dump(target: Path) -> Path | None:
+    import tempfile
+
+    from ingest.broker import EmbeddedBroker
+    from tests.ingest.job_harness import ChildJob, KeyedStream, job_settings, write_job
+
+    started = time.monotonic()
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp, EmbeddedBroker() as broker:
+        work = Path(tmp)
+        stream = KeyedStream(broker.bootstrap_servers, "cds", 1_500, seed=7)
+        stream.send()
+        settings = job_settings(work, broker.bootstrap_servers, "cds", batch=1_000,
+                                index="GLOBAL_STATE")
+        options = f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial}"
+        job = ChildJob(write_job(work / "job.toml", settings), work, "cds",
+                       env={"SPARK_SUBMIT_OPTS": options})
+        code = job.wait(timeout=600)
+        if code != 0:
+            print(f"spark_jvm: the archive job failed (exit {code}); no archive:\n{job.tail()}")
+            return None
+        # The driver's JVM ends after its Python (it exits when the gateway's pipe closes)
+        # and only then writes the archive.
+        deadline = time.monotonic() + _DUMP_WAIT_S
+        while _jvms_writing(partial) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    if _jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
+        partial.unlink(missing_ok=True)
+        print("spark_jvm: the JVM wrote no class-data archive (this Java may lack a base CDS "
+              "archive); Spark JVMs start without one")
+        return None
+    os.replace(partial, target)
+    size = target.stat().st_size / 2**20
+    print(f"spark_jvm: wrote {target} ({size:.0f} MiB) in {time.monotonic() - started:.0f} s")
+    return target
+
+
+if __name__ == "__main__":
+    write_archive()
