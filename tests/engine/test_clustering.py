@@ -428,7 +428,8 @@ def test_writers_during_clustering_lose_nothing(tmp_path: Path, table_type: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", soak(range(3, 5), range(3, 15)))
+# Seeds beyond the quick suite's 0-2: soak size only (docs/testing.md).
+@pytest.mark.parametrize("seed", soak(range(3, 3), range(3, 15)))
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_writers_during_clustering_many_seeds_lose_nothing(tmp_path: Path, table_type: str,
                                                            seed: int) -> None:

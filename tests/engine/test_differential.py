@@ -118,7 +118,9 @@ def test_random_writes_match_oracle_and_hudi_rs(tmp_path: Path, table_type: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", soak(range(1), range(6)))
+# Repeats of the shapes above with other seeds and more steps: soak size only (the quick
+# suite's round of every shape is the CI size; docs/testing.md).
+@pytest.mark.parametrize("seed", soak(range(0), range(6)))
 @pytest.mark.parametrize(("table_type", "index", "block_format"), CASES,
                          ids=["-".join(c) for c in CASES])
 def test_random_writes_many_seeds_match_oracle_and_hudi_rs(

@@ -266,7 +266,7 @@ def test_services_interleaved_with_writes_and_kills_match_oracle(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", soak(range(2), range(6)))  # each case runs above already
+@pytest.mark.parametrize("seed", soak(range(1), range(6)))  # each case runs above already
 def test_services_many_seeds(tmp_path: Path, seed: int) -> None:
     table_type, index, block_format, partitioned = CASES[seed % len(CASES)]
     _run(tmp_path, 2000 + seed, table_type, index, block_format, partitioned, steps=70)

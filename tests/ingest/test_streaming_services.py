@@ -5,11 +5,12 @@
   and service commits carry the streaming checkpoint forward.
 * A failing service is logged and retried at the next trigger; ingestion goes on.
 * Back-pressure: with too many compactions pending, the next micro-batch waits.
-* ``tidelake ingest`` with the defaults, 60 micro-batches of upserts into MERGE_ON_READ (100
-  with ``TIDELAKE_SOAK=1``; 60 is past the default ``hoodie.keep.max.commits`` of 30 with
-  room to spare): compaction, cleaning and archival ran inside the job, the table equals the
+* ``tidelake ingest`` with the defaults, 40 micro-batches of upserts into MERGE_ON_READ (100
+  with ``TIDELAKE_SOAK=1``; 40 is past the default ``hoodie.keep.max.commits`` of 30):
+  compaction, cleaning and archival ran inside the job, the table equals the
   oracle, and the offsets recorded in the table resume the job exactly.
-* SIGKILL inside each service, and at random moments (one at the CI size, three with
+* SIGKILL inside each service, and at random moments (one at the CI size, in the
+  compaction/clean/archive test; three there and one in each clustering test with
   ``TIDELAKE_SOAK=1``); each restart finishes what was interrupted.
 """
 
@@ -198,10 +199,14 @@ def test_too_many_pending_compactions_make_the_next_batch_wait(
     assert table_rows(path) == oracle.rows
 
 
-JOB_BATCHES = soak(60, 100)
+JOB_BATCHES = soak(40, 100)
 """Micro-batches of 100 records of the long default-services run."""
 RANDOM_SERVICE_KILLS = soak(1, 3)
 """Kills at random moments after the named service points (repeats of one kind)."""
+CLUSTERING_RANDOM_KILLS = soak(0, 1)
+"""Random kills of the clustering and resize jobs: at the CI size the compaction/clean/archive
+test's random kill stands for this kind (a kill at a random moment of a job running its
+services); each costs a job run and 20-40 s of waiting."""
 
 
 @pytest.mark.slow
@@ -316,16 +321,17 @@ def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
 def test_global_state_job_sigkilled_inside_clustering_restarts_to_oracle(
         kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
     """The GLOBAL_STATE index on a table without the bucket layout, clustered by the job:
-    SIGKILL while the clustering's tasks run, before its commit, and at a random moment; the
-    restarted job re-executes the clustering from its plan, follows the keys it moved, and
-    the table equals the oracle."""
+    SIGKILL while the clustering's tasks run, before its commit, and (soak size) at a random
+    moment; the restarted job re-executes the clustering from its plan, follows the keys it
+    moved, and the table equals the oracle."""
     settings = {"index.type": "GLOBAL_STATE", "index.state_shards": 4,
                 "table.options.hoodie.index.type": "SIMPLE",
                 "table.options.hoodie.clustering.async.enabled": "true",
                 "table.options.hoodie.clustering.async.max.commits": "2",
                 "table.options.hoodie.clustering.plan.strategy.sort.columns": "fare"}
     stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, settings,
-                                  ["clustering_task", "clustering_commit", "random"], seed=43)
+                                  ["clustering_task", "clustering_commit",
+                                   *["random"] * CLUSTERING_RANDOM_KILLS], seed=43)
     assert {"clustering_task", "clustering_commit"} <= stopped
     assert [e for e in Table.open(str(tmp_path / "trips")).timeline(include_archived=True)
             if e.action == "replacecommit" and e.state == "completed"]
@@ -336,14 +342,15 @@ def test_consistent_hashing_job_sigkilled_inside_a_resize_restarts_to_oracle(
         kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
     """``index.bucket_engine = CONSISTENT_HASHING`` with ``[services] clustering``: the job
     resizes its rings beside its micro-batches. SIGKILL while a resize's tasks run, before its
-    commit, and at a random moment; the restarted job finishes the resize from its plan and
-    the table equals the oracle."""
+    commit, and (soak size) at a random moment; the restarted job finishes the resize from its
+    plan and the table equals the oracle."""
     settings = {"index.bucket_engine": "CONSISTENT_HASHING", "index.num_buckets": 1,
                 "services.clustering": True, "services.clustering_commits": 2,
                 "table.options.hoodie.parquet.max.file.size": "8000",
                 "table.options.hoodie.bucket.index.max.num.buckets": "8"}
     stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, settings,
-                                  ["clustering_task", "clustering_commit", "random"], seed=44)
+                                  ["clustering_task", "clustering_commit",
+                                   *["random"] * CLUSTERING_RANDOM_KILLS], seed=44)
     assert {"clustering_task", "clustering_commit"} <= stopped
     assert _replacecommits(str(tmp_path / "trips"))
 
