@@ -108,6 +108,7 @@ from engine.merge.policy import (
     resolve_single,
     stays_in_place,
 )
+from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -127,8 +128,6 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VALUE,
-    ordering_column,
-    ordering_column_type,
     pack_rows,
     packed_schema,
     shard_packed_schema,

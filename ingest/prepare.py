@@ -45,6 +45,7 @@ from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
 from engine.index.consistent_hashing import committed_ring, locate_nodes
 from engine.layout.keygen import partition_paths, record_keys
+from engine.merge.resolve import VersionColumns, ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from ingest.decode import (
@@ -66,6 +67,7 @@ __all__ = [
     "ERROR",
     "SKIP",
     "UPSERT",
+    "VERSIONS",
     "PrepareSpec",
     "attach_data",
     "group_rows",
@@ -108,6 +110,9 @@ RING = "_tl_ring"
 """Consistent hashing: the instant of the ring prepare placed the row's key with."""
 ROWS = "_tl_rows"
 """Packed rows: an Arrow IPC stream of prepared rows of one file group (see :func:`pack_rows`)."""
+VERSIONS = VersionColumns(op=OP, delete=DELETE, ordering=ORDERING, ordering_null=ORDERING_NULL)
+"""Where prepared rows keep what the engine resolves versions by
+(:func:`engine.merge.resolve.resolve`)."""
 SPREAD = "_tl_spread"
 SHARD = "_tl_shard"
 """Rows packed for the GLOBAL_STATE index's state operator: the shard of their keys
@@ -280,35 +285,6 @@ def _decoder_spec(decoder: Decoder) -> Any:
         raise ValueError(f"decoder: {type(decoder).__name__} cannot be described as "
                          "plain data (only JsonDecoder and AvroDecoder can)")
     return to_spec()
-
-
-def ordering_column_type(arrow_type: pa.DataType) -> pa.DataType:
-    """Type of :data:`ORDERING` for an ordering field of ``arrow_type`` (see
-    :attr:`PrepareSpec.ordering_column_type`)."""
-    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
-        return pa.int64()
-    return arrow_type
-
-
-def ordering_column(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
-    """Ordering field values (of ``arrow_type``) as :data:`ORDERING` holds them."""
-    if pa.types.is_timestamp(arrow_type):
-        return values.cast(arrow_type).cast(pa.timestamp("us", tz=arrow_type.tz)) \
-            .cast(pa.int64())
-    if pa.types.is_date(arrow_type):
-        return values.cast(arrow_type).cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
-    return values.cast(arrow_type)
-
-
-def field_ordering(values: pa.Array, arrow_type: pa.DataType) -> pa.Array:
-    """:data:`ORDERING` values back as the ordering field's type (inverse of
-    :func:`ordering_column`)."""
-    if pa.types.is_timestamp(arrow_type):
-        return values.cast(pa.int64()).cast(pa.timestamp("us", tz=arrow_type.tz)) \
-            .cast(arrow_type)
-    if pa.types.is_date(arrow_type):
-        return values.cast(pa.int32()).cast(pa.date32()).cast(arrow_type)
-    return values if values.type.equals(arrow_type) else values.cast(arrow_type)
 
 
 def check_ordering_type(field: str, arrow_type: pa.DataType) -> None:

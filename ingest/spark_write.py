@@ -32,7 +32,7 @@ import pickle
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +41,6 @@ from engine.errors import InvalidOptionError
 from engine.index.consistent_hashing import (
     HashingMetadata,
 )
-from engine.layout.file_group import FileSlice
 from engine.layout.view import TableView
 from engine.schema import (
     PARTITION_PATH,
@@ -59,8 +58,8 @@ from engine.write.placement import (
     spread_tombstones,
 )
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
-from engine.write.write_client import TaskRule, WriteClient
-from engine.write.write_handle import WriteContext, execute
+from engine.write.write_client import GroupWriter, WriteClient
+from engine.write.write_handle import WriteContext
 from ingest.error_table import ErrorStaging
 from ingest.prepare import (
     BUCKET,
@@ -70,23 +69,20 @@ from ingest.prepare import (
     KAFKA_PARTITION,
     OFFSET,
     OP,
-    ORDERING,
-    ORDERING_NULL,
     REASON,
     RING,
     ROWS,
     SPREAD,
     TOPIC,
     UPSERT,
+    VERSIONS,
     PrepareSpec,
     attach_data,
-    field_ordering,
     group_rows,
-    ordering_column,
     spark_schema,
     unpack_rows,
 )
-from ingest.resolve import arrival_order, resolve
+from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -255,10 +251,8 @@ def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
 class WriteSpec:
     """What a write task needs besides its rows (picklable)."""
 
-    context: WriteContext
-    rule: TaskRule
+    writer: GroupWriter
     """What each file group's task writes, as the write client decides it."""
-    event_time: bool
     table_name: str
     num_buckets: int
     attach: PrepareSpec | None = None
@@ -372,72 +366,16 @@ class WriteResult:
                    tuple(r.staged for r in results if r.staged), first, reasons, stale)
 
 
-def _deletes(rows: pa.Table, spec: WriteSpec) -> pa.Table:
-    """Delete entries for the engine: key, partition and, under event time, the ordering value
-    (null for natural-order deletes)."""
-    ordering_field = spec.context.ordering_field
-    columns: dict[str, pa.Array] = {
-        RECORD_KEY: rows.column(RECORD_KEY).combine_chunks(),
-        PARTITION_PATH: rows.column(PARTITION_PATH).combine_chunks(),
-    }
-    if ordering_field and spec.event_time and ORDERING in rows.column_names:
-        ordering = field_ordering(rows.column(ORDERING).combine_chunks(),
-                                  spec.context.data_schema.field(ordering_field).type)
-        columns[ordering_field] = pc.if_else(rows.column(ORDERING_NULL).combine_chunks(),
-                                             pa.nulls(len(ordering), ordering.type), ordering)
-    return pa.table(columns)
-
-
 def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
-    """Resolve one file group's rows and run its write handle (the task the write client's
-    :class:`~engine.write.write_client.TaskRule` decides); None if nothing to write."""
-    ctx = spec.context
-    existing = view.latest_slice(partition, file_id)
-    if spec.attach is not None:  # the global-state index decided every key already
-        resolved = resolve(rows, event_time=spec.event_time, decided=True)
-    else:
-        rows = arrival_order(rows)
-        stored = (_stored_orderings(spec, view, existing, _tombstone_keys(rows, spec))
-                  if existing is not None else {})
-        resolved = resolve(rows, event_time=spec.event_time, stored=stored)
-    data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
-    records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
-    deletes = _deletes(resolved.deletes, spec) if resolved.deletes.num_rows else None
+    """Write one file group's rows, in arrival order unless the global-state index decided
+    every key already, as the engine resolves and writes a group
+    (:meth:`engine.write.write_client.GroupWriter.write`); None if nothing to write."""
+    decided = spec.attach is not None
     task_partition, stage, attempt = token
-    task = spec.rule.task(view, partition, file_id, records, deletes,
-                          task_partition=task_partition, stage=stage, attempt=attempt)
-    if task is None:
-        return None
-    # sync: the task flushes its own files; the driver's sync reaches only its own host.
-    return execute(ctx, task, sync=True)
-
-
-def _tombstone_keys(rows: pa.Table, spec: WriteSpec) -> pa.Array:
-    """Record keys of the deletes without an ordering value (tombstones) among ``rows``."""
-    deletes = pc.equal(rows.column(OP), DELETE)
-    if spec.event_time:
-        deletes = pc.and_(deletes, rows.column(ORDERING_NULL))
-    return pc.unique(rows.column(RECORD_KEY).filter(deletes).combine_chunks())
-
-
-def _stored_orderings(spec: WriteSpec, view: TableView, slc: FileSlice,
-                      keys: pa.Array) -> dict[str, Any]:
-    """The keys among ``keys`` that file group stores live → their ordering values (as
-    :data:`~ingest.prepare.ORDERING` holds them; None without event time). Reads the group's
-    latest slice in the instant's view, key and ordering columns of those keys only."""
-    if not len(keys):
-        return {}
-    reader = view.slice_reader()
-    ordering = spec.context.ordering_field if spec.event_time else None
-    columns = [RECORD_KEY] + ([ordering] if ordering else [])
-    found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
-    stored_keys = found.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist()
-    if not ordering:
-        return dict.fromkeys(stored_keys)
-    values = found.column(ordering).combine_chunks()
-    values = ordering_column(values, values.type).to_pylist()
-    return dict(zip(stored_keys, values, strict=True))
+    return spec.writer.write(view, partition, file_id, rows if decided else arrival_order(rows),
+                             decided=decided, task_partition=task_partition, stage=stage,
+                             attempt=attempt)
 
 
 def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
@@ -514,7 +452,7 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         view = view_of()
         stale: tuple[str, ...] = ()
         if view.config.consistent_hashing:
-            placed, stale = place_on_rings(rows, base_path=spec.context.base_path,
+            placed, stale = place_on_rings(rows, base_path=spec.writer.context.base_path,
                                            num_buckets=spec.num_buckets, rings=view.rings())
         else:
             placed = place_rows(rows, table_name=spec.table_name,
@@ -590,7 +528,9 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     spark = rows.sparkSession
     broadcast = spark.sparkContext.broadcast(plan.view)
     config = plan.table.config
-    spec = WriteSpec(plan.context, plan.client.task_rule, event_time, config.name,
+    writer = plan.client.group_writer(plan.context, columns=VERSIONS, event_time=event_time,
+                                      policy=POLICY)
+    spec = WriteSpec(writer, config.name,
                      config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,

@@ -10,7 +10,8 @@ differently on purpose, and say which way by naming a :class:`DeletePolicy`:
   value is written as a natural-order delete, which wins over every version written before
   it, and a key moving partitions has its old copy deleted that way; nothing remembers a
   deleted key but the table;
-* the streaming sink and its GLOBAL_STATE index (``ingest/resolve.py``,
+* the streaming sink and its GLOBAL_STATE index (``engine/merge/resolve.py`` under
+  ``ingest/resolve.py``'s ``POLICY``,
   ``ingest/global_index.py``) write **remembered deletes**: a delete without an ordering value
   (a Kafka tombstone) deletes the live version *at that version's ordering value*, a moved key's
   old copy is deleted at its stored ordering value, and the index keeps a deleted key's

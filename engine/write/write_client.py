@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,13 @@ from engine.merge.policy import (
     stays_in_place,
 )
 from engine.merge.record_merger import dedupe_batch
+from engine.merge.resolve import (
+    VersionColumns,
+    field_ordering,
+    ordering_column,
+    resolve,
+    tombstone_keys,
+)
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
@@ -121,6 +129,86 @@ class TaskRule:
             task_partition=task_partition, stage=stage, attempt=attempt,
             num_updates=num_updates,
             log_files=tuple(log.name for log in existing.log_files) if existing else ())
+
+
+@dataclass(frozen=True)
+class GroupWriter:
+    """Writes one file group's versions of a key batch in a write task (executor side;
+    picklable, the same for every task of an instant): resolves them against what the group
+    stores (:func:`engine.merge.resolve.resolve` under :attr:`policy`), decides the task
+    (:class:`TaskRule`) and runs its write handle. The streaming job's Spark tasks call
+    :meth:`write`; :meth:`WriteClient.group_writer` makes one."""
+
+    context: WriteContext
+    rule: TaskRule
+    columns: VersionColumns
+    """Where the versions keep their operation and ordering value."""
+    event_time: bool
+    policy: DeletePolicy
+
+    def write(self, view: TableView, partition: str, file_id: str, rows: pa.Table, *,
+              decided: bool = False, task_partition: int = 0, stage: int = 0,
+              attempt: int = 0) -> WriteStat | None:
+        """Resolve ``rows`` (versions in arrival order, data columns plus the record key,
+        partition path and :attr:`columns`) and write the winners to the group; None if
+        nothing is to be written. ``decided``: an index applied the rules already (one row
+        per key). The task fsyncs the files it publishes (a driver's sync reaches only its
+        own host)."""
+        existing = view.latest_slice(partition, file_id)
+        if decided:
+            resolved = resolve(rows, columns=self.columns, event_time=self.event_time,
+                               policy=self.policy, decided=True)
+        else:
+            stored = (self._stored_orderings(
+                view, existing, tombstone_keys(rows, self.columns, event_time=self.event_time))
+                if existing is not None else {})
+            resolved = resolve(rows, columns=self.columns, event_time=self.event_time,
+                               policy=self.policy, stored=stored)
+        ctx = self.context
+        data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
+        records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
+        deletes = self._deletes(resolved.deletes) if resolved.deletes.num_rows else None
+        task = self.rule.task(view, partition, file_id, records, deletes,
+                              task_partition=task_partition, stage=stage, attempt=attempt)
+        if task is None:
+            return None
+        return execute(ctx, task, sync=True)
+
+    def _deletes(self, rows: pa.Table) -> pa.Table:
+        """Delete entries for the write handle: key, partition and, under event time, the
+        ordering value (null for natural-order deletes)."""
+        ordering_field = self.context.ordering_field
+        columns: dict[str, pa.Array] = {
+            RECORD_KEY: rows.column(RECORD_KEY).combine_chunks(),
+            PARTITION_PATH: rows.column(PARTITION_PATH).combine_chunks(),
+        }
+        names = self.columns
+        if ordering_field and self.event_time and names.ordering in rows.column_names:
+            ordering = field_ordering(rows.column(names.ordering).combine_chunks(),
+                                      self.context.data_schema.field(ordering_field).type)
+            columns[ordering_field] = pc.if_else(
+                rows.column(names.ordering_null).combine_chunks(),
+                pa.nulls(len(ordering), ordering.type), ordering)
+        return pa.table(columns)
+
+    def _stored_orderings(self, view: TableView, slc: FileSlice, keys: pa.Array
+                          ) -> dict[str, Any]:
+        """The keys among ``keys`` the group stores live → their ordering values (in the
+        comparable form, :func:`engine.merge.resolve.ordering_column`; None without event
+        time). Reads the group's latest slice in ``view``, key and ordering columns of those
+        keys only."""
+        if not len(keys):
+            return {}
+        reader = view.slice_reader()
+        ordering = self.context.ordering_field if self.event_time else None
+        columns = [RECORD_KEY] + ([ordering] if ordering else [])
+        found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
+        stored_keys = found.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist()
+        if not ordering:
+            return dict.fromkeys(stored_keys)
+        values = found.column(ordering).combine_chunks()
+        values = ordering_column(values, values.type).to_pylist()
+        return dict(zip(stored_keys, values, strict=True))
 
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
@@ -353,6 +441,12 @@ class WriteClient:
     def task_rule(self) -> TaskRule:
         """How this writer's tasks are decided (picklable: Spark tasks carry it)."""
         return TaskRule(is_mor=self.config.is_mor, log_only_inserts=self.log_only_inserts)
+
+    def group_writer(self, context: WriteContext, *, columns: VersionColumns, event_time: bool,
+                     policy: DeletePolicy) -> GroupWriter:
+        """The writer of one file group's versions in the write tasks of the instant
+        ``context`` belongs to (picklable: Spark tasks carry it)."""
+        return GroupWriter(context, self.task_rule, columns, event_time, policy)
 
     def write_context(self, instant: Instant, data_schema: pa.Schema) -> WriteContext:
         """The context every write task of ``instant`` shares, for the table's data schema

@@ -30,6 +30,7 @@ from engine.errors import CorruptTableError, TableNotFoundError
 from engine.index.bucket import bucket_id
 from engine.merge.policy import LIVE, KeyState, resolve_key
 from engine.merge.record_merger import dedupe_batch
+from engine.merge.resolve import resolve
 from engine.schema import PARTITION_PATH
 from engine.timeline.active import Timeline
 from engine.write.write_client import WriteClient
@@ -60,6 +61,7 @@ from ingest.prepare import (
     SHARD,
     SPREAD,
     UPSERT,
+    VERSIONS,
     PrepareSpec,
     pack_by_shard,
     pack_rows,
@@ -68,7 +70,7 @@ from ingest.prepare import (
     shard_packed_schema,
     unpack_rows,
 )
-from ingest.resolve import POLICY, resolve
+from ingest.resolve import POLICY
 from ingest.sink import (
     GLOBAL_STATE,
     HudiStreamingSink,
@@ -134,7 +136,8 @@ def test_resolve_random_versions_match_scalar_rule_per_key(event_time: bool) -> 
         keys = set(rows.column("_hoodie_record_key").to_pylist())
         stored = {k: rng.randrange(5) if event_time else None for k in sorted(keys)
                   if rng.random() < 0.5}
-        resolved = resolve(rows, event_time=event_time, stored=stored)
+        resolved = resolve(rows, columns=VERSIONS, event_time=event_time, policy=POLICY,
+                           stored=stored)
         got = {r["_hoodie_record_key"]: (r[OP], r["seq"], r[ORDERING], r[ORDERING_NULL])
                for t in (resolved.upserts, resolved.deletes) for r in t.to_pylist()}
         for key in keys:
@@ -165,7 +168,7 @@ def test_resolve_upserts_only_agrees_with_engine_dedupe() -> None:
                          OP: pa.array([UPSERT] * n, pa.int8()),
                          ORDERING_NULL: [False] * n})
         rows = rows.append_column(ORDERING, rows.column("ts"))
-        ours = resolve(rows, event_time=True).upserts
+        ours = resolve(rows, columns=VERSIONS, event_time=True, policy=POLICY).upserts
         engine = dedupe_batch(rows, mode=MergeMode.EVENT_TIME_ORDERING, ordering_field="ts")
         assert sorted(ours.column("seq").to_pylist()) == sorted(engine.column("seq").to_pylist())
 
