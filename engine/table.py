@@ -13,7 +13,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +39,14 @@ from engine.config import (
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
 from engine.layout.file_group import FileSlice
 from engine.layout.keygen import check_field_types
+from engine.layout.partition import PARTITION_METAFILE
 from engine.layout.properties import dumps, loads
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, local_path
 from engine.timeline.active import HOODIE, Timeline
+from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from engine.timeline.instant import parse_instant_time
 from engine.write.write_client import (
     BULK_INSERT,
@@ -211,6 +215,29 @@ class Table:
             storage.write_new(PROPERTIES, text.encode("latin-1"))
         except FileExistsError:
             raise TableExistsError(f"a table already exists at {self.path}") from None
+
+    def discard_uncreated(self, *, remove_folder: bool = False) -> bool:
+        """Remove what writes left in the folder of a table that does not exist yet (no
+        ``hoodie.properties``): the timeline and scratch files, partition folders that hold
+        nothing but their partition metadata file, and with ``remove_folder`` the table
+        folder if empty. Nothing is removed, and False returned, once the table exists or
+        while another writer's first instant is in flight (it has a heartbeat)."""
+        storage = self.storage
+        if storage.exists(PROPERTIES) or storage.list_dir(HEARTBEAT_FOLDER):
+            return False
+        storage.delete_tree(HOODIE)
+        for folder, files in reversed(list(storage.walk_files())):
+            if not folder or any(f.name != PARTITION_METAFILE for f in files):
+                continue
+            storage.delete(f"{folder}/{PARTITION_METAFILE}")
+            try:
+                os.rmdir(storage.full(folder))
+            except OSError:  # not empty (a subfolder with data): keep it
+                continue
+        if remove_folder:
+            with contextlib.suppress(OSError):  # not empty: keep it
+                os.rmdir(storage.base_path)
+        return True
 
     @property
     def exists(self) -> bool:

@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.services.base import local_runner
 from engine.services.table_services import (
     ARCHIVE,
     CLEAN,
@@ -278,9 +277,9 @@ class StreamingServices:
             status = self.state.services[service]
             status.running_since = time.monotonic()
             try:
-                runner = (spark_runner(spark, self._parallelism(spark)) if spark
-                          else local_runner)
-                run = execute_pending(self._client(), service, runner=runner)
+                run = (execute_pending(self._client(), service,
+                                       runner=spark_runner(spark, self._parallelism(spark)))
+                       if spark else execute_pending(self._client(), service))
             except Exception as exc:
                 self._failed(service, exc, "running")
                 continue

@@ -47,7 +47,6 @@ keys with the same content.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -69,12 +68,10 @@ from engine.errors import (
     WriteConflictError,
 )
 from engine.layout.keygen import check_field_types
-from engine.layout.partition import PARTITION_METAFILE
 from engine.schema import data_schema_of, normalize_input_schema, table_schema
-from engine.table import PROPERTIES, Table
+from engine.table import Table
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
-from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     batch_end_offsets,
@@ -652,22 +649,8 @@ class HudiStreamingSink:
         ``hoodie.properties``): the timeline and scratch files, partition folders that hold
         nothing but their metadata file, and the table folder if this sink made it and it is
         empty. Nothing is removed once the table exists."""
-        storage = self.table.storage
         try:
-            if storage.exists(PROPERTIES) or storage.list_dir(HEARTBEAT_FOLDER):
-                return  # created meanwhile, or another writer's first batch is in flight
-            storage.delete_tree(".hoodie")
-            for folder, files in reversed(list(storage.walk_files())):
-                if not folder or any(f.name != PARTITION_METAFILE for f in files):
-                    continue
-                storage.delete(f"{folder}/{PARTITION_METAFILE}")
-                try:
-                    os.rmdir(storage.full(folder))
-                except OSError:  # not empty (a subfolder with data): keep it
-                    continue
-            if not self._folder_existed:
-                with contextlib.suppress(OSError):  # not empty: keep it
-                    os.rmdir(storage.base_path)
+            self.table.discard_uncreated(remove_folder=not self._folder_existed)
         except Exception:
             if not quietly:
                 raise

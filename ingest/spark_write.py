@@ -11,7 +11,7 @@ repartitioned by file group, and one write handle per file group runs inside a t
 the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts and
 completes the instant with the stats.
 
-What crosses to executors — the :class:`~engine.write.write_handle.WriteContext`, the view
+What crosses to executors — the :class:`~engine.write.write_client.GroupWriter`, the view
 (broadcast), flags — is picklable and read-only; nothing in a task relies on driver state, so
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
@@ -20,9 +20,9 @@ stat and are deleted before the instant completes. Speculative execution must st
 duplicate still writing when the instant completes would leave a file no commit references.
 
 Durability: each write task fsyncs the files it publishes before it reports them
-(``execute(..., sync=True)``), so a committed instant never references a file that only sits
-in the page cache of an executor's host (the driver's ``Storage.sync`` reaches its own host
-only).
+(:meth:`~engine.write.write_client.GroupWriter.write`), so a committed instant never
+references a file that only sits in the page cache of an executor's host (the driver's
+``Storage.sync`` reaches its own host only).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from engine.schema import (
     RECORD_KEY,
 )
 from engine.storage import Storage
-from engine.timeline.active import Timeline, temp_folder
+from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.instant import Instant
 from engine.write.placement import (
@@ -59,7 +59,6 @@ from engine.write.placement import (
 )
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import GroupWriter, WriteClient
-from engine.write.write_handle import WriteContext
 from ingest.error_table import ErrorStaging
 from ingest.prepare import (
     BUCKET,
@@ -138,7 +137,6 @@ class InstantPlan:
     instant: Instant
     view: TableView
     """The snapshot the instant writes on (broadcast to the write tasks)."""
-    context: WriteContext
     data_schema: pa.Schema
 
     def finish(self, stats: Sequence[WriteStat], tasks: Sequence[TaskReport],
@@ -151,7 +149,7 @@ class InstantPlan:
     @property
     def scratch_folder(self) -> str:
         """Absolute path of the instant's scratch folder (deleted by its commit or rollback)."""
-        return self.table.storage.full(temp_folder(self.instant.requested_time))
+        return self.client.scratch_folder(self.instant)
 
     def abort(self) -> None:
         """Roll the instant back now (driver only), rather than at the next write."""
@@ -179,8 +177,7 @@ def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     timeline, instant = client.begin()
     view = TableView(table.storage, timeline)
     view.materialize()
-    return InstantPlan(table, client, timeline, instant, view,
-                       client.write_context(instant, data_schema), data_schema)
+    return InstantPlan(table, client, timeline, instant, view, data_schema)
 
 
 # --- placement (executor side) --------------------------------------------------------------
@@ -528,8 +525,8 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     spark = rows.sparkSession
     broadcast = spark.sparkContext.broadcast(plan.view)
     config = plan.table.config
-    writer = plan.client.group_writer(plan.context, columns=VERSIONS, event_time=event_time,
-                                      policy=POLICY)
+    writer = plan.client.group_writer(plan.instant, plan.data_schema, columns=VERSIONS,
+                                      event_time=event_time, policy=POLICY)
     spec = WriteSpec(writer, config.name,
                      config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
     try:

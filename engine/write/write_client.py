@@ -442,11 +442,18 @@ class WriteClient:
         """How this writer's tasks are decided (picklable: Spark tasks carry it)."""
         return TaskRule(is_mor=self.config.is_mor, log_only_inserts=self.log_only_inserts)
 
-    def group_writer(self, context: WriteContext, *, columns: VersionColumns, event_time: bool,
+    def group_writer(self, instant: Instant, data_schema: pa.Schema, *,
+                     columns: VersionColumns, event_time: bool,
                      policy: DeletePolicy) -> GroupWriter:
-        """The writer of one file group's versions in the write tasks of the instant
-        ``context`` belongs to (picklable: Spark tasks carry it)."""
-        return GroupWriter(context, self.task_rule, columns, event_time, policy)
+        """The writer of one file group's versions in the write tasks of ``instant``, for the
+        table's data schema (:meth:`write_context`; picklable: Spark tasks carry it)."""
+        return GroupWriter(self.write_context(instant, data_schema), self.task_rule, columns,
+                           event_time, policy)
+
+    def scratch_folder(self, instant: Instant) -> str:
+        """Absolute path of ``instant``'s scratch folder (deleted by its commit or
+        rollback)."""
+        return self.storage.full(temp_folder(instant.requested_time))
 
     def write_context(self, instant: Instant, data_schema: pa.Schema) -> WriteContext:
         """The context every write task of ``instant`` shares, for the table's data schema
