@@ -52,8 +52,8 @@ replays agree; the table's bucket layout stays valid for the BUCKET index.
 **Clustering.** On a table without the bucket layout a clustering (the job's own service
 thread, or another process) rewrites file groups into new ones, and the state still names the
 old group. Each task reads the table's replacecommits at its first key
-(:class:`engine.index.relocation.FileGroupLineage`); a key whose stored group was replaced is
-looked up in the groups that replaced it (:class:`~engine.index.relocation.MovedKeys`, which
+(:class:`engine.index.relocation.Relocations`); a key whose stored group was replaced is
+looked up in the groups that replaced it (its :class:`~engine.index.relocation.MovedKeys`
 reads each clustering output's keys once per Python worker) and the state learns where it is
 now. A new key whose bucket group was replaced goes to the group holding it if a replayed batch
 wrote it before the clustering, else to the bucket's next group that was never replaced
@@ -94,7 +94,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from engine.errors import InvalidOptionError, TerminalError
 from engine.index.bucket import bucket_id, bucket_ids
-from engine.index.relocation import FileGroupLineage, MovedKeys
+from engine.index.relocation import Relocations
 from engine.index.simple import ORDERING as LOC_ORDERING
 from engine.index.simple import key_locations
 from engine.layout.view import TableView
@@ -110,8 +110,6 @@ from engine.merge.policy import (
 )
 from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from engine.storage import Storage
-from engine.timeline.active import Timeline
 from engine.write.placement import bucket_group, live_buckets, unreplaced_generation
 from ingest.prepare import (
     DELETE,
@@ -280,7 +278,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         self._meta = handle.getValueState(META_STATE, spark_schema(META_SCHEMA))
         self._blobs = handle.getMapState(BLOB_STATE, spark_schema(BLOB_KEY_SCHEMA),
                                          spark_schema(BLOB_VALUE_SCHEMA))
-        self._moves: _Moves | None = None  # the table's clusterings, read once per task
+        self._moves: Relocations | None = None  # the table's clusterings, read once per task
         self._groups: dict[tuple[str, int, int], str] = {}
 
     def handleInitialState(self, key: Any, initialState: Any,
@@ -627,12 +625,12 @@ class GlobalIndexProcessor(StatefulProcessor):
         entry = (target, fid, after.ordering)
         return UNCHANGED if entry == original else entry
 
-    def _relocations(self) -> _Moves | None:
+    def _relocations(self) -> Relocations | None:
         spec = self.spec
         if spec.table_path is None or spec.table_config is None:
             return None
         if self._moves is None:
-            self._moves = _Moves.load(spec.table_path, spec.table_config)
+            self._moves = Relocations.load(spec.table_path, spec.table_config)
         return self._moves
 
     def _current_group(self, key: str, bucket: int | None, partition: str,
@@ -760,29 +758,6 @@ def _missing_deltas(token: str | None, meta: Meta) -> list[tuple[int, str, int]]
         if delta_token == token:
             return meta.deltas[i + 1:]
     return None
-
-
-_MOVED_KEYS: dict[str, MovedKeys] = {}
-"""Per table path: the keys of clustering outputs, read once per Python worker."""
-
-
-@dataclass
-class _Moves:
-    """The table's replaced file groups as one task sees them (loaded at its first key)."""
-
-    timeline: Timeline
-    lineage: FileGroupLineage
-    moved: MovedKeys
-
-    @classmethod
-    def load(cls, path: str, config: TableConfig) -> _Moves:
-        storage = Storage(path)
-        timeline = Timeline.load(storage, config)
-        moved = _MOVED_KEYS.setdefault(path, MovedKeys(storage))
-        return cls(timeline, FileGroupLineage.of(timeline), moved)
-
-    def locate(self, partition: str, file_id: str, key: str) -> str | None:
-        return self.moved.locate(self.timeline, self.lineage, partition, file_id, [key])[0]
 
 
 def _pandas() -> Any:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from engine.config import TableConfig
 from engine.format.base_file import read_base_file
 from engine.format.naming import parse_base_file
 from engine.schema import RECORD_KEY
@@ -39,7 +40,7 @@ from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.instant import Action
 
-__all__ = ["FileGroupLineage", "MovedKeys", "Replacement"]
+__all__ = ["FileGroupLineage", "MovedKeys", "Relocations", "Replacement"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,33 @@ class MovedKeys:
         return keys
 
 
+_MOVED_KEYS: dict[str, MovedKeys] = {}
+"""Per table path: the keys of clustering outputs, read once per process."""
+
+
+@dataclass
+class Relocations:
+    """A table's replaced file groups as one reader of an outside index sees them: the
+    lineage of its timeline as loaded by :meth:`load`, and the keys of the groups that
+    replaced them (shared by every :class:`Relocations` of the table in the process)."""
+
+    timeline: Timeline
+    lineage: FileGroupLineage
+    moved: MovedKeys
+
+    @classmethod
+    def load(cls, path: str, config: TableConfig) -> Relocations:
+        """The table at ``path`` as its timeline is now."""
+        storage = Storage(path)
+        timeline = Timeline.load(storage, config)
+        moved = _MOVED_KEYS.setdefault(path, MovedKeys(storage))
+        return cls(timeline, FileGroupLineage.of(timeline), moved)
+
+    def locate(self, partition: str, file_id: str, key: str) -> str | None:
+        """:meth:`MovedKeys.locate` for one key once stored in ``(partition, file_id)``."""
+        return self.moved.locate(self.timeline, self.lineage, partition, file_id, [key])[0]
+
+
 def _sorted_bytes(column: pa.ChunkedArray) -> np.ndarray:
     """Keys as a sorted fixed-width bytes array (numpy compares them as bytes)."""
     values = [v for v in column.cast(pa.string()).to_pylist() if v is not None]
@@ -196,4 +224,3 @@ def _latest_base_file(storage: Storage, timeline: Timeline, partition: str,
             best = (name.instant_time, f"{partition}/{status.name}" if partition
                     else status.name)
     return None if best is None else best[1]
-
