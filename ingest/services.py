@@ -40,11 +40,9 @@ from engine.services.table_services import (
     CLUSTERING,
     COMPACTION,
     execute_pending,
-    pending_compactions,
+    pending_plans,
     schedule_due,
 )
-from engine.timeline.active import Timeline
-from engine.timeline.instant import Action
 from engine.write.write_client import WriteClient
 
 if TYPE_CHECKING:
@@ -185,19 +183,17 @@ class StreamingServices:
         started = time.monotonic()
         waited = False
         while True:
-            timeline = Timeline.load(self.table.storage, self.table.config)
-            if pending_compactions(timeline) < self.max_pending:
+            pending = pending_plans(self.table.storage, self.table.config, [COMPACTION])
+            if pending < self.max_pending:
                 break
             status = self.state.services[COMPACTION]
             if status.failures_in_a_row >= LOUD_AFTER:
                 log.error("%d compactions are pending and compaction keeps failing (%s); not "
-                          "waiting for it: ingestion goes on", pending_compactions(timeline),
-                          status.last_error)
+                          "waiting for it: ingestion goes on", pending, status.last_error)
                 break
             if not waited:
                 log.info("%d compactions pending (tidelake.services.max.pending.compactions="
-                         "%d): waiting for the service thread", pending_compactions(timeline),
-                         self.max_pending)
+                         "%d): waiting for the service thread", pending, self.max_pending)
                 waited = True
             self._wake.set()
             time.sleep(BACKPRESSURE_POLL_S)
@@ -223,10 +219,10 @@ class StreamingServices:
             self._ensure_thread()
             time.sleep(BACKPRESSURE_POLL_S)
             busy = self._running.is_set()
-            timeline = Timeline.load(self.table.storage, self.table.config)
-            wanted = [a for a, on in ((Action.COMPACTION, self.compaction),
-                                      (Action.CLUSTERING, self.clustering)) if on]
-            if not busy and not self._wake.is_set() and not timeline.pending(wanted):
+            pending = pending_plans(self.table.storage, self.table.config,
+                                    [s for s, on in ((COMPACTION, self.compaction),
+                                                     (CLUSTERING, self.clustering)) if on])
+            if not busy and not self._wake.is_set() and not pending:
                 return True
         return False
 
@@ -294,8 +290,7 @@ class StreamingServices:
                          status.last_seconds, dict(run.details))
 
     def _has_pending(self, service: str) -> bool:
-        action = Action.COMPACTION if service == COMPACTION else Action.CLUSTERING
-        return bool(Timeline.load(self.table.storage, self.table.config).pending([action]))
+        return bool(pending_plans(self.table.storage, self.table.config, [service]))
 
     def _parallelism(self, spark: SparkSession) -> int:
         configured = self.table.write_config.services_parallelism

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Sequence
 
+from engine.config import TableConfig
 from engine.services.base import ServiceRun, TaskRunner, local_runner
+from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.instant import Action
 from engine.write.write_client import WriteClient
@@ -34,9 +37,14 @@ CLEAN = "clean"
 ARCHIVE = "archive"
 
 
-def pending_compactions(timeline: Timeline) -> int:
-    """Compaction plans not completed yet (requested or inflight)."""
-    return len(timeline.pending([Action.COMPACTION]))
+_PLAN_ACTIONS = {COMPACTION: Action.COMPACTION, CLUSTERING: Action.CLUSTERING}
+
+
+def pending_plans(storage: Storage, config: TableConfig, services: Sequence[str]) -> int:
+    """Plans of ``services`` (:data:`COMPACTION`, :data:`CLUSTERING`) not completed yet
+    (requested or inflight), on the table's timeline as it is now."""
+    actions = [_PLAN_ACTIONS[service] for service in services]
+    return len(Timeline.load(storage, config).pending(actions))
 
 
 def schedule_due(client: WriteClient, *, compaction: bool, clustering: bool,
