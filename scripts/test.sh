@@ -8,24 +8,31 @@ if [ "${1:-}" = "--soak" ]; then
   export TIDELAKE_SOAK=1
   shift
 fi
+phase() { echo "test.sh: $1 done at ${SECONDS} s"; }  # where a run's time goes
 bash scripts/setup.sh
+phase "setup"
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
+phase "ruff and mypy"
 # The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
 # per Java and Spark install, about a minute; it halves each JVM's start.
 .venv/bin/python -m tests.spark_jvm
+phase "the JVM archive"
 # Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
 # no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
 # share one Spark session and one broker per process and run in one. With arguments (paths,
 # -k ...) the quick suite runs in one process, as given.
 if [ "$#" -eq 0 ]; then
-  .venv/bin/python -m pytest -m "not slow" -q -n 2 tests/engine
-  .venv/bin/python -m pytest -m "not slow" -q --ignore=tests/engine
+  .venv/bin/python -m pytest -m "not slow" -q --durations=10 -n 2 tests/engine
+  phase "the engine's quick suite"
+  .venv/bin/python -m pytest -m "not slow" -q --durations=10 --ignore=tests/engine
 else
   .venv/bin/python -m pytest -m "not slow" -q "$@"
 fi
+phase "the quick suite"
 status=0
-.venv/bin/python -m pytest -m slow -q "$@" || status=$?
+.venv/bin/python -m pytest -m slow -q --durations=20 "$@" || status=$?
+phase "the slow suite"
 # Exit code 5 means "no test selected": not a failure when no suite is marked slow.
 if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then exit "$status"; fi
