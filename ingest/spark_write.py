@@ -6,12 +6,12 @@ then place rows in file groups (:func:`place_rows`: the record key's bucket, by
 :mod:`engine.write.placement`, unless the row already names its file group), the rows are
 repartitioned by file group, and one write handle per file group runs inside a task
 (:func:`write_rows`, ``mapInArrow``), as the write client decides it
-(:class:`~engine.write.write_client.TaskRule`); each returns a small picklable
+(:class:`~engine.write.group_writer.TaskRule`); each returns a small picklable
 :class:`~engine.timeline.commit_metadata.WriteStat` and where it ran. Only the driver touches
 the timeline again: :meth:`InstantPlan.finish` deletes files of failed task attempts and
 completes the instant with the stats.
 
-What crosses to executors — the :class:`~engine.write.write_client.GroupWriter`, the view
+What crosses to executors — the :class:`~engine.write.group_writer.GroupWriter`, the view
 (broadcast), flags — is picklable and read-only; nothing in a task relies on driver state, so
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
@@ -20,7 +20,7 @@ stat and are deleted before the instant completes. Speculative execution must st
 duplicate still writing when the instant completes would leave a file no commit references.
 
 Durability: each write task fsyncs the files it publishes before it reports them
-(:meth:`~engine.write.write_client.GroupWriter.write`), so a committed instant never
+(:meth:`~engine.write.group_writer.GroupWriter.write`), so a committed instant never
 references a file that only sits in the page cache of an executor's host (the driver's
 ``Storage.sync`` reaches its own host only).
 """
@@ -50,6 +50,8 @@ from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.instant import Instant
+from engine.write.group_writer import UPSERT as UPSERT_OPERATION
+from engine.write.group_writer import GroupWriter
 from engine.write.placement import (
     bucket_file_ids,
     live_buckets,
@@ -57,8 +59,7 @@ from engine.write.placement import (
     ring_file_ids,
     spread_tombstones,
 )
-from engine.write.write_client import UPSERT as UPSERT_OPERATION
-from engine.write.write_client import GroupWriter, WriteClient
+from engine.write.write_client import WriteClient
 from ingest.error_table import ErrorStaging
 from ingest.prepare import (
     BUCKET,
@@ -367,7 +368,7 @@ def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
     """Write one file group's rows, in arrival order unless the global-state index decided
     every key already, as the engine resolves and writes a group
-    (:meth:`engine.write.write_client.GroupWriter.write`); None if nothing to write."""
+    (:meth:`engine.write.group_writer.GroupWriter.write`); None if nothing to write."""
     decided = spec.attach is not None
     task_partition, stage, attempt = token
     return spec.writer.write(view, partition, file_id, rows if decided else arrival_order(rows),

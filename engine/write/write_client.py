@@ -6,7 +6,8 @@ records with the index, places inserts, and turns the batch into one
 :class:`~engine.write.write_handle.WriteTask` per file group.
 :func:`engine.write.write_handle.execute` runs the tasks (here in the calling process; under Spark
 inside executor tasks), and :meth:`WriteClient.commit` completes the instant with their stats — the
-only step that touches the timeline after the instant started.
+only step that touches the timeline after the instant started. Each task's kind and a Spark write
+task's work on one file group are :mod:`engine.write.group_writer`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,13 +39,7 @@ from engine.merge.policy import (
     stays_in_place,
 )
 from engine.merge.record_merger import dedupe_batch
-from engine.merge.resolve import (
-    VersionColumns,
-    field_ordering,
-    ordering_column,
-    resolve,
-    tombstone_keys,
-)
+from engine.merge.resolve import VersionColumns
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
@@ -64,6 +58,11 @@ from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
 from engine.write.conflict import check_conflicts
+from engine.write.group_writer import BULK_INSERT as BULK_INSERT
+from engine.write.group_writer import DELETE as DELETE
+from engine.write.group_writer import INSERT as INSERT
+from engine.write.group_writer import UPSERT as UPSERT
+from engine.write.group_writer import GroupWriter, TaskRule
 from engine.write.partitioner import assign_inserts, average_record_size
 from engine.write.placement import (
     bucket_group,
@@ -71,12 +70,7 @@ from engine.write.placement import (
     record_buckets,
     routed,
 )
-from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
-
-UPSERT = "UPSERT"
-INSERT = "INSERT"
-BULK_INSERT = "BULK_INSERT"
-DELETE = "DELETE"
+from engine.write.write_handle import WriteContext, WriteTask, execute
 
 
 @dataclass
@@ -88,127 +82,6 @@ class WritePlan:
     tasks: list[WriteTask]
     operation: str
     extra_metadata: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TaskRule:
-    """Decides each file group's write task of an instant: its kind (create, append or
-    merge), the slice it writes on, what it carries. The write client plans with it, and
-    the streaming job's write tasks ask the same (picklable; :meth:`WriteClient.task_rule`)."""
-
-    is_mor: bool
-    log_only_inserts: bool
-    """New file groups get a log file, not a base file (non-blocking concurrency)."""
-
-    def task(self, view: TableView, partition: str, file_id: str, records: pa.Table | None,
-             deletes: pa.Table | None, *, operation: str = UPSERT, task_partition: int = 0,
-             stage: int = 0, attempt: int = 0, num_updates: int = 0) -> WriteTask | None:
-        """The task writing ``records`` and ``deletes`` to one file group of ``view``; None
-        if it has nothing to write (a group the view does not have takes no deletes,
-        unless new groups start with a log file)."""
-        existing = view.latest_slice(partition, file_id)
-        if existing is None:
-            # bulk_insert writes base files even here: its commit is then checked as
-            # under optimistic concurrency (finish), which keeps two base files from
-            # starting one group twice. Deletes alone are always a log file.
-            kind = (APPEND if self.log_only_inserts
-                    and (operation != BULK_INSERT or records is None) else CREATE)
-        elif self.is_mor:
-            kind = APPEND
-        else:
-            kind = MERGE
-        if kind == CREATE:
-            deletes = None
-        if records is None and deletes is None:
-            return None
-        base_file = existing.base_file.path if existing and existing.base_file else None
-        return WriteTask(
-            kind=kind, partition_path=partition, file_id=file_id, records=records,
-            deletes=deletes, base_file=base_file,
-            base_instant=existing.base_instant if existing else None,
-            task_partition=task_partition, stage=stage, attempt=attempt,
-            num_updates=num_updates,
-            log_files=tuple(log.name for log in existing.log_files) if existing else ())
-
-
-@dataclass(frozen=True)
-class GroupWriter:
-    """Writes one file group's versions of a key batch in a write task (executor side;
-    picklable, the same for every task of an instant): resolves them against what the group
-    stores (:func:`engine.merge.resolve.resolve` under :attr:`policy`), decides the task
-    (:class:`TaskRule`) and runs its write handle. The streaming job's Spark tasks call
-    :meth:`write`; :meth:`WriteClient.group_writer` makes one."""
-
-    context: WriteContext
-    rule: TaskRule
-    columns: VersionColumns
-    """Where the versions keep their operation and ordering value."""
-    event_time: bool
-    policy: DeletePolicy
-
-    def write(self, view: TableView, partition: str, file_id: str, rows: pa.Table, *,
-              decided: bool = False, task_partition: int = 0, stage: int = 0,
-              attempt: int = 0) -> WriteStat | None:
-        """Resolve ``rows`` (versions in arrival order, data columns plus the record key,
-        partition path and :attr:`columns`) and write the winners to the group; None if
-        nothing is to be written. ``decided``: an index applied the rules already (one row
-        per key). The task fsyncs the files it publishes (a driver's sync reaches only its
-        own host)."""
-        existing = view.latest_slice(partition, file_id)
-        if decided:
-            resolved = resolve(rows, columns=self.columns, event_time=self.event_time,
-                               policy=self.policy, decided=True)
-        else:
-            stored = (self._stored_orderings(
-                view, existing, tombstone_keys(rows, self.columns, event_time=self.event_time))
-                if existing is not None else {})
-            resolved = resolve(rows, columns=self.columns, event_time=self.event_time,
-                               policy=self.policy, stored=stored)
-        ctx = self.context
-        data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
-        records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
-        deletes = self._deletes(resolved.deletes) if resolved.deletes.num_rows else None
-        task = self.rule.task(view, partition, file_id, records, deletes,
-                              task_partition=task_partition, stage=stage, attempt=attempt)
-        if task is None:
-            return None
-        return execute(ctx, task, sync=True)
-
-    def _deletes(self, rows: pa.Table) -> pa.Table:
-        """Delete entries for the write handle: key, partition and, under event time, the
-        ordering value (null for natural-order deletes)."""
-        ordering_field = self.context.ordering_field
-        columns: dict[str, pa.Array] = {
-            RECORD_KEY: rows.column(RECORD_KEY).combine_chunks(),
-            PARTITION_PATH: rows.column(PARTITION_PATH).combine_chunks(),
-        }
-        names = self.columns
-        if ordering_field and self.event_time and names.ordering in rows.column_names:
-            ordering = field_ordering(rows.column(names.ordering).combine_chunks(),
-                                      self.context.data_schema.field(ordering_field).type)
-            columns[ordering_field] = pc.if_else(
-                rows.column(names.ordering_null).combine_chunks(),
-                pa.nulls(len(ordering), ordering.type), ordering)
-        return pa.table(columns)
-
-    def _stored_orderings(self, view: TableView, slc: FileSlice, keys: pa.Array
-                          ) -> dict[str, Any]:
-        """The keys among ``keys`` the group stores live → their ordering values (in the
-        comparable form, :func:`engine.merge.resolve.ordering_column`; None without event
-        time). Reads the group's latest slice in ``view``, key and ordering columns of those
-        keys only."""
-        if not len(keys):
-            return {}
-        reader = view.slice_reader()
-        ordering = self.context.ordering_field if self.event_time else None
-        columns = [RECORD_KEY] + ([ordering] if ordering else [])
-        found = reader.read_slice(slc, columns=columns, keys=keys.cast(pa.string()))
-        stored_keys = found.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist()
-        if not ordering:
-            return dict.fromkeys(stored_keys)
-        values = found.column(ordering).combine_chunks()
-        values = ordering_column(values, values.type).to_pylist()
-        return dict(zip(stored_keys, values, strict=True))
 
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
