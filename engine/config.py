@@ -44,6 +44,14 @@ class MergeMode(str, Enum):
     COMMIT_TIME_ORDERING = "COMMIT_TIME_ORDERING"
 
 
+def orders_by_event_time(mode: MergeMode, ordering_field: str | None) -> bool:
+    """True when versions of a key are ordered by their ordering (precombine) field value:
+    ``EVENT_TIME_ORDERING`` with an ordering field. Otherwise they are ordered by arrival
+    (commit time, then position in the batch). The one rule every merger, writer and index
+    asks (:attr:`TableConfig.orders_by_event_time` for a table)."""
+    return mode is MergeMode.EVENT_TIME_ORDERING and bool(ordering_field)
+
+
 class IndexType(str, Enum):
     """Write-side tagging index (``hoodie.index.type``)."""
 
@@ -758,6 +766,12 @@ class TableConfig:
     def consistent_hashing(self) -> bool:
         """True for a BUCKET table with the consistent-hashing engine (RFC-42)."""
         return self.bucket_engine is BucketEngine.CONSISTENT_HASHING
+
+    @property
+    def orders_by_event_time(self) -> bool:
+        """True when the table orders versions by its precombine field
+        (:func:`orders_by_event_time`), else by arrival."""
+        return orders_by_event_time(self.merge_mode, self.precombine_field)
 
     @property
     def is_mor(self) -> bool:

@@ -228,6 +228,8 @@ class GlobalIndexSpec:
     slim_schema: pa.Schema
     """Schema of the rows in and out (prepared slim rows)."""
     event_time: bool
+    """Versions ordered by the ordering field: the table's
+    :attr:`~engine.config.TableConfig.orders_by_event_time`."""
     ordering_type: pa.DataType | None
     update_partition_path: bool = True
     shards: int = DEFAULT_SHARDS

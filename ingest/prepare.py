@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import MergeMode, TableConfig
+from engine.config import TableConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
 from engine.index.bucket import bucket_ids
 from engine.index.consistent_hashing import committed_ring, locate_nodes
@@ -189,8 +189,7 @@ class PrepareSpec:
     @property
     def event_time(self) -> bool:
         """True when versions are ordered by the ordering field (else by arrival)."""
-        return (self.config.merge_mode is MergeMode.EVENT_TIME_ORDERING
-                and self.config.precombine_field is not None)
+        return self.config.orders_by_event_time
 
 
 _SPEC_VERSION = 1

@@ -412,7 +412,7 @@ class HudiStreamingSink:
             num_buckets=config.num_buckets or self.table.write_config.num_buckets,
             bucket_groups=live_bucket_groups(self.table),
             slim_schema=prepared_schema(self.spec, with_data=False),
-            event_time=self.spec.event_time, ordering_type=self.spec.ordering_type,
+            event_time=config.orders_by_event_time, ordering_type=self.spec.ordering_type,
             update_partition_path=self.update_partition_path,
             shards=self.state_shards,
             fold_min_rows=self.state_fold[0], max_deltas=self.state_fold[1],

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import MergeMode
+from engine.config import MergeMode, orders_by_event_time
 from engine.format.delete_block import ordering_as
 from engine.schema import conform
 
@@ -76,7 +76,7 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
               or (isinstance(layer, DeleteLayer) and len(layer.keys))]
     if not active:
         return conform(base, schema) if base is not None else schema.empty_table()
-    event_time = mode is MergeMode.EVENT_TIME_ORDERING and ordering_field is not None
+    event_time = orders_by_event_time(mode, ordering_field)
     if base is not None and base.num_rows and len(active) == 1 \
             and isinstance(active[0], DataLayer):
         merged = _merge_one_layer(base, active[0].table, ordering_field, schema, event_time)

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import ConcurrencyMode, IndexType, MergeMode, TableConfig, WriteConfig
+from engine.config import ConcurrencyMode, IndexType, TableConfig, WriteConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
@@ -99,8 +99,8 @@ def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> Concurre
                   and not config.consistent_hashing)
     mode = write_config.concurrency_mode
     if mode is None:
-        event_time = config.merge_mode is MergeMode.EVENT_TIME_ORDERING
-        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL if bucket_mor and event_time
+        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
+                if bucket_mor and config.orders_by_event_time
                 else ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL)
     if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL and not bucket_mor:
         raise InvalidOptionError(
@@ -510,7 +510,7 @@ class WriteClient:
         :func:`engine.merge.policy.resolve_single` under :attr:`delete_policy` (event time:
         their ordering value is lower); None without event time."""
         ordering = self.config.precombine_field
-        if (self.config.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering
+        if (not self.config.orders_by_event_time or not ordering
                 or "loc_ordering" not in tagged.column_names):
             return None
         stored = tagged.column("loc_ordering").combine_chunks()

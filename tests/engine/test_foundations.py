@@ -89,6 +89,21 @@ def test_table_config_round_trips_through_properties() -> None:
     assert TableConfig.from_properties(props).partition_fields == ("city",)
 
 
+@pytest.mark.parametrize(("props", "expected"), [
+    ({"hoodie.table.precombine.field": "ts"}, True),
+    ({"hoodie.table.precombine.field": "ts", "hoodie.record.merge.mode": "COMMIT_TIME_ORDERING"},
+     False),
+    ({"hoodie.record.merge.mode": "EVENT_TIME_ORDERING"}, False),  # no field to order by
+    ({}, False),
+])
+def test_table_config_orders_by_event_time_needs_mode_and_field(
+        props: dict[str, str], expected: bool) -> None:
+    cfg = TableConfig.from_properties({
+        "hoodie.table.name": "t", "hoodie.table.type": "MERGE_ON_READ",
+        "hoodie.table.version": "8", "hoodie.table.recordkey.fields": "id", **props})
+    assert cfg.orders_by_event_time is expected
+
+
 def test_instant_file_names_parse_both_layouts() -> None:
     done = Instant("20250101000000000", Action.DELTA_COMMIT, State.COMPLETED,
                    "20250101000000123")
