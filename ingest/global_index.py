@@ -884,5 +884,6 @@ def bootstrap_frame(spark: SparkSession, table: Table, spec: GlobalIndexSpec) ->
 def live_bucket_groups(table: Table) -> dict[tuple[str, int], str]:
     """(partition, bucket) → file id of the table's live bucket groups (driver side;
     :func:`engine.write.placement.live_buckets`)."""
-    return dict(live_buckets(TableView.load(table.storage, table.config)))
+    return dict(live_buckets(TableView.load(table.storage, table.config),
+                             table.write_config.index_type))
 

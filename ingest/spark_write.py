@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.config import IndexType
 from engine.errors import InvalidOptionError
 from engine.index.consistent_hashing import (
     HashingMetadata,
@@ -253,6 +254,9 @@ class WriteSpec:
     """What each file group's task writes, as the write client decides it."""
     table_name: str
     num_buckets: int
+    index: IndexType
+    """The writer's ``hoodie.index.type``: whether live groups are bucket groups
+    (:func:`engine.write.placement.live_buckets`)."""
     attach: PrepareSpec | None = None
     """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
@@ -454,7 +458,8 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
                                            num_buckets=spec.num_buckets, rings=view.rings())
         else:
             placed = place_rows(rows, table_name=spec.table_name,
-                                num_buckets=spec.num_buckets, live=live_buckets(view))
+                                num_buckets=spec.num_buckets,
+                                live=live_buckets(view, spec.index))
         stats: list[WriteStat] = []
         groups: list[str] = []
         for (partition, file_id), group in _groups(placed):
@@ -529,7 +534,8 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     writer = plan.client.group_writer(plan.instant, plan.data_schema, columns=VERSIONS,
                                       event_time=event_time, policy=POLICY)
     spec = WriteSpec(writer, config.name,
-                     config.num_buckets or plan.table.write_config.num_buckets, attach, errors)
+                     config.num_buckets or plan.table.write_config.num_buckets,
+                     plan.table.write_config.index_type, attach, errors)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
                                                                by_bucket=by_bucket))

@@ -136,7 +136,8 @@ class TableView:
 
     def bucket_groups(self) -> Mapping[tuple[str, int], str]:
         """(partition, bucket) → file id of the live groups whose id names a bucket (the
-        first such group by file id, where two do)."""
+        first such group by file id, where two do). Whether a writer places keys in them is
+        :func:`engine.write.placement.live_buckets`'s rule."""
         if self._buckets is None:
             buckets: dict[tuple[str, int], str] = {}
             for s in self.latest_file_slices():

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.config import IndexType
 from engine.errors import InvalidRecordError
 from engine.index.bucket import bucket_file_id, bucket_ids
 from engine.index.consistent_hashing import HashingMetadata, ensure_initial_metadata, route
@@ -37,10 +38,15 @@ LiveBuckets = Mapping[tuple[str, int], str]
 (:meth:`engine.layout.view.TableView.bucket_groups`)."""
 
 
-def live_buckets(view: TableView) -> LiveBuckets:
-    """The live bucket groups of ``view`` the streaming job places keys in: none on a table
-    that records no bucket count (its file ids need not name buckets)."""
-    return view.bucket_groups() if view.config.num_buckets is not None else {}
+def live_buckets(view: TableView, index: IndexType) -> LiveBuckets:
+    """The live bucket groups of ``view`` that keys are placed in, for a writer with
+    ``index`` (``hoodie.index.type``, which the table records or, on a table that records
+    none, the writer's option): the groups whose file id names a bucket
+    (:meth:`~engine.layout.view.TableView.bucket_groups`, the first 8 characters as Hudi's
+    ``BucketIdentifier.bucketIdFromFileId`` reads them) under the ``BUCKET`` index, none
+    under any other (a UUID file id may start with 8 digits by chance). The write client,
+    the streaming job's write tasks and its global-state index all ask this."""
+    return view.bucket_groups() if index is IndexType.BUCKET else {}
 
 
 def new_bucket_file_id(table_name: str, partition: str, bucket: int,

@@ -66,6 +66,7 @@ from engine.write.group_writer import GroupWriter, TaskRule
 from engine.write.partitioner import assign_inserts, average_record_size
 from engine.write.placement import (
     bucket_group,
+    live_buckets,
     place_buckets,
     record_buckets,
     routed,
@@ -290,7 +291,7 @@ class WriteClient:
             elif index is IndexType.BUCKET:
                 for group, rows in place_buckets(records, table_name=self.config.name,
                                                  num_buckets=self.write_config.num_buckets,
-                                                 live=view.bucket_groups()):
+                                                 live=live_buckets(view, index)):
                     group_records.setdefault(group, []).append(rows)
             else:
                 self._place_simple(timeline, operation, records, reader, view,
@@ -377,7 +378,7 @@ class WriteClient:
             return deletes.append_column("_file_id", pa.array(groups, pa.string()))
         if (self.write_config.index_type is IndexType.BUCKET and known_partition):
             buckets = record_buckets(deletes.column(RECORD_KEY), self.write_config.num_buckets)
-            live = view.bucket_groups()
+            live = live_buckets(view, self.write_config.index_type)
             file_ids = []
             for part, b in zip(deletes.column(PARTITION_PATH).to_pylist(), buckets.tolist(),
                                strict=True):
