@@ -453,8 +453,10 @@ class WriteConfig:
         "Clean old file slices after every write.", group="services")
     clean_async: bool = option(
         "hoodie.clean.async", _parse_bool, False,
-        "Accepted under Hudi's name, with no effect here: the streaming job always cleans beside "
-        "ingestion (in its service thread), a `Table` write right after the write.",
+        "Accepted under Hudi's name, with no effect: where cleaning runs (with "
+        "`hoodie.clean.automatic`) is fixed by the writer. The streaming job always cleans "
+        "asynchronously, in its service thread beside ingestion (what `true` asks of Hudi); a "
+        "`Table` write cleans inline, right after its commit (what `false` asks of Hudi).",
         aliases=("hoodie.clean.async.enabled",), group="services")
     cleaner_policy: CleanerPolicy = option(
         "hoodie.cleaner.policy", _enum_parser(CleanerPolicy), CleanerPolicy.KEEP_LATEST_COMMITS,

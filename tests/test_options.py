@@ -24,7 +24,8 @@ DOC = ROOT / "docs" / "configuration.md"
 
 NOT_READ = {
     "clean_async": "hoodie.clean.async is accepted under Hudi's name and documented as having "
-                   "no effect: the streaming job always cleans in its service thread",
+                   "no effect: the streaming job always cleans in its service thread, a Table "
+                   "write inline (test_clean_async_has_no_effect_on_where_cleaning_runs)",
 }
 """Declared options no code reads, each with the reason it is still accepted."""
 
@@ -261,3 +262,24 @@ def test_every_kafka_source_option_and_sink_argument_is_read() -> None:
     assert [s.attr for s in SOURCE_KEYS if not re.search(rf"\.{s.attr}\b", source)] == []
     assert [f.name for f in fields(SinkConfig)
             if not re.search(rf"config\.{f.name}\b", source)] == []
+
+
+@pytest.mark.parametrize("clean_async", ["true", "false"])
+def test_clean_async_has_no_effect_on_where_cleaning_runs(tmp_path: Path,
+                                                          clean_async: str) -> None:
+    import pyarrow as pa
+
+    from engine import Table
+    from ingest.services import StreamingServices
+
+    table = Table.create(str(tmp_path), name="t", record_key="k", precombine="ts",
+                         table_type="COPY_ON_WRITE",
+                         options={"hoodie.clean.async": clean_async,
+                                  "hoodie.cleaner.commits.retained": "1",
+                                  "hoodie.archive.automatic": "false"})
+    for ts in range(3):
+        table.upsert(pa.table({"k": ["a"], "ts": [ts], "v": [ts]}))
+    # A Table write cleans inline, right after its commit...
+    assert [e.action for e in table.timeline()].count("clean") >= 1
+    # ...and the streaming job in its service thread.
+    assert StreamingServices(table).clean is True
