@@ -6,7 +6,8 @@ import argparse
 import datetime as dt
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from common import (
     fmt_rate,
@@ -94,28 +95,60 @@ def profile_notes(runs: Sequence[RunResult], stages: StageRates | None,
                        + " ".join(f"{n:,}" for n in r.batch_records)
                        + "; addBatch seconds: "
                        + " ".join(f"{sec:.2f}" for sec in r.batch_seconds))
-    if stages is not None:
-        if stages.error:
-            out.append(f"single-core stage rates: failed, {stages.error}")
-        else:
-            out.append(f"single-core stage rates on {stages.records:,} records of partition 0"
-                       f" (this process): Kafka read (kafka-python consumer → Arrow) "
-                       f"{fmt_rate(stages.read_rate)}/s, prepare (pyarrow JSON decode + keys "
-                       f"+ partition paths) {fmt_rate(stages.prepare_rate)}/s")
-    if worker is not None:
-        if worker.error:
-            out.append(f"Python worker profile: failed, {worker.error}")
-        else:
-            total = worker.total
-            shares = "; ".join(f"{k.strip()} {v:.1f} s ({_share(v, total)})"
-                               for k, v in worker.stages.items())
-            parts = "; ".join(f"{k} {v:.1f} s ({_share(v, total)})"
-                              for k, v in worker.categories.items() if v >= 0.05)
-            out.append(f"Python workers, profiled (an extra bucket run with Spark's perf "
-                       f"profilers on: {fmt_seconds(worker.seconds)} wall, {total:.1f} s "
-                       f"profiled in Python tasks; the profiler slows Python down): {shares}")
-            out.append(f"Python workers, own time by kind of code: {parts}")
+    out += _measured("single-core stage rates", stages, _stage_notes)
+    out += _measured("Python worker profile", worker, _worker_notes)
     return out
+
+
+class _Measurement(Protocol):
+    @property
+    def error(self) -> str | None: ...
+
+
+M = TypeVar("M", bound=_Measurement)
+
+
+def _measured(label: str, result: M | None, notes: Callable[[M], list[str]]) -> list[str]:
+    """The notes of a measurement that may not have run (None: no notes) or may have failed
+    (one line, ``<label>: failed, <error>``)."""
+    if result is None:
+        return []
+    if result.error:
+        return [f"{label}: failed, {result.error}"]
+    return notes(result)
+
+
+def _stage_notes(stages: StageRates) -> list[str]:
+    return [f"single-core stage rates on {stages.records:,} records of partition 0"
+            f" (this process): Kafka read (kafka-python consumer → Arrow) "
+            f"{fmt_rate(stages.read_rate)}/s, prepare (pyarrow JSON decode + keys "
+            f"+ partition paths) {fmt_rate(stages.prepare_rate)}/s"]
+
+
+def _worker_notes(worker: WorkerProfile) -> list[str]:
+    total = worker.total
+    shares = "; ".join(f"{k.strip()} {v:.1f} s ({_share(v, total)})"
+                       for k, v in worker.stages.items())
+    parts = "; ".join(f"{k} {v:.1f} s ({_share(v, total)})"
+                      for k, v in worker.categories.items() if v >= 0.05)
+    return [f"Python workers, profiled (an extra bucket run with Spark's perf "
+            f"profilers on: {fmt_seconds(worker.seconds)} wall, {total:.1f} s "
+            f"profiled in Python tasks; the profiler slows Python down): {shares}",
+            f"Python workers, own time by kind of code: {parts}"]
+
+
+def _latency_notes(lat: LatencyResult) -> list[str]:
+    return [f"latency: {lat.sent:,} records sent in {lat.send_seconds:.1f} s "
+            f"(target rate {lat.rate:,.0f}/s; {lat.behind_ticks} moments >100 ms "
+            f"behind schedule) by one kafka-python producer process (linger "
+            f"{LATENCY_PRODUCER_SETTINGS['linger_ms']} ms); value ts = send time; "
+            f"visible = completion time of the commit; records superseded "
+            f"within a batch never become visible and are not counted",
+            f"latency as seen by a poller listing the timeline every 100 ms: p50 "
+            f"{fmt_seconds(lat.seen_p50)}, p99 {fmt_seconds(lat.seen_p99)}; "
+            f"after the producer stopped, the job caught up in "
+            f"{fmt_seconds(lat.drain_seconds)}",
+            f"latency: {lat.cpu}"]
 
 
 def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
@@ -158,21 +191,8 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
         out.append(f"consistent hashing vs the simple bucket index in this run: "
                    f"{ring.rate / simple.rate:.2f}x ({fmt_rate(ring.rate)} vs "
                    f"{fmt_rate(simple.rate)} records/s; goal: within 10%)")
+    out += _measured("latency", lat, _latency_notes)
     if lat is not None:
-        if lat.error:
-            out.append(f"latency: failed, {lat.error}")
-        else:
-            out.append(f"latency: {lat.sent:,} records sent in {lat.send_seconds:.1f} s "
-                       f"(target rate {lat.rate:,.0f}/s; {lat.behind_ticks} moments >100 ms "
-                       f"behind schedule) by one kafka-python producer process (linger "
-                       f"{LATENCY_PRODUCER_SETTINGS['linger_ms']} ms); value ts = send time; "
-                       f"visible = completion time of the commit; records superseded "
-                       f"within a batch never become visible and are not counted")
-            out.append(f"latency as seen by a poller listing the timeline every 100 ms: p50 "
-                       f"{fmt_seconds(lat.seen_p50)}, p99 {fmt_seconds(lat.seen_p99)}; "
-                       f"after the producer stopped, the job caught up in "
-                       f"{fmt_seconds(lat.drain_seconds)}")
-            out.append(f"latency: {lat.cpu}")
         out.extend(f"latency: check failed: {p}" for p in lat.problems)
     out.append(f"load average at the end: {end_load} on {os.cpu_count()} logical cores; "
                "other processes running meanwhile lower every figure")
