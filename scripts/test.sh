@@ -16,9 +16,10 @@ phase "setup"
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
 phase "ruff and mypy"
 # The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
-# per Java and Spark install, about a minute; it halves each JVM's start.
-.venv/bin/python -m tests.spark_jvm
-phase "the JVM archive"
+# per Java and Spark install (about a minute and a half, beside the engine's quick tests, which
+# start no JVM); it halves each JVM's start.
+.venv/bin/python -m tests.spark_jvm &
+archive=$!
 # Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
 # no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
 # share one Spark session and one broker per process and run in one. With arguments (paths,
@@ -26,8 +27,11 @@ phase "the JVM archive"
 if [ "$#" -eq 0 ]; then
   .venv/bin/python -m pytest -m "not slow" -q --durations=10 -n 2 tests/engine
   phase "the engine's quick suite"
+  wait "$archive"
+  phase "the JVM archive"
   .venv/bin/python -m pytest -m "not slow" -q --durations=10 --ignore=tests/engine
 else
+  wait "$archive"
   .venv/bin/python -m pytest -m "not slow" -q "$@"
 fi
 phase "the quick suite"
