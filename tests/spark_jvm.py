@@ -134,14 +134,15 @@ def _dump(target: Path) -> Path | None:
         job = ChildJob(write_job(work / "job.toml", settings), work, "cds",
                        env={"SPARK_SUBMIT_OPTS": options})
         code = job.wait(timeout=600)
-        if code != 0:
-            print(f"spark_jvm: the archive job failed (exit {code}); no archive:\n{job.tail()}")
-            return None
         # The driver's JVM ends after its Python (it exits when the gateway's pipe closes)
         # and only then writes the archive.
         deadline = time.monotonic() + _DUMP_WAIT_S
         while _jvms_writing(partial) and time.monotonic() < deadline:
             time.sleep(0.2)
+        if code != 0:
+            partial.unlink(missing_ok=True)
+            print(f"spark_jvm: the archive job failed (exit {code}); no archive:\n{job.tail()}")
+            return None
     if _jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
         partial.unlink(missing_ok=True)
         print("spark_jvm: the JVM wrote no class-data archive (this Java may lack a base CDS "
