@@ -8,6 +8,8 @@ This is the log block codec's front door: it also re-exports the framing
   binary record)``, writer schema in the ``SCHEMA`` header (meta fields included), records
   coded by :mod:`engine.format.avro_codec`.
 * Parquet data block: a whole Parquet file, ``SCHEMA`` header.
+* HFile data block (metadata table): a whole HFile (:mod:`engine.format.hfile`), no version
+  prefix, ``SCHEMA`` then ``INSTANT_TIME`` headers; its file info carries only ``schema``.
 * Command block: no content; ``COMMAND_BLOCK_TYPE="0"`` is a rollback of
   ``TARGET_INSTANT_TIME`` (table version 6; v8 deletes failed log files instead).
 
@@ -40,6 +42,7 @@ from engine.format.delete_block import (
     encode_delete_block,
     encode_delete_content,
 )
+from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hfile
 from engine.format.log_block import (
     I32,
     I32_PAIR,
@@ -70,11 +73,15 @@ __all__ = [
     "LogFormatError",
     "decode_avro_data_block",
     "decode_delete_block",
+    "decode_hfile_data_block",
     "decode_parquet_data_block",
     "delete_record_list_schema",
     "encode_avro_data_block",
     "encode_delete_block",
     "encode_delete_content",
+    "encode_hfile_data_block",
+    "encode_initial_log_block",
+    "encode_metadata_delete_block",
     "encode_parquet_data_block",
     "encode_rollback_command_block",
     "frame_block",
@@ -212,3 +219,66 @@ def encode_rollback_command_block(instant_time: str, target_instant_time: str) -
         HeaderKey.TARGET_INSTANT_TIME: target_instant_time,
     }
     return frame_parts(BlockType.COMMAND, header, [], None)
+
+
+def encode_hfile_data_block(
+    cells: Sequence[tuple[bytes, bytes]],
+    avro_schema: Mapping[str, Any] | str,
+    instant_time: str,
+    *,
+    compression: str = "GZ",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> bytes:
+    """A framed HFile data block (type 4) as Hudi 1.0 writes metadata-table log blocks.
+
+    ``cells`` are (row key, Avro value) sorted by row bytes, duplicates allowed (kept in
+    order). The content is a complete HFile whose file info adds only ``schema``; the headers
+    are ``SCHEMA`` then ``INSTANT_TIME`` (Spark's order), so the bytes match Spark's output.
+    """
+    schema_text = schema_json(avro_schema)
+    content = write_hfile(cells, file_info={"schema": schema_text.encode("utf-8")},
+                          compression=compression, block_size=block_size,
+                          allow_duplicates=True)
+    header = {HeaderKey.SCHEMA: schema_text, HeaderKey.INSTANT_TIME: instant_time}
+    return frame_parts(BlockType.HFILE_DATA, header, [content], None)
+
+
+def decode_hfile_data_block(block: LogBlock) -> list[tuple[bytes, bytes]]:
+    """The (row key, value) cells of an HFile data block, in file order.
+
+    A malformed HFile raises :class:`engine.format.hfile.HFileError` (a CorruptTableError);
+    the values are Avro binary in the block's ``SCHEMA`` (see :mod:`engine.metadata.records`).
+    """
+    if block.block_type is not BlockType.HFILE_DATA:
+        raise ValueError(f"not an HFile data block: {block.block_type.name}")
+    return list(HFileReader(block.content).cells())
+
+
+def encode_metadata_delete_block(
+    keys: Sequence[str],
+    partition_name: str,
+    instant_time: str,
+    avro_schema: Mapping[str, Any] | str | None,
+) -> bytes:
+    """A framed delete block removing metadata-table ``keys`` (record/secondary index).
+
+    Each record carries ``partitionPath`` = the MDT partition name (e.g. ``record_index``)
+    and ``orderingVal`` ``04 00`` (natural order). With ``avro_schema`` (the MDT record
+    schema) the headers are ``SCHEMA`` then ``INSTANT_TIME`` as Spark writes them; with None
+    only ``INSTANT_TIME`` (the initial empty block of :func:`encode_initial_log_block`).
+    """
+    records = [DeleteRecord(key, partition_name) for key in keys]
+    header: dict[HeaderKey, str] = {}
+    if avro_schema is not None:
+        header[HeaderKey.SCHEMA] = schema_json(avro_schema)
+    header[HeaderKey.INSTANT_TIME] = instant_time
+    return frame_parts(BlockType.DELETE, header, [encode_delete_content(records, None)], None)
+
+
+def encode_initial_log_block(instant_time: str) -> bytes:
+    """The whole 80-byte initial log file of a metadata-table file group.
+
+    One empty delete block with only ``INSTANT_TIME`` (Java ``initializeFileGroups``), written
+    as ``.<fileId>_<instant>.log.1_0-0-0`` so the file group exists before it has records.
+    """
+    return encode_metadata_delete_block([], "", instant_time, None)

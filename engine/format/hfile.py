@@ -1,0 +1,598 @@
+"""HFile v3, the subset Hudi 1.0 writes: metadata-table base files and log-block payloads.
+
+Layout (``docs`` ``hudi-metadata-table.md`` §1; HBase 2.4 ``HFileWriterImpl``)::
+
+    [DATA block]* [META block]* [ROOT_INDEX data] [ROOT_INDEX meta] [FILE_INFO] [trailer 4096]
+
+Every block has a 33-byte header (magic, on-disk size without header, uncompressed size,
+previous block of the same type, checksum type 2 = CRC32C, 16384 bytes per checksum, on-disk
+data size with header), then its payload (one gzip member for ``GZ``, raw for ``NONE``), then
+one big-endian CRC32C per 16384 bytes of header + payload. A data block is a run of cells
+``keyLen: i32 | valueLen: i32 | key | value | mvcc vint (00)`` whose key is an HBase KeyValue key
+(``rowLen: i16 | row | 00 | timestamp LATEST | type 04``). Blocks are cut the HBase way (a new
+block starts before a cell with a new row once the current one holds ``block_size`` raw bytes),
+and the single-level root index uses HBase's ``getMidpoint`` fake keys, so that the output is
+byte-identical to what Spark writes for the same cells.
+
+The writer also works around the hudi-rs 0.5.0 gzip bug (pitfall 7: it mis-sizes the checksum
+area when ``33 + len(payload)`` falls in ``(16384·n - 4·n, 16384·n]``): such a block is
+recompressed (another level, then extra DEFLATE flush points) until it falls outside.
+
+Pure bytes in, bytes out; no I/O; safe on executors.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from engine.errors import CorruptTableError
+from engine.format.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_ENTRIES, BloomFilter
+
+__all__ = [
+    "COMPARATOR",
+    "DEFAULT_BLOCK_SIZE",
+    "HFileError",
+    "HFileReader",
+    "gzip_boundary_hazard",
+    "gzip_member",
+    "key_value_key",
+    "write_hfile",
+    "write_hudi_base_hfile",
+]
+
+DEFAULT_BLOCK_SIZE = 1 << 20
+"""``hoodie.hfile.block.size`` default and the log-block HFile block size."""
+COMPARATOR = b"org.apache.hudi.io.storage.HoodieHBaseKVComparator"
+"""Trailer ``comparatorClassName`` of every HFile Hudi 1.0 writes."""
+
+_HEADER = struct.Struct(">8siiqbii")
+_HEADER_SIZE = 33
+_BYTES_PER_CHECKSUM = 16384
+_CRC32C = 2
+_TRAILER_SIZE = 4096
+_TRAILER_MAGIC = b'TRABLK"$'
+_VERSION = bytes.fromhex("03000003")  # minor 3 << 24 | major 3
+_DATA, _META, _ROOT, _INFO = b"DATABLK*", b"METABLKc", b"IDXROOT2", b"FILEINF2"
+_CODECS = {"GZ": 1, "NONE": 2}
+_GZIP_HEADER = bytes.fromhex("1f8b0800000000000000")
+_LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
+_PUT, _FIRST_ON_ROW = 4, 0xFF
+_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
+_CELL_HEAD = struct.Struct(">ii")
+_MAX_ROW = 32767
+
+
+class HFileError(CorruptTableError, ValueError):
+    """An HFile cannot be parsed; the message names the block, offset or field at fault."""
+
+
+# --------------------------------------------------------------------------------------------
+# Small codecs: KeyValue keys, Hadoop vints, protobuf varints, gzip members, blocks
+# --------------------------------------------------------------------------------------------
+
+
+def key_value_key(row: bytes, key_type: int = _PUT) -> bytes:
+    """The HBase KeyValue key Hudi writes for ``row``: empty family/qualifier, LATEST, Put."""
+    if len(row) > _MAX_ROW:
+        raise ValueError(f"row key of {len(row)} bytes exceeds HFile's limit of {_MAX_ROW}")
+    return struct.pack(">h", len(row)) + row + b"\x00" + _LATEST_TS + bytes([key_type])
+
+
+def _row_of(key: bytes) -> bytes:
+    (length,) = struct.unpack_from(">h", key, 0)
+    if length < 0 or 2 + length > len(key):
+        raise HFileError(f"cell key of {len(key)} bytes has a bad row length {length}")
+    return key[2 : 2 + length]
+
+
+def _vint(value: int) -> bytes:
+    """Hadoop ``WritableUtils.writeVLong``."""
+    if -112 <= value <= 127:
+        return struct.pack(">b", value)
+    marker = -112
+    if value < 0:
+        value = ~value
+        marker = -120
+    size = (value.bit_length() + 7) // 8
+    return struct.pack(">b", marker - size) + value.to_bytes(size, "big")
+
+
+def _read_vint(data: bytes, pos: int) -> tuple[int, int]:
+    first = struct.unpack_from(">b", data, pos)[0]
+    if first >= -112:
+        return first, pos + 1
+    negative = first < -120
+    size = (-120 - first) if negative else (-112 - first)
+    if pos + 1 + size > len(data):
+        raise HFileError(f"vint at {pos} runs past its block")
+    value = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
+    return (~value if negative else value), pos + 1 + size
+
+
+def _pb_varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # negative uint64 -> two's complement, 10 bytes
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_pb_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise HFileError("malformed protobuf varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _pb_fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, varint or bytes) of a protobuf message (wire types 0 and 2 only)."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = _read_pb_varint(data, pos)
+        wire = tag & 7
+        if wire == 0:
+            value, pos = _read_pb_varint(data, pos)
+            yield tag >> 3, value
+        elif wire == 2:
+            length, pos = _read_pb_varint(data, pos)
+            if pos + length > len(data):
+                raise HFileError("protobuf field runs past its message")
+            yield tag >> 3, data[pos : pos + length]
+            pos += length
+        else:
+            raise HFileError(f"unexpected protobuf wire type {wire}")
+
+
+def _pb_bytes(field: int, value: bytes) -> bytes:
+    return _pb_varint(field << 3 | 2) + _pb_varint(len(value)) + value
+
+
+def gzip_member(data: bytes, level: int = 6, flush_points: int = 0) -> bytes:
+    """One gzip member as HBase's GZ codec writes it (10-byte header, raw DEFLATE, CRC, size).
+
+    Level 6 reproduces Java's output. ``flush_points`` > 0 inserts that many
+    ``Z_SYNC_FLUSH`` points spread over the input (still one valid member, a few bytes longer):
+    the last resort of the gzip-boundary mitigation.
+    """
+    comp = zlib.compressobj(level, zlib.DEFLATED, -15)
+    parts = [_GZIP_HEADER]
+    step = max(1, len(data) // (flush_points + 1))
+    pos = 0
+    for _ in range(flush_points):
+        parts.append(comp.compress(data[pos : pos + step]))
+        parts.append(comp.flush(zlib.Z_SYNC_FLUSH))
+        pos += step
+    parts.append(comp.compress(data[pos:]))
+    parts.append(comp.flush())
+    parts.append(struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF))
+    return b"".join(parts)
+
+
+def gzip_boundary_hazard(payload_len: int) -> bool:
+    """Whether a GZ block with this payload length trips hudi-rs 0.5.0 (pitfall 7).
+
+    hudi-rs sizes the checksum area from ``33 + payload + checksums``; it reads 4 bytes too
+    few of the gzip member when ``33 + payload`` is in ``(16384·n - 4·n, 16384·n]``.
+    """
+    size = _HEADER_SIZE + payload_len
+    n = -(-size // _BYTES_PER_CHECKSUM)
+    return _BYTES_PER_CHECKSUM * n - 4 * n < size <= _BYTES_PER_CHECKSUM * n
+
+
+def _safe_gzip(raw: bytes) -> bytes:
+    """``gzip_member(raw)``, or if that lands in the hudi-rs window, a variant that does not."""
+    payload = gzip_member(raw)
+    if not gzip_boundary_hazard(len(payload)):
+        return payload
+    for level in (5, 7, 4, 8, 3, 9, 2, 1):
+        payload = gzip_member(raw, level)
+        if not gzip_boundary_hazard(len(payload)):
+            return payload
+    # Incompressible data comes out the same size at every level; each flush point adds bytes.
+    flushes = 1
+    while gzip_boundary_hazard(len(payload := gzip_member(raw, 6, flushes))):
+        flushes += 1
+    return payload
+
+
+def _block(magic: bytes, raw: bytes, prev: int, codec: int) -> bytes:
+    """One complete on-disk block: header, payload, CRC32C checksums."""
+    payload = _safe_gzip(raw) if codec == _CODECS["GZ"] else raw
+    with_header = _HEADER_SIZE + len(payload)
+    n_sums = -(-with_header // _BYTES_PER_CHECKSUM)
+    header = _HEADER.pack(magic, len(payload) + 4 * n_sums, len(raw), prev, _CRC32C,
+                          _BYTES_PER_CHECKSUM, with_header)
+    body = header + payload
+    sums = b"".join(
+        struct.pack(">I", crc32c.crc32c(body[i : i + _BYTES_PER_CHECKSUM]))
+        for i in range(0, with_header, _BYTES_PER_CHECKSUM)
+    )
+    return body + sums
+
+
+# --------------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------------
+
+
+def _midpoint_row(left: bytes, right: bytes) -> bytes:
+    """HBase ``getMinimumMidpointArray``: a short row in ``(left, right]``."""
+    limit = min(len(left), len(right))
+    d = 0
+    while d < limit and left[d] == right[d]:
+        d += 1
+    if d >= limit:
+        return right[: d + 1]
+    if left[d] < 0xFF and left[d] + 1 < right[d]:
+        return left[:d] + bytes([left[d] + 1])
+    return right[: d + 1]
+
+
+def _cut_blocks(
+    cells: Sequence[tuple[bytes, bytes]], block_size: int
+) -> list[tuple[int, int]]:
+    """[start, end) cell ranges of the data blocks (HBase ``checkBlockBoundary``)."""
+    ranges: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, (row, value) in enumerate(cells):
+        if i > start and size >= block_size and row != cells[i - 1][0]:
+            ranges.append((start, i))
+            start, size = i, 0
+        size += 8 + len(row) + 12 + len(value) + 1
+    if cells:
+        ranges.append((start, len(cells)))
+    return ranges
+
+
+def write_hfile(
+    cells: Sequence[tuple[bytes, bytes]],
+    *,
+    file_info: Mapping[str, bytes] | None = None,
+    meta_blocks: Sequence[tuple[str, bytes]] = (),
+    compression: str = "GZ",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    allow_duplicates: bool = False,
+) -> bytes:
+    """A complete HFile v3 holding ``cells`` (row key, value), as Hudi 1.0 / HBase 2.4 writes it.
+
+    ``cells`` must be sorted by row bytes (unsigned); equal rows raise ``ValueError`` unless
+    ``allow_duplicates`` (log-block HFiles keep them in arrival order). ``file_info`` entries
+    are merged over the standard keys this function computes (``KEY_VALUE_VERSION``,
+    ``MAX_MEMSTORE_TS_KEY``, ``hfile.AVG_KEY_LEN``, ``hfile.AVG_VALUE_LEN``,
+    ``hfile.CREATE_TIME_TS``, ``hfile.LASTKEY``); entries are written sorted by key bytes.
+    ``meta_blocks`` are (name, raw content), written sorted by name. ``compression`` is
+    ``"GZ"`` (Hudi's default) or ``"NONE"``.
+    """
+    codec = _CODECS.get(compression.upper())
+    if codec is None:
+        raise ValueError(f"compression must be one of {sorted(_CODECS)}, got {compression!r}")
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    for i in range(1, len(cells)):
+        prev, row = cells[i - 1][0], cells[i][0]
+        if row < prev or (row == prev and not allow_duplicates):
+            what = "duplicate" if row == prev else "unsorted"
+            raise ValueError(f"{what} row key at cell {i}: {row!r} after {prev!r}")
+    out: list[bytes] = []
+    offset = 0
+    total_uncompressed = _TRAILER_SIZE
+    index = bytearray()
+    prev_data = -1
+    ranges = _cut_blocks(cells, block_size)
+    for n, (start, end) in enumerate(ranges):
+        raw = bytearray()
+        for row, value in cells[start:end]:
+            key = key_value_key(row)
+            raw += _CELL_HEAD.pack(len(key), len(value)) + key + value + b"\x00"
+        block = _block(_DATA, bytes(raw), prev_data, codec)
+        first = cells[start][0]
+        if n == 0:
+            index_key = key_value_key(first)
+        else:
+            index_key = key_value_key(_midpoint_row(cells[start - 1][0], first), _FIRST_ON_ROW)
+        index += _I64.pack(offset) + _I32.pack(len(block)) + _vint(len(index_key)) + index_key
+        prev_data = offset
+        out.append(block)
+        offset += len(block)
+        total_uncompressed += _HEADER_SIZE + len(raw)
+    meta_index = bytearray()
+    prev_meta = -1
+    for name, content in sorted(meta_blocks, key=lambda m: m[0].encode()):
+        block = _block(_META, content, prev_meta, codec)
+        encoded = name.encode("utf-8")
+        meta_index += _I64.pack(offset) + _I32.pack(len(block)) + _vint(len(encoded)) + encoded
+        prev_meta = offset
+        out.append(block)
+        offset += len(block)
+        total_uncompressed += _HEADER_SIZE + len(content)
+    load_on_open = offset
+    root = _block(_ROOT, bytes(index), -1, codec)
+    meta_root = _block(_ROOT, bytes(meta_index), load_on_open, codec)
+    total_uncompressed += _HEADER_SIZE + len(meta_index)
+    info_raw = _file_info_bytes(cells, file_info)
+    info = _block(_INFO, info_raw, -1, codec)
+    total_uncompressed += _HEADER_SIZE + len(info_raw)
+    out += [root, meta_root]
+    info_offset = load_on_open + len(root) + len(meta_root)
+    out.append(info)
+    trailer = b"".join([
+        _pb_varint(1 << 3) + _pb_varint(info_offset),
+        _pb_varint(2 << 3) + _pb_varint(load_on_open),
+        _pb_varint(3 << 3) + _pb_varint(len(index)),
+        _pb_varint(4 << 3) + _pb_varint(total_uncompressed),
+        _pb_varint(5 << 3) + _pb_varint(len(ranges)),
+        _pb_varint(6 << 3) + _pb_varint(len(meta_blocks)),
+        _pb_varint(7 << 3) + _pb_varint(len(cells)),
+        _pb_varint(8 << 3) + _pb_varint(1),
+        _pb_varint(9 << 3) + _pb_varint(0 if cells else -1),
+        _pb_varint(10 << 3) + _pb_varint(prev_data),
+        _pb_bytes(11, COMPARATOR),
+        _pb_varint(12 << 3) + _pb_varint(codec),
+    ])
+    head = _TRAILER_MAGIC + _pb_varint(len(trailer)) + trailer
+    out.append(head + b"\x00" * (_TRAILER_SIZE - len(head) - len(_VERSION)) + _VERSION)
+    return b"".join(out)
+
+
+def write_hudi_base_hfile(
+    cells: Sequence[tuple[bytes, bytes]],
+    schema: str,
+    *,
+    compression: str = "GZ",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    bloom_num_entries: int = DEFAULT_NUM_ENTRIES,
+    bloom_fpp: float = DEFAULT_FPP,
+) -> bytes:
+    """A metadata-table base HFile as ``HoodieAvroHFileWriter`` writes it.
+
+    ``cells`` (UTF-8 record key, Avro value) must be sorted with unique keys. Adds the meta
+    block ``bloomFilter`` (Base64 text of a ``DYNAMIC_V0`` filter of the keys, in cell order)
+    and the file info ``bloomFilterTypeCode``, ``minRecordKey``/``maxRecordKey`` (``""`` for
+    an empty file) and ``schema`` (the MDT record schema JSON, with meta fields).
+    """
+    bloom = BloomFilter.create(bloom_num_entries, bloom_fpp, DEFAULT_MAX_ENTRIES)
+    bloom.add_many([row.decode("utf-8") for row, _ in cells])
+    file_info = {
+        "bloomFilterTypeCode": bloom.type_code.value.encode(),
+        "minRecordKey": cells[0][0] if cells else b"",
+        "maxRecordKey": cells[-1][0] if cells else b"",
+        "schema": schema.encode("utf-8"),
+    }
+    return write_hfile(cells, file_info=file_info,
+                       meta_blocks=[("bloomFilter", bloom.serialize().encode("ascii"))],
+                       compression=compression, block_size=block_size)
+
+
+def _file_info_bytes(
+    cells: Sequence[tuple[bytes, bytes]], extra: Mapping[str, bytes] | None
+) -> bytes:
+    n = len(cells)
+    key_total = sum(len(row) + 12 for row, _ in cells)
+    value_total = sum(len(value) for _, value in cells)
+    info: dict[bytes, bytes] = {
+        b"KEY_VALUE_VERSION": _I32.pack(1),
+        b"MAX_MEMSTORE_TS_KEY": _I64.pack(0),
+        b"hfile.AVG_KEY_LEN": _I32.pack(key_total // n if n else 0),
+        b"hfile.AVG_VALUE_LEN": _I32.pack(value_total // n if n else 0),
+        b"hfile.CREATE_TIME_TS": _I64.pack(0),
+    }
+    if cells:
+        info[b"hfile.LASTKEY"] = key_value_key(cells[-1][0])
+    for name, value in (extra or {}).items():
+        info[name.encode("utf-8")] = bytes(value)
+    proto = b"".join(
+        _pb_bytes(1, _pb_bytes(1, k) + _pb_bytes(2, info[k])) for k in sorted(info)
+    )
+    return b"PBUF" + _pb_varint(len(proto)) + proto
+
+
+# --------------------------------------------------------------------------------------------
+# Reader
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _IndexEntry:
+    offset: int
+    size: int  # on disk, header and checksums included
+    key: bytes  # block index key (data) or name (meta)
+
+
+class HFileReader:
+    """Reads an HFile v3 (single- or multi-block, GZ or NONE, single-level index) from bytes.
+
+    The trailer, both root indexes and the file info are parsed on construction; data blocks
+    are decompressed when asked for. Malformed input raises :class:`HFileError`.
+    Checksums are not verified (neither Hudi reader does) unless ``verify_checksums``.
+    """
+
+    def __init__(self, data: bytes, *, verify_checksums: bool = False) -> None:
+        """Parse ``data`` (a whole HFile, offsets relative to its first byte)."""
+        self._data = bytes(data)
+        self._verify = verify_checksums
+        try:
+            self._open()
+        except HFileError:
+            raise
+        except (struct.error, IndexError, ValueError, zlib.error) as exc:
+            raise HFileError(f"malformed HFile: {exc}") from None
+
+    def _open(self) -> None:
+        data = self._data
+        if len(data) < _TRAILER_SIZE:
+            raise HFileError(f"file of {len(data)} bytes is shorter than the 4096-byte trailer")
+        start = len(data) - _TRAILER_SIZE
+        if data[start : start + 8] != _TRAILER_MAGIC:
+            raise HFileError(f"bad trailer magic {data[start : start + 8]!r}")
+        if data[-1] != 3:
+            raise HFileError(f"HFile major version {data[-1]} is not 3")
+        length, pos = _read_pb_varint(data, start + 8)
+        fields = dict(_pb_fields(data[pos : pos + length]))
+
+        def number(field: int, default: int) -> int:
+            value = fields.get(field, default)
+            if not isinstance(value, int):
+                raise HFileError(f"trailer field {field} is not a varint")
+            return value
+
+        self.compression_codec = number(12, 1)
+        if self.compression_codec not in _CODECS.values():
+            raise HFileError(f"compression codec {self.compression_codec} is not GZ or NONE")
+        levels = number(8, 1)
+        if levels != 1:
+            raise HFileError(f"{levels}-level data index is not supported")
+        self.entry_count: int = number(7, 0)
+        load_on_open = number(2, 0)
+        data_count = number(5, 0)
+        meta_count = number(6, 0)
+        info_offset = number(1, 0)
+        root, end = self._read_block(load_on_open, _ROOT)
+        self._index = self._parse_index(root, data_count, "data")
+        self._rows = [_row_of(e.key) for e in self._index]
+        meta_root, _ = self._read_block(end, _ROOT)
+        self._meta = {e.key.decode("utf-8"): e for e in self._parse_index(
+            meta_root, meta_count, "meta")}
+        info, _ = self._read_block(info_offset, _INFO)
+        self.file_info: dict[str, bytes] = self._parse_file_info(info)
+
+    def _read_block(self, offset: int, magic: bytes) -> tuple[bytes, int]:
+        """Uncompressed data of the block at ``offset`` and the offset just past it."""
+        data = self._data
+        if offset < 0 or offset + _HEADER_SIZE > len(data):
+            raise HFileError(f"{magic.decode()} block offset {offset} is outside the file")
+        got, on_disk, size, _, ctype, per_sum, with_header = _HEADER.unpack_from(data, offset)
+        if got != magic:
+            raise HFileError(f"block at {offset} has magic {got!r}, expected {magic!r}")
+        end = offset + _HEADER_SIZE + on_disk
+        if with_header < _HEADER_SIZE or offset + with_header > end or end > len(data):
+            raise HFileError(f"{magic.decode()} block at {offset} has bad sizes")
+        payload = data[offset + _HEADER_SIZE : offset + with_header]
+        if self._verify and ctype == _CRC32C:
+            sums = data[offset + with_header : end]
+            body = data[offset : offset + with_header]
+            for i, at in enumerate(range(0, with_header, per_sum)):
+                expected = struct.pack(">I", crc32c.crc32c(body[at : at + per_sum]))
+                if sums[4 * i : 4 * i + 4] != expected:
+                    raise HFileError(f"checksum {i} of the block at {offset} does not match")
+        if self.compression_codec == _CODECS["GZ"]:
+            try:
+                raw = zlib.decompress(payload, 31)
+            except zlib.error as exc:
+                raise HFileError(f"gzip payload of the block at {offset}: {exc}") from None
+        else:
+            raw = payload
+        if len(raw) != size:
+            raise HFileError(f"block at {offset} holds {len(raw)} bytes, header says {size}")
+        return raw, end
+
+    @staticmethod
+    def _parse_index(raw: bytes, count: int, what: str) -> list[_IndexEntry]:
+        entries = []
+        pos = 0
+        for _ in range(count):
+            offset, size = _I64.unpack_from(raw, pos)[0], _I32.unpack_from(raw, pos + 8)[0]
+            length, pos = _read_vint(raw, pos + 12)
+            if length < 0 or pos + length > len(raw):
+                raise HFileError(f"{what} index entry runs past its block")
+            entries.append(_IndexEntry(offset, size, raw[pos : pos + length]))
+            pos += length
+        if pos != len(raw):
+            raise HFileError(f"{what} index holds {len(raw) - pos} bytes past its {count} entries")
+        return entries
+
+    @staticmethod
+    def _parse_file_info(raw: bytes) -> dict[str, bytes]:
+        if raw[:4] != b"PBUF":
+            raise HFileError("file info block does not start with PBUF")
+        length, pos = _read_pb_varint(raw, 4)
+        info: dict[str, bytes] = {}
+        for field, entry in _pb_fields(raw[pos : pos + length]):
+            if field != 1 or not isinstance(entry, bytes):
+                continue
+            pair = dict(_pb_fields(entry))
+            key, value = pair.get(1, b""), pair.get(2, b"")
+            if not isinstance(key, bytes) or not isinstance(value, bytes):
+                raise HFileError("file info entry is not a bytes pair")
+            info[key.decode("utf-8")] = value
+        return info
+
+    @property
+    def block_count(self) -> int:
+        """Number of data blocks."""
+        return len(self._index)
+
+    def _block_cells(self, n: int) -> Iterator[tuple[bytes, bytes]]:
+        entry = self._index[n]
+        try:
+            raw, _ = self._read_block(entry.offset, _DATA)
+            pos = 0
+            while pos < len(raw):
+                key_len, value_len = _CELL_HEAD.unpack_from(raw, pos)
+                key_end = pos + 8 + key_len
+                if key_len < 12 or value_len < 0 or key_end + value_len > len(raw):
+                    raise HFileError(f"cell at {pos} of data block {n} runs past the block")
+                row = _row_of(raw[pos + 8 : key_end])
+                value = raw[key_end : key_end + value_len]
+                _, pos = _read_vint(raw, key_end + value_len)
+                yield row, value
+        except (struct.error, IndexError) as exc:
+            raise HFileError(f"data block {n} at {entry.offset}: {exc}") from None
+
+    def cells(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (row key, value) in file order."""
+        for n in range(len(self._index)):
+            yield from self._block_cells(n)
+
+    def _first_block(self, row: bytes) -> int:
+        return max(0, bisect.bisect_right(self._rows, row) - 1)
+
+    def get(self, row: bytes) -> list[bytes]:
+        """All values stored for ``row`` (several only in log-block HFiles); [] if none.
+
+        Reads only the data block the root index points at (equal rows never span blocks).
+        """
+        if not self._index:
+            return []
+        return [value for r, value in self._block_cells(self._first_block(row)) if r == row]
+
+    def scan(self, start: bytes = b"", stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Cells with ``start <= row < stop`` (``stop`` None: to the end), in order."""
+        if not self._index:
+            return
+        for n in range(self._first_block(start), len(self._index)):
+            for row, value in self._block_cells(n):
+                if stop is not None and row >= stop:
+                    return
+                if row >= start:
+                    yield row, value
+
+    def rows_with_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Cells whose row starts with ``prefix``, in order."""
+        for row, value in self.scan(prefix):
+            if not row.startswith(prefix):
+                return
+            yield row, value
+
+    def meta_block(self, name: str) -> bytes | None:
+        """Raw (uncompressed) content of the meta block ``name``, None if absent."""
+        entry = self._meta.get(name)
+        if entry is None:
+            return None
+        try:
+            return self._read_block(entry.offset, _META)[0]
+        except struct.error as exc:
+            raise HFileError(f"meta block {name!r}: {exc}") from None
