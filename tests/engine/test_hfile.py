@@ -1,0 +1,240 @@
+"""HFile v3 and metadata-table log files, checked byte for byte against the Spark-written sample."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from engine.errors import CorruptTableError
+from engine.format.bloom import BloomFilter
+from engine.format.hfile import (
+    HFileError,
+    HFileReader,
+    gzip_boundary_hazard,
+    gzip_member,
+    key_value_key,
+    write_hfile,
+    write_hudi_base_hfile,
+)
+from engine.format.hfile import _midpoint_row as midpoint_row
+from engine.format.log_format import (
+    BlockType,
+    HeaderKey,
+    decode_delete_block,
+    decode_hfile_data_block,
+    encode_hfile_data_block,
+    encode_initial_log_block,
+    encode_metadata_delete_block,
+    iter_blocks,
+)
+from engine.format.naming import parse_base_file, parse_log_file
+from tests.conftest import SAMPLES, extract_sample
+
+V8_TRIPS = "quickstart_trips_table__mor__avro__v8_trips_8i3u1d"
+
+
+@pytest.fixture(scope="module")
+def mdt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The v8 trips sample's ``.hoodie/metadata`` folder (unzipped once per module)."""
+    dest = tmp_path_factory.mktemp("v8_trips")
+    table = extract_sample(SAMPLES / f"{V8_TRIPS}.zip", dest, "v8_trips_8i3u1d")
+    return table / ".hoodie" / "metadata"
+
+
+def _base_files(mdt: Path) -> list[Path]:
+    return sorted(mdt.glob("*/*.hfile"))
+
+
+def _log_files(mdt: Path) -> list[Path]:
+    return sorted(mdt.glob("*/.*.log.*"))
+
+
+def test_sample_base_hfiles_regenerated_byte_identical(mdt: Path) -> None:
+    files = _base_files(mdt)
+    assert len(files) == 24
+    for path in files:
+        data = path.read_bytes()
+        reader = HFileReader(data, verify_checksums=True)
+        cells = list(reader.cells())
+        assert len(cells) == reader.entry_count
+        schema = reader.file_info["schema"].decode()
+        assert len(schema) == 7969
+        assert write_hudi_base_hfile(cells, schema) == data, path.name
+        bloom = reader.meta_block("bloomFilter")
+        assert bloom is not None
+        assert reader.meta_block("nope") is None
+        rebuilt = BloomFilter.deserialize(bloom.decode(), "DYNAMIC_V0")
+        assert all(rebuilt.might_contain(row.decode()) for row, _ in cells)
+        for row, value in cells:
+            assert reader.get(row) == [value]
+
+
+def test_sample_log_files_regenerated_byte_identical(mdt: Path) -> None:
+    files = _log_files(mdt)
+    assert len(files) == 63
+    kinds = {"hfile": 0, "init": 0, "delete": 0}
+    for path in files:
+        data = path.read_bytes()
+        parts = []
+        for block in iter_blocks(data):
+            schema = block.header.get(HeaderKey.SCHEMA)
+            if block.block_type is BlockType.HFILE_DATA:
+                assert schema is not None and list(block.header) == [
+                    HeaderKey.SCHEMA, HeaderKey.INSTANT_TIME]
+                cells = decode_hfile_data_block(block)
+                parts.append(encode_hfile_data_block(cells, schema, block.instant_time))
+                kinds["hfile"] += 1
+                continue
+            assert block.block_type is BlockType.DELETE
+            records = decode_delete_block(block)
+            if schema is None:
+                assert records == [] and len(data) == 80
+                parts.append(encode_initial_log_block(block.instant_time))
+                kinds["init"] += 1
+            else:
+                assert {r.partition_path for r in records} == {path.parent.name}
+                parts.append(encode_metadata_delete_block(
+                    [r.record_key for r in records], path.parent.name, block.instant_time,
+                    schema))
+                kinds["delete"] += 1
+        assert b"".join(parts) == data, path.name
+    assert kinds == {"hfile": 35, "init": 24, "delete": 4}
+
+
+def test_initial_log_block_matches_doc_bytes_80() -> None:
+    expected = bytes.fromhex(
+        "234855444923" "0000000000000042" "00000001" "00000001"
+        "00000001" "00000000" "00000011") + b"00000000000000000" + bytes.fromhex(
+        "0000000000000009" "00000003" "00000001" "00" "00000000" "0000000000000048")
+    assert encode_initial_log_block("00000000000000000") == expected
+
+
+def test_naming_mdt_base_and_log_names_parse() -> None:
+    base = parse_base_file("files-0000-0_0-955-2690_00000000000000000.hfile")
+    assert base is not None
+    assert (base.file_id, base.write_token, base.extension) == ("files-0000-0", "0-955-2690",
+                                                                 "hfile")
+    log = parse_log_file(".files-0000-0_20251220210108078.log.1_10-999-2838")
+    assert log is not None
+    assert (log.file_id, log.instant_time, log.version, log.write_token) == (
+        "files-0000-0", "20251220210108078", 1, "10-999-2838")
+    si = parse_base_file("secondary-index-rider-idx-0000-0_22-1133-3301_20251220210130942.hfile")
+    assert si is not None and si.file_id == "secondary-index-rider-idx-0000-0"
+    init = parse_log_file(".record-index-0007-0_00000000000000002.log.1_0-0-0")
+    assert init is not None and init.file_id == "record-index-0007-0"
+
+
+def _cells(n: int, value_size: int = 40, seed: int = 7) -> list[tuple[bytes, bytes]]:
+    rng = random.Random(seed)
+    rows = sorted({f"key-{rng.randrange(10**9):09d}".encode() for _ in range(n)})
+    return [(row, rng.randbytes(value_size)) for row in rows]
+
+
+def test_write_hfile_small_block_size_multi_block_every_key_found() -> None:
+    cells = _cells(2000)
+    for compression in ("GZ", "NONE"):
+        data = write_hfile(cells, compression=compression, block_size=1024)
+        reader = HFileReader(data, verify_checksums=True)
+        assert reader.block_count > 50
+        assert reader.entry_count == len(cells)
+        assert list(reader.cells()) == cells
+        for row, value in cells:
+            assert reader.get(row) == [value]
+        assert reader.get(b"key-") == [] and reader.get(b"zzz") == [] and reader.get(b"") == []
+        assert reader.file_info["hfile.LASTKEY"] == key_value_key(cells[-1][0])
+        lo, hi = cells[100][0], cells[900][0]
+        assert list(reader.scan(lo, hi)) == cells[100:900]
+        prefix = cells[500][0][:7]
+        assert list(reader.rows_with_prefix(prefix)) == [c for c in cells if
+                                                         c[0].startswith(prefix)]
+
+
+def test_write_hfile_duplicates_allowed_kept_in_order_one_block() -> None:
+    cells = [(b"a", b"1" * 200), (b"b", b"x" * 600), (b"b", b"y" * 600), (b"b", b"z"), (b"c", b"3")]
+    reader = HFileReader(write_hfile(cells, block_size=100, allow_duplicates=True))
+    assert reader.get(b"b") == [b"x" * 600, b"y" * 600, b"z"]
+    assert list(reader.cells()) == cells
+    assert reader.block_count == 3  # "a" | "b" x3 (duplicates never cut) | "c"
+
+
+def test_write_hfile_unsorted_or_duplicate_rows_value_error() -> None:
+    with pytest.raises(ValueError, match="unsorted"):
+        write_hfile([(b"b", b""), (b"a", b"")])
+    with pytest.raises(ValueError, match="duplicate"):
+        write_hfile([(b"a", b""), (b"a", b"")])
+    with pytest.raises(ValueError, match="compression"):
+        write_hfile([], compression="SNAPPY")
+
+
+def test_write_hfile_empty_file_reads_back_empty() -> None:
+    reader = HFileReader(write_hudi_base_hfile([], "{}"))
+    assert reader.entry_count == 0 and list(reader.cells()) == [] and reader.get(b"x") == []
+    assert reader.file_info["minRecordKey"] == b"" and "hfile.LASTKEY" not in reader.file_info
+
+
+def test_midpoint_row_hbase_rules() -> None:
+    assert midpoint_row(b"abc", b"abcde") == b"abcd"  # prefix: F[0..d]
+    assert midpoint_row(b"abc", b"abx") == b"abd"  # L[d] + 1 < F[d]
+    assert midpoint_row(b"abc", b"abd") == b"abd"  # L[d] + 1 == F[d]: F[0..d]
+    assert midpoint_row(b"a\xff", b"b") == b"b"
+    assert midpoint_row(b"a\x80", b"a\xf0") == b"a\x81"
+
+
+def _data_block_payload_len(data: bytes, offset: int = 0) -> int:
+    """33 + payload of the block at ``offset`` (its onDiskDataSizeWithHeader)."""
+    return int(struct.unpack_from(">i", data, offset + 29)[0])
+
+
+def test_gzip_boundary_block_in_hudi_rs_window_recompressed_outside() -> None:
+    rng = random.Random(1)
+    noise = rng.randbytes(40000)
+    # A meta block of incompressible bytes: every zlib level gives the same size, so the
+    # writer needs its last resort (flush points). Find a length whose level-6 member is bad.
+    length = next(n for n in range(16000, 16400) if gzip_boundary_hazard(len(gzip_member(
+        noise[:n]))))
+    assert gzip_boundary_hazard(len(gzip_member(noise[:length])))
+    data = write_hfile([(b"k", b"v")], meta_blocks=[("blob", noise[:length])])
+    reader = HFileReader(data, verify_checksums=True)
+    assert reader.meta_block("blob") == noise[:length]
+    meta_offset = int.from_bytes(data[8:12], "big") + 33  # data block is first; meta follows
+    assert data[meta_offset : meta_offset + 8] == b"METABLKc"
+    assert not gzip_boundary_hazard(_data_block_payload_len(data, meta_offset) - 33)
+    # A compressible data block that lands in the window at level 6 takes another level.
+    text = random.Random(2).randbytes(20000).hex().encode()  # compresses to about 58 %
+
+    def raw_block(value: bytes) -> bytes:
+        return struct.pack(">ii", 15, len(value)) + key_value_key(b"row") + value + b"\x00"
+
+    size = next(n for n in range(28000, 29000) if gzip_boundary_hazard(len(gzip_member(
+        raw_block(text[:n])))))
+    cells = [(b"row", text[:size])]
+    data = write_hfile(cells)
+    assert data[33:43] == bytes.fromhex("1f8b0800000000000000")
+    assert not gzip_boundary_hazard(_data_block_payload_len(data) - 33)
+    assert HFileReader(data).get(b"row") == [cells[0][1]]
+
+
+def test_reader_malformed_files_raise_named_error() -> None:
+    good = write_hfile(_cells(50), block_size=512)
+    assert issubclass(HFileError, CorruptTableError)
+    with pytest.raises(HFileError, match="shorter than the 4096-byte trailer"):
+        HFileReader(good[:100])
+    with pytest.raises(HFileError, match="trailer magic"):
+        HFileReader(good[:-4096] + b"X" + good[-4095:])
+    with pytest.raises(HFileError, match="HFile major version"):
+        HFileReader(good[:-1] + b"\x02")
+    broken = bytearray(good)
+    broken[0:8] = b"DATABLKX"
+    with pytest.raises(HFileError, match="magic"):
+        list(HFileReader(bytes(broken)).cells())
+    broken = bytearray(good)
+    broken[50] ^= 0xFF  # inside the first gzip member
+    with pytest.raises(HFileError):
+        list(HFileReader(bytes(broken)).cells())
+    with pytest.raises(HFileError, match="checksum"):
+        list(HFileReader(bytes(broken), verify_checksums=True).cells())
+    with pytest.raises(HFileError):
+        HFileReader(good[:1000] + good[-4096:])  # index blocks missing
