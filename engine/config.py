@@ -139,6 +139,12 @@ def _parse_bool(key: str, raw: str) -> bool:
     raise InvalidOptionError(key, f"expected true or false, got {raw!r}")
 
 
+def _parse_bool_or_auto(key: str, raw: str) -> bool | None:
+    if raw.strip().lower() in ("", "auto"):
+        return None
+    return _parse_bool(key, raw)
+
+
 def _parse_positive_int(key: str, raw: str) -> int:
     try:
         value = int(str(raw).strip())
@@ -401,6 +407,19 @@ class WriteConfig:
         "commit carrying them, so that a checkpoint recorded there (a streaming job's Kafka "
         "offsets) survives compactions, clusterings and archival. The streaming job sets its "
         "checkpoint keys.", group="services")
+    metadata_enable: bool | None = option(
+        "hoodie.metadata.enable", _parse_bool_or_auto, None,
+        "Keep the metadata table (`.hoodie/metadata`, Hudi's MDT): its `files` partition lists "
+        "every committed data file, so writers, services and readers (ours, hudi-rs, Java) list "
+        "nothing in the table folder. A writer creates it at its first write when the table has "
+        "none (from a listing of the committed files) and adds one MDT deltacommit to every "
+        "action before the action completes; `false` deletes it, as Hudi does, so that no reader "
+        "trusts a metadata table nobody keeps. Default: on, except for tables written in "
+        "`NON_BLOCKING_CONCURRENCY_CONTROL` mode (MERGE_ON_READ bucket tables by default), whose "
+        "new file groups have only log files: hudi-rs 0.5.0 drops such groups when it lists "
+        "through a metadata table (docs/engine.md, \"Metadata table\"); `true` keeps one anyway "
+        "(Java readers are right, hudi-rs 0.5.0 misses rows until a compaction).",
+        shown="`true` (`false` in non-blocking mode)", group="metadata")
     compact_inline: bool = option(
         "hoodie.compact.inline", _parse_bool, False,
         "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",

@@ -41,6 +41,7 @@ from engine.layout.file_group import FileSlice
 from engine.layout.keygen import check_field_types
 from engine.layout.partition import PARTITION_METAFILE
 from engine.layout.properties import dumps, loads
+from engine.metadata.validate import Validation
 from engine.read.reader import Filters, ReadSpec, TableReader
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
@@ -372,6 +373,24 @@ class Table:
         """Roll back pending writes whose writer is gone (heartbeat expired, or its process
         provably ended); returns their instant times. Every write does this first."""
         return self._client().rollback_failed_writes()
+
+    def validate_metadata(self) -> Validation:
+        """Compare the metadata table with storage and report every difference (see
+        :mod:`engine.metadata.validate`); reads only."""
+        from engine.metadata.validate import validate
+        return validate(self.storage, Timeline.load(self.storage, self.config))
+
+    def rebuild_metadata(self) -> None:
+        """Drop the metadata table and build it from the committed files, under the table
+        lock (``hoodie.metadata.enable=false`` in the options: drop it only)."""
+        from engine.metadata import sync
+        client = self._client()
+        with client.lock:
+            timeline = Timeline.load(self.storage, self.config)
+            if client.keeps_metadata:
+                sync.rebuild(self.storage, timeline)
+            else:
+                sync.disable(self.storage)
 
     def clean(self, *, schedule_only: bool = False) -> ServiceRun:
         """Delete file slices outside retention (``hoodie.cleaner.*``); see docs/engine.md."""

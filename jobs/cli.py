@@ -336,9 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--groups", type=int, default=20, metavar="N",
                       help="file groups to list (0: all)")
     show.set_defaults(func=show_table)
-    from jobs.table_commands import add_commands
+    from jobs.table_commands import add_commands, add_metadata_command
 
-    service_leaves = add_commands(table_sub)
+    service_leaves = [*add_commands(table_sub), add_metadata_command(table_sub)]
     for leaf in (demo, ingest, prod, broker, show, *service_leaves):
         # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a
         # --verbose given before the command

@@ -334,3 +334,50 @@ def service_lines(table: Table, timeline: Any) -> list[str]:
     points = table.savepoints()
     lines.append(f"savepoints: {', '.join(points) if points else 'none'}")
     return lines
+
+
+# -- metadata ------------------------------------------------------------------------------
+
+
+def run_metadata(args: argparse.Namespace) -> int:
+    """``tidelake table metadata validate|rebuild PATH``: exit 1 when validate finds a
+    difference."""
+    table = Table.open(args.path, options=parse_sets(args.set))
+    if args.action == "rebuild":
+        started = time.monotonic()
+        table.rebuild_metadata()
+        result = table.validate_metadata()
+        if "files" not in result.declared:
+            print(f"metadata table of {args.path} deleted "
+                  "(hoodie.metadata.enable=false)", flush=True)
+            return 0
+        print(f"metadata table of {args.path} rebuilt in {time.monotonic() - started:.2f} s: "
+              f"{result.files_checked:,} files listed", flush=True)
+        return 0 if result.ok else 1
+    result = table.validate_metadata()
+    if "files" not in result.declared:
+        print(f"{args.path} keeps no metadata table (hoodie.table.metadata.partitions is "
+              "empty): readers list storage", flush=True)
+        return 0
+    for diff in result.differences:
+        print(diff)
+    verdict = ("agrees with storage" if result.ok else
+               f"{len(result.differences):,} differences (rebuild with `tidelake table "
+               f"metadata rebuild {args.path}`)")
+    print(f"metadata table ({', '.join(result.declared)}): {result.files_checked:,} files "
+          f"checked, {verdict}", flush=True)
+    return 0 if result.ok else 1
+
+
+def add_metadata_command(table_sub: Any) -> argparse.ArgumentParser:
+    """``tidelake table metadata validate|rebuild PATH``."""
+    text = ("check the metadata table against storage (validate), or build it anew from "
+            "the committed files (rebuild)")
+    leaf = table_sub.add_parser("metadata", help=text, description=text)
+    leaf.add_argument("action", choices=("validate", "rebuild"))
+    leaf.add_argument("path")
+    leaf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="a writer option (repeatable), e.g. hoodie.metadata.enable=false "
+                      "with rebuild deletes the metadata table")
+    leaf.set_defaults(func=run_metadata)
+    return leaf

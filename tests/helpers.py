@@ -8,6 +8,7 @@ read with it checks the engine against the rules and not against itself.
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
-__all__ = ["COMMIT_TIME", "Oracle", "hudi_rs_read", "row_tuples", "rows_by_key", "sorted_rows"]
+__all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "hudi_rs_read", "row_tuples",
+           "rows_by_key", "sorted_rows"]
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -49,6 +51,32 @@ def hudi_rs_read(path: str | Path, **read_options: Any) -> pa.Table:
     if not batches:
         return pa.table({})
     return pa.Table.from_batches(batches)
+
+
+def assert_hudi_rs_uses_metadata(path: str | Path, scratch: str | Path) -> None:
+    """Prove hudi-rs lists the table through our metadata table (``hudi-metadata-table.md``
+    §6.4): in a copy of the table, a committed base file copied into a new partition folder
+    (a decoy) leaves hudi-rs's row count unchanged while ``files`` is declared, and adds
+    its rows once the MDT is undeclared (so the decoy would be seen by a storage listing)."""
+    from engine.layout.file_group import list_table_files
+    from engine.layout.partition import write_partition_metadata
+    from engine.metadata.table import set_declared_partitions
+    from engine.storage import Storage
+
+    copy = Path(scratch)
+    shutil.copytree(path, copy)
+    before = hudi_rs_read(copy).num_rows
+    storage = Storage(str(copy))
+    base = max(list_table_files(storage).base_files, key=lambda f: f.size)
+    decoy = "decoy=1" if base.partition_path else ""
+    name = base.name.replace(base.file_id, "99999999-9999-4999-9999-999999999999-0")
+    if decoy:
+        write_partition_metadata(storage, decoy, base.instant_time)
+    shutil.copy(copy / base.path, copy / decoy / name)
+    assert hudi_rs_read(copy).num_rows == before, "hudi-rs listed storage, not our MDT"
+    set_declared_partitions(storage, ())
+    assert hudi_rs_read(copy).num_rows > before, "the decoy proves nothing: it holds no rows"
+    shutil.rmtree(copy)
 
 
 # --- rows in comparable shapes ----------------------------------------------------------------

@@ -194,15 +194,18 @@ def delete_unreferenced(storage: Storage, instant_time: str,
                         referenced: Iterable[str]) -> None:
     """Delete the data files (base and log) named with ``instant_time`` that ``referenced``
     (paths relative to the table) does not list: files of task attempts that failed and were
-    retried. A writer or table service calls it before its commit point, so no reader ever
-    sees them."""
+    retried, in the partitions ``referenced`` names. A writer or table service calls it
+    before its commit point, so no reader ever sees them."""
     keep = set(referenced)
-    files = list_table_files(storage)
-    named = [(f.instant_time, f.path) for f in files.base_files]
-    named += [(f.instant_time, f.path) for f in files.log_files]
-    for file_instant, path in named:
-        if file_instant == instant_time and path not in keep:
-            storage.delete(path)
+    # Only the partitions the instant wrote: a retried task attempt writes the same file
+    # group as the attempt that died, so no commit walks the whole table here.
+    for folder in sorted({path.rpartition("/")[0] for path in keep}):
+        for status in storage.list_dir(folder):
+            parsed = parse_base_file(status.name) or parse_log_file(status.name)
+            path = f"{folder}/{status.name}" if folder else status.name
+            if (parsed is not None and parsed.instant_time == instant_time
+                    and path not in keep):
+                storage.delete(path)
 
 
 def visible_instants(timeline: Timeline, *, as_of: str | None = None,

@@ -37,6 +37,7 @@ from engine.layout.file_group import (
     replaced_file_groups,
     visible_instants,
 )
+from engine.metadata.listing import metadata_listing
 from engine.schema import table_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -85,9 +86,12 @@ class TableView:
 
     def list_table_files(self) -> TableFiles:
         """Every data file of the table, no visibility applied: the one listing of the view
-        (made on first use, then kept)."""
+        (made on first use, then kept). From the metadata table's ``files`` partition when
+        the table keeps one (only files of completed instants then), else a walk of the
+        table folder."""
         if self._files is None:
-            self._files = list_table_files(self.storage)
+            self._files = (metadata_listing(self.storage, self.timeline)
+                           or list_table_files(self.storage))
         return self._files
 
     # -- file slices ----------------------------------------------------------------------

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from engine.config import CompactionTrigger, TableConfig, WriteConfig
 from engine.errors import CorruptTableError
-from engine.layout.file_group import list_table_files
+from engine.layout.view import TableView
 from engine.services.base import ServiceRun
 from engine.services.rollback import remove_orphan_files
 from engine.storage import Storage
@@ -176,8 +176,8 @@ def archivable_commits(timeline: Timeline, config: TableConfig,
     commits = sorted(timeline.completed_data_instants, key=lambda i: i.requested_time)
     if len(commits) <= high:
         return []
-    logs = frozenset(f.instant_time for f in list_table_files(timeline.storage).log_files) \
-        if config.is_mor else frozenset()
+    logs = frozenset(f.instant_time for f in TableView(timeline.storage, timeline)
+                     .list_table_files().log_files) if config.is_mor else frozenset()
     cutoff = archive_cutoff(timeline, config, write_config, clean, logs)
     savepoints = timeline.savepointed_times
     first_savepoint = min(savepoints, default=None)

@@ -200,6 +200,11 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     started = time.monotonic()
     if rb.state is State.REQUESTED:
         rb = timeline.transition_to_inflight(rb)
+    # The target's metadata-table deltacommit goes first: no MDT reader may list a file
+    # that is about to be deleted.
+    from engine.metadata.sync import rollback_instant as rollback_metadata
+
+    rollback_metadata(storage, timeline, target)
     deleted = _files_of(storage, target)
     for paths in deleted.values():
         for path in paths:

@@ -278,11 +278,18 @@ class Timeline:
         return inflight
 
     def complete(self, instant: Instant, content: bytes) -> Instant:
-        """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point."""
+        """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point.
+
+        A data action that changes the file listing first writes its metadata-table
+        deltacommit at the same instant (:func:`engine.metadata.sync.sync_instant`), so the
+        MDT never misses a completed data action. Hold the table lock."""
         if instant.state is not State.INFLIGHT:
             raise InstantStateError(f"{instant} is not inflight")
+        from engine.metadata.sync import sync_instant  # the MDT is built on this module
+
+        synced = sync_instant(self, instant, content)
         floor = max(self.latest_instant_time(), instant.requested_time,
-                    self._latest_on_storage())
+                    self._latest_on_storage(), synced or "")
         completion = new_instant_time(floor)
         done = instant.with_state(State.COMPLETED, completion)
         self._write(done, content, exclusive=True)

@@ -148,7 +148,8 @@ def new_instant_time(after: str = "") -> str:
     """
     global _last_issued
     with _lock:
-        if after and after > _last_issued:
+        if after and after > _last_issued and not after.startswith("0000"):
+            # (metadata-table initialization instants, 00000000000000xxx, are no clock time)
             ahead = (parse_instant_time(after)
                      - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
             if ahead > MAX_CLOCK_SKEW_SECONDS:

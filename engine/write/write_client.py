@@ -40,6 +40,7 @@ from engine.merge.policy import (
 )
 from engine.merge.record_merger import dedupe_batch
 from engine.merge.resolve import VersionColumns
+from engine.metadata import sync as metadata
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
@@ -134,6 +135,15 @@ class WriteClient:
         self.mode = concurrency_mode(config, write_config)
         self.lock = table_lock(storage, write_config)
         self._heartbeats: dict[str, Heartbeat] = {}
+
+    @property
+    def keeps_metadata(self) -> bool:
+        """Whether this writer keeps the metadata table (``hoodie.metadata.enable``; by
+        default yes, except in non-blocking mode, whose log-only file groups hudi-rs 0.5.0
+        cannot see through an MDT)."""
+        if self.write_config.metadata_enable is not None:
+            return self.write_config.metadata_enable
+        return not self.log_only_inserts
 
     @property
     def log_only_inserts(self) -> bool:
@@ -551,6 +561,7 @@ class WriteClient:
             if timeline.pending() and rollback_failed_writes(self.storage, timeline,
                                                              self._is_failed):
                 timeline = Timeline.load(self.storage, self.config)
+            metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata)
             instant_time = new_instant_time(timeline.latest_instant_time())
             heartbeat = Heartbeat(self.storage, instant_time,
                                   self.write_config.heartbeat_interval_ms / 1000.0,

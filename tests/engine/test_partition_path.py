@@ -27,8 +27,13 @@ def _files_under(folder: Path) -> list[Path]:
 
 
 def _data_files(folder: Path) -> list[Path]:
-    return [p for p in _files_under(folder) if ".parquet" in p.name or ".log." in p.name
-            or p.name == ".hoodie_partition_metadata"]
+    """Data-table files under ``folder``: the metadata table's own files (its ``files``
+    partition under ``.hoodie/metadata``, file group ``files-0000-0``) do not count."""
+    mdt = folder / "metadata" / "files"
+    return [p for p in _files_under(folder) if (".parquet" in p.name or ".log." in p.name
+                                                  or p.name == ".hoodie_partition_metadata")
+            and not (p.parent == mdt and (p.name.lstrip(".").startswith("files-0000-0_")
+                                          or p.name == ".hoodie_partition_metadata"))]
 
 
 @pytest.mark.parametrize("hive_style", ["true", "false"])

@@ -1,0 +1,64 @@
+"""Metadata-table files as records: base HFiles and log files of ``MetadataRecord``s.
+
+The byte formats are :mod:`engine.format.hfile` and :mod:`engine.format.log_format`; the
+values are :mod:`engine.metadata.records`. Base files carry their own name in
+``_hoodie_file_name``, a bloom filter of their keys and the schema with meta fields; log
+files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delete blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+from engine.format.hfile import HFileReader, write_hudi_base_hfile
+from engine.format.log_block import BlockType, iter_blocks
+from engine.format.log_format import (
+    decode_hfile_data_block,
+    encode_hfile_data_block,
+    encode_initial_log_block,
+)
+from engine.metadata.records import MetadataRecord, decode_metadata_value, encode_metadata_value
+from engine.metadata.schema import metadata_schema_json
+
+
+def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tuple[bytes, bytes]]:
+    cells = [(r.key.encode("utf-8"),
+              encode_metadata_value(dataclasses.replace(r, file_name=file_name)))
+             for r in records]
+    cells.sort(key=lambda cell: cell[0])
+    return cells
+
+
+def base_file_bytes(records: Sequence[MetadataRecord], name: str) -> bytes:
+    """A base HFile holding ``records`` (unique keys), named ``name``."""
+    return write_hudi_base_hfile(_cells(records, name), metadata_schema_json())
+
+
+def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str) -> bytes:
+    """A log file of one HFile data block with ``records``, written at ``instant_time``."""
+    return encode_hfile_data_block(_cells(records, None), metadata_schema_json(), instant_time)
+
+
+def init_log_file(instant_time: str) -> bytes:
+    """The 80-byte initial log file every MDT file group starts with."""
+    return encode_initial_log_block(instant_time)
+
+
+def read_base_file(data: bytes) -> list[MetadataRecord]:
+    """The records of a base HFile, in key order."""
+    return [decode_metadata_value(row, value) for row, value in HFileReader(data).cells()]
+
+
+def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
+    """(key, record) in log order; a delete-block entry gives (key, None)."""
+    from engine.format.delete_block import decode_delete_block
+
+    for block in iter_blocks(data):
+        if block.block_type is BlockType.HFILE_DATA:
+            for row, value in decode_hfile_data_block(block):
+                record = decode_metadata_value(row, value)
+                yield record.key, record
+        elif block.block_type is BlockType.DELETE:
+            for deleted in decode_delete_block(block):
+                yield str(deleted.record_key), None

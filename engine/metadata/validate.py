@@ -1,0 +1,93 @@
+"""Checking the metadata table against storage, and rebuilding it.
+
+:func:`validate` compares the ``files`` partition, merged as a reader merges it, with a walk
+of the table folder restricted to files of completed data instants, and reports every
+difference (a file the MDT lacks, a file it lists that storage does not hold, a size that
+differs, a data action without its deltacommit). ``tidelake table metadata validate`` prints
+them; ``rebuild`` drops the MDT and builds it from storage under the table lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.layout.file_group import TableFiles, list_table_files, visible_instants
+from engine.metadata.files import listing_of, live_files
+from engine.metadata.keys import ALL_PARTITIONS_KEY
+from engine.metadata.listing import missing_deltacommits, read_files_partition, validity
+from engine.metadata.table import FILES, MetadataTable, declared_partitions
+from engine.storage import Storage
+from engine.timeline.active import Timeline
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the MDT and storage disagree."""
+
+    kind: str  # "missing from the MDT" | "not on storage" | "size" | "deltacommit"
+    partition: str
+    name: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.partition}/{self.name}" if self.partition else self.name
+        return f"{self.kind}: {where}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The outcome of :func:`validate`."""
+
+    declared: tuple[str, ...]
+    files_checked: int
+    differences: tuple[Difference, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when the MDT is declared and agrees with storage."""
+        return FILES in self.declared and not self.differences
+
+
+def committed_files(storage: Storage, timeline: Timeline) -> TableFiles:
+    """Data files on storage whose instant is completed on ``timeline`` (or archived)."""
+    visible = visible_instants(timeline)
+    listed = list_table_files(storage)
+    return TableFiles(tuple(f for f in listed.base_files if f.instant_time in visible),
+                      tuple(f for f in listed.log_files if f.instant_time in visible),
+                      listed.partitions)
+
+
+def validate(storage: Storage, timeline: Timeline) -> Validation:
+    """Compare the MDT's ``files`` partition with storage (``timeline`` loaded now)."""
+    declared = declared_partitions(storage)
+    mdt = MetadataTable(storage, timeline.config)
+    if FILES not in declared or not mdt.exists:
+        return Validation(declared, 0, ())
+    mdt_timeline = mdt.timeline()
+    diffs: list[Difference] = [
+        Difference("deltacommit", "", t, "a completed data action the MDT does not know")
+        for t in missing_deltacommits(mdt_timeline, timeline)]
+    merged = read_files_partition(mdt, mdt_timeline, validity(timeline))
+    expected = {r.key: r for r in listing_of(committed_files(storage, timeline))}
+    checked = 0
+    for key in sorted(set(expected) | set(merged)):
+        if key == ALL_PARTITIONS_KEY:
+            continue
+        want = live_files(expected[key]) if key in expected else {}
+        have = live_files(merged[key]) if key in merged else {}
+        for name in sorted(set(want) | set(have)):
+            checked += 1
+            if name not in have:
+                diffs.append(Difference("missing from the MDT", key, name))
+            elif name not in want:
+                diffs.append(Difference("not on storage", key, name,
+                                        "listed by the MDT, absent or uncommitted"))
+            elif want[name] != have[name]:
+                diffs.append(Difference("size", key, name,
+                                        f"storage {want[name]}, MDT {have[name]}"))
+    listed = set(live_files(merged[ALL_PARTITIONS_KEY])) if ALL_PARTITIONS_KEY in merged else set()
+    for key in expected:
+        if key != ALL_PARTITIONS_KEY and live_files(expected[key]) and key not in listed:
+            diffs.append(Difference("missing from the MDT", key, "(partition)",
+                                    "not in __all_partitions__"))
+    return Validation(declared, checked, tuple(diffs))

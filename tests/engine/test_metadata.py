@@ -1,0 +1,211 @@
+"""The metadata table's ``files`` partition: kept in step by every action, used by our
+views and by hudi-rs, repaired when out of step, validated against storage."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engine import Table
+from engine.layout.file_group import list_table_files
+from engine.layout.view import TableView
+from engine.metadata import sync
+from engine.metadata.listing import metadata_listing
+from engine.metadata.table import METADATA_FOLDER, MetadataTable, declared_partitions
+from engine.metadata.validate import committed_files
+from engine.timeline.active import Timeline
+from engine.write.write_client import WriteClient
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
+from tests.helpers import Oracle, assert_hudi_rs_uses_metadata, hudi_rs_read, sorted_rows
+
+
+def _create(path: Path, table_type: str = "MERGE_ON_READ", **options: str) -> Table:
+    return Table.create(str(path), name="mdt", table_type=table_type, record_key="key",
+                        precombine="ts", partition_by=["region"], options=options)
+
+
+def _write_some(table: Table, oracle: Oracle, rng: random.Random, counter: list[int],
+                batches: int) -> None:
+    for _ in range(batches):
+        batch = random_batch(rng, oracle, counter, rng.randint(5, 30))
+        for row in batch:
+            if row["key"] in oracle.rows:
+                row["region"] = oracle.rows[row["key"]]["region"]
+        instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+        oracle.upsert(batch, instant)
+
+
+def _same_files(table: Table) -> None:
+    """The MDT's listing equals storage's committed files, and validate agrees."""
+    timeline = Timeline.load(table.storage, table.config)
+    from_mdt = metadata_listing(table.storage, timeline)
+    assert from_mdt is not None, "the view would list storage: the MDT is not used"
+    on_storage = committed_files(table.storage, timeline)
+    assert sorted(f.path for f in from_mdt.base_files) == \
+        sorted(f.path for f in on_storage.base_files)
+    assert sorted((f.path, f.size) for f in from_mdt.log_files) == \
+        sorted((f.path, f.size) for f in on_storage.log_files)
+    result = table.validate_metadata()
+    assert result.ok, [str(d) for d in result.differences]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_metadata_new_table_is_kept_by_every_write_and_used_by_hudi_rs(
+        tmp_path: Path, table_type: str) -> None:
+    table = _create(tmp_path / "t", table_type)
+    oracle, rng, counter = Oracle(), random.Random(7), [0]
+    _write_some(table, oracle, rng, counter, 4)
+    assert declared_partitions(table.storage) == ("files",)
+    _same_files(table)
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
+
+
+def test_metadata_services_keep_it_in_step_and_it_compacts_and_cleans(tmp_path: Path) -> None:
+    table = _create(tmp_path / "t", "MERGE_ON_READ",
+                    **{"hoodie.compact.inline": "true",
+                       "hoodie.compact.inline.max.delta.commits": "3",
+                       "hoodie.cleaner.commits.retained": "2",
+                       "hoodie.keep.min.commits": "3", "hoodie.keep.max.commits": "4"})
+    oracle, rng, counter = Oracle(), random.Random(11), [0]
+    for _ in range(8):
+        _write_some(table, oracle, rng, counter, 2)
+        table.clean()
+        table.archive()
+        _same_files(table)
+    victims = sorted(oracle.rows)[:5]
+    table.delete(pa.table({"key": victims,
+                           "region": [oracle.rows[k]["region"] for k in victims]}))
+    oracle.delete(victims)
+    _same_files(table)
+    mdt = MetadataTable(table.storage, table.config)
+    actions = {i.action.value for i in mdt.timeline().instants}
+    assert actions & {"compaction", "commit"}  # > 10 deltacommits: compacted at least once
+    bases = [f for f in list_table_files(mdt.storage).base_files]
+    assert len(bases) <= sync.RETAINED_SLICES  # older slices cleaned
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
+
+
+class _Died(Exception):
+    pass
+
+
+def test_metadata_deltacommit_without_its_data_commit_is_ignored_then_rolled_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _create(tmp_path / "t")
+    oracle, rng, counter = Oracle(), random.Random(3), [0]
+    _write_some(table, oracle, rng, counter, 2)
+    # A writer that dies between the MDT deltacommit and its data commit: the completed
+    # data instant is never written, and a dead process rolls nothing back.
+    original = Timeline._write
+
+    def dies_at_the_data_commit(self: Timeline, instant, content, *, exclusive):  # type: ignore[no-untyped-def]
+        if instant.is_completed and not self.storage.base_path.endswith(METADATA_FOLDER):
+            raise _Died()
+        return original(self, instant, content, exclusive=exclusive)
+
+    monkeypatch.setattr(Timeline, "_write", dies_at_the_data_commit)
+    monkeypatch.setattr(WriteClient, "abort", lambda self, instant: self._stop_heartbeat(
+        instant.requested_time))
+    with pytest.raises(_Died):
+        table.upsert(pa.Table.from_pylist(random_batch(rng, oracle, counter, 10, new_only=True),
+                                          schema=SCHEMA))
+    monkeypatch.undo()
+    pending = Timeline.load(table.storage, table.config).pending()
+    assert len(pending) == 1
+    failed = pending[0].requested_time
+    mdt = MetadataTable(table.storage, table.config)
+    assert any(i.requested_time == failed and i.is_completed for i in mdt.timeline().instants)
+    # Readers ignore it (its data instant is not completed)...
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    _same_files(table)
+    # ...and the next writer's rollback takes it back with the files.
+    reopened = Table.open(table.path, {"hoodie.write.concurrency.mode": "SINGLE_WRITER"})
+    assert reopened.rollback_failed_writes() == [failed]
+    assert all(i.requested_time != failed for i in mdt.timeline().instants)
+    _write_some(reopened, oracle, rng, counter, 1)
+    _same_files(reopened)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_missing_a_data_commit_is_not_trusted_and_is_repaired(tmp_path: Path) -> None:
+    table = _create(tmp_path / "t")
+    oracle, rng, counter = Oracle(), random.Random(5), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    mdt = MetadataTable(table.storage, table.config)
+    last = max((i for i in mdt.timeline().instants if i.is_completed),
+               key=lambda i: i.completion_time or "")
+    mdt.remove_instant(mdt.timeline(), last.requested_time)  # a commit the MDT never saw
+    result = table.validate_metadata()
+    assert not result.ok
+    assert any(d.kind == "deltacommit" for d in result.differences)
+    timeline = Timeline.load(table.storage, table.config)
+    assert metadata_listing(table.storage, timeline) is None  # our reader lists storage
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    _write_some(table, oracle, rng, counter, 1)  # the writer rebuilds it first
+    _same_files(table)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_disable_deletes_it_and_enable_bootstraps_an_existing_table(
+        tmp_path: Path) -> None:
+    table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.metadata.enable": "false"})
+    oracle, rng, counter = Oracle(), random.Random(9), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    assert declared_partitions(table.storage) == ()
+    assert not (Path(table.path) / METADATA_FOLDER).exists()
+    enabled = Table.open(table.path)
+    _write_some(enabled, oracle, rng, counter, 2)
+    assert declared_partitions(table.storage) == ("files",)
+    _same_files(enabled)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    disabled = Table.open(table.path, {"hoodie.metadata.enable": "false"})
+    _write_some(disabled, oracle, rng, counter, 1)
+    assert declared_partitions(table.storage) == ()
+    assert not (Path(table.path) / METADATA_FOLDER).exists()
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_rebuild_and_validate_report_differences(tmp_path: Path) -> None:
+    table = _create(tmp_path / "t")
+    oracle, rng, counter = Oracle(), random.Random(13), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    base = next(f for f in list_table_files(table.storage).base_files)
+    copy = Path(table.path) / base.partition_path / base.name.replace(
+        base.file_id, "00000000-0000-0000-0000-000000000000-0")
+    shutil.copy(Path(table.path) / base.path, copy)  # a committed-looking file the MDT lacks
+    result = table.validate_metadata()
+    assert [d.kind for d in result.differences] == ["missing from the MDT"]
+    copy.unlink()
+    assert table.validate_metadata().ok
+    table.rebuild_metadata()
+    _same_files(table)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_view_lists_nothing_in_the_table_folder(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _create(tmp_path / "t")
+    oracle, rng, counter = Oracle(), random.Random(17), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    walked: list[str] = []
+    original = type(table.storage).walk_files
+
+    def counting(self, rel="", **kwargs):  # type: ignore[no-untyped-def]
+        walked.append(f"{self.base_path}:{rel}")
+        return original(self, rel, **kwargs)
+
+    monkeypatch.setattr(type(table.storage), "walk_files", counting)
+    view = TableView.load(table.storage, table.config)
+    assert view.latest_file_slices()
+    _write_some(table, oracle, rng, counter, 1)
+    data_walks = [w for w in walked if not w.split(":")[0].endswith(METADATA_FOLDER)]
+    assert data_walks == []
