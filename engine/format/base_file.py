@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.format.bloom import BloomFilter, BloomFilterTypeCode
+from engine.format.bloom import BloomFilter, BloomFilterTypeCode, BloomSizing
 from engine.storage import TEMP_PREFIX
 
 META_COLUMNS = (
@@ -115,14 +115,16 @@ def write_base_file(
     compression: str = "snappy",
     row_group_size: int | None = None,
     bloom_filter: BloomFilter | None = None,
+    bloom_sizing: BloomSizing | None = None,
     fsync: bool = True,
 ) -> BaseFileWriteResult:
     """Write ``table`` as the Parquet base file ``path`` and publish it atomically.
 
     ``table`` must start with the five meta columns (strings) in Hudi's order; every
     non-null ``_hoodie_file_name`` must equal the file's name. With ``bloom`` (Hudi's
-    default) the footer gets a ``DYNAMIC_V0`` bloom filter of the record keys (default
-    sizing) and the min/max record key; record keys must then be non-null and non-empty.
+    default) the footer gets a ``DYNAMIC_V0`` bloom filter of the record keys, sized for
+    them by ``bloom_sizing`` (Hudi's defaults when None, :class:`BloomSizing`), and the
+    min/max record key; record keys must then be non-null and non-empty.
     Raises ``ValueError`` for such bad input and ``FileExistsError`` if ``path`` exists;
     on any error nothing is left under ``path`` or its temporary name.
 
@@ -144,10 +146,11 @@ def write_base_file(
             raise ValueError(f"{keys.null_count} row(s) have a null {_RECORD_KEY}; "
                              f"a bloom filter needs every record key")
         if bloom_filter is None:
-            bloom_filter = BloomFilter.create()
-            bloom_filter.add_many(keys)
+            bloom_filter = (bloom_sizing or BloomSizing()).filter_for(keys)
         footer[BLOOM_FILTER_KEY] = bloom_filter.serialize()
-        footer[BLOOM_FILTER_TYPE_CODE_KEY] = BloomFilterTypeCode.DYNAMIC_V0.value
+        if bloom_filter.type_code is BloomFilterTypeCode.DYNAMIC_V0:
+            # Java writes the code for dynamic filters only; without it readers assume SIMPLE.
+            footer[BLOOM_FILTER_TYPE_CODE_KEY] = bloom_filter.type_code.value
         min_key, max_key = java_min_max(keys)
         if min_key is not None and max_key is not None:
             footer[MIN_RECORD_KEY_KEY] = min_key

@@ -30,6 +30,7 @@ import binascii
 import math
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -203,9 +204,25 @@ class BloomFilter:
         return int(self._rows.shape[0])
 
     @property
+    def hash_type(self) -> int:
+        """``HASH_TYPE_MURMUR`` (what Hudi writes) or ``HASH_TYPE_JENKINS``."""
+        return self._hash_type
+
+    @property
+    def num_entries(self) -> int:
+        """``DYNAMIC_V0``: keys per row (Java's ``nr``, what the row was sized for); 0 for
+        ``SIMPLE``."""
+        return self._nr
+
+    @property
     def current_nb_record(self) -> int:
         """``DYNAMIC_V0``: keys added since the last row was started (Java's counter)."""
         return self._current_nb_record
+
+    def grow_up_to(self, max_entries: int) -> None:
+        """Let a ``DYNAMIC_V0`` filter add rows until ``rows * num_entries >= max_entries``
+        (the limit is not serialized: a deserialized filter starts without one)."""
+        self._max_nr = max_entries
 
     def bit_count(self) -> int:
         """Number of set bits over all rows."""
@@ -364,6 +381,60 @@ class BloomFilter:
         return (f"BloomFilter({self._type_code.value}, vector_size={self._vector_size}, "
                 f"nb_hash={self._nb_hash}, rows={self.num_rows}, "
                 f"current_nb_record={self._current_nb_record})")
+
+
+@dataclass(frozen=True)
+class BloomSizing:
+    """How a base file's ``DYNAMIC_V0`` filter is sized: rows of as many keys as the file
+    holds, at most ``num_entries`` (``hoodie.index.bloom.num_entries``), at ``fpp``
+    (``hoodie.index.bloom.fpp``), growing by rows up to ``max_entries``
+    (``hoodie.bloom.index.filter.dynamic.max.entries``) as Java's filter grows.
+
+    Java sizes every filter for ``num_entries`` keys (323 KB at Hudi's defaults, whatever the
+    file holds); a reader takes the size from the serialized filter, so a row sized for the
+    file's own keys is as valid and keeps the false-positive rate of each row at ``fpp``.
+    Files of more than ``num_entries`` keys get exactly Java's filter. Picklable.
+    """
+
+    num_entries: int = DEFAULT_NUM_ENTRIES
+    fpp: float = DEFAULT_FPP
+    max_entries: int = DEFAULT_MAX_ENTRIES
+
+    def entries_for(self, num_keys: int) -> int:
+        """Keys per row of the filter of a file of ``num_keys`` keys."""
+        return max(1, min(num_keys, self.num_entries))
+
+    def filter_for(self, keys: pa.Array | pa.ChunkedArray) -> BloomFilter:
+        """A filter of ``keys`` (added in order), sized for them."""
+        bloom = BloomFilter.create(self.entries_for(len(keys)), self.fpp, self.max_entries)
+        bloom.add_many(keys)
+        return bloom
+
+    def extend(self, old: BloomFilter, new_keys: pa.Array | pa.ChunkedArray,
+               num_keys: int) -> BloomFilter | None:
+        """``old`` with ``new_keys`` added, for a rewritten file of ``num_keys`` keys, or None
+        when a filter built from the file's keys is due instead.
+
+        The old filter is kept (a superset of the file's keys: as valid) while its rows are
+        sized within 2x of what :meth:`filter_for` would pick and the new keys fit its last
+        row, or, for a filter sized at ``num_entries``, by growing rows as Java's does. A
+        file that outgrew its filter, or shrank to under half of it (or a ``SIMPLE`` or
+        non-Murmur filter), gets a fresh one.
+        """
+        if (old.type_code is not BloomFilterTypeCode.DYNAMIC_V0
+                or old.hash_type != HASH_TYPE_MURMUR):
+            return None
+        target = self.entries_for(num_keys)
+        if not target <= old.num_entries <= 2 * target:
+            return None
+        if len(new_keys) == 0:
+            return old
+        if old.num_entries >= self.num_entries:
+            old.grow_up_to(self.max_entries)  # not serialized: grow as Java's filter does
+        elif old.num_rows > 1 or old.current_nb_record + len(new_keys) > old.num_entries:
+            return None
+        old.add_many(new_keys)
+        return old
 
 
 class _Reader:

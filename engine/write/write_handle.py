@@ -14,7 +14,7 @@ instant is rolled back or cleaned, so readers never see them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from engine.config import LogBlockFormat, MergeMode
 from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
+from engine.format.bloom import BloomSizing
 from engine.format.log_format import (
     encode_avro_data_block,
     encode_delete_block,
@@ -63,6 +64,7 @@ class WriteContext:
     log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     compression: str = "snappy"
     write_bloom_filter: bool = True
+    bloom_sizing: BloomSizing = field(default_factory=BloomSizing)
     timeline_folder: str | None = None
     """Where a task checks, after publishing, that its instant was not rolled back (None:
     no check, for handles run outside an instant's lifecycle)."""
@@ -213,14 +215,18 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         out = merged
         if ctx.write_bloom_filter:
             # The old filter plus the new keys: a superset of this file's keys, far cheaper
-            # than hashing every key again (deleted keys only add false positives).
-            bloom = read_footer_keys(base_path).bloom
-            if bloom is not None and new_keys is not None and len(new_keys):
-                bloom.add_many(new_keys)
+            # than hashing every key again (deleted keys only add false positives), while
+            # it stays sized for the file (BloomSizing.extend); else one built anew.
+            old = read_footer_keys(base_path).bloom
+            if old is not None:
+                bloom = ctx.bloom_sizing.extend(
+                    old, new_keys if new_keys is not None else pa.array([], pa.string()),
+                    out.num_rows)
     else:
         out = incoming if incoming is not None else schema.empty_table()
     result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
-                             compression=ctx.compression, bloom_filter=bloom, fsync=sync)
+                             compression=ctx.compression, bloom_filter=bloom,
+                             bloom_sizing=ctx.bloom_sizing, fsync=sync)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     return WriteStat(

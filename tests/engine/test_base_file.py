@@ -60,7 +60,7 @@ def test_write_base_file_footer_has_hudi_keys_and_arrow_schema(tmp_path: Path) -
     assert footer["hoodie_max_record_key"] == "key-200"
     assert "ARROW:schema" in footer
     assert "org.apache.hudi.bloomfilter" not in footer["ARROW:schema"]  # not duplicated
-    expected = BloomFilter.create()
+    expected = BloomFilter.create(num_entries=200)  # sized for the file's 200 keys
     expected.add_many(keys)
     assert footer["org.apache.hudi.bloomfilter"] == expected.serialize()
     assert result == BaseFileWriteResult(str(path), path.stat().st_size, 200, "key-001",
@@ -251,11 +251,22 @@ def test_write_base_file_sample_rows_reproduce_sample_footer(
         table = read_base_file(str(path))
         out = tmp_path / str(i) / path.name  # same name: _hoodie_file_name must match
         out.parent.mkdir()
-        result = write_base_file(str(out), table)
+        # Java sizes every filter for 60,000 keys; given that filter, the footer is Java's.
+        java = BloomFilter.create()
+        java.add_many(table.column("_hoodie_record_key"))
+        result = write_base_file(str(out), table, bloom_filter=java)
         ours = _footer(out)
         for key in ("org.apache.hudi.bloomfilter", "hoodie_bloom_filter_type_code",
                     "hoodie_min_record_key", "hoodie_max_record_key"):
             assert ours[key] == footer[key], (path.name, key)
+        # By default the filter is sized for the file's keys: same type, every key in it.
+        sized = tmp_path / str(i) / "sized" / path.name
+        sized.parent.mkdir()
+        write_base_file(str(sized), table)
+        own = read_footer_keys(str(sized))
+        assert own.bloom is not None and own.bloom.num_entries == min(table.num_rows, 60_000)
+        assert _footer(sized)["hoodie_bloom_filter_type_code"] == "DYNAMIC_V0"
+        assert own.bloom.might_contain_many(table.column("_hoodie_record_key")).all()
         assert read_base_file(str(out)).equals(table)
         assert result.num_rows == table.num_rows
         rewritten += 1

@@ -391,10 +391,10 @@ def test_resize_merges_small_buckets(tmp_path: Path) -> None:
 
 
 def _planned_resize(tmp_path: Path) -> tuple[str, dict[str, str], dict[str, int], str]:
-    """A partition of 4,000 keys in 4 buckets of ~40 kB and a resize planned to split them
-    (max file size 20 kB): (path, options, oracle, the resize's instant)."""
+    """A partition of 4,000 keys in 4 buckets of ~34 kB and a resize planned to split them
+    (max file size 15 kB): (path, options, oracle, the resize's instant)."""
     path = str(tmp_path / "t")
-    options = {**CH, "hoodie.parquet.max.file.size": "20000",
+    options = {**CH, "hoodie.parquet.max.file.size": "15000",
                "hoodie.bucket.index.max.num.buckets": "8"}
     Table.create(path, name="t", record_key="id", precombine="ts", partition_by="p",
                  table_type="MERGE_ON_READ", options=options)
@@ -461,7 +461,7 @@ def crashing(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return original(*args, **kwargs)
 setattr(owner, attr, crashing)
-Table.open(path, {"hoodie.parquet.max.file.size": "20000",
+Table.open(path, {"hoodie.parquet.max.file.size": "15000",
                   "hoodie.bucket.index.max.num.buckets": "8"}).cluster(instant=instant)
 print("not killed")
 """
@@ -515,7 +515,7 @@ def test_random_writes_and_resizes_equal_the_oracle_after_every_step(
     committed ring."""
     rng = random.Random(seed)
     path = str(tmp_path / "t")
-    options = {**CH, "hoodie.parquet.max.file.size": "30000",
+    options = {**CH, "hoodie.parquet.max.file.size": "10000",
                "hoodie.bucket.index.max.num.buckets": "16",
                "hoodie.bucket.index.min.num.buckets": "2",
                "hoodie.bucket.index.merge.threshold": "0.5"}
