@@ -58,6 +58,26 @@ class IndexType(str, Enum):
     BUCKET = "BUCKET"
     SIMPLE = "SIMPLE"
     GLOBAL_SIMPLE = "GLOBAL_SIMPLE"
+    BLOOM = "BLOOM"
+    GLOBAL_BLOOM = "GLOBAL_BLOOM"
+
+    @property
+    def is_global(self) -> bool:
+        """Looks a key up in the whole table (a key lives once in it, and moves)."""
+        return self in (IndexType.GLOBAL_SIMPLE, IndexType.GLOBAL_BLOOM)
+
+    @property
+    def uses_bloom(self) -> bool:
+        """Prunes the lookup by base-file footers (``engine/index/bloom.py``)."""
+        return self in (IndexType.BLOOM, IndexType.GLOBAL_BLOOM)
+
+    @property
+    def placement(self) -> IndexType:
+        """The index whose key placement this one shares: a BLOOM lookup finds exactly what a
+        SIMPLE one finds (GLOBAL_BLOOM and GLOBAL_SIMPLE alike), so either may write the
+        other's tables."""
+        return {IndexType.BLOOM: IndexType.SIMPLE,
+                IndexType.GLOBAL_BLOOM: IndexType.GLOBAL_SIMPLE}.get(self, self)
 
 
 class BucketEngine(str, Enum):
@@ -162,6 +182,16 @@ def _parse_positive_float(key: str, raw: str) -> float:
         raise InvalidOptionError(key, f"expected a number, got {raw!r}") from None
     if not value > 0 or value == float("inf"):
         raise InvalidOptionError(key, f"must be a positive number, got {raw!r}")
+    return value
+
+
+def _parse_probability(key: str, raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a number, got {raw!r}") from None
+    if not 0.0 < value < 1.0:
+        raise InvalidOptionError(key, f"must be between 0 and 1 (exclusive), got {raw!r}")
     return value
 
 
@@ -311,9 +341,12 @@ class WriteConfig:
         "partition (Hudi's bucket index, bit for bit: Java `List<String>.hashCode`), no lookup; "
         "`SIMPLE`: join incoming keys with the keys stored in the batch's partitions; "
         "`GLOBAL_SIMPLE`: join with all keys of the table, so a record whose partition value "
-        "changed moves (its old copy is deleted). Stored in `hoodie.properties` at creation and "
-        "fixed for the table's life: `Table.open` with another value (including `SIMPLE` ↔ "
-        "`GLOBAL_SIMPLE`) raises `InvalidOptionError` naming this key.")
+        "changed moves (its old copy is deleted); `BLOOM` / `GLOBAL_BLOOM`: the same lookups, "
+        "reading only the base files whose footer min/max keys and bloom filter admit an "
+        "incoming key (slices with log files are read whole). Stored in `hoodie.properties` at "
+        "creation and fixed for the table's life: `Table.open` with another value (including "
+        "`SIMPLE` ↔ `GLOBAL_SIMPLE`) raises `InvalidOptionError` naming this key, except "
+        "`SIMPLE` ↔ `BLOOM` and `GLOBAL_SIMPLE` ↔ `GLOBAL_BLOOM`, which find the same keys.")
     bucket_engine: BucketEngine = option(
         "hoodie.index.bucket.engine", _enum_parser(BucketEngine), BucketEngine.SIMPLE,
         "How `BUCKET` maps keys to file groups: `SIMPLE` (a fixed number of buckets per partition) "
@@ -370,12 +403,30 @@ class WriteConfig:
     combine_before_upsert: bool = option(
         "hoodie.combine.before.upsert", _parse_bool, True,
         "Combine records with the same key within one write by the merge mode: on (key, partition "
-        "path) with `SIMPLE` and `BUCKET`, on the key alone with `GLOBAL_SIMPLE` (as Hudi).")
+        "path) with `SIMPLE`, `BLOOM` and `BUCKET`, on the key alone with `GLOBAL_SIMPLE` and "
+        "`GLOBAL_BLOOM` (as Hudi).")
     write_bloom_filter: bool = option(
         "hoodie.bloom.filter.enable", _parse_bool, True,
-        "Write Hudi's bloom filter and min/max record key into base file footers (used by Java "
-        "writers' BLOOM index; readers do not need them).",
+        "Write Hudi's bloom filter and min/max record key into base file footers (used by the "
+        "`BLOOM` / `GLOBAL_BLOOM` index, here and in Java writers; readers do not need them). "
+        "Off, those indexes read every slice in scope, as `SIMPLE` does.",
         aliases=("tidelake.write.bloom.filter",))
+    bloom_num_entries: int = option(
+        "hoodie.index.bloom.num_entries", _parse_positive_int, 60_000,
+        "Keys per row of a base file's `DYNAMIC_V0` bloom filter, at most: a file of fewer keys "
+        "gets a row sized for its own keys (Java always sizes for this many, ~323 KB at the "
+        "defaults; readers take the size from the filter), a larger file rows of this size.")
+    bloom_fpp: float = option(
+        "hoodie.index.bloom.fpp", _parse_probability, 1e-9,
+        "Target false-positive probability of each bloom filter row.")
+    bloom_max_entries: int = option(
+        "hoodie.bloom.index.filter.dynamic.max.entries", _parse_positive_int, 100_000,
+        "A `DYNAMIC_V0` filter sized at `hoodie.index.bloom.num_entries` grows by rows up to "
+        "this many keys (Java's rule; beyond it keys share the rows).")
+    bloom_prune_by_ranges: bool = option(
+        "hoodie.bloom.index.prune.by.ranges", _parse_bool, True,
+        "`BLOOM`/`GLOBAL_BLOOM`: skip base files whose footer min/max record keys exclude every "
+        "incoming key before testing their bloom filters.")
     concurrency_mode: ConcurrencyMode | None = option(
         "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
         "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "

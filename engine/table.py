@@ -278,9 +278,11 @@ class Table:
                     "the bucket count cannot change")
             merged[key] = value
         write_config = WriteConfig.from_options(merged)
-        if config.index_type is not None and write_config.index_type is not config.index_type:
+        if (config.index_type is not None
+                and write_config.index_type.placement is not config.index_type.placement):
             # The index decides where a key lives; another one would not find the keys the
             # recorded one placed (e.g. BUCKET on a SIMPLE table writes a second copy).
+            # BLOOM finds what SIMPLE finds (GLOBAL_ alike): either writes the other's tables.
             raise InvalidOptionError(
                 P_INDEX_TYPE, f"the table records {P_INDEX_TYPE}={config.index_type.value}; "
                 f"writing it with {write_config.index_type.value} would break its key "

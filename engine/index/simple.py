@@ -34,29 +34,39 @@ def key_locations(reader: SliceReader, slices: Iterable[FileSlice],
     Only the given partitions are read (None = all). With an ordering field, its stored
     value comes along as ``loc_ordering`` so the writer can drop updates that would lose.
     """
-    tables = []
+    tables = [slice_locations(reader, slc) for slc in slices
+              if partitions is None or slc.partition_path in partitions]
+    return concat_locations(tables)
+
+
+def slice_locations(reader: SliceReader, slc: FileSlice) -> pa.Table:
+    """:func:`key_locations` of one file slice: its live keys (base file and log blocks
+    merged), read as the record key column and the ordering field only."""
     columns = [RECORD_KEY]
     ordering = reader.config.precombine_field
     if ordering:
         columns.append(ordering)
-    for slc in slices:
-        if partitions is not None and slc.partition_path not in partitions:
-            continue
-        part = reader.read_slice(slc, columns=columns)
-        if not part.num_rows:
-            continue
-        n = part.num_rows
-        columns_out = {
-            "key": part.column(RECORD_KEY).combine_chunks().cast(pa.string()),
-            "loc_partition": pa.array([slc.partition_path] * n, pa.string()),
-            "loc_file_id": pa.array([slc.file_id] * n, pa.string()),
-        }
-        if ordering and ordering in part.column_names:
-            columns_out[ORDERING] = part.column(ordering).combine_chunks()
-        tables.append(pa.table(columns_out))
-    if not tables:
+    part = reader.read_slice(slc, columns=columns)
+    n = part.num_rows
+    if not n:
         return LOCATION_SCHEMA.empty_table()
-    return pa.concat_tables(tables, promote_options="permissive")
+    columns_out = {
+        "key": part.column(RECORD_KEY).combine_chunks().cast(pa.string()),
+        "loc_partition": pa.array([slc.partition_path] * n, pa.string()),
+        "loc_file_id": pa.array([slc.file_id] * n, pa.string()),
+    }
+    if ordering and ordering in part.column_names:
+        columns_out[ORDERING] = part.column(ordering).combine_chunks()
+    return pa.table(columns_out)
+
+
+def concat_locations(tables: Iterable[pa.Table]) -> pa.Table:
+    """Location tables of several slices as one (:data:`LOCATION_SCHEMA`, plus
+    ``loc_ordering`` when any carries it)."""
+    found = [t for t in tables if t.num_rows]
+    if not found:
+        return LOCATION_SCHEMA.empty_table()
+    return pa.concat_tables(found, promote_options="permissive")
 
 
 def tag(keys: pa.Array, partitions: pa.Array, locations: pa.Table,

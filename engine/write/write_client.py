@@ -23,8 +23,10 @@ import pyarrow.compute as pc
 
 from engine.config import ConcurrencyMode, IndexType, TableConfig, WriteConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, WriteConflictError
+from engine.format.bloom import BloomSizing
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
+from engine.index import bloom as bloom_index
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
 from engine.layout.file_group import FileSlice, delete_unreferenced
@@ -216,7 +218,7 @@ class WriteClient:
         if marker is not None:
             records = records.append_column(_MARKED, marker)
         if dedupe and self.write_config.combine_before_upsert:
-            global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
+            global_index = self.write_config.index_type.is_global
             records = dedupe_batch(records, mode=self.config.merge_mode,
                                    ordering_field=self.config.precombine_field,
                                    partition_column=None if global_index else PARTITION_PATH)
@@ -354,6 +356,9 @@ class WriteClient:
             log_block_format=self.write_config.log_block_format,
             compression=self.write_config.compression,
             write_bloom_filter=self.write_config.write_bloom_filter,
+            bloom_sizing=BloomSizing(self.write_config.bloom_num_entries,
+                                     self.write_config.bloom_fpp,
+                                     self.write_config.bloom_max_entries),
             timeline_folder=Timeline.folder_for(self.config),
         )
 
@@ -397,10 +402,10 @@ class WriteClient:
                                 if self.log_only_inserts else live.get((part, b)))
             located = deletes.append_column("_file_id", pa.array(file_ids, pa.string()))
             return located.filter(pc.is_valid(located.column("_file_id")))
-        global_lookup = (not known_partition
-                         or self.write_config.index_type is IndexType.GLOBAL_SIMPLE)
+        global_lookup = not known_partition or self.write_config.index_type.is_global
         wanted = None if global_lookup else set(deletes.column(PARTITION_PATH).to_pylist())
-        locations = key_locations(reader, view.latest_file_slices(), wanted)
+        locations = self._key_locations(reader, view.latest_file_slices(), wanted,
+                                        deletes.column(RECORD_KEY))
         parts = (deletes.column(PARTITION_PATH).combine_chunks() if known_partition
                  else pa.nulls(deletes.num_rows, pa.string()))
         tagged = tag(deletes.column(RECORD_KEY).combine_chunks(), parts, locations,
@@ -414,12 +419,22 @@ class WriteClient:
         located = located.append_column("_file_id", tagged.column("loc_file_id"))
         return located.filter(pc.is_valid(located.column("_file_id")))
 
+    def _key_locations(self, reader: SliceReader, slices: list[FileSlice],
+                       partitions: set[str] | None, keys: pa.ChunkedArray) -> pa.Table:
+        """Locations of the slices' live keys: all of them (SIMPLE), or those of ``keys`` in
+        the files whose footers admit one (BLOOM: :mod:`engine.index.bloom`, same result)."""
+        if not self.write_config.index_type.uses_bloom:
+            return key_locations(reader, slices, partitions)
+        return bloom_index.key_locations(
+            reader, slices, partitions, keys.combine_chunks(),
+            prune_by_ranges=self.write_config.bloom_prune_by_ranges).locations
+
     def _place_simple(self, timeline: Timeline, operation: str, records: pa.Table,
                       reader: SliceReader, view: TableView,
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_deletes: dict[tuple[str, str], list[pa.Table]],
                       group_updates: dict[tuple[str, str], int]) -> None:
-        global_index = self.write_config.index_type is IndexType.GLOBAL_SIMPLE
+        global_index = self.write_config.index_type.is_global
         inserts = records
         slices = view.latest_file_slices()
         if operation == UPSERT and slices:
@@ -462,7 +477,7 @@ class WriteClient:
         """
         parts = records.column(PARTITION_PATH).combine_chunks()
         wanted = None if global_index else set(parts.unique().to_pylist())
-        locations = key_locations(reader, slices, wanted)
+        locations = self._key_locations(reader, slices, wanted, records.column(RECORD_KEY))
         tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_index)
         rows = tagged.column("row").to_numpy(zero_copy_only=False)

@@ -81,7 +81,8 @@ def test_upsert_one_key_in_two_partitions_global_index_keeps_greatest(tmp_path: 
 
 @pytest.mark.parametrize(("created", "opened"), [
     ("SIMPLE", "BUCKET"), ("BUCKET", "SIMPLE"), ("SIMPLE", "GLOBAL_SIMPLE"),
-    ("GLOBAL_SIMPLE", "SIMPLE"), ("GLOBAL_SIMPLE", "BUCKET"),
+    ("GLOBAL_SIMPLE", "SIMPLE"), ("GLOBAL_SIMPLE", "BUCKET"), ("BLOOM", "GLOBAL_BLOOM"),
+    ("GLOBAL_BLOOM", "SIMPLE"), ("SIMPLE", "GLOBAL_BLOOM"), ("BLOOM", "BUCKET"),
 ])
 def test_open_with_other_index_type_refused_naming_option(tmp_path: Path, created: str,
                                                           opened: str) -> None:
@@ -92,6 +93,19 @@ def test_open_with_other_index_type_refused_naming_option(tmp_path: Path, create
     same = Table.open(table.path, options={INDEX: created.lower()})
     same.upsert(pa.table({"id": ["k"], "ts": [2], "city": ["x"]}))
     assert _both(same) == [[("k", 2, "x")], [("k", 2, "x")]]
+
+
+@pytest.mark.parametrize(("created", "opened"), [
+    ("SIMPLE", "BLOOM"), ("BLOOM", "SIMPLE"), ("GLOBAL_SIMPLE", "GLOBAL_BLOOM"),
+    ("GLOBAL_BLOOM", "GLOBAL_SIMPLE"),
+])
+def test_open_simple_as_bloom_and_back_same_keys_found(tmp_path: Path, created: str,
+                                                       opened: str) -> None:
+    table = _create(tmp_path, index=created)
+    table.upsert(pa.table({"id": ["k"], "ts": [1], "city": ["x"]}))
+    other = Table.open(table.path, options={INDEX: opened})
+    other.upsert(pa.table({"id": ["k"], "ts": [2], "city": ["x"]}))
+    assert _both(other) == [[("k", 2, "x")], [("k", 2, "x")]]
 
 
 # -- e: _hoodie_is_deleted = true deletes ----------------------------------------------------
