@@ -17,6 +17,7 @@ from engine.format.log_format import (
     decode_hfile_data_block,
     encode_hfile_data_block,
     encode_initial_log_block,
+    encode_metadata_delete_block,
 )
 from engine.metadata.records import MetadataRecord, decode_metadata_value, encode_metadata_value
 from engine.metadata.schema import metadata_schema_json
@@ -35,9 +36,18 @@ def base_file_bytes(records: Sequence[MetadataRecord], name: str) -> bytes:
     return write_hudi_base_hfile(_cells(records, name), metadata_schema_json())
 
 
-def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str) -> bytes:
-    """A log file of one HFile data block with ``records``, written at ``instant_time``."""
-    return encode_hfile_data_block(_cells(records, None), metadata_schema_json(), instant_time)
+def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
+                   deletes: Sequence[str] = (), partition: str = "") -> bytes:
+    """A log file written at ``instant_time``: one HFile data block with ``records`` (if
+    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any)."""
+    parts = []
+    if records or not deletes:
+        parts.append(encode_hfile_data_block(_cells(records, None), metadata_schema_json(),
+                                             instant_time))
+    if deletes:
+        parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
+                                                  metadata_schema_json()))
+    return b"".join(parts)
 
 
 def init_log_file(instant_time: str) -> bytes:

@@ -1,26 +1,18 @@
 """Reading the ``files`` partition: the table's file listing from the metadata table.
 
-Which MDT instants a reader trusts (Java ``getValidInstantTimestamps``): MDT-only instants
-(initialization ``00000000000000…``, MDT compactions) and deltacommits whose data instant is
-completed on the data timeline the reader loaded, or archived from it. A deltacommit written
-for a data instant that has not completed (its writer died between the two commits, or it
-completed after the reader loaded its timeline) is ignored, so a view sees exactly its own
-snapshot.
-
 A reader also refuses an MDT that misses a data instant (a completed data action after the
 MDT's last base without its deltacommit — written by a writer that did not keep the MDT):
-:func:`consistent` says so and the caller lists storage instead; writers repair it.
+:func:`missing_deltacommits` says so and the caller lists storage instead; writers repair
+it (:mod:`engine.metadata.sync`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 
-from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
-from engine.metadata.codec import read_base_file, read_log_file
+from engine.layout.file_group import TableFiles
 from engine.metadata.files import FILE_ID, Listing, syncs, table_files
-from engine.metadata.records import merge_records
+from engine.metadata.reader import Validity, latest_group_slices, read_slice, validity
 from engine.metadata.table import (
     BOOTSTRAP_PREFIX,
     FILES,
@@ -31,13 +23,13 @@ from engine.metadata.table import (
 )
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
-from engine.timeline.instant import Action, Instant
+from engine.timeline.instant import Action
 
 _log = logging.getLogger(__name__)
 
 
 def base_boundary(mdt_timeline: Timeline) -> str:
-    """Completion key of the newest MDT instant that wrote base files (the initialization
+    """Completion key of the newest MDT instant that wrote base files (an initialization
     or a compaction): every data action completed after it has its own deltacommit."""
     bases = [completion_key(i) for i in completed_mdt_instants(mdt_timeline)
              if i.requested_time.startswith(BOOTSTRAP_PREFIX)
@@ -57,55 +49,14 @@ def missing_deltacommits(mdt_timeline: Timeline, data_timeline: Timeline) -> lis
             and i.requested_time not in done]
 
 
-def validity(data_timeline: Timeline) -> Callable[[Instant], bool]:
-    """Whether an MDT instant is trusted against ``data_timeline`` (module docstring)."""
-    completed = {i.requested_time for i in data_timeline.instants if i.is_completed}
-    active = data_timeline.active_times
-    boundary = data_timeline.archived_boundary
-
-    def valid(instant: Instant) -> bool:
-        t = instant.requested_time
-        if t.startswith(BOOTSTRAP_PREFIX) or instant.action is not Action.DELTA_COMMIT:
-            return True
-        if t in completed:
-            return True
-        return t not in active and boundary is not None and t < boundary
-
-    return valid
-
-
-def files_slices(mdt: MetadataTable, mdt_timeline: Timeline,
-                 valid: Callable[[Instant], bool], *, latest_only: bool = True) -> list[FileSlice]:
-    """The slices of the ``files`` file group, oldest first, over the trusted MDT instants."""
-    visible: Mapping[str, str] = {
-        i.requested_time: completion_key(i)
-        for i in completed_mdt_instants(mdt_timeline) if valid(i)}
-    listed = list_table_files(mdt.storage)
-    files = TableFiles(tuple(f for f in listed.base_files if f.partition_path == FILES),
-                       tuple(f for f in listed.log_files if f.partition_path == FILES),
-                       (FILES,))
-    return [piece for piece in build_file_slices(files, mdt_timeline, visible,
-                                                 latest_only=latest_only)
-            if piece.file_id == FILE_ID]
-
-
 def read_files_partition(mdt: MetadataTable, mdt_timeline: Timeline,
-                         valid: Callable[[Instant], bool]) -> Listing:
-    """Merge the ``files`` partition's latest slice (base HFile, then the logs of trusted
-    deltacommits in completion order) by Hudi's merge rules: key → record, tombstones kept."""
-    merged: Listing = {}
-    for piece in files_slices(mdt, mdt_timeline, valid):
-        if piece.base_file is not None:
-            for record in read_base_file(mdt.storage.read(piece.base_file.path)):
-                merged[record.key] = record
-        for log in piece.log_files:
-            for key, newer in read_log_file(mdt.storage.read(log.path)):
-                result = merge_records(merged.get(key), newer)
-                if result is None:
-                    merged.pop(key, None)
-                else:
-                    merged[key] = result
-    return merged
+                         valid: Validity) -> Listing:
+    """The merged ``files`` partition (base HFile, then the logs of trusted deltacommits in
+    completion order, by Hudi's merge rules): key → record, tombstones kept."""
+    for piece in latest_group_slices(mdt, mdt_timeline, valid, FILES):
+        if piece.file_id == FILE_ID:
+            return read_slice(mdt.storage, piece)
+    return {}
 
 
 def metadata_listing(storage: Storage, data_timeline: Timeline) -> TableFiles | None:

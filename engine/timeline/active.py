@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from engine.config import TableConfig
 from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
@@ -24,6 +25,9 @@ from engine.storage import Storage
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.history import ArchivedInstant, ArchivedTimeline, load_archived
 from engine.timeline.instant import Action, Instant, State, new_instant_time
+
+if TYPE_CHECKING:
+    from engine.metadata.writer import MetadataUpdate
 
 HOODIE = ".hoodie"
 
@@ -277,17 +281,19 @@ class Timeline:
         self._write(inflight, content, exclusive=True)
         return inflight
 
-    def complete(self, instant: Instant, content: bytes) -> Instant:
+    def complete(self, instant: Instant, content: bytes,
+                 metadata: MetadataUpdate | None = None) -> Instant:
         """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point.
 
         A data action that changes the file listing first writes its metadata-table
-        deltacommit at the same instant (:func:`engine.metadata.sync.sync_instant`), so the
-        MDT never misses a completed data action. Hold the table lock."""
+        deltacommit at the same instant (:func:`engine.metadata.sync.sync_instant`), with
+        ``metadata`` (what the action adds to the MDT's index partitions), so the MDT never
+        misses a completed data action. Hold the table lock."""
         if instant.state is not State.INFLIGHT:
             raise InstantStateError(f"{instant} is not inflight")
         from engine.metadata.sync import sync_instant  # the MDT is built on this module
 
-        synced = sync_instant(self, instant, content)
+        synced = sync_instant(self, instant, content, metadata)
         floor = max(self.latest_instant_time(), instant.requested_time,
                     self._latest_on_storage(), synced or "")
         completion = new_instant_time(floor)

@@ -13,10 +13,10 @@ import pytest
 from engine import Table
 from engine.layout.file_group import list_table_files
 from engine.layout.view import TableView
-from engine.metadata import sync
 from engine.metadata.listing import metadata_listing
 from engine.metadata.table import METADATA_FOLDER, MetadataTable, declared_partitions
 from engine.metadata.validate import committed_files
+from engine.metadata.writer import RETAINED_SLICES
 from engine.timeline.active import Timeline
 from engine.write.write_client import WriteClient
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
@@ -87,7 +87,7 @@ def test_metadata_services_keep_it_in_step_and_it_compacts_and_cleans(tmp_path: 
     actions = {i.action.value for i in mdt.timeline().instants}
     assert actions & {"compaction", "commit"}  # > 10 deltacommits: compacted at least once
     bases = [f for f in list_table_files(mdt.storage).base_files]
-    assert len(bases) <= sync.RETAINED_SLICES  # older slices cleaned
+    assert len(bases) <= RETAINED_SLICES  # older slices cleaned
     assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
     assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")

@@ -1,0 +1,155 @@
+"""Reading the metadata table: its file groups and slices, which MDT instants a reader
+trusts, merging a group's records, and looking keys up.
+
+Which MDT instants a reader trusts (Java ``getValidInstantTimestamps``): MDT-only instants
+(initialization ``00000000000000…``, MDT compactions) and deltacommits whose data instant is
+completed on the data timeline the reader loaded, or archived from it. A deltacommit written
+for a data instant that has not completed (its writer died between the two commits, or it
+completed after the reader loaded its timeline) is ignored, so a view sees exactly its own
+snapshot.
+
+:class:`GroupSlice` is the picklable description of one file group's latest slice: the driver
+computes them, executor tasks read them (:func:`read_slice`, :func:`lookup_slice`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from engine.format.hfile import HFileReader
+from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
+from engine.metadata.codec import read_base_file, read_log_file
+from engine.metadata.keys import file_group_index
+from engine.metadata.records import MetadataRecord, decode_metadata_value, merge_records
+from engine.metadata.table import BOOTSTRAP_PREFIX, MetadataTable, completed_mdt_instants
+from engine.storage import Storage
+from engine.timeline.active import Timeline, completion_key
+from engine.timeline.instant import Action, Instant
+
+Validity = Callable[[Instant], bool]
+
+
+def validity(data_timeline: Timeline) -> Validity:
+    """Whether an MDT instant is trusted against ``data_timeline`` (module docstring)."""
+    completed = {i.requested_time for i in data_timeline.instants if i.is_completed}
+    active = data_timeline.active_times
+    boundary = data_timeline.archived_boundary
+
+    def valid(instant: Instant) -> bool:
+        t = instant.requested_time
+        if t.startswith(BOOTSTRAP_PREFIX) or instant.action is not Action.DELTA_COMMIT:
+            return True
+        if t in completed:
+            return True
+        return t not in active and boundary is not None and t < boundary
+
+    return valid
+
+
+def trust_all(_instant: Instant) -> bool:
+    """Validity that trusts every completed MDT instant (the MDT's own services)."""
+    return True
+
+
+@dataclass(frozen=True)
+class GroupSlice:
+    """The latest slice of one MDT file group: paths relative to the MDT's base path, logs
+    in merge order. Picklable."""
+
+    partition: str
+    file_id: str
+    base_path: str | None
+    log_paths: tuple[str, ...]
+
+    @property
+    def is_empty(self) -> bool:
+        """True for a group holding nothing but its initial empty log (or nothing)."""
+        return self.base_path is None and not self.log_paths
+
+
+def file_slices(mdt: MetadataTable, mdt_timeline: Timeline, valid: Validity,
+                partitions: Iterable[str], *, latest_only: bool = True) -> list[FileSlice]:
+    """Slices of the file groups of ``partitions`` over the trusted MDT instants, by
+    (partition, file id), oldest first within a group."""
+    wanted = set(partitions)
+    visible: Mapping[str, str] = {
+        i.requested_time: completion_key(i)
+        for i in completed_mdt_instants(mdt_timeline) if valid(i)}
+    listed = list_table_files(mdt.storage)
+    files = TableFiles(tuple(f for f in listed.base_files if f.partition_path in wanted),
+                       tuple(f for f in listed.log_files if f.partition_path in wanted),
+                       tuple(p for p in listed.partitions if p in wanted))
+    return build_file_slices(files, mdt_timeline, visible, latest_only=latest_only)
+
+
+def group_ids(mdt: MetadataTable, partition: str) -> list[str]:
+    """The file ids of an MDT partition, sorted (their count is the key → group modulus;
+    every group exists from initialization on, at least as its initial log)."""
+    from engine.format.naming import parse_base_file, parse_log_file
+
+    ids: set[str] = set()
+    for status in mdt.storage.list_dir(partition):
+        parsed = parse_base_file(status.name) or parse_log_file(status.name)
+        if parsed is not None:
+            ids.add(parsed.file_id)
+    return sorted(ids)
+
+
+def latest_group_slices(mdt: MetadataTable, mdt_timeline: Timeline, valid: Validity,
+                        partition: str) -> list[GroupSlice]:
+    """The latest slice of every file group of ``partition``, in file id order."""
+    out = []
+    for piece in file_slices(mdt, mdt_timeline, valid, [partition]):
+        out.append(GroupSlice(partition, piece.file_id,
+                              piece.base_file.path if piece.base_file else None,
+                              tuple(log.path for log in piece.log_files)))
+    return sorted(out, key=lambda g: g.file_id)
+
+
+def _merge(merged: dict[str, MetadataRecord], key: str, newer: MetadataRecord | None) -> None:
+    result = merge_records(merged.get(key), newer)
+    if result is None:
+        merged.pop(key, None)
+    else:
+        merged[key] = result
+
+
+def read_slice(storage: Storage, piece: GroupSlice) -> dict[str, MetadataRecord]:
+    """Every key of one group slice, merged by Hudi's rules (deleted keys dropped).
+    ``storage`` is rooted at the MDT. Executor-safe."""
+    merged: dict[str, MetadataRecord] = {}
+    if piece.base_path is not None:
+        for record in read_base_file(storage.read(piece.base_path)):
+            merged[record.key] = record
+    for path in piece.log_paths:
+        for key, newer in read_log_file(storage.read(path)):
+            _merge(merged, key, newer)
+    return merged
+
+
+def lookup_slice(storage: Storage, piece: GroupSlice,
+                 keys: Iterable[str]) -> dict[str, MetadataRecord]:
+    """The merged records of ``keys`` in one group slice: the base file is searched through
+    its block index (only the blocks holding the keys are decompressed), the logs are read
+    whole (they are small between MDT compactions). Executor-safe."""
+    wanted = set(keys)
+    merged: dict[str, MetadataRecord] = {}
+    if piece.base_path is not None and wanted:
+        reader = HFileReader(storage.read(piece.base_path))
+        for key in sorted(wanted):
+            for value in reader.get(key.encode("utf-8")):
+                merged[key] = decode_metadata_value(key, value)
+    for path in piece.log_paths:
+        for key, newer in read_log_file(storage.read(path)):
+            if key in wanted:
+                _merge(merged, key, newer)
+    return merged
+
+
+def route(keys: Iterable[str], groups: int) -> dict[int, list[str]]:
+    """Keys by the index of the file group they hash to (``hudi-metadata-table.md`` §4.8)."""
+    out: dict[int, list[str]] = {}
+    for key in keys:
+        out.setdefault(file_group_index(key, groups), []).append(key)
+    return out
