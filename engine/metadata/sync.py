@@ -127,9 +127,7 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     full = MetadataUpdate()
     full.add(FILES, change_of(instant, content).records())
     if update is not None:
-        for partition in update.partitions():
-            full.add(partition, update.upserts.get(partition, ()))
-            full.delete(partition, update.deletes.get(partition, ()))
+        full.extend(update)
     return write_deltacommit(mdt, mdt_timeline, t, full)
 
 

@@ -78,6 +78,23 @@ class MetadataUpdate:
         """The MDT partitions this update touches."""
         return sorted(set(self.upserts) | set(self.deletes))
 
+    def extend(self, other: MetadataUpdate) -> None:
+        """Add everything ``other`` holds."""
+        for partition in other.partitions():
+            self.add(partition, other.upserts.get(partition, ()))
+            self.delete(partition, other.deletes.get(partition, ()))
+
+
+def collect_updates(stats: Iterable[WriteStat]) -> MetadataUpdate | None:
+    """The MDT index records the write stats of one action carry, merged (None if none)."""
+    merged: MetadataUpdate | None = None
+    for stat in stats:
+        if stat.metadata is not None:
+            if merged is None:
+                merged = MetadataUpdate()
+            merged.extend(stat.metadata)
+    return merged
+
 
 def _commit_meta(stats: Sequence[WriteStat], operation: str, *,
                  compacted: bool = False) -> bytes:

@@ -13,11 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from engine.errors import CorruptTableError
+
+if TYPE_CHECKING:
+    from engine.metadata.writer import MetadataUpdate
 
 
 @cache
@@ -82,11 +85,18 @@ class WriteStat:
     total_log_files_compacted: int = 0
     total_log_size_compacted: int = 0
     total_updated_records_compacted: int = 0
+    metadata: MetadataUpdate | None = field(default=None, compare=False, repr=False,
+                                             metadata={"in_memory": True})
+    """What this file adds to the metadata table's index partitions (column stats of the
+    file, record-index entries of the keys it inserted or deleted), made where the file is
+    written and handed to the commit; never stored in commit metadata."""
 
     def to_avro(self) -> dict[str, Any]:
         """Record for the ``HoodieWriteStat`` Avro schema."""
         out: dict[str, Any] = {}
         for f in fields(self):
+            if f.metadata.get("in_memory"):
+                continue
             value = getattr(self, f.name)
             out[_CAMEL[f.name]] = list(value) if isinstance(value, tuple) else value
         out.update({"totalCorruptLogBlock": 0, "totalRollbackBlocks": 0,
@@ -98,6 +108,8 @@ class WriteStat:
         """Parse a stat from Avro or JSON metadata (unknown keys ignored)."""
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
+            if f.metadata.get("in_memory"):
+                continue
             value = data.get(_CAMEL[f.name])
             if value is None:
                 continue

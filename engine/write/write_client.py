@@ -43,6 +43,8 @@ from engine.merge.policy import (
 from engine.merge.record_merger import dedupe_batch
 from engine.merge.resolve import VersionColumns
 from engine.metadata import sync as metadata
+from engine.metadata.table import FILES, declared_partitions
+from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,
@@ -360,6 +362,8 @@ class WriteClient:
                                      self.write_config.bloom_fpp,
                                      self.write_config.bloom_max_entries),
             timeline_folder=Timeline.folder_for(self.config),
+            metadata_partitions=tuple(p for p in declared_partitions(self.storage)
+                                      if p != FILES) if self.keeps_metadata else (),
         )
 
     def commit_extra(self, data_schema: pa.Schema,
@@ -641,7 +645,7 @@ class WriteClient:
                     and not any(_is_base_file(stat.path) for stat in stats)),
                     replaced_only=self.mode is ConcurrencyMode.SINGLE_WRITER)
                 self.lock.verify()
-                done = now.complete(instant, content)
+                done = now.complete(instant, content, collect_updates(stats))
         except WriteConflictError:
             self.abort(instant)
             raise

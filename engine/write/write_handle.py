@@ -68,6 +68,9 @@ class WriteContext:
     timeline_folder: str | None = None
     """Where a task checks, after publishing, that its instant was not rolled back (None:
     no check, for handles run outside an instant's lifecycle)."""
+    metadata_partitions: tuple[str, ...] = ()
+    """The metadata table's index partitions the table keeps (declared when the instant
+    began): a handle puts what its file adds to them in its stat's ``metadata``."""
 
 
 @dataclass(frozen=True)
