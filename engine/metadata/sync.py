@@ -16,6 +16,7 @@ before it writes (:func:`rebuild`), never trusting a stale one.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from engine.layout.file_group import TableFiles, list_table_files, visible_instants
 from engine.metadata.files import change_of, listing_of, syncs
@@ -42,6 +43,9 @@ from engine.metadata.writer import (
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.instant import Action, Instant
+
+if TYPE_CHECKING:
+    from engine.config import WriteConfig
 
 _log = logging.getLogger(__name__)
 
@@ -84,9 +88,12 @@ def disable(storage: Storage) -> bool:
     return had
 
 
-def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool) -> None:
+def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
+            write_config: WriteConfig | None = None) -> None:
     """A writer's start (hold the lock; ``data_timeline`` loaded under it): initialize the
-    MDT if the writer keeps one and it is not there, delete it if the writer does not."""
+    MDT if the writer keeps one and it is not there, delete it if the writer does not; then
+    build the index partitions the writer wants (``write_config``) and the table lacks, and
+    drop declared ones it does not want."""
     if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
         return
     declared = FILES in declared_partitions(storage)
@@ -96,6 +103,26 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool) -> None
         disable(storage)
         _log.warning("hoodie.metadata.enable=false: deleted the metadata table of %s",
                      storage.base_path)
+    if not enabled or write_config is None:
+        return
+    from engine.layout.view import TableView
+    from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
+
+    wanted = wanted_partitions(write_config)
+    have = set(declared_partitions(storage)) - {FILES}
+    mdt = MetadataTable(storage, data_timeline.config)
+    for name in sorted(n for n in have if wanted.get(n) is False):
+        set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
+        mdt.storage.delete_tree(name)
+        _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
+                     "writer's options)", storage.base_path, name)
+    missing = [INDEX_PARTITIONS[n] for n, want in wanted.items() if want and n not in have]
+    if missing:
+        view = TableView(storage, data_timeline)
+        for partition in missing:
+            initialize_partition(mdt, partition.name,
+                                 partition.file_groups(view, write_config),
+                                 partition.build(view, write_config))
 
 
 # -- one deltacommit per data action ----------------------------------------------------------

@@ -580,7 +580,8 @@ class WriteClient:
             if timeline.pending() and rollback_failed_writes(self.storage, timeline,
                                                              self._is_failed):
                 timeline = Timeline.load(self.storage, self.config)
-            metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata)
+            metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata,
+                             write_config=self.write_config)
             instant_time = new_instant_time(timeline.latest_instant_time())
             heartbeat = Heartbeat(self.storage, instant_time,
                                   self.write_config.heartbeat_interval_ms / 1000.0,

@@ -1,0 +1,60 @@
+"""The metadata table's index partitions: which ones a writer keeps, and how each is built
+from the table when it is first enabled.
+
+Each index partition registers an :class:`IndexPartition` here: its MDT partition name, its
+file group count for a table, and a builder that yields every record of the partition for
+the committed table (read through a :class:`~engine.layout.view.TableView` of the timeline
+loaded under the lock). :func:`engine.metadata.sync.prepare` builds the partitions a writer
+wants and the table does not declare, and drops the declared ones it does not want (as
+Hudi's ``deleteMetadataIndexIfNecessary``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.metadata.records import MetadataRecord
+
+if TYPE_CHECKING:
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
+
+
+@dataclass(frozen=True)
+class IndexPartition:
+    """One index partition of the MDT (``files`` is not one: it is always kept)."""
+
+    name: str
+    wanted: Callable[[WriteConfig], bool | None]
+    """Whether a writer with this config keeps the partition: True builds it if missing,
+    False drops it (Hudi's rule for a writer that disables an index), None (the option left
+    unset) keeps what the table has — so a second writer that does not mention an index
+    does not drop it from under the first."""
+    file_groups: Callable[[TableView, WriteConfig], int]
+    """How many file groups the partition gets when built for this table."""
+    build: Callable[[TableView, WriteConfig], Iterable[MetadataRecord]]
+    """Every record of the partition for the committed table the view sees."""
+
+
+INDEX_PARTITIONS: dict[str, IndexPartition] = {}
+"""Registered index partitions by MDT partition name, in Hudi's initialization order."""
+
+
+def register(partition: IndexPartition) -> IndexPartition:
+    """Add an index partition to :data:`INDEX_PARTITIONS` (at import of its module)."""
+    INDEX_PARTITIONS[partition.name] = partition
+    return partition
+
+
+def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:
+    """Index partition name → what a writer with ``write_config`` wants of it (see
+    :attr:`IndexPartition.wanted`)."""
+    _load()
+    return {p.name: p.wanted(write_config) for p in INDEX_PARTITIONS.values()}
+
+
+def _load() -> None:
+    """Import the modules that register index partitions (kept lazy: they import the
+    readers, which import this package)."""
