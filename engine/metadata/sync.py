@@ -150,6 +150,7 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     if mdt.remove_instant(mdt_timeline, t):  # a dead attempt's leftovers
         mdt_timeline = mdt.timeline()
     mdt_timeline = _drop_orphans(mdt, mdt_timeline, data_timeline)
+    mdt_timeline = _drop_dead_compactions(mdt, mdt_timeline)
     mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline)
     full = MetadataUpdate()
     full.add(FILES, change_of(instant, content).records())
@@ -182,6 +183,21 @@ def _drop_orphans(mdt: MetadataTable, mdt_timeline: Timeline,
     for t in orphans:
         mdt.remove_instant(mdt_timeline, t)
     return mdt.timeline() if orphans else mdt_timeline
+
+
+def _drop_dead_compactions(mdt: MetadataTable, mdt_timeline: Timeline) -> Timeline:
+    """Take back MDT compactions left pending: they run inline under the table lock, so a
+    pending one belongs to a writer that died in it. Its plan is not kept (the next one
+    covers the same slices and more)."""
+    dead = [i.requested_time for i in mdt_timeline.instants
+            if not i.is_completed and i.action in (Action.COMPACTION, Action.COMMIT)]
+    for t in dead:
+        mdt.remove_instant(mdt_timeline, t)
+    if dead:
+        _log.warning("metadata table of %s: took back the unfinished compaction(s) %s",
+                     mdt.data_storage.base_path, ", ".join(dead))
+        return mdt.timeline()
+    return mdt_timeline
 
 
 # -- compaction and cleaning ----------------------------------------------------------------

@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from tests.helpers import hudi_rs_read, row_tuples
+from engine.metadata.table import MetadataTable
+from engine.metadata.writer import MAX_DELTA_COMMITS
+from tests.helpers import assert_hudi_rs_uses_metadata, hudi_rs_read, row_tuples
 
 COLUMNS = ("key", "v")
 
@@ -22,26 +24,34 @@ ROOT = Path(__file__).resolve().parents[2]
 # Each crash point patches one engine function in the child process so that the process
 # SIGKILLs itself there: no hook in the engine, a real kill at a real point of the write.
 CRASH_POINTS = {
-    "after_requested": ("engine.timeline.active", "Timeline", "transition_to_inflight"),
-    "after_some_files": ("engine.write.write_client", "-", "execute"),
-    "before_complete": ("engine.write.write_client", "WriteClient", "commit"),
+    "after_requested": ("engine.timeline.active", "Timeline", "transition_to_inflight",
+                        "before"),
+    "after_some_files": ("engine.write.write_client", "-", "execute", "before"),
+    "before_complete": ("engine.write.write_client", "WriteClient", "commit", "before"),
+    # The metadata table's deltacommit completed, the data instant not (Hudi's window).
+    "after_mdt_deltacommit": ("engine.metadata.sync", "-", "write_deltacommit", "after"),
+    # Inside the metadata table's compaction: plan and inflight written, no base file yet.
+    "during_mdt_compaction": ("engine.metadata.writer", "-", "base_file_bytes", "before"),
 }
 
 CHILD = textwrap.dedent("""
     import importlib, os, signal, sys
     import pyarrow as pa
     from engine import Table
-    module_name, cls_name, attr, path = sys.argv[1:5]
-    crash_after_calls = int(sys.argv[5])
+    module_name, cls_name, attr, when, path = sys.argv[1:6]
+    crash_after_calls = int(sys.argv[6])
     module = importlib.import_module(module_name)
     owner = module if cls_name == "-" else getattr(module, cls_name)
     original = getattr(owner, attr)
     calls = [0]
     def crashing(*args, **kwargs):
         calls[0] += 1
+        if calls[0] > crash_after_calls and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = original(*args, **kwargs)
         if calls[0] > crash_after_calls:
             os.kill(os.getpid(), signal.SIGKILL)
-        return original(*args, **kwargs)
+        return result
     setattr(owner, attr, crashing)
     t = Table.open(path)
     keys = [f"k{i:03d}" for i in range(0, 60, 2)] + [f"n{i:03d}" for i in range(30)]
@@ -63,6 +73,10 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     keys = [f"k{i:03d}" for i in range(60)]
     table.upsert(pa.table({"key": keys, "ts": [1] * 60, "part": [k[-1] for k in keys],
                            "v": [-1] * 60}))
+    if point == "during_mdt_compaction":  # 10 MDT deltacommits: the next write compacts
+        for i in range(MAX_DELTA_COMMITS - 1):
+            table.upsert(pa.table({"key": [f"k{i:03d}"], "ts": [2], "part": [str(i)],
+                                   "v": [-2]}))
     before = row_tuples(table.read(), COLUMNS)
     # "after_some_files" lets one file group be written, then dies in the second.
     calls = 1 if point == "after_some_files" else 0
@@ -72,6 +86,14 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
     states = {e.state for e in table.timeline()}
     assert states & {"requested", "inflight"}, "the crash must leave a pending instant"
+    mdt_pending = [i for i in MetadataTable(table.storage, table.config).timeline().instants
+                   if not i.is_completed]
+    if point == "after_mdt_deltacommit":
+        failed = next(e.instant_time for e in table.timeline() if e.state != "completed")
+        assert any(i.requested_time == failed and i.is_completed for i in
+                   MetadataTable(table.storage, table.config).timeline().instants)
+    if point == "during_mdt_compaction":
+        assert [i.action.value for i in mdt_pending] == ["compaction"]
     # Nothing of the crashed write is visible to either reader.
     assert row_tuples(table.read(), COLUMNS) == before
     assert row_tuples(hudi_rs_read(path), COLUMNS) == before
@@ -90,6 +112,11 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     leftovers = [p.name for p in Path(path).rglob("*") if p.name.startswith(".tmp.")]
     assert leftovers == []
     assert not list(Path(path, ".hoodie", ".heartbeat").iterdir())
+    # The metadata table agrees with storage again, and hudi-rs lists through it.
+    assert reopened.validate_metadata().ok
+    assert all(i.is_completed for i in MetadataTable(table.storage, table.config)
+               .timeline().instants)
+    assert_hudi_rs_uses_metadata(path, tmp_path / "decoy")
 
 
 def test_unreadable_rollback_plan_fails_loudly_naming_the_file(tmp_path: Path) -> None:
