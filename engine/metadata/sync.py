@@ -26,6 +26,7 @@ from engine.metadata.table import (
     BOOTSTRAP_PREFIX,
     FILES,
     METADATA_FOLDER,
+    PROPERTIES,
     MetadataTable,
     completed_mdt_instants,
     declared_partitions,
@@ -94,7 +95,10 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
     MDT if the writer keeps one and it is not there, delete it if the writer does not; then
     build the index partitions the writer wants (``write_config``) and the table lacks, and
     drop declared ones it does not want."""
-    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
+    if (is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2
+            or not storage.exists(PROPERTIES)):
+        # (a table the streaming sink defines is written to storage with its first commit;
+        # its next writer's start initializes the MDT from that commit's files)
         return
     declared = FILES in declared_partitions(storage)
     if enabled and not declared:

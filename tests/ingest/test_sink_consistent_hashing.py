@@ -40,8 +40,9 @@ pytestmark = [
 ]
 
 CH = {"hoodie.index.bucket.engine": "CONSISTENT_HASHING",
-      # small files, so that a few hundred rows split a bucket
-      "hoodie.parquet.max.file.size": "6000", "hoodie.bucket.index.max.num.buckets": "16",
+      # small files, so that a few hundred rows split a bucket (a base file of ~150 rows is
+      # ~5 KB now that its bloom filter is sized to it)
+      "hoodie.parquet.max.file.size": "1500", "hoodie.bucket.index.max.num.buckets": "16",
       "hoodie.compact.inline.max.delta.commits": "2"}
 
 
