@@ -471,6 +471,37 @@ class WriteConfig:
         "through a metadata table (docs/engine.md, \"Metadata table\"); `true` keeps one anyway "
         "(Java readers are right, hudi-rs 0.5.0 misses rows until a compaction).",
         shown="`true` (`false` in non-blocking mode)", group="metadata")
+    column_stats_enable: bool | None = option(
+        "hoodie.metadata.index.column.stats.enable", _parse_bool_or_auto, None,
+        "Keep the metadata table's `column_stats` partition: min, max, null and value counts of "
+        "the indexed columns of every data file (base and log files), written with the file; "
+        "`Table.read(filters=...)` skips the file slices none of whose files can match "
+        "(docs/engine.md, \"Column statistics and data skipping\"). Unset: a table keeps what it "
+        "has; `false` drops the partition.", shown="unset (keep what the table has)",
+        group="metadata")
+    column_stats_columns: tuple[str, ...] = option(
+        "hoodie.metadata.index.column.stats.column.list", _parse_columns, (),
+        "Data columns (comma-separated) to keep stats of, besides `_hoodie_commit_time`, "
+        "`_hoodie_partition_path` and `_hoodie_record_key`, which are always indexed. Empty: the "
+        "first `hoodie.metadata.index.column.stats.max.columns.to.index` columns of a supported "
+        "type (not nested, binary, decimal or time of day).", shown="empty", group="metadata")
+    column_stats_max_columns: int = option(
+        "hoodie.metadata.index.column.stats.max.columns.to.index", _parse_positive_int, 32,
+        "How many data columns get stats when no column list is set.", group="metadata")
+    column_stats_file_groups: int = option(
+        "hoodie.metadata.index.column.stats.file.group.count", _parse_positive_int, 2,
+        "File groups of the `column_stats` partition (set when it is built).", group="metadata")
+    partition_stats_enable: bool | None = option(
+        "hoodie.metadata.index.partition.stats.enable", _parse_bool_or_auto, None,
+        "Keep the metadata table's `partition_stats` partition (partitioned tables; needs "
+        "`column_stats`): per partition and column, the bounds over the files of its latest "
+        "slices, recomputed for every partition a commit writes; reads skip partitions by it. "
+        "Unset: follows `hoodie.metadata.index.column.stats.enable`, as in Hudi.",
+        shown="unset (as column stats)", group="metadata")
+    partition_stats_file_groups: int = option(
+        "hoodie.metadata.index.partition.stats.file.group.count", _parse_positive_int, 1,
+        "File groups of the `partition_stats` partition (set when it is built).",
+        group="metadata")
     compact_inline: bool = option(
         "hoodie.compact.inline", _parse_bool, False,
         "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",

@@ -20,6 +20,9 @@ from engine.metadata.records import MetadataRecord
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
+    from engine.metadata.writer import MetadataUpdate
+    from engine.timeline.active import Timeline
+    from engine.timeline.instant import Instant
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,12 @@ class IndexPartition:
     """How many file groups the partition gets when built for this table."""
     build: Callable[[TableView, WriteConfig], Iterable[MetadataRecord]]
     """Every record of the partition for the committed table the view sees."""
+    sync: Callable[[Timeline, Instant, bytes, MetadataUpdate], MetadataUpdate | None] | None \
+        = None
+    """What a data action adds to the partition beyond its write stats' records, given the
+    data timeline, the instant about to complete, its content and the update so far
+    (earlier partitions' additions included); called by
+    :func:`engine.metadata.sync.sync_instant` under the lock, for declared partitions."""
 
 
 INDEX_PARTITIONS: dict[str, IndexPartition] = {}
@@ -58,3 +67,4 @@ def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:
 def _load() -> None:
     """Import the modules that register index partitions (kept lazy: they import the
     readers, which import this package)."""
+    import engine.metadata.column_stats  # noqa: F401

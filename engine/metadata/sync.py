@@ -160,7 +160,22 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     full.add(FILES, change_of(instant, content).records())
     if update is not None:
         full.extend(update)
+    _sync_index_partitions(data_timeline, instant, content, full)
     return write_deltacommit(mdt, mdt_timeline, t, full)
+
+
+def _sync_index_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
+                           full: MetadataUpdate) -> None:
+    """Add what each declared index partition derives from the action (its ``sync``)."""
+    from engine.metadata.indexes import INDEX_PARTITIONS, _load
+
+    _load()
+    declared = set(declared_partitions(data_timeline.storage))
+    for partition in INDEX_PARTITIONS.values():
+        if partition.sync is not None and partition.name in declared:
+            more = partition.sync(data_timeline, instant, content, full)
+            if more is not None:
+                full.extend(more)
 
 
 def rollback_instant(storage: Storage, data_config_timeline: Timeline, instant_time: str) -> None:

@@ -364,7 +364,17 @@ class WriteClient:
             timeline_folder=Timeline.folder_for(self.config),
             metadata_partitions=tuple(p for p in declared_partitions(self.storage)
                                       if p != FILES) if self.keeps_metadata else (),
+            column_stats_columns=self._column_stats_columns(data_schema),
         )
+
+    def _column_stats_columns(self, data_schema: pa.Schema) -> tuple[str, ...]:
+        """Columns a write task keeps stats of (none unless the table keeps column_stats)."""
+        from engine.metadata.column_stats import COLUMN_STATS, configured_columns
+
+        if not self.keeps_metadata or COLUMN_STATS not in declared_partitions(self.storage):
+            return ()
+        return configured_columns(data_schema, self.write_config,
+                                  self.config.populate_meta_fields)
 
     def commit_extra(self, data_schema: pa.Schema,
                      extra_metadata: Mapping[str, str]) -> dict[str, str]:

@@ -32,6 +32,8 @@ from engine.format.log_format import (
 from engine.format.naming import BaseFileName, LogFileName
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.metadata.column_stats import arrow_stats, base_file_stats, handle_update
+from engine.metadata.records import ColumnStats
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,
@@ -71,6 +73,9 @@ class WriteContext:
     metadata_partitions: tuple[str, ...] = ()
     """The metadata table's index partitions the table keeps (declared when the instant
     began): a handle puts what its file adds to them in its stat's ``metadata``."""
+    column_stats_columns: tuple[str, ...] = ()
+    """Columns whose stats a handle records for its file (empty: the table keeps no
+    ``column_stats``)."""
 
 
 @dataclass(frozen=True)
@@ -232,12 +237,16 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
                              bloom_sizing=ctx.bloom_sizing, fsync=sync)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
+    update = None
+    if ctx.column_stats_columns:
+        update = handle_update(task.partition_path, name,
+                               base_file_stats(result.path, ctx.column_stats_columns))
     return WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
         prev_commit=task.base_instant or "null",
         num_writes=out.num_rows, num_deletes=num_deletes, num_update_writes=updates,
         num_inserts=max(inserts, 0), total_write_bytes=result.file_size,
-        file_size_in_bytes=result.file_size, prev_base_file=prev_base,
+        file_size_in_bytes=result.file_size, prev_base_file=prev_base, metadata=update,
     )
 
 
@@ -247,8 +256,10 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
     blocks: list[bytes] = []
     n_records = 0
     n_deletes = 0
+    stats = {c: ColumnStats(None, c, None, None, 0, 0, 0, 0) for c in ctx.column_stats_columns}
     if task.records is not None and task.records.num_rows:
         records = _with_meta(ctx, task, task.records, task.file_id)
+        stats.update(arrow_stats(records, ctx.column_stats_columns))
         if ctx.log_block_format is LogBlockFormat.PARQUET:
             blocks.append(encode_parquet_data_block(records, ctx.avro_schema_with_meta,
                                                     ctx.instant_time))
@@ -273,6 +284,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
         total_write_bytes=len(data), file_size_in_bytes=len(data), log_version=1,
         log_offset=0, base_file=base_name, log_files=(*task.log_files, name),
         total_log_blocks=len(blocks), total_log_records=n_records + n_deletes,
+        metadata=handle_update(task.partition_path, name, stats) if stats else None,
     )
 
 
