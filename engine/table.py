@@ -360,6 +360,20 @@ class Table:
                         bool(read_optimized))
         return self._reader(as_of=as_of).snapshot(spec, as_of=as_of)
 
+    def explain(self, filters: Filters = None, as_of: str | None = None,
+                read_optimized: bool = False) -> dict[str, Any]:
+        """What a :meth:`read` with these arguments would read: partitions and file slices
+        before pruning, those pruned by ``partition_stats`` and by ``column_stats``, the
+        slices read (also logged at DEBUG by ``engine.read`` on every read)."""
+        _check_instant_arg("as_of", as_of)
+        reader = self._reader(as_of=as_of)
+        from engine.layout.view import TableView
+
+        view = TableView(self.storage, reader.timeline, as_of=as_of)
+        spec = ReadSpec(None, filters, bool(read_optimized))
+        _, _, report = reader.plan(spec, view, latest=as_of is None)
+        return report.as_dict()
+
     def read_incremental(self, start: str, end: str | None = None,
                          columns: Sequence[str] | None = None,
                          filters: Filters = None) -> pa.Table:

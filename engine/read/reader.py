@@ -37,6 +37,7 @@ from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.read.skipping import KEY_PRUNERS, Pruning, prune
 from engine.schema import (
     COMMIT_TIME,
     LOW_CARDINALITY_META,
@@ -360,21 +361,35 @@ class TableReader:
         the recorded schema cannot be parsed."""
         return table_schema(self.timeline)
 
-    def read(self, spec: ReadSpec, view: TableView) -> pa.Table:
-        """Read ``view`` (a snapshot of this reader's timeline) with ``spec``'s columns and
-        filters."""
+    def plan(self, spec: ReadSpec, view: TableView, *, latest: bool = False
+             ) -> tuple[list[FileSlice], pa.Array | None, Pruning]:
+        """The slices a read of ``view`` with ``spec`` reads, the record keys its filter pins
+        (None if it pins none), and what data skipping pruned (``latest``: ``view`` is the
+        table's latest snapshot, so partition stats apply)."""
         schema = self.table_schema()
         slices = view.latest_file_slices()
-        expr = to_expression(spec.filters)
         dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
         if dnf and schema is not None:
             slices = [s for s in slices
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]
-        read_columns = self._read_columns(spec, schema)
         wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
         keys = lookup_keys(spec.filters, self.config, schema)
         if keys is not None:
             wanted = self._prune_for_keys(wanted, keys)
+            for pruner in KEY_PRUNERS:  # the record index's hook
+                groups = pruner(view, keys)
+                if groups is not None:
+                    wanted = [s for s in wanted if (s.partition_path, s.file_id) in groups]
+        wanted, report = prune(view, wanted, spec.filters, schema, latest=latest)
+        return wanted, keys, report
+
+    def read(self, spec: ReadSpec, view: TableView, *, latest: bool = False) -> pa.Table:
+        """Read ``view`` (a snapshot of this reader's timeline) with ``spec``'s columns and
+        filters (``latest``: see :meth:`plan`)."""
+        schema = self.table_schema()
+        expr = to_expression(spec.filters)
+        read_columns = self._read_columns(spec, schema)
+        wanted, keys, _ = self.plan(spec, view, latest=latest)
         parallel = len(wanted) > 1
         reader = SliceReader(self.storage, self.timeline, view.visible, schema,
                              use_threads=not parallel)
@@ -446,7 +461,8 @@ class TableReader:
 
     def snapshot(self, spec: ReadSpec, as_of: str | None = None) -> pa.Table:
         """Snapshot (or time travel ``as_of`` an instant time) of the table."""
-        return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of))
+        return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of),
+                         latest=as_of is None)
 
     def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
         """Latest versions of records written by commits completed in (start, end]."""
