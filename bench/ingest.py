@@ -59,7 +59,7 @@ from ingest_parts.render import (
     render_text,
     run_notes,
 )
-from ingest_parts.throughput import RunResult, job_config, run_throughput
+from ingest_parts.throughput import METADATA_MODES, RunResult, job_config, run_throughput
 from ingest_parts.workload import FULL_RECORDS, INDEXES, Stream, build_stream
 
 # `engine`, `ingest` and `jobs` from this checkout; the repo root goes first because this
@@ -123,7 +123,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 50,000 records, 15 s latency phase")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--metadata", default="default",
+                   help="comma-separated metadata-table modes, each index runs once per mode: "
+                   "default (as the job keeps it), off, files (the listing only), stats "
+                   "(files + column statistics)")
     args = p.parse_args(argv)
+    args.metadata_modes = [m.strip() for m in args.metadata.split(",") if m.strip()]
+    bad = [m for m in args.metadata_modes if m not in METADATA_MODES]
+    if bad or not args.metadata_modes:
+        p.error(f"--metadata: unknown {', '.join(bad) or '(none)'}; choose from "
+                f"{', '.join(METADATA_MODES)}")
     if args.records is None:
         args.records = 50_000 if args.quick else FULL_RECORDS
     if args.latency_seconds is None:
@@ -208,10 +217,12 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
                 limits = args.max_offsets_list if index == "BUCKET" else \
                     args.max_offsets_list[:1]
                 for limit in limits:
-                    label = name + (f"-{limit // 1000}k" if len(limits) > 1 else "")
-                    report.runs.append(run_throughput(
-                        spark, name=label, folder=out / label, index=index, max_offsets=limit,
-                        **common))
+                    for mode in args.metadata_modes:
+                        label = name + (f"-{limit // 1000}k" if len(limits) > 1 else "") + \
+                            (f"-mdt-{mode}" if len(args.metadata_modes) > 1 else "")
+                        report.runs.append(run_throughput(
+                            spark, name=label, folder=out / label, index=index,
+                            max_offsets=limit, metadata=mode, **common))
             if args.worker_profile and "bucket" in args.indexes:
                 _, report.worker = run_worker_profile(
                     spark, top=args.profile_top or 25, name="bucket-profiled",

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,8 @@ class RunResult:
 
 def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offsets: int,
                buckets: int, log_format: str, available_now: bool, interval: str,
-               shuffle: int, state_shards: int = 32) -> Any:
+               shuffle: int, state_shards: int = 32,
+               table_options: Mapping[str, str] | None = None) -> Any:
     from jobs.job_config import load
 
     return load(None, {
@@ -93,6 +94,7 @@ def job_config(*, bootstrap: str, topic: str, folder: Path, index: str, max_offs
         "errors.table_path": str(folder / "errors"),
         "spark.master": "local[2]",
         "spark.conf.spark.sql.shuffle.partitions": str(shuffle),
+        **{f"table.options.{k}": v for k, v in (table_options or {}).items()},
     })
 
 
@@ -168,9 +170,21 @@ def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, i
     return None
 
 
+METADATA_MODES: dict[str, dict[str, str]] = {
+    "default": {},
+    "off": {"hoodie.metadata.enable": "false"},
+    "files": {"hoodie.metadata.enable": "true"},
+    "stats": {"hoodie.metadata.enable": "true",
+              "hoodie.metadata.index.column.stats.enable": "true"},
+}
+"""``--metadata`` modes: the metadata table as the job keeps it by default, off, its
+``files`` partition only, files and column statistics."""
+
+
 def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder: Path,
                    index: str, max_offsets: int, stream: Stream, expected: dict[int, int],
-                   args: argparse.Namespace, check_keys: Sequence[int]) -> RunResult:
+                   args: argparse.Namespace, check_keys: Sequence[int],
+                   metadata: str = "default") -> RunResult:
     from jobs.ingest_job import start
 
     result = RunResult(name, index, max_offsets, stream.records, stream.distinct_keys,
@@ -179,7 +193,8 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
                         max_offsets=max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=True,
                         interval=args.trigger_interval, shuffle=args.shuffle_partitions,
-                        state_shards=args.state_shards)
+                        state_shards=args.state_shards,
+                        table_options=METADATA_MODES[metadata])
     table_path = str(folder / "table")
     api = f" ({args.state_shards} key shards)" if index == "GLOBAL_STATE" else ""
     log(f"{name}: index {index}{api}, maxOffsetsPerTrigger {max_offsets:,}, into {table_path}")
