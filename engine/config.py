@@ -427,6 +427,12 @@ class WriteConfig:
         "hoodie.bloom.index.prune.by.ranges", _parse_bool, True,
         "`BLOOM`/`GLOBAL_BLOOM`: skip base files whose footer min/max record keys exclude every "
         "incoming key before testing their bloom filters.")
+    bloom_use_metadata: bool = option(
+        "hoodie.bloom.index.use.metadata", _parse_bool, False,
+        "`BLOOM`/`GLOBAL_BLOOM`: take the candidate files' bloom filters from the metadata "
+        "table's `bloom_filters` partition, and their min/max record keys from its "
+        "`column_stats` partition, when the table keeps them (files without an entry: their "
+        "footers), instead of opening every base file's footer.")
     concurrency_mode: ConcurrencyMode | None = option(
         "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
         "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "
@@ -502,6 +508,18 @@ class WriteConfig:
         "hoodie.metadata.index.partition.stats.file.group.count", _parse_positive_int, 1,
         "File groups of the `partition_stats` partition (set when it is built).",
         group="metadata")
+    metadata_bloom_filter_enable: bool | None = option(
+        "hoodie.metadata.index.bloom.filter.enable", _parse_bool_or_auto, None,
+        "Keep the metadata table's `bloom_filters` partition: every base file's bloom filter "
+        "(the one in its footer), added by the action that writes the file and marked deleted "
+        "by the clean or rollback that removes it. `true` builds it from the base files' "
+        "footers at the writer's start when the table lacks it, `false` drops it; unset keeps "
+        "what the table has. Read by `BLOOM` / `GLOBAL_BLOOM` with "
+        "`hoodie.bloom.index.use.metadata` (and by Java writers).",
+        shown="`false`", group="metadata")
+    metadata_bloom_filter_file_groups: int = option(
+        "hoodie.metadata.index.bloom.filter.file.group.count", _parse_positive_int, 4,
+        "File groups of the `bloom_filters` partition when it is built.", group="metadata")
     compact_inline: bool = option(
         "hoodie.compact.inline", _parse_bool, False,
         "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",

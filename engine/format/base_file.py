@@ -21,6 +21,7 @@ half-written file ever carries the final name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import uuid
 from collections.abc import Sequence
@@ -96,6 +97,10 @@ class BaseFileWriteResult:
     num_rows: int
     min_key: str | None
     max_key: str | None
+    bloom_filter: str | None = dataclasses.field(default=None, repr=False)
+    """The footer's bloom filter as written (its Base64 text), None without one."""
+    bloom_type_code: str | None = None
+    """Its type code (``DYNAMIC_V0`` or ``SIMPLE``)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,8 @@ def write_base_file(
         num_rows=table.num_rows,
         min_key=min_key,
         max_key=max_key,
+        bloom_filter=footer.get(BLOOM_FILTER_KEY),
+        bloom_type_code=bloom_filter.type_code.value if bloom_filter is not None else None,
     )
 
 
@@ -216,8 +223,9 @@ def read_base_file(
     )
 
 
-def read_footer_keys(path: str) -> FooterKeys:
-    """Min/max record key and bloom filter from the footer only (no data pages are read).
+def read_footer_keys(path: str, *, with_bloom: bool = True) -> FooterKeys:
+    """Min/max record key and bloom filter from the footer only (no data pages are read;
+    ``with_bloom=False``: the filter is not decoded, ``bloom`` is None).
 
     The bloom filter is read from ``org.apache.hudi.bloomfilter`` (or the legacy
     ``com.uber.hoodie.bloomfilter``); without ``hoodie_bloom_filter_type_code`` it is
@@ -229,7 +237,8 @@ def read_footer_keys(path: str) -> FooterKeys:
         found = raw.get(key.encode("utf-8"))
         return None if found is None else found.decode("utf-8")
 
-    serialized = value(BLOOM_FILTER_KEY) or value(LEGACY_BLOOM_FILTER_KEY)
+    serialized = (value(BLOOM_FILTER_KEY) or value(LEGACY_BLOOM_FILTER_KEY)
+                  if with_bloom else None)
     bloom = None
     if serialized:
         try:

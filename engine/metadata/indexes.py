@@ -11,7 +11,7 @@ Hudi's ``deleteMetadataIndexIfNecessary``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,9 @@ class IndexPartition:
     data timeline, the instant about to complete, its content and the update so far
     (earlier partitions' additions included); called by
     :func:`engine.metadata.sync.sync_instant` under the lock, for declared partitions."""
+    removed: Callable[[Mapping[str, set[str]], str], MetadataUpdate] | None = None
+    """What a clean, rollback or restore at an instant changes in the partition, from the
+    files it deleted (data partition → file names); None: nothing."""
 
 
 INDEX_PARTITIONS: dict[str, IndexPartition] = {}
@@ -64,7 +67,22 @@ def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:
     return {p.name: p.wanted(write_config) for p in INDEX_PARTITIONS.values()}
 
 
+def removal_updates(removed: Mapping[str, set[str]], instant_time: str) -> MetadataUpdate:
+    """What deleting these data files (a clean, rollback or restore at ``instant_time``)
+    changes in the index partitions (the writer keeps only the declared ones)."""
+    from engine.metadata.writer import MetadataUpdate
+
+    _load()
+    update = MetadataUpdate()
+    if removed:
+        for partition in INDEX_PARTITIONS.values():
+            if partition.removed is not None:
+                update.extend(partition.removed(removed, instant_time))
+    return update
+
+
 def _load() -> None:
     """Import the modules that register index partitions (kept lazy: they import the
     readers, which import this package)."""
+    import engine.metadata.bloom_filters
     import engine.metadata.column_stats  # noqa: F401

@@ -157,7 +157,12 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     mdt_timeline = _drop_dead_compactions(mdt, mdt_timeline)
     mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline)
     full = MetadataUpdate()
-    full.add(FILES, change_of(instant, content).records())
+    change = change_of(instant, content)
+    full.add(FILES, change.records())
+    if change.removed:
+        from engine.metadata.indexes import removal_updates
+
+        full.extend(removal_updates(change.removed, t))
     if update is not None:
         full.extend(update)
     _sync_index_partitions(data_timeline, instant, content, full)

@@ -85,6 +85,17 @@ class MetadataUpdate:
             self.delete(partition, other.deletes.get(partition, ()))
 
 
+def merge_updates(*updates: MetadataUpdate | None) -> MetadataUpdate | None:
+    """The updates given (None for none) as one; None if all are None."""
+    present = [u for u in updates if u is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+    merged = MetadataUpdate()
+    for update in present:
+        merged.extend(update)
+    return merged
+
+
 def collect_updates(stats: Iterable[WriteStat]) -> MetadataUpdate | None:
     """The MDT index records the write stats of one action carry, merged (None if none)."""
     merged: MetadataUpdate | None = None

@@ -70,6 +70,8 @@ from engine.index.consistent_hashing import (
 from engine.layout.file_group import FileSlice
 from engine.layout.partition import write_partition_metadata
 from engine.layout.view import TableView
+from engine.metadata import bloom_filters
+from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
@@ -431,6 +433,8 @@ class ClusteringTask:
     floor: str = ""
     """The timeline's latest time when the attempt started: a rollback of the plan
     requested after it means the attempt was taken over."""
+    metadata_partitions: tuple[str, ...] = ()
+    """The MDT index partitions the table keeps (the stats' ``metadata`` feeds them)."""
 
 
 def _output_schema(schema_json: str) -> pa.Schema:
@@ -474,7 +478,9 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
         stats.append(WriteStat(
             file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
-            total_write_bytes=result.file_size, file_size_in_bytes=result.file_size))
+            total_write_bytes=result.file_size, file_size_in_bytes=result.file_size,
+            metadata=bloom_filters.file_update(task.metadata_partitions, task.partition_path,
+                                               name, task.instant_time, result)))
     if task.floor:  # taken over while running (a stalled attempt's late task)?
         discard_if_superseded(storage, Timeline.folder_for(task.config), task.instant_time,
                               [s.path for s in stats], task.floor)
@@ -566,7 +572,8 @@ class _Attempt:
                 num_output_groups=outputs, compression=client.write_config.compression,
                 write_bloom_filter=client.write_config.write_bloom_filter,
                 task_partition=index, attempt=self.rounds, ring=ring,
-                output_file_ids=output_ids, stage=self.owner.stage, floor=self.owner.floor))
+                output_file_ids=output_ids, stage=self.owner.stage, floor=self.owner.floor,
+                metadata_partitions=client.metadata_index_partitions()))
         return tasks
 
     def _committed_ring(self, timeline: Timeline, partition: str) -> HashingMetadata:
@@ -666,7 +673,8 @@ def _commit(attempt: _Attempt) -> Instant:
                 rings = attempt.write_rings(now)
                 content = attempt.metadata(now)
                 inflight = attempt.instant
-                done = now.complete(inflight, content)
+                done = now.complete(inflight, content, collect_updates(
+                    s for stats in attempt.stats.values() for s in stats))
                 for folder in rings:  # lost on a crash: loading commits it (completed T)
                     client.storage.write_replace(
                         f"{folder}/{inflight.requested_time}{COMMIT_SUFFIX}", b"")

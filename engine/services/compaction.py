@@ -46,6 +46,8 @@ from engine.format.naming import BaseFileName, parse_log_file
 from engine.layout.file_group import BaseFile, FileSlice, LogFile
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
+from engine.metadata import bloom_filters
+from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
@@ -225,6 +227,8 @@ class CompactionTask:
     floor: str = ""
     """The timeline's latest time when the attempt started: a rollback of the plan
     requested after it means the attempt was taken over."""
+    metadata_partitions: tuple[str, ...] = ()
+    """The MDT index partitions the table keeps (the stat's ``metadata`` feeds them)."""
 
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -321,7 +325,9 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
         total_log_records=log_records, total_log_blocks=len(layers),
         prev_base_file=op.base_file, total_log_files_compacted=len(op.log_files),
         total_log_size_compacted=int(op.metrics.get("TOTAL_LOG_FILES_SIZE", 0)),
-        total_updated_records_compacted=len(touched))
+        total_updated_records_compacted=len(touched),
+        metadata=bloom_filters.file_update(task.metadata_partitions, op.partition_path, name,
+                                           task.instant_time, result))
 
 
 # -- execution: driver ------------------------------------------------------------------
@@ -349,7 +355,8 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
             log_completion_times=tuple(completions), task_partition=index,
             compression=client.write_config.compression,
             write_bloom_filter=client.write_config.write_bloom_filter,
-            stage=stage, floor=floor))
+            stage=stage, floor=floor,
+            metadata_partitions=client.metadata_index_partitions()))
     return tasks
 
 
@@ -384,7 +391,8 @@ def _execute(client: WriteClient, instant_time: str,
                      "schema": schema_json}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
-            done = now.complete(attempt.instant, meta.to_avro_bytes())
+            done = now.complete(attempt.instant, meta.to_avro_bytes(),
+                                collect_updates(stats))
     except BaseException as exc:
         attempt.abandon()
         if isinstance(exc, AttemptSupersededError):

@@ -362,10 +362,16 @@ class WriteClient:
                                      self.write_config.bloom_fpp,
                                      self.write_config.bloom_max_entries),
             timeline_folder=Timeline.folder_for(self.config),
-            metadata_partitions=tuple(p for p in declared_partitions(self.storage)
-                                      if p != FILES) if self.keeps_metadata else (),
+            metadata_partitions=self.metadata_index_partitions(),
             column_stats_columns=self._column_stats_columns(data_schema),
         )
+
+    def metadata_index_partitions(self) -> tuple[str, ...]:
+        """The metadata table's index partitions the table declares, when this writer keeps
+        the MDT (what write tasks put in their stats' ``metadata``)."""
+        if not self.keeps_metadata:
+            return ()
+        return tuple(p for p in declared_partitions(self.storage) if p != FILES)
 
     def _column_stats_columns(self, data_schema: pa.Schema) -> tuple[str, ...]:
         """Columns a write task keeps stats of (none unless the table keeps column_stats)."""
@@ -439,9 +445,12 @@ class WriteClient:
         the files whose footers admit one (BLOOM: :mod:`engine.index.bloom`, same result)."""
         if not self.write_config.index_type.uses_bloom:
             return key_locations(reader, slices, partitions)
+        metadata = (bloom_index.MetadataSource.of(reader.storage, reader.timeline)
+                    if self.write_config.bloom_use_metadata and self.keeps_metadata else None)
         return bloom_index.key_locations(
             reader, slices, partitions, keys.combine_chunks(),
-            prune_by_ranges=self.write_config.bloom_prune_by_ranges).locations
+            prune_by_ranges=self.write_config.bloom_prune_by_ranges,
+            metadata=metadata).locations
 
     def _place_simple(self, timeline: Timeline, operation: str, records: pa.Table,
                       reader: SliceReader, view: TableView,

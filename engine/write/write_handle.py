@@ -32,8 +32,10 @@ from engine.format.log_format import (
 from engine.format.naming import BaseFileName, LogFileName
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.metadata import bloom_filters
 from engine.metadata.column_stats import arrow_stats, base_file_stats, handle_update
 from engine.metadata.records import ColumnStats
+from engine.metadata.writer import merge_updates
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,
@@ -246,7 +248,9 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         prev_commit=task.base_instant or "null",
         num_writes=out.num_rows, num_deletes=num_deletes, num_update_writes=updates,
         num_inserts=max(inserts, 0), total_write_bytes=result.file_size,
-        file_size_in_bytes=result.file_size, prev_base_file=prev_base, metadata=update,
+        file_size_in_bytes=result.file_size, prev_base_file=prev_base,
+        metadata=merge_updates(update, bloom_filters.file_update(
+            ctx.metadata_partitions, task.partition_path, name, ctx.instant_time, result)),
     )
 
 

@@ -1,0 +1,156 @@
+"""The metadata table's ``bloom_filters`` partition: every base file's bloom filter.
+
+Keys and payloads (``hudi-metadata-table.md`` §4.5): key = B64(XXH64(partition identifier))
+‖ B64(MD5(base file name)); payload ``HoodieMetadataBloomFilter`` = the filter's type code
+(``DYNAMIC_V0``, or ``SIMPLE`` for a filter without one), ``timestamp`` = the instant that
+wrote the file, the bytes of the filter's Base64 text (what the footer holds), ``isDeleted``.
+Only base files have entries (log files have no filter). Routing: ``abs(hashCode(key)) % N``
+over the partition's ``hoodie.metadata.index.bloom.filter.file.group.count`` groups (4).
+
+* An action writing base files (commit, deltacommit, replacecommit, compaction) adds one
+  entry per file; the write task that wrote the file makes it from the filter it put in the
+  footer (:func:`file_update`, carried by ``WriteStat.metadata``), never by reading it again.
+* A clean, rollback or restore marks the base files it deleted: type ``""``, empty bytes,
+  ``isDeleted`` (Java ``createBloomFilterMetadataRecord(..., isDeleted=true)``); MDT
+  compaction drops them (:func:`engine.metadata.writer._compacted`).
+* Building the partition for an existing table reads each committed base file's footer.
+
+Readers (:func:`read_filters`) look the files' keys up through the HFile block index of each
+file group's base file (:func:`engine.metadata.reader.lookup_slice`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from engine.format.base_file import BaseFileWriteResult, read_footer_keys
+from engine.format.bloom import BloomFilter
+from engine.metadata.indexes import IndexPartition, register
+from engine.metadata.keys import BLOOM_FILTERS as BLOOM_FILTERS_TYPE
+from engine.metadata.keys import bloom_filter_key, file_group_index
+from engine.metadata.records import BloomFilterInfo, MetadataRecord, bloom_filter_record
+from engine.metadata.table import MetadataTable, declared_partitions
+from engine.metadata.writer import MetadataUpdate
+from engine.storage import Storage
+
+if TYPE_CHECKING:
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
+    from engine.timeline.active import Timeline
+
+BLOOM_FILTERS = BLOOM_FILTERS_TYPE.name
+
+
+def file_record(partition_path: str, file_name: str, instant_time: str,
+                bloom: BloomFilter) -> MetadataRecord:
+    """The entry of one base file with filter ``bloom``."""
+    return bloom_filter_record(partition_path, file_name, instant_time, bloom.serialize(),
+                               bloom.type_code.value)
+
+
+def file_update(metadata_partitions: Iterable[str], partition_path: str, file_name: str,
+                instant_time: str, result: BaseFileWriteResult) -> MetadataUpdate | None:
+    """What a newly written base file adds to ``bloom_filters`` when the table keeps it
+    (``metadata_partitions``: the index partitions a write task was told the table keeps):
+    the filter :func:`~engine.format.base_file.write_base_file` put in its footer, as
+    written. None when the table does not keep the partition or the file has no filter."""
+    if result.bloom_filter is None or BLOOM_FILTERS not in metadata_partitions:
+        return None
+    update = MetadataUpdate()
+    update.add(BLOOM_FILTERS, [bloom_filter_record(
+        partition_path, file_name, instant_time, result.bloom_filter,
+        result.bloom_type_code or "SIMPLE")])
+    return update
+
+
+def removed_update(removed: Mapping[str, Iterable[str]], instant_time: str) -> MetadataUpdate:
+    """Deleted entries for the base files a clean, rollback or restore removed
+    (``removed``: data partition → file names; log files are skipped)."""
+    from engine.format.naming import parse_base_file
+
+    records = [bloom_filter_record(partition, name, instant_time, None)
+               for partition, names in sorted(removed.items()) for name in sorted(names)
+               if parse_base_file(name) is not None]
+    update = MetadataUpdate()
+    if records:
+        update.add(BLOOM_FILTERS, records)
+    return update
+
+
+def _build(view: TableView, write_config: WriteConfig) -> Iterator[MetadataRecord]:
+    """An entry for every committed base file the listing holds (replaced ones too, until
+    cleaned, as the partition's incremental updates keep them), from its footer."""
+    for base in view.list_table_files().base_files:
+        if base.instant_time not in view.visible:
+            continue
+        try:
+            bloom = read_footer_keys(view.storage.full(base.path)).bloom
+        except (OSError, ValueError):
+            bloom = None
+        if bloom is not None:
+            yield file_record(base.partition_path, base.name, base.instant_time, bloom)
+
+
+PARTITION = register(IndexPartition(
+    name=BLOOM_FILTERS,
+    wanted=lambda c: c.metadata_bloom_filter_enable,
+    file_groups=lambda _view, c: c.metadata_bloom_filter_file_groups,
+    build=_build,
+    removed=removed_update,
+))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def keeps(storage: Storage) -> bool:
+    """Whether the data table declares a complete ``bloom_filters`` partition."""
+    return BLOOM_FILTERS in declared_partitions(storage)
+
+
+def lookup(storage: Storage, data_timeline: Timeline, partition: str,
+           keys: Iterable[str]) -> tuple[dict[str, MetadataRecord], int]:
+    """The merged records of ``keys`` in one index partition of the data table's MDT, as a
+    reader of ``data_timeline`` sees it, and how many file groups were searched (each
+    through :func:`engine.metadata.reader.lookup_slice`). Empty if the MDT is missing."""
+    from engine.metadata.reader import latest_group_slices, lookup_slice, validity
+
+    wanted = sorted(set(keys))
+    mdt = MetadataTable(storage, data_timeline.config)
+    if not wanted or not mdt.exists:
+        return {}, 0
+    slices = latest_group_slices(mdt, mdt.timeline(), validity(data_timeline), partition)
+    if not slices:
+        return {}, 0
+    by_group: dict[int, list[str]] = {}
+    for key in wanted:
+        by_group.setdefault(file_group_index(key, len(slices)), []).append(key)
+    found: dict[str, MetadataRecord] = {}
+    for index, group_keys in sorted(by_group.items()):
+        found.update(lookup_slice(mdt.storage, slices[index], group_keys))
+    return found, len(by_group)
+
+
+def read_filters(storage: Storage, data_timeline: Timeline,
+                 files: Iterable[tuple[str, str]]) -> tuple[dict[tuple[str, str], BloomFilter],
+                                                            int]:
+    """The bloom filters ``bloom_filters`` holds for ``files`` ((data partition, base file
+    name) pairs) and the number of MDT file groups searched. Files without a live entry are
+    left out (a caller reads their footers); a malformed entry counts as none."""
+    wanted = {bloom_filter_key(p, name): (p, name) for p, name in files}
+    records, groups = lookup(storage, data_timeline, BLOOM_FILTERS, wanted)
+    out: dict[tuple[str, str], BloomFilter] = {}
+    for key, record in records.items():
+        info = record.payload
+        if not isinstance(info, BloomFilterInfo) or info.is_deleted or not info.bloom_filter:
+            continue
+        try:
+            out[wanted[key]] = BloomFilter.deserialize(info.bloom_filter.decode("ascii"),
+                                                       info.type or None)
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return out, groups
+
+
+__all__ = ["BLOOM_FILTERS", "PARTITION", "file_record", "file_update", "keeps", "lookup",
+           "read_filters", "removed_update"]
