@@ -97,9 +97,9 @@ class BaseFileWriteResult:
     num_rows: int
     min_key: str | None
     max_key: str | None
-    bloom_filter: str | None = dataclasses.field(default=None, repr=False)
+    bloom_filter: str | None = dataclasses.field(default=None, repr=False, compare=False)
     """The footer's bloom filter as written (its Base64 text), None without one."""
-    bloom_type_code: str | None = None
+    bloom_type_code: str | None = dataclasses.field(default=None, compare=False)
     """Its type code (``DYNAMIC_V0`` or ``SIMPLE``)."""
 
 

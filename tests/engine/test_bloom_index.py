@@ -112,14 +112,17 @@ def test_cow_rewrite_filter_grows_with_file_and_hudi_rs_reads(tmp_path: Path) ->
 
 # --- the index: same result as SIMPLE, fewer files read -------------------------------------
 
-def _lookups(table: Table, keys: pa.Array, parts: pa.Array,
-             global_index: bool) -> tuple[pa.Table, pa.Table, bloom.BloomLookup]:
-    """Tagging of (keys, parts) on the table's snapshot by the simple and bloom lookups."""
+def _lookups(table: Table, keys: pa.Array, parts: pa.Array, global_index: bool, *,
+             mdt: bool = False) -> tuple[pa.Table, pa.Table, bloom.BloomLookup]:
+    """Tagging of (keys, parts) on the table's snapshot by the simple and bloom lookups
+    (``mdt``: the bloom lookup takes filters from the metadata table)."""
     view = TableView.load(table.storage, table.config)
     reader, slices = view.slice_reader(), view.latest_file_slices()
     wanted = None if global_index else set(parts.to_pylist())
     by_simple = simple.key_locations(reader, slices, wanted)
-    lookup = bloom.key_locations(reader, slices, wanted, keys)
+    source = bloom.MetadataSource.of(table.storage, view.timeline) if mdt else None
+    assert (source is not None) == mdt
+    lookup = bloom.key_locations(reader, slices, wanted, keys, metadata=source)
     return (simple.tag(keys, parts, by_simple, global_index=global_index),
             simple.tag(keys, parts, lookup.locations, global_index=global_index), lookup)
 
@@ -134,22 +137,25 @@ def _assert_same_tags(by_bloom: pa.Table, by_simple: pa.Table) -> None:
         assert side.column(extra).null_count == side.num_rows
 
 
+@pytest.mark.parametrize("mdt", [False, True], ids=["footers", "mdt"])
 @pytest.mark.parametrize("index", ["BLOOM", "GLOBAL_BLOOM"])
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_bloom_tagging_random_sequence_equals_simple_and_oracle(
-        tmp_path: Path, table_type: str, index: str) -> None:
+        tmp_path: Path, table_type: str, index: str, mdt: bool) -> None:
     rng = random.Random(f"{table_type}{index}")
+    through_mdt = ({"hoodie.metadata.index.bloom.filter.enable": "true",
+                    "hoodie.bloom.index.use.metadata": "true"} if mdt else {})
     table = Table.create(str(tmp_path / "t"), name="t", table_type=table_type,
                          record_key="key", precombine="ts", partition_by=["region"],
-                         options={"hoodie.index.type": index,
+                         options={"hoodie.index.type": index, **through_mdt,
                                   # several file groups per partition
                                   "hoodie.parquet.max.file.size": "12000",
                                   "hoodie.parquet.small.file.limit": "8000",
                                   "hoodie.copyonwrite.record.size.estimate": "400"})
     oracle = Oracle()
     counter = [0]
-    pruned = 0
-    for _step in range(10):
+    pruned = groups = 0
+    for step in range(10):
         batch = random_batch(rng, oracle, counter, rng.randint(1, 50))
         if not index.startswith("GLOBAL_"):
             for row in batch:  # only a global index moves a key to another partition
@@ -158,9 +164,11 @@ def test_bloom_tagging_random_sequence_equals_simple_and_oracle(
         keys = pa.array([r["key"] for r in batch] + ["absent-key"], pa.string())
         parts = pa.array([r["region"] for r in batch] + ["north"], pa.string())
         for global_index in (False, True):
-            by_simple, by_bloom, lookup = _lookups(table, keys, parts, global_index)
+            by_simple, by_bloom, lookup = _lookups(table, keys, parts, global_index,
+                                                   mdt=mdt and step > 0)
             _assert_same_tags(by_bloom, by_simple)
             pruned += lookup.pruned_by_range + lookup.pruned_by_bloom
+            groups += lookup.metadata_groups
         if oracle.rows and rng.random() < 0.25:
             victims = rng.sample(sorted(oracle.rows), k=min(len(oracle.rows), 5))
             table.delete(pa.table({"key": victims,
@@ -171,6 +179,7 @@ def test_bloom_tagging_random_sequence_equals_simple_and_oracle(
             oracle.upsert(batch, instant)
     assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
     assert pruned > 0  # the sequence did exercise pruning
+    assert (groups > 0) == mdt  # and, with the MDT, bloom_filters lookups
 
 
 def _bulk_ranges(tmp_path: Path, table_type: str) -> Table:

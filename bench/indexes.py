@@ -1,0 +1,357 @@
+"""Write-side indexes at scale: per-batch upsert time by index and table size, and the cost of
+one commit on a table of many files with and without the metadata table.
+
+    python bench/indexes.py                                  # 1M, 5M and 10M rows
+    python bench/indexes.py --sizes 200000,1000000 --batches 2
+    python bench/indexes.py --commit-cost                    # 10,000 files, MDT on vs off
+
+Upserts (default mode): for every size N (``--sizes``) and index (``--indexes``), a
+MERGE_ON_READ table (``--table-type``) of N rows is bulk-inserted, then ``--batches`` batches
+of ``--batch`` rows (half updates of random existing keys, half new keys) are upserted. Keys
+are random (``k`` + 16 hex digits of a scrambled number) except for ``BLOOM-ordered``, whose
+keys grow with time (``k`` + the zero-padded number; new keys above every existing one), the
+case where BLOOM's key ranges prune. ``BLOOM-mdt`` is BLOOM reading its filters from the
+metadata table's ``bloom_filters`` partition (``hoodie.bloom.index.use.metadata``).
+Printed per (size, index): the bulk insert's time, each batch's seconds and rows/s, and the
+median; then the ratios the issue asks about (RECORD_INDEX at the largest size over the
+smallest, RECORD_INDEX against SIMPLE), and a point lookup on the largest MOR table with the
+record index. An index type the engine does not accept is skipped with a note.
+
+Commit cost (``--commit-cost``): a table of ``--files`` small base files (one row each, in
+100 partitions), then ``--commits`` upserts of 10 rows into one partition, with
+``hoodie.metadata.enable`` true and false: the median seconds of one commit and the storage
+listing calls it made (``Storage.list_dir`` and ``Storage.walk_files``, counted).
+
+Every figure is wall-clock: run on an otherwise idle machine. The machine is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from common import REPO_ROOT, key_strings, log, machine_info, text_table
+
+if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+DEFAULT_SIZES = "1000000,5000000,10000000"
+DEFAULT_INDEXES = "SIMPLE,BLOOM,BLOOM-ordered,RECORD_INDEX,BUCKET"
+KNOWN_INDEXES = ("SIMPLE", "BLOOM", "BLOOM-ordered", "BLOOM-mdt", "RECORD_INDEX", "BUCKET")
+ROWS_PER_BUCKET = 250_000
+LOOKUPS = 5
+SCRAMBLE = np.uint64(0x9E3779B97F4A7C15)
+
+
+# -- workload ----------------------------------------------------------------------------
+
+
+def random_keys(numbers: np.ndarray) -> pa.Array:
+    """``k`` + 16 hex digits of ``number * golden ratio (mod 2^64)``: unique, in random
+    order with respect to the numbers."""
+    mixed = numbers.astype(np.uint64) * SCRAMBLE  # wraps mod 2^64
+    return pa.array(np.char.add("k", np.char.zfill(np.char.mod("%x", mixed), 16)))
+
+
+def make_rows(numbers: np.ndarray, ts: int, ordered: bool, partitions: int,
+              rng: np.random.Generator) -> pa.Table:
+    n = len(numbers)
+    keys = key_strings(numbers) if ordered else random_keys(numbers)
+    part = np.char.add("p", (numbers % partitions).astype(str))
+    return pa.table({
+        "key": keys,
+        "ts": pa.array(np.full(n, ts, np.int64)),
+        "partition": pa.array(part),
+        "i0": pa.array(rng.integers(0, 1 << 40, n)),
+        "f0": pa.array(rng.random(n)),
+        "s0": pa.array(np.char.add("payload-", rng.integers(0, 10**9, n).astype(str))),
+    })
+
+
+def batches(size: int, count: int, batch: int, seed: int) -> list[np.ndarray]:
+    """Key numbers of each batch: half random existing keys (no repeats), half new ones."""
+    rng = np.random.default_rng(seed)
+    out = []
+    total = size
+    for _ in range(count):
+        updates = rng.choice(total, size=batch // 2, replace=False)
+        new = np.arange(total, total + batch - batch // 2)
+        total += len(new)
+        out.append(rng.permutation(np.concatenate([updates, new])))
+    return out
+
+
+# -- index variants ------------------------------------------------------------------------
+
+
+def index_options(name: str, size: int, partitions: int) -> dict[str, str]:
+    if name in ("BLOOM", "BLOOM-ordered"):
+        return {"hoodie.index.type": "BLOOM"}
+    if name == "BLOOM-mdt":
+        return {"hoodie.index.type": "BLOOM",
+                "hoodie.metadata.index.bloom.filter.enable": "true",
+                "hoodie.bloom.index.use.metadata": "true"}
+    if name == "RECORD_INDEX":
+        return {"hoodie.index.type": "RECORD_INDEX",
+                "hoodie.metadata.record.index.enable": "true"}
+    if name == "BUCKET":
+        buckets = max(2, math.ceil(size / partitions / ROWS_PER_BUCKET))
+        return {"hoodie.index.type": "BUCKET", "hoodie.bucket.index.num.buckets": str(buckets)}
+    return {"hoodie.index.type": name}
+
+
+def refusal(options: dict[str, str]) -> str | None:
+    """Why the engine refuses these writer options (None: it accepts them)."""
+    from engine.config import WriteConfig
+    from engine.errors import TidelakeError
+
+    try:
+        WriteConfig.from_options(options)
+    except (TidelakeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+# -- upserts -------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    index: str
+    size: int
+    load_seconds: float = 0.0
+    batch_seconds: list[float] = field(default_factory=list)
+    lookup_ms: float | None = None
+    note: str = ""
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.batch_seconds) if self.batch_seconds else None
+
+
+def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
+                lookup: bool) -> Run:
+    from engine import Table
+
+    run = Run(index, size)
+    options = {**index_options(index, size, args.partitions), **dict(args.option or [])}
+    why = refusal(options)
+    if why is not None:
+        run.note = f"skipped: the engine does not accept {options['hoodie.index.type']} ({why})"
+        return run
+    ordered = index == "BLOOM-ordered"
+    rng = np.random.default_rng(args.seed)
+    path = work / f"{index}-{size}"
+    table = Table.create(str(path), name="bench", table_type=args.table_type,
+                         record_key="key", precombine="ts", partition_by=["partition"],
+                         options=options)
+    initial = make_rows(np.arange(size), 1, ordered, args.partitions, rng)
+    started = time.perf_counter()
+    table.bulk_insert(initial)
+    run.load_seconds = time.perf_counter() - started
+    del initial
+    for b, numbers in enumerate(batches(size, args.batches, args.batch, args.seed)):
+        data = make_rows(numbers, 2 + b, ordered, args.partitions, rng)
+        started = time.perf_counter()
+        table.upsert(data)
+        run.batch_seconds.append(time.perf_counter() - started)
+        log(f"  {index} {size:,}: batch {b + 1} {run.batch_seconds[-1]:.2f} s")
+    if lookup:
+        keys = (key_strings if ordered else random_keys)(
+            np.random.default_rng(args.seed + 1).choice(size, LOOKUPS, replace=False))
+        times = []
+        for key in keys.to_pylist():
+            started = time.perf_counter()
+            found = Table.open(str(path)).read(filters=[("key", "=", key)])
+            times.append(time.perf_counter() - started)
+            if found.num_rows != 1:
+                run.note = f"lookup of {key} returned {found.num_rows} rows"
+        run.lookup_ms = statistics.median(times) * 1000
+    if not args.keep:
+        shutil.rmtree(path, ignore_errors=True)
+    return run
+
+
+def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
+    headers = ["index", "rows", "bulk insert s", *[f"batch {i + 1} s" for i in
+                                                    range(args.batches)],
+               "median s", "median rows/s"]
+    rows = []
+    for r in runs:
+        if r.note.startswith("skipped"):
+            continue
+        med = r.median
+        rows.append([r.index, f"{r.size:,}", f"{r.load_seconds:.1f}",
+                     *[f"{s:.2f}" for s in r.batch_seconds],
+                     f"{med:.2f}" if med else "-",
+                     f"{args.batch / med:,.0f}" if med else "-"])
+    print()
+    print(f"Upserts of {args.batch:,} rows (50% updates), {args.table_type}, "
+          f"{args.partitions} partitions:")
+    print(text_table(headers, rows, [False] + [True] * (len(headers) - 1)))
+    for note in sorted({r.note for r in runs if r.note}):
+        print(f"note: {note}")
+    by = {(r.index, r.size): r for r in runs if r.median is not None}
+    sizes = sorted({r.size for r in runs})
+    if len(sizes) > 1 and ("RECORD_INDEX", sizes[0]) in by and ("RECORD_INDEX", sizes[-1]) in by:
+        ratio = by[("RECORD_INDEX", sizes[-1])].median / by[("RECORD_INDEX", sizes[0])].median
+        print(f"RECORD_INDEX per-batch cost at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x "
+              f"(goal <= 1.3x)")
+    for size in sizes:
+        if ("RECORD_INDEX", size) in by and ("SIMPLE", size) in by:
+            rli, simple = by[("RECORD_INDEX", size)].median, by[("SIMPLE", size)].median
+            print(f"{size:,} rows: RECORD_INDEX {args.batch / rli:,.0f} rows/s vs SIMPLE "
+                  f"{args.batch / simple:,.0f} rows/s (goal: above SIMPLE)")
+    lookups = [r for r in runs if r.lookup_ms is not None]
+    for r in lookups:
+        print(f"point lookup, {r.index} {args.table_type} table of {r.size:,} rows with logs: "
+              f"median {r.lookup_ms:.0f} ms of {LOOKUPS} (Table.open + read with key filter; "
+              "goal <= 50 ms via the record index)")
+    if not lookups:
+        print("point lookup: not measured (needs a RECORD_INDEX table, which the engine does "
+              "not accept yet)")
+
+
+# -- commit cost ---------------------------------------------------------------------------
+
+
+@contextmanager
+def counted_listings() -> Iterator[dict[str, int]]:
+    """Count calls of ``Storage.list_dir`` and ``Storage.walk_files`` inside the block."""
+    from engine.storage import Storage
+
+    counts = {"list_dir": 0, "walk_files": 0}
+    originals: dict[str, Callable[..., Any]] = {}
+    for name in counts:
+        original = getattr(Storage, name)
+        originals[name] = original
+
+        def wrapper(self: Any, *a: Any, _n: str = name, _o: Any = original, **k: Any) -> Any:
+            counts[_n] += 1
+            return _o(self, *a, **k)
+
+        setattr(Storage, name, wrapper)
+    try:
+        yield counts
+    finally:
+        for name, original in originals.items():
+            setattr(Storage, name, original)
+
+
+def commit_cost(work: Path, args: argparse.Namespace) -> None:
+    from engine import Table
+
+    partitions = 100
+    source = work / "files"
+    log(f"building a table of {args.files:,} base files ({partitions} partitions)")
+    table = Table.create(str(source), name="bench", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts", partition_by=["partition"],
+                         options={"hoodie.metadata.enable": "false",
+                                  "hoodie.parquet.max.file.size": "1024",
+                                  "hoodie.copyonwrite.record.size.estimate": "1024"})
+    rng = np.random.default_rng(args.seed)
+    numbers = np.arange(args.files)
+    started = time.perf_counter()
+    table.bulk_insert(make_rows(numbers, 1, True, partitions, rng))
+    build = time.perf_counter() - started
+    files = sum(1 for s in table.file_slices() if s.base_file is not None)
+    log(f"  {files:,} base files in {build:.1f} s")
+    results = []
+    for enabled in (True, False):
+        path = work / f"mdt-{str(enabled).lower()}"
+        shutil.copytree(source, path)
+        opts = {"hoodie.metadata.enable": str(enabled).lower(),
+                "hoodie.clean.automatic": "false", "hoodie.parquet.small.file.limit": "1"}
+        # a first commit creates the metadata table (when on): not measured
+        Table.open(str(path), opts).upsert(make_rows(np.arange(10), 2, True, partitions, rng))
+        seconds, calls = [], []
+        for c in range(args.commits):
+            rows = make_rows(np.arange(10) * partitions, 3 + c, True, partitions, rng)
+            with counted_listings() as counts:
+                started = time.perf_counter()
+                Table.open(str(path), opts).upsert(rows)
+                seconds.append(time.perf_counter() - started)
+            calls.append(counts["list_dir"] + counts["walk_files"])
+            log(f"  metadata {enabled}: commit {c + 1} {seconds[-1]:.2f} s, {calls[-1]} "
+                f"listing calls ({counts})")
+        results.append((enabled, statistics.median(seconds), statistics.median(calls)))
+        if not args.keep:
+            shutil.rmtree(path, ignore_errors=True)
+    print()
+    print(f"One commit (Table.open + upsert of 10 rows into one partition) on a table of "
+          f"{files:,} base files in {partitions} partitions, median of {args.commits}:")
+    print(text_table(["hoodie.metadata.enable", "seconds", "listing calls"],
+                     [[str(e).lower(), f"{s:.3f}", f"{c:.0f}"] for e, s, c in results],
+                     [False, True, True]))
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--sizes", default=DEFAULT_SIZES,
+                        help=f"table sizes in rows, comma-separated (default {DEFAULT_SIZES})")
+    parser.add_argument("--indexes", default=DEFAULT_INDEXES,
+                        help=f"of {', '.join(KNOWN_INDEXES)} (default {DEFAULT_INDEXES})")
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--table-type", default="MERGE_ON_READ",
+                        choices=["MERGE_ON_READ", "COPY_ON_WRITE"])
+    parser.add_argument("--option", action="append", type=lambda s: tuple(s.split("=", 1)),
+                        help="extra writer option key=value for every table (repeatable)")
+    parser.add_argument("--commit-cost", action="store_true",
+                        help="measure one commit on a table of --files files, MDT on vs off")
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--commits", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--out", help="work folder (default: a temporary one, deleted)")
+    parser.add_argument("--keep", action="store_true", help="keep the tables")
+    args = parser.parse_args(argv)
+
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tidelake-indexes-"))
+    work.mkdir(parents=True, exist_ok=True)
+    info = machine_info(str(work))
+    print("Machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
+    print("Command: python bench/indexes.py " + " ".join(sys.argv[1:] if argv is None
+                                                          else argv))
+    try:
+        if args.commit_cost:
+            commit_cost(work, args)
+            return 0
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+        indexes = [i.strip() for i in args.indexes.split(",") if i.strip()]
+        unknown = [i for i in indexes if i not in KNOWN_INDEXES]
+        if unknown:
+            parser.error(f"unknown index {unknown[0]!r} (known: {', '.join(KNOWN_INDEXES)})")
+        runs = []
+        for size in sizes:
+            for index in indexes:
+                log(f"{index}, {size:,} rows")
+                run = run_upserts(work, index, size, args,
+                                  lookup=index == "RECORD_INDEX" and size == max(sizes))
+                if run.note.startswith("skipped"):
+                    log(f"  {run.note}")
+                runs.append(run)
+        report_upserts(runs, args)
+    finally:
+        if not args.out and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
