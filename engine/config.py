@@ -60,11 +60,12 @@ class IndexType(str, Enum):
     GLOBAL_SIMPLE = "GLOBAL_SIMPLE"
     BLOOM = "BLOOM"
     GLOBAL_BLOOM = "GLOBAL_BLOOM"
+    RECORD_INDEX = "RECORD_INDEX"
 
     @property
     def is_global(self) -> bool:
         """Looks a key up in the whole table (a key lives once in it, and moves)."""
-        return self in (IndexType.GLOBAL_SIMPLE, IndexType.GLOBAL_BLOOM)
+        return self in (IndexType.GLOBAL_SIMPLE, IndexType.GLOBAL_BLOOM, IndexType.RECORD_INDEX)
 
     @property
     def uses_bloom(self) -> bool:
@@ -74,10 +75,11 @@ class IndexType(str, Enum):
     @property
     def placement(self) -> IndexType:
         """The index whose key placement this one shares: a BLOOM lookup finds exactly what a
-        SIMPLE one finds (GLOBAL_BLOOM and GLOBAL_SIMPLE alike), so either may write the
-        other's tables."""
+        SIMPLE one finds (GLOBAL_BLOOM and GLOBAL_SIMPLE alike; RECORD_INDEX looks up where
+        GLOBAL_SIMPLE finds a key), so either may write the other's tables."""
         return {IndexType.BLOOM: IndexType.SIMPLE,
-                IndexType.GLOBAL_BLOOM: IndexType.GLOBAL_SIMPLE}.get(self, self)
+                IndexType.GLOBAL_BLOOM: IndexType.GLOBAL_SIMPLE,
+                IndexType.RECORD_INDEX: IndexType.GLOBAL_SIMPLE}.get(self, self)
 
 
 class BucketEngine(str, Enum):
@@ -343,10 +345,15 @@ class WriteConfig:
         "`GLOBAL_SIMPLE`: join with all keys of the table, so a record whose partition value "
         "changed moves (its old copy is deleted); `BLOOM` / `GLOBAL_BLOOM`: the same lookups, "
         "reading only the base files whose footer min/max keys and bloom filter admit an "
-        "incoming key (slices with log files are read whole). Stored in `hoodie.properties` at "
+        "incoming key (slices with log files are read whole); `RECORD_INDEX`: global, the key's "
+        "location is looked up in the metadata table's `record_index` partition (only the MDT "
+        "file groups the batch's keys hash to are read, their base HFiles through the block "
+        "index; docs/engine.md, \"Record index\"), needs the metadata table. Stored in "
+        "`hoodie.properties` at "
         "creation and fixed for the table's life: `Table.open` with another value (including "
         "`SIMPLE` ↔ `GLOBAL_SIMPLE`) raises `InvalidOptionError` naming this key, except "
-        "`SIMPLE` ↔ `BLOOM` and `GLOBAL_SIMPLE` ↔ `GLOBAL_BLOOM`, which find the same keys.")
+        "`SIMPLE` ↔ `BLOOM` and `GLOBAL_SIMPLE` ↔ `GLOBAL_BLOOM` ↔ `RECORD_INDEX`, which find "
+        "the same keys.")
     bucket_engine: BucketEngine = option(
         "hoodie.index.bucket.engine", _enum_parser(BucketEngine), BucketEngine.SIMPLE,
         "How `BUCKET` maps keys to file groups: `SIMPLE` (a fixed number of buckets per partition) "
@@ -520,6 +527,28 @@ class WriteConfig:
     metadata_bloom_filter_file_groups: int = option(
         "hoodie.metadata.index.bloom.filter.file.group.count", _parse_positive_int, 4,
         "File groups of the `bloom_filters` partition when it is built.", group="metadata")
+    record_index_enable: bool | None = option(
+        "hoodie.metadata.record.index.enable", _parse_bool_or_auto, None,
+        "Keep the metadata table's `record_index` partition (record key → partition and file "
+        "group; docs/engine.md, \"Record index\"): `true` builds it at the writer's start when "
+        "the table lacks it (reading every key of the table), `false` drops it; unset keeps what "
+        "the table has. Always kept with `hoodie.index.type=RECORD_INDEX`.",
+        shown="`false` (unset: keep what the table has)", group="metadata")
+    record_index_min_file_groups: int = option(
+        "hoodie.metadata.record.index.min.filegroup.count", _parse_positive_int, 10,
+        "Fewest file groups of the `record_index` partition when it is built.", group="metadata")
+    record_index_max_file_groups: int = option(
+        "hoodie.metadata.record.index.max.filegroup.count", _parse_positive_int, 10_000,
+        "Most file groups of the `record_index` partition when it is built.", group="metadata")
+    record_index_max_file_group_bytes: int = option(
+        "hoodie.metadata.record.index.max.filegroup.size", _parse_positive_int, 1024 ** 3,
+        "Bytes one `record_index` file group may reach (48 bytes per key, Hudi's estimate): with "
+        "the growth factor, it sets the file group count when the partition is built.",
+        group="metadata")
+    record_index_growth_factor: float = option(
+        "hoodie.metadata.record.index.growth.factor", _parse_positive_float, 2.0,
+        "The table's key count is multiplied by this when the `record_index` file group count "
+        "is estimated, leaving room to grow.", group="metadata")
     compact_inline: bool = option(
         "hoodie.compact.inline", _parse_bool, False,
         "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",

@@ -85,4 +85,5 @@ def _load() -> None:
     """Import the modules that register index partitions (kept lazy: they import the
     readers, which import this package)."""
     import engine.metadata.bloom_filters
-    import engine.metadata.column_stats  # noqa: F401
+    import engine.metadata.column_stats
+    import engine.metadata.record_index  # noqa: F401

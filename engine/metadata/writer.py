@@ -132,9 +132,13 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
         records: dict[int, list[MetadataRecord]] = {}
         for record in update.upserts.get(partition, ()):
             records.setdefault(file_group_index(record.key, len(groups)), []).append(record)
+        # A key both upserted and deleted by one action (a record moved between file
+        # groups: the old file loses it, the new one gains it) keeps the upsert.
+        upserted = {r.key for r in update.upserts.get(partition, ())}
         deletes: dict[int, list[str]] = {}
         for key in update.deletes.get(partition, ()):
-            deletes.setdefault(file_group_index(key, len(groups)), []).append(key)
+            if key not in upserted:
+                deletes.setdefault(file_group_index(key, len(groups)), []).append(key)
         for index in sorted(set(records) | set(deletes)):
             file_id = groups[index]
             name = f".{file_id}_{instant_time}.log.1_{WRITE_TOKEN}"

@@ -71,6 +71,7 @@ from engine.layout.file_group import FileSlice
 from engine.layout.partition import write_partition_metadata
 from engine.layout.view import TableView
 from engine.metadata import bloom_filters
+from engine.metadata.record_index import RECORD_INDEX, changes, with_update
 from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
@@ -475,12 +476,17 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
                                  pa.array([name] * chunk.num_rows, pa.string()))
         result = write_base_file(storage.full(rel), chunk, bloom=task.write_bloom_filter,
                                  compression=task.compression, fsync=task.sync)
-        stats.append(WriteStat(
+        stat = WriteStat(
             file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
             total_write_bytes=result.file_size, file_size_in_bytes=result.file_size,
             metadata=bloom_filters.file_update(task.metadata_partitions, task.partition_path,
-                                               name, task.instant_time, result)))
+                                               name, task.instant_time, result))
+        if RECORD_INDEX in task.metadata_partitions:  # every key moves to the new group
+            stat = with_update(stat, changes(
+                task.partition_path, file_id, task.instant_time,
+                chunk.column(RECORD_KEY).combine_chunks().cast(pa.string()).to_pylist(), ()))
+        stats.append(stat)
     if task.floor:  # taken over while running (a stalled attempt's late task)?
         discard_if_superseded(storage, Timeline.folder_for(task.config), task.instant_time,
                               [s.path for s in stats], task.floor)

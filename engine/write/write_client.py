@@ -27,6 +27,7 @@ from engine.format.bloom import BloomSizing
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
 from engine.index import bloom as bloom_index
+from engine.index import record_index
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
 from engine.layout.file_group import FileSlice, delete_unreferenced
@@ -137,6 +138,10 @@ class WriteClient:
         self.config = config
         self.write_config = write_config
         self.mode = concurrency_mode(config, write_config)
+        if write_config.index_type is IndexType.RECORD_INDEX and not self.keeps_metadata:
+            raise InvalidOptionError(
+                "hoodie.metadata.enable", "hoodie.index.type=RECORD_INDEX keeps its index in "
+                "the metadata table, which this writer would not keep")
         self.lock = table_lock(storage, write_config)
         self._heartbeats: dict[str, Heartbeat] = {}
 
@@ -442,7 +447,12 @@ class WriteClient:
     def _key_locations(self, reader: SliceReader, slices: list[FileSlice],
                        partitions: set[str] | None, keys: pa.ChunkedArray) -> pa.Table:
         """Locations of the slices' live keys: all of them (SIMPLE), or those of ``keys`` in
-        the files whose footers admit one (BLOOM: :mod:`engine.index.bloom`, same result)."""
+        the files whose footers admit one (BLOOM: :mod:`engine.index.bloom`, same result), or
+        those of ``keys`` the metadata table's record_index holds (RECORD_INDEX:
+        :mod:`engine.index.record_index`, same result)."""
+        if self.write_config.index_type is IndexType.RECORD_INDEX:
+            return record_index.locations(reader, slices, keys.combine_chunks(),
+                                          with_ordering=self.config.orders_by_event_time)
         if not self.write_config.index_type.uses_bloom:
             return key_locations(reader, slices, partitions)
         metadata = (bloom_index.MetadataSource.of(reader.storage, reader.timeline)

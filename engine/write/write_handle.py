@@ -32,7 +32,7 @@ from engine.format.log_format import (
 from engine.format.naming import BaseFileName, LogFileName
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
-from engine.metadata import bloom_filters
+from engine.metadata import bloom_filters, record_index
 from engine.metadata.column_stats import arrow_stats, base_file_stats, handle_update
 from engine.metadata.records import ColumnStats
 from engine.metadata.writer import merge_updates
@@ -200,6 +200,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     num_deletes = 0
     updates = 0
     bloom = None
+    base_keys = None
     if task.kind == MERGE and task.base_file:
         base_path = storage.full(task.base_file)
         base = read_base_file(base_path, dictionary_columns=LOW_CARDINALITY_META)
@@ -243,7 +244,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     if ctx.column_stats_columns:
         update = handle_update(task.partition_path, name,
                                base_file_stats(result.path, ctx.column_stats_columns))
-    return WriteStat(
+    stat = WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
         prev_commit=task.base_instant or "null",
         num_writes=out.num_rows, num_deletes=num_deletes, num_update_writes=updates,
@@ -252,18 +253,21 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         metadata=merge_updates(update, bloom_filters.file_update(
             ctx.metadata_partitions, task.partition_path, name, ctx.instant_time, result)),
     )
+    return record_index.base_file_changes(ctx, task, stat, base_keys, out.column(RECORD_KEY))
 
 
 def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) -> WriteStat:
     name = LogFileName(task.file_id, ctx.instant_time, 1, task.write_token).name
     rel = _rel(task.partition_path, name)
     blocks: list[bytes] = []
+    layers: list[Layer] = []
     n_records = 0
     n_deletes = 0
     stats = {c: ColumnStats(None, c, None, None, 0, 0, 0, 0) for c in ctx.column_stats_columns}
     if task.records is not None and task.records.num_rows:
         records = _with_meta(ctx, task, task.records, task.file_id)
         stats.update(arrow_stats(records, ctx.column_stats_columns))
+        layers.append(DataLayer(records))
         if ctx.log_block_format is LogBlockFormat.PARQUET:
             blocks.append(encode_parquet_data_block(records, ctx.avro_schema_with_meta,
                                                     ctx.instant_time))
@@ -273,6 +277,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
         n_records = records.num_rows
     if task.deletes is not None and task.deletes.num_rows:
         blocks += _delete_blocks(ctx, task.deletes)
+        layers.append(_deletes_layer(ctx, task.deletes))
         n_deletes = task.deletes.num_rows
     data = b"".join(blocks)
     storage.write_new(rel, data, fsync=sync)
@@ -281,7 +286,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
     # instant for a group without a slice), baseFile its base file name ("" for a log-only
     # slice), logFiles the slice's log files followed by the one written now.
     base_name = task.base_file.rsplit("/", 1)[-1] if task.base_file else ""
-    return WriteStat(
+    stat = WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
         prev_commit=task.base_instant or ctx.instant_time, num_writes=n_records,
         num_deletes=n_deletes, num_update_writes=updates, num_inserts=n_records - updates,
@@ -290,6 +295,8 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
         total_log_blocks=len(blocks), total_log_records=n_records + n_deletes,
         metadata=handle_update(task.partition_path, name, stats) if stats else None,
     )
+    return record_index.log_file_changes(ctx, task, storage, stat, layers,
+                                         _meta_schema(ctx, False))
 
 
 def _delete_blocks(ctx: WriteContext, deletes: pa.Table) -> list[bytes]:

@@ -1,0 +1,346 @@
+"""The metadata table's ``record_index`` partition (Hudi's record-level index, RFC-08): every
+live record key → the data partition and file group holding it (``hudi-metadata-table.md``
+§4.6; keys route to file groups by §4.8).
+
+* **Built** when a writer wants it and the table lacks it (``hoodie.metadata.record.index.enable``,
+  or ``hoodie.index.type=RECORD_INDEX``): every key of the latest file slices, read through the
+  table's slice reader, pointing at its slice, ``instantTime`` = the slice's base instant (Java
+  ``readRecordKeysFromFileSlices``). File group count: Hudi's ``estimateFileGroupCount``.
+* **Kept** by the write handles, in the same commit as the data: a file that gains a key emits
+  its new location, a file that loses one (delete, or the old copy of a key moved to another
+  partition) its removal; an update in place emits nothing. Within one action a key's new
+  location wins over its removal (:func:`engine.metadata.writer.write_deltacommit`), so a move
+  is one upsert. Clustering emits the new location of every key it rewrites; compaction keeps
+  file ids and emits nothing; a rolled-back instant's MDT deltacommit is taken back whole.
+* **Looked up** by the ``RECORD_INDEX`` index (:func:`lookup_locations`): a batch's keys are
+  routed to the MDT file groups they hash to and only those groups are read
+  (:func:`engine.metadata.reader.lookup_slice`: the base HFile through its block index).
+  :func:`group_slices` and :func:`lookup_group` are the same lookup split for executor tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.config import IndexType
+from engine.metadata.indexes import IndexPartition, register
+from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
+from engine.metadata.reader import GroupSlice, latest_group_slices, lookup_slice, route, validity
+from engine.metadata.records import MetadataRecord, RecordIndexInfo, record_index_record
+from engine.metadata.table import MetadataTable, declared_partitions
+from engine.schema import RECORD_KEY
+from engine.storage import Storage
+
+if TYPE_CHECKING:
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
+    from engine.merge.record_merger import Layer
+    from engine.metadata.writer import MetadataUpdate
+    from engine.timeline.active import Timeline
+    from engine.timeline.commit_metadata import WriteStat
+    from engine.write.write_handle import WriteContext, WriteTask
+
+RECORD_INDEX = RECORD_INDEX_TYPE.name
+"""The MDT partition name, ``record_index``."""
+AVERAGE_RECORD_SIZE = 48
+"""Bytes one record_index entry takes, Hudi's ``RECORD_INDEX_AVERAGE_RECORD_SIZE``."""
+
+LOCATION_SCHEMA = pa.schema([
+    pa.field("key", pa.string()),
+    pa.field("loc_partition", pa.string()),
+    pa.field("loc_file_id", pa.string()),
+])
+"""What a lookup returns: the simple index's location table
+(:data:`engine.index.simple.LOCATION_SCHEMA`)."""
+
+
+# -- which tables keep it, and its size ------------------------------------------------------
+
+def wanted(write_config: WriteConfig) -> bool | None:
+    """True with ``hoodie.index.type=RECORD_INDEX`` (the index needs it), else
+    ``hoodie.metadata.record.index.enable`` (unset: None, keep what the table has)."""
+    if write_config.index_type is IndexType.RECORD_INDEX:
+        return True
+    return write_config.record_index_enable
+
+
+def estimate_file_group_count(record_count: int, *, min_groups: int, max_groups: int,
+                              growth_factor: float, max_group_bytes: int,
+                              average_record_size: int = AVERAGE_RECORD_SIZE) -> int:
+    """Hudi's ``HoodieTableMetadataUtil.estimateFileGroupCount``: a fixed count when min = max,
+    else ``ceil(records · growth) / (max bytes / record size)`` clamped to [min, max]."""
+    if min_groups == max_groups and min_groups != 0:
+        return min_groups
+    # Java: (long) Math.ceil((float) recordCount * growthFactor), in float arithmetic.
+    expected = math.ceil(float(_java_float(_java_float(record_count) * growth_factor)))
+    per_group = max_group_bytes // max(average_record_size, 1)
+    estimated = expected // per_group
+    if estimated >= max_groups:
+        return max_groups
+    if estimated <= min_groups:
+        return min_groups
+    return max(1, int(estimated))
+
+
+def _java_float(value: float) -> float:
+    """``value`` rounded to a 32-bit float, as Java's ``float`` arithmetic keeps it."""
+    import struct
+
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+# -- building it from the table --------------------------------------------------------------
+
+_BUILT: weakref.WeakKeyDictionary[TableView, list[MetadataRecord]] = weakref.WeakKeyDictionary()
+
+
+def _all_records(view: TableView) -> list[MetadataRecord]:
+    """Every key of the view's latest slices as a record_index record (read once per view:
+    the group count and the build both need them)."""
+    if view not in _BUILT:
+        reader = view.slice_reader(use_threads=False)
+        records: list[MetadataRecord] = []
+        for slc in view.latest_file_slices():
+            keys = reader.read_slice(slc, columns=[RECORD_KEY]).column(RECORD_KEY)
+            instant = slc.base_instant
+            for key in keys.combine_chunks().cast(pa.string()).to_pylist():
+                records.append(record_index_record(key, slc.partition_path, slc.file_id,
+                                                   instant))
+        _BUILT[view] = records
+    return _BUILT[view]
+
+
+def file_groups(view: TableView, write_config: WriteConfig) -> int:
+    """The partition's file group count for the table ``view`` sees (Hudi's estimate)."""
+    return estimate_file_group_count(
+        len(_all_records(view)), min_groups=write_config.record_index_min_file_groups,
+        max_groups=write_config.record_index_max_file_groups,
+        growth_factor=write_config.record_index_growth_factor,
+        max_group_bytes=write_config.record_index_max_file_group_bytes)
+
+
+def build(view: TableView, write_config: WriteConfig) -> Iterable[MetadataRecord]:
+    """Every record of the partition for the committed table ``view`` sees."""
+    return _BUILT.pop(view, None) or _all_records(view)
+
+
+PARTITION = register(IndexPartition(RECORD_INDEX, wanted, file_groups, build))
+
+
+# -- what a write emits ----------------------------------------------------------------------
+
+def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[str],
+            removed: Iterable[str]) -> MetadataUpdate | None:
+    """The record_index entries of one written file: ``inserted`` keys now live in
+    (``partition``, ``file_id``) since ``instant_time``; ``removed`` keys left it. None if
+    neither."""
+    from engine.metadata.writer import MetadataUpdate
+
+    upserts = [record_index_record(k, partition, file_id, instant_time) for k in inserted]
+    gone = list(removed)
+    if not upserts and not gone:
+        return None
+    update = MetadataUpdate()
+    if upserts:
+        update.add(RECORD_INDEX, upserts)
+    if gone:
+        update.delete(RECORD_INDEX, gone)
+    return update
+
+
+def with_update(stat: WriteStat, update: MetadataUpdate | None) -> WriteStat:
+    """``stat`` carrying ``update`` besides what it carries already."""
+    if update is None:
+        return stat
+    if stat.metadata is not None:
+        from engine.metadata.writer import MetadataUpdate
+
+        merged = MetadataUpdate()
+        merged.extend(stat.metadata)
+        merged.extend(update)
+        update = merged
+    return replace(stat, metadata=update)
+
+
+def _keys(values: pa.Array | pa.ChunkedArray) -> set[str]:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.cast(pa.string())
+    return set(values.to_pylist())
+
+
+def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,
+                      before: pa.Array | pa.ChunkedArray | None,
+                      after: pa.Array | pa.ChunkedArray) -> WriteStat:
+    """A new base file's entries (write handle, executor side): keys in ``after`` (the file
+    written) and not in ``before`` (the base file it replaces, None for a new group) moved in,
+    keys of ``before`` missing from ``after`` were deleted. Nothing unless the table keeps
+    the partition."""
+    if RECORD_INDEX not in ctx.metadata_partitions:
+        return stat
+    old = _keys(before) if before is not None else set()
+    new = _keys(after)
+    return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
+                                     sorted(new - old), sorted(old - new)))
+
+
+def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat: WriteStat,
+                     new_layers: Sequence[Layer], schema: pa.Schema) -> WriteStat:
+    """A new log file's entries (write handle, executor side): the keys it writes are merged
+    with the slice it is written on, before and after (base file read for those keys only,
+    the slice's log files decoded), so a key that becomes live in the group is an insert and
+    a key that stops being live a delete, whatever the merge mode decides; updates in place
+    emit nothing. Nothing unless the table keeps the partition."""
+    if RECORD_INDEX not in ctx.metadata_partitions or not new_layers:
+        return stat
+    from engine.merge.record_merger import DataLayer
+
+    touched: set[str] = set()
+    for layer in new_layers:
+        column = layer.table.column(RECORD_KEY) if isinstance(layer, DataLayer) else layer.keys
+        touched |= _keys(column)
+    keys = pa.array(sorted(touched), pa.string())
+    stored = _slice_layers(ctx, task, storage, keys, schema)
+    before = _live(ctx, stored, [], schema)
+    after = _live(ctx, stored, new_layers, schema)
+    return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
+                                     sorted(after - before), sorted(before - after)))
+
+
+def _slice_layers(ctx: WriteContext, task: WriteTask, storage: Storage, keys: pa.Array,
+                  schema: pa.Schema) -> tuple[pa.Table | None, list[Layer]]:
+    """The slice written on, restricted to ``keys``: its base file's rows of them (key and
+    ordering columns) and its log blocks as merge layers, in log order."""
+    from engine.format.base_file import read_base_file
+    from engine.format.log_block import BlockType, iter_blocks
+    from engine.format.log_format import decode_avro_data_block, decode_parquet_data_block
+    from engine.merge.record_merger import DataLayer, DeleteLayer
+    from engine.read.reader import delete_columns
+
+    columns = _columns(ctx)
+    base = None
+    if task.base_file:
+        base = read_base_file(storage.full(task.base_file), columns=columns,
+                              filters=pc.field(RECORD_KEY).isin(keys), use_threads=False)
+        base = _plain(base)
+    layers: list[Layer] = []
+    folder = f"{task.partition_path}/" if task.partition_path else ""
+    for name in task.log_files:
+        for block in iter_blocks(storage.read(folder + name)):
+            if block.block_type is BlockType.AVRO_DATA:
+                table = decode_avro_data_block(block, schema)
+            elif block.block_type is BlockType.PARQUET_DATA:
+                table = decode_parquet_data_block(block, use_threads=False)
+            elif block.block_type is BlockType.DELETE:
+                deleted, ordering = delete_columns(block)
+                mask = pc.is_in(deleted.cast(pa.string()), value_set=keys)
+                layers.append(DeleteLayer(deleted.filter(mask),
+                                          ordering.filter(mask) if ordering is not None
+                                          else None))
+                continue
+            else:
+                continue
+            table = _plain(table.select([c for c in columns if c in table.column_names]))
+            layers.append(DataLayer(table.filter(pc.is_in(table.column(RECORD_KEY),
+                                                          value_set=keys))))
+    return base, layers
+
+
+def _columns(ctx: WriteContext) -> list[str]:
+    ordering = ctx.ordering_field
+    return [RECORD_KEY] + ([ordering] if ordering and ordering in ctx.data_schema.names else [])
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with its record key column as plain strings."""
+    index = table.schema.get_field_index(RECORD_KEY)
+    column = table.column(index)
+    if not column.type.equals(pa.string()):
+        table = table.set_column(index, pa.field(RECORD_KEY, pa.string()),
+                                 column.cast(pa.string()))
+    return table
+
+
+def _live(ctx: WriteContext, stored: tuple[pa.Table | None, list[Layer]],
+          extra: Sequence[Layer], schema: pa.Schema) -> set[str]:
+    """Keys live after merging the slice's layers and ``extra``."""
+    from engine.merge.record_merger import DataLayer, merge_layers
+
+    base, layers = stored
+    columns = _columns(ctx)
+    extra = [DataLayer(_plain(layer.table.select(columns))) if isinstance(layer, DataLayer)
+             else layer for layer in extra]
+    out_schema = pa.schema([pa.field(RECORD_KEY, pa.string())]
+                           + [schema.field(c) for c in columns[1:]])
+    merged = merge_layers(base, [*layers, *extra], mode=ctx.merge_mode,
+                          ordering_field=ctx.ordering_field, schema=out_schema)
+    return _keys(merged.column(RECORD_KEY))
+
+
+# -- looking keys up -------------------------------------------------------------------------
+
+def is_kept(storage: Storage) -> bool:
+    """Whether the table declares the partition complete (lookups may trust it)."""
+    return RECORD_INDEX in declared_partitions(storage)
+
+
+def group_slices(storage: Storage, data_timeline: Timeline) -> list[GroupSlice]:
+    """The latest slice of every record_index file group trusted against ``data_timeline``,
+    in file id order (their count is the routing modulus). Driver side; picklable."""
+    mdt = MetadataTable(storage, data_timeline.config)
+    return latest_group_slices(mdt, mdt.timeline(), validity(data_timeline), RECORD_INDEX)
+
+
+def locations_of(records: Iterable[MetadataRecord]) -> pa.Table:
+    """:data:`LOCATION_SCHEMA` rows of record_index records."""
+    keys, parts, files = [], [], []
+    for record in records:
+        info = record.payload
+        assert isinstance(info, RecordIndexInfo)
+        keys.append(record.key)
+        parts.append(info.partition_name or "")
+        files.append(info.location_file_id)
+    return pa.table([pa.array(keys, pa.string()), pa.array(parts, pa.string()),
+                     pa.array(files, pa.string())], schema=LOCATION_SCHEMA)
+
+
+def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str]) -> pa.Table:
+    """Locations of ``keys`` (all routed to ``piece``'s group) found in that group.
+    Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``."""
+    return locations_of(lookup_slice(mdt_storage, piece, keys).values())
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What one lookup found, and which record_index file groups it read."""
+
+    locations: pa.Table
+    groups_read: tuple[str, ...]
+    groups: int
+
+
+def lookup_locations(storage: Storage, data_timeline: Timeline,
+                     keys: pa.Array | pa.ChunkedArray) -> Lookup:
+    """Where each of ``keys`` lives, per the record_index trusted against ``data_timeline``:
+    only the file groups the keys hash to are read. Driver side (the streaming job runs
+    :func:`lookup_group` in executor tasks instead)."""
+    pieces = group_slices(storage, data_timeline)
+    wanted = sorted(_keys(keys))
+    if not pieces or not wanted:
+        return Lookup(LOCATION_SCHEMA.empty_table(), (), len(pieces))
+    mdt_storage = MetadataTable(storage, data_timeline.config).storage
+    tables = []
+    read = []
+    for index, group_keys in sorted(route(wanted, len(pieces)).items()):
+        piece = pieces[index]
+        read.append(piece.file_id)
+        tables.append(lookup_group(mdt_storage, piece, group_keys))
+    return Lookup(pa.concat_tables(tables), tuple(read), len(pieces))

@@ -1,0 +1,249 @@
+"""The metadata table's ``record_index`` partition and the RECORD_INDEX index.
+
+Judged independently of the code under test: after every step of random write sequences
+(with cleaning, compaction and clustering interleaved) the merged record_index, decoded from
+the MDT files, must map every key to the partition and file group hudi-rs reads it from
+(``_hoodie_record_key``, ``_hoodie_partition_path``, ``_hoodie_file_name``), and no other
+key; tagging through it must equal GLOBAL_SIMPLE's on the same snapshot; the rows must equal
+the oracle's. Lookups are checked on which MDT files they read, never on time.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from engine import Table
+from engine.errors import InvalidOptionError
+from engine.index import record_index as record_index_lookup
+from engine.index import simple
+from engine.layout.file_group import list_table_files
+from engine.layout.view import TableView
+from engine.metadata.reader import read_slice
+from engine.metadata.record_index import (
+    RECORD_INDEX,
+    estimate_file_group_count,
+    group_slices,
+    lookup_locations,
+)
+from engine.metadata.records import RecordIndexInfo, instant_to_epoch_ms
+from engine.metadata.table import MetadataTable, declared_partitions
+from engine.storage import Storage
+from engine.timeline.active import Timeline
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch, ref_string_hash
+from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+
+OPTIONS = {
+    "hoodie.clean.automatic": "false",
+    "hoodie.archive.automatic": "false",
+    "hoodie.cleaner.commits.retained": "2",
+    "hoodie.compact.inline.max.delta.commits": "2",
+    # several file groups per partition, so keys move between groups
+    "hoodie.parquet.max.file.size": "12000",
+    "hoodie.parquet.small.file.limit": "8000",
+    "hoodie.copyonwrite.record.size.estimate": "400",
+    "hoodie.metadata.record.index.min.filegroup.count": "4",
+}
+
+
+def _index_entries(table: Table) -> dict[str, tuple[str, str, int]]:
+    """key → (partition, file id, instant ms) of the merged record_index, decoded from
+    every file group's latest slice."""
+    timeline = Timeline.load(table.storage, table.config)
+    mdt = MetadataTable(table.storage, table.config)
+    out: dict[str, tuple[str, str, int]] = {}
+    for piece in group_slices(table.storage, timeline):
+        for key, record in read_slice(mdt.storage, piece).items():
+            info = record.payload
+            assert isinstance(info, RecordIndexInfo)
+            assert key not in out
+            out[key] = (info.partition_name or "", info.location_file_id,
+                        info.instant_time or 0)
+    return out
+
+
+def _file_id(file_name: str) -> str:
+    """The file group of a ``_hoodie_file_name``: a base file's name starts with its file id
+    and an ``_``; a log record carries the file id itself."""
+    return file_name.split("_", 1)[0] if file_name.endswith(".parquet") else file_name
+
+
+def _data_locations(table: Table) -> dict[str, tuple[str, str]]:
+    """key → (partition, file id) as hudi-rs reads the data files."""
+    rows = hudi_rs_read(table.path)
+    if not rows.num_rows:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for key, part, name in zip(rows.column("_hoodie_record_key").to_pylist(),
+                               rows.column("_hoodie_partition_path").to_pylist(),
+                               rows.column("_hoodie_file_name").to_pylist(), strict=True):
+        assert key not in out, f"key {key} stored twice"
+        out[key] = (part, _file_id(name))
+    return out
+
+
+def _assert_index_matches_data(table: Table, where: str) -> None:
+    entries = _index_entries(table)
+    assert {k: v[:2] for k, v in entries.items()} == _data_locations(table), where
+
+
+def _tags(table: Table, keys: pa.Array, parts: pa.Array) -> tuple[pa.Table, pa.Table]:
+    """Tagging of (keys, parts) on the table's snapshot by GLOBAL_SIMPLE's lookup and by the
+    record index's."""
+    view = TableView.load(table.storage, table.config)
+    reader, slices = view.slice_reader(), view.latest_file_slices()
+    by_simple = simple.key_locations(reader, slices, None)
+    by_index = record_index_lookup.locations(reader, slices, keys, with_ordering=True)
+    return (simple.tag(keys, parts, by_simple, global_index=True),
+            simple.tag(keys, parts, by_index, global_index=True))
+
+
+def test_record_index_file_group_count_follows_hudi_estimate() -> None:
+    sizes = {"min_groups": 10, "max_groups": 10_000, "growth_factor": 2.0,
+             "max_group_bytes": 1024 ** 3}
+    # 1 GiB / 48 B = 22369621 keys per group; twice the keys are planned for
+    assert estimate_file_group_count(0, **sizes) == 10
+    assert estimate_file_group_count(22369621 * 5, **sizes) == 10
+    assert estimate_file_group_count(22369621 * 6, **sizes) == 12
+    assert estimate_file_group_count(22369621 * 6 - 100, **sizes) == 11
+    # Java multiplies in float: 134217725 rounds to 2^27, so one key short still gives 12
+    assert estimate_file_group_count(22369621 * 6 - 1, **sizes) == 12
+    assert estimate_file_group_count(10 ** 12, **sizes) == 10_000
+    fixed = dict(sizes, min_groups=3, max_groups=3)
+    assert estimate_file_group_count(10 ** 12, **fixed) == 3
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_record_index_random_sequence_with_services_matches_data_and_global_simple(
+        tmp_path: Path, table_type: str) -> None:
+    rng = random.Random(f"rli-{table_type}")
+    tables = {
+        index: Table.create(str(tmp_path / index), name="t", table_type=table_type,
+                            record_key="key", precombine="ts", partition_by=["region"],
+                            options={**OPTIONS, "hoodie.index.type": index})
+        for index in ("RECORD_INDEX", "GLOBAL_SIMPLE")}
+    table = tables["RECORD_INDEX"]
+    oracles = {index: Oracle() for index in tables}
+    oracle, counter = oracles["RECORD_INDEX"], [0]
+    done: dict[str, int] = {}
+    for step in range(26):
+        where = f"step {step}"
+        roll = rng.random()
+        if roll < 0.15 and oracle.rows:
+            victims = rng.sample(sorted(oracle.rows), k=min(len(oracle.rows), 6))
+            data = pa.table({"key": victims,
+                             "region": [oracle.rows[k]["region"] for k in victims]})
+            for index, t in tables.items():
+                t.delete(data)
+                oracles[index].delete(victims)
+            done["delete"] = done.get("delete", 0) + 1
+        elif roll < 0.7 or not oracle.rows:
+            batch = random_batch(rng, oracle, counter, rng.randint(1, 40))
+            keys = pa.array([r["key"] for r in batch] + ["absent"], pa.string())
+            parts = pa.array([r["region"] for r in batch] + ["north"], pa.string())
+            by_simple, by_index = _tags(table, keys, parts)
+            assert by_index.equals(by_simple), where
+            data = pa.Table.from_pylist(batch, schema=SCHEMA)
+            done["moves"] = done.get("moves", 0) + sum(
+                1 for r in batch if r["key"] in oracle.rows
+                and oracle.rows[r["key"]]["region"] != r["region"])
+            for index, t in tables.items():
+                oracles[index].upsert(batch, t.upsert(data))
+        elif roll < 0.8 and table_type == "MERGE_ON_READ":
+            done["compact"] = done.get("compact", 0) + sum(
+                len(t.compact().completed) for t in tables.values())
+        elif roll < 0.9:
+            done["cluster"] = done.get("cluster", 0) + sum(
+                len(t.cluster().completed) for t in tables.values())
+        else:
+            for t in tables.values():
+                t.clean()
+        _assert_index_matches_data(table, where)
+        for index, t in tables.items():
+            assert sorted_rows(t.read(), COLUMNS) == oracles[index].snapshot(), where
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    assert done.get("cluster", 0) > 0 and done.get("delete", 0) > 0, done
+    assert done.get("moves", 0) > 0, done
+    mdt = MetadataTable(table.storage, table.config)
+    assert any(f.partition_path == RECORD_INDEX
+               for f in list_table_files(mdt.storage).base_files), "MDT compacted"
+
+
+def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by=["region"],
+                         options={"hoodie.index.type": "GLOBAL_SIMPLE"})
+    rng, oracle, counter = random.Random(3), Oracle(), [0]
+    for _ in range(4):
+        batch = random_batch(rng, oracle, counter, 30)
+        oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
+    assert RECORD_INDEX not in declared_partitions(table.storage)
+    enabled = Table.open(table.path, {"hoodie.metadata.record.index.enable": "true"})
+    batch = random_batch(rng, oracle, counter, 10)
+    oracle.upsert(batch, enabled.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
+    assert RECORD_INDEX in declared_partitions(table.storage)
+    entries = _index_entries(enabled)
+    assert {k: v[:2] for k, v in entries.items()} == _data_locations(enabled)
+    assert len(group_slices(table.storage, Timeline.load(table.storage, table.config))) == 10
+    # built entries carry their slice's base instant (Java readRecordKeysFromFileSlices)
+    slices = {(s.partition_path, s.file_id): s.base_instant for s in enabled.file_slices()}
+    built = {k: v for k, v in entries.items() if k not in {r["key"] for r in batch}}
+    assert all(ms == instant_to_epoch_ms(slices[(p, f)]) for p, f, ms in built.values())
+    # a writer that does not mention the option keeps it; one that disables it drops it
+    Table.open(table.path).upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    assert RECORD_INDEX in declared_partitions(table.storage)
+    Table.open(table.path, {"hoodie.metadata.record.index.enable": "false"}).upsert(
+        pa.Table.from_pylist(batch, schema=SCHEMA))
+    assert RECORD_INDEX not in declared_partitions(table.storage)
+    assert not MetadataTable(table.storage, table.config).storage.exists(RECORD_INDEX)
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path read through Storage.read from now on."""
+    seen: list[str] = []
+    original = Storage.read
+
+    def read(self: Storage, path: str, *args: Any, **kwargs: Any) -> bytes:
+        seen.append(self.full(path))
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Storage, "read", read)
+    return seen
+
+
+def test_record_index_lookup_reads_only_the_groups_its_keys_hash_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.index.type": "RECORD_INDEX"})
+    keys = [f"key-{i:04d}" for i in range(200)]
+    table.insert(pa.table({"key": keys, "ts": [1] * 200}))
+    timeline = Timeline.load(table.storage, table.config)
+    wanted = ["key-0007", "key-0150", "never-written"]
+    groups = {abs(ref_string_hash(k)) % 10 for k in wanted}  # doc §4.8, 10 groups
+    seen = _reads(monkeypatch)
+    lookup = lookup_locations(table.storage, timeline, pa.array(wanted))
+    read_groups = {int(p.rsplit("/", 1)[-1].split("record-index-")[1][:4])
+                   for p in seen if "/record_index/" in p}
+    assert read_groups == groups and len(groups) < 10
+    assert sorted(lookup.groups_read) == sorted(f"record-index-{g:04d}-0" for g in groups)
+    assert sorted(lookup.locations.column("key").to_pylist()) == ["key-0007", "key-0150"]
+    # an upsert through the index reads no data file to tag, only the groups it needs
+    seen.clear()
+    table.upsert(pa.table({"key": ["key-0007"], "ts": [2]}))
+    index_reads = {p.rsplit("/", 1)[-1] for p in seen if "/record_index/" in p}
+    group = abs(ref_string_hash("key-0007")) % 10
+    assert index_reads and all(f"record-index-{group:04d}-0" in p for p in index_reads)
+
+
+def test_record_index_without_metadata_table_is_refused(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.index.type": "RECORD_INDEX"})
+    with pytest.raises(InvalidOptionError, match=r"hoodie\.metadata\.enable"):
+        Table.open(table.path, {"hoodie.metadata.enable": "false"}).upsert(
+            pa.table({"key": ["a"], "ts": [1]}))
