@@ -109,10 +109,8 @@ def _all_records(view: TableView) -> list[MetadataRecord]:
         records: list[MetadataRecord] = []
         for slc in view.latest_file_slices():
             keys = reader.read_slice(slc, columns=[RECORD_KEY]).column(RECORD_KEY)
-            instant = slc.base_instant
-            for key in keys.combine_chunks().cast(pa.string()).to_pylist():
-                records.append(record_index_record(key, slc.partition_path, slc.file_id,
-                                                   instant))
+            records += _records(keys.combine_chunks().cast(pa.string()).to_pylist(),
+                                slc.partition_path, slc.file_id, slc.base_instant)
         _BUILT[view] = records
     return _BUILT[view]
 
@@ -136,6 +134,21 @@ PARTITION = register(IndexPartition(RECORD_INDEX, wanted, file_groups, build))
 
 # -- what a write emits ----------------------------------------------------------------------
 
+def _records(keys: Iterable[str], partition: str, file_id: str,
+             instant_time: str) -> list[MetadataRecord]:
+    """record_index records of ``keys``, all pointing at one file group (the payload is
+    built once)."""
+    template = None
+    out = []
+    for key in keys:
+        if template is None:
+            template = record_index_record(key, partition, file_id, instant_time)
+            out.append(template)
+        else:
+            out.append(MetadataRecord(key, template.type, template.payload))
+    return out
+
+
 def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[str],
             removed: Iterable[str]) -> MetadataUpdate | None:
     """The record_index entries of one written file: ``inserted`` keys now live in
@@ -143,7 +156,7 @@ def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[
     neither."""
     from engine.metadata.writer import MetadataUpdate
 
-    upserts = [record_index_record(k, partition, file_id, instant_time) for k in inserted]
+    upserts = _records(inserted, partition, file_id, instant_time)
     gone = list(removed)
     if not upserts and not gone:
         return None

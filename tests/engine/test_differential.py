@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
+from engine.config import IndexType
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 from tests.soak import soak
@@ -42,6 +43,8 @@ CASES = [
     ("MERGE_ON_READ", "BLOOM", "parquet"),
     ("MERGE_ON_READ", "GLOBAL_BLOOM", "avro"),
     ("COPY_ON_WRITE", "GLOBAL_BLOOM", "avro"),
+    ("MERGE_ON_READ", "RECORD_INDEX", "parquet"),
+    ("COPY_ON_WRITE", "RECORD_INDEX", "avro"),
 ]
 
 
@@ -78,7 +81,7 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
             oracle.upsert(batch, instant)
         else:
             batch = random_batch(rng, oracle, counter, rng.randint(1, 60))
-            if not index.startswith("GLOBAL_"):
+            if not IndexType(index).is_global:
                 # only a global index can move a key to another partition
                 for row in batch:
                     if row["key"] in oracle.rows:

@@ -130,7 +130,7 @@ def test_record_index_random_sequence_with_services_matches_data_and_global_simp
     oracles = {index: Oracle() for index in tables}
     oracle, counter = oracles["RECORD_INDEX"], [0]
     done: dict[str, int] = {}
-    for step in range(26):
+    for step in range(16):
         where = f"step {step}"
         roll = rng.random()
         if roll < 0.15 and oracle.rows:
@@ -232,12 +232,19 @@ def test_record_index_lookup_reads_only_the_groups_its_keys_hash_to(
     assert read_groups == groups and len(groups) < 10
     assert sorted(lookup.groups_read) == sorted(f"record-index-{g:04d}-0" for g in groups)
     assert sorted(lookup.locations.column("key").to_pylist()) == ["key-0007", "key-0150"]
-    # an upsert through the index reads no data file to tag, only the groups it needs
+    # an upsert through the index reads only the group its key hashes to; an update in
+    # place writes nothing to the record_index, an insert writes its group's log only
     seen.clear()
-    table.upsert(pa.table({"key": ["key-0007"], "ts": [2]}))
+    updated = table.upsert(pa.table({"key": ["key-0007"], "ts": [2]}))
     index_reads = {p.rsplit("/", 1)[-1] for p in seen if "/record_index/" in p}
     group = abs(ref_string_hash("key-0007")) % 10
     assert index_reads and all(f"record-index-{group:04d}-0" in p for p in index_reads)
+    mdt = MetadataTable(table.storage, table.config).storage
+    assert not [s.name for s in mdt.list_dir(RECORD_INDEX) if f"_{updated}." in s.name]
+    inserted = table.upsert(pa.table({"key": ["key-new"], "ts": [1]}))
+    logs = [s.name for s in mdt.list_dir(RECORD_INDEX) if f"_{inserted}." in s.name]
+    new_group = abs(ref_string_hash("key-new")) % 10
+    assert logs == [f".record-index-{new_group:04d}-0_{inserted}.log.1_0-0-0"]
 
 
 def test_record_index_without_metadata_table_is_refused(tmp_path: Path) -> None:
