@@ -9,7 +9,7 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 
 from engine.format.hfile import HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
@@ -60,13 +60,17 @@ def read_base_file(data: bytes) -> list[MetadataRecord]:
     return [decode_metadata_value(row, value) for row, value in HFileReader(data).cells()]
 
 
-def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
-    """(key, record) in log order; a delete-block entry gives (key, None)."""
+def read_log_file(data: bytes, keys: Container[str] | None = None
+                  ) -> Iterator[tuple[str, MetadataRecord | None]]:
+    """(key, record) in log order; a delete-block entry gives (key, None). ``keys``: only
+    those keys' values are decoded (other HFile cells are skipped)."""
     from engine.format.delete_block import decode_delete_block
 
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
             for row, value in decode_hfile_data_block(block):
+                if keys is not None and row.decode("utf-8") not in keys:
+                    continue
                 record = decode_metadata_value(row, value)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:

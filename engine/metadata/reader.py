@@ -141,7 +141,7 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
             for value in reader.get(key.encode("utf-8")):
                 merged[key] = decode_metadata_value(key, value)
     for path in piece.log_paths:
-        for key, newer in read_log_file(storage.read(path)):
+        for key, newer in read_log_file(storage.read(path), wanted):
             if key in wanted:
                 _merge(merged, key, newer)
     return merged
