@@ -404,7 +404,7 @@ class Table:
         with client.lock:
             timeline = Timeline.load(self.storage, self.config)
             if client.keeps_metadata:
-                sync.rebuild(self.storage, timeline)
+                sync.rebuild(self.storage, timeline, self.write_config)
             else:
                 sync.disable(self.storage)
 

@@ -73,9 +73,25 @@ def initialize(storage: Storage, data_timeline: Timeline) -> MetadataTable:
     return mdt
 
 
-def rebuild(storage: Storage, data_timeline: Timeline) -> MetadataTable:
-    """Drop the MDT and build it anew from storage (hold the lock)."""
-    return initialize(storage, data_timeline)
+def rebuild(storage: Storage, data_timeline: Timeline,
+            write_config: WriteConfig | None = None) -> MetadataTable:
+    """Drop the MDT and build it anew from storage, with every index partition it declared
+    (hold the lock; ``write_config``: the options the builders take, Hudi's defaults if
+    None)."""
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
+    from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
+
+    had = set(declared_partitions(storage)) - {FILES}
+    mdt = initialize(storage, data_timeline)
+    config = write_config or WriteConfig()
+    wanted = wanted_partitions(config)
+    view = TableView(storage, data_timeline)
+    for name, partition in INDEX_PARTITIONS.items():
+        if (name in had and wanted.get(name) is not False) or wanted.get(name):
+            initialize_partition(mdt, name, partition.file_groups(view, config),
+                                 partition.build(view, config))
+    return mdt
 
 
 def disable(storage: Storage) -> bool:
@@ -101,6 +117,9 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         # its next writer's start initializes the MDT from that commit's files)
         return
     declared = FILES in declared_partitions(storage)
+    if enabled and declared and _out_of_step(storage, data_timeline):
+        # Never tag or write against a stale MDT (the record index would miss keys).
+        rebuild(storage, data_timeline, write_config)
     if enabled and not declared:
         initialize(storage, data_timeline)
     elif not enabled and declared:
@@ -129,6 +148,17 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
                                  partition.build(view, write_config))
 
 
+def _out_of_step(storage: Storage, data_timeline: Timeline) -> bool:
+    """True if the declared MDT is missing, or misses a completed data action (logged)."""
+    mdt = MetadataTable(storage, data_timeline.config)
+    missing = (missing_deltacommits(mdt.timeline(), data_timeline) if mdt.exists
+               else ["(no metadata table)"])
+    if missing:
+        _log.warning("the metadata table of %s is out of step (missing %s): rebuilding it",
+                     storage.base_path, ", ".join(missing[:5]))
+    return bool(missing)
+
+
 # -- one deltacommit per data action ----------------------------------------------------------
 
 def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
@@ -142,14 +172,9 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
             or not syncs(instant) or FILES not in declared_partitions(storage)):
         return None
     mdt = MetadataTable(storage, data_timeline.config)
-    mdt_timeline = mdt.timeline() if mdt.exists else None
-    if mdt_timeline is None or missing_deltacommits(mdt_timeline, data_timeline):
-        missing = (missing_deltacommits(mdt_timeline, data_timeline)
-                   if mdt_timeline is not None else ["(no metadata table)"])
-        _log.warning("the metadata table of %s is out of step (missing %s): rebuilding it",
-                     storage.base_path, ", ".join(missing[:5]))
+    if _out_of_step(storage, data_timeline):
         mdt = rebuild(storage, data_timeline)
-        mdt_timeline = mdt.timeline()
+    mdt_timeline = mdt.timeline()
     t = instant.requested_time
     if mdt.remove_instant(mdt_timeline, t):  # a dead attempt's leftovers
         mdt_timeline = mdt.timeline()

@@ -209,3 +209,27 @@ def test_metadata_view_lists_nothing_in_the_table_folder(tmp_path: Path,
     _write_some(table, oracle, rng, counter, 1)
     data_walks = [w for w in walked if not w.split(":")[0].endswith(METADATA_FOLDER)]
     assert data_walks == []
+
+
+def test_metadata_out_of_step_is_rebuilt_with_its_record_index_before_tagging(
+        tmp_path: Path) -> None:
+    """An MDT that misses a data commit is rebuilt at the next writer's start — its record
+    index too — so RECORD_INDEX tags against the keys that commit wrote, not a stale index
+    (which would write a second copy of each)."""
+    # No small-file packing: a key the index does not find goes to a new file group.
+    table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.index.type": "RECORD_INDEX",
+                                                          "hoodie.parquet.small.file.limit": "1"})
+    oracle, rng, counter = Oracle(), random.Random(21), [0]
+    _write_some(table, oracle, rng, counter, 2)
+    batch = random_batch(rng, oracle, counter, 20, new_only=True)
+    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, instant)
+    mdt = MetadataTable(table.storage, table.config)
+    mdt.remove_instant(mdt.timeline(), instant)  # the MDT never saw those keys
+    assert "record_index" in declared_partitions(table.storage)
+    updates = [dict(row, ts=99) for row in batch[:10]]
+    oracle.upsert(updates, table.upsert(pa.Table.from_pylist(updates, schema=SCHEMA)))
+    assert sorted_rows(table.read(), COLUMNS) == oracle.snapshot()
+    assert "record_index" in declared_partitions(table.storage)
+    _same_files(table)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
