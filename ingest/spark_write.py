@@ -176,6 +176,13 @@ def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     :meth:`InstantPlan.finish` or :meth:`InstantPlan.abort`), take the view of its snapshot
     (listed now). Driver only."""
     client = WriteClient(table.storage, table.config, table.write_config)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None:  # a metadata-table index built at the start runs in Spark tasks
+        from ingest.services import spark_runner
+
+        client.task_runner = spark_runner(spark, spark.sparkContext.defaultParallelism)
     timeline, instant = client.begin()
     view = TableView(table.storage, timeline)
     view.materialize()

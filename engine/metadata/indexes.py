@@ -11,11 +11,17 @@ Hudi's ``deleteMetadataIndexIfNecessary``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from engine.metadata.records import MetadataRecord
+from engine.services.base import TaskRunner
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
@@ -79,6 +85,32 @@ def removal_updates(removed: Mapping[str, set[str]], instant_time: str) -> Metad
             if partition.removed is not None:
                 update.extend(partition.removed(removed, instant_time))
     return update
+
+
+_RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)
+
+
+@contextmanager
+def build_runner(runner: TaskRunner | None) -> Iterator[None]:
+    """Run the index builds started inside the block with ``runner`` (a
+    :data:`~engine.services.base.TaskRunner`: Spark tasks when a SparkSession drives the
+    writer; None: this process)."""
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
+
+
+def run_tasks(fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+    """``fn`` over ``tasks`` (picklable, executor-safe) with the runner of
+    :func:`build_runner`, in order: a builder splits its work (one task per file slice or
+    file) and calls this, so initializing an index over a large table runs in Spark tasks
+    when a SparkSession drives the writer."""
+    runner = _RUNNER.get()
+    if runner is None or len(tasks) < 2:
+        return [fn(task) for task in tasks]
+    return list(runner(fn, tasks))
 
 
 def _load() -> None:

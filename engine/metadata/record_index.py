@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
-from engine.metadata.indexes import IndexPartition, register
+from engine.metadata.indexes import IndexPartition, register, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 from engine.metadata.reader import GroupSlice, latest_group_slices, lookup_slice, route, validity
 from engine.metadata.records import MetadataRecord, RecordIndexInfo, record_index_record
@@ -40,9 +40,11 @@ from engine.storage import Storage
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
+    from engine.layout.file_group import FileSlice
     from engine.layout.view import TableView
     from engine.merge.record_merger import Layer
     from engine.metadata.writer import MetadataUpdate
+    from engine.read.reader import SliceReader
     from engine.timeline.active import Timeline
     from engine.timeline.commit_metadata import WriteStat
     from engine.write.write_handle import WriteContext, WriteTask
@@ -106,13 +108,17 @@ def _all_records(view: TableView) -> list[MetadataRecord]:
     the group count and the build both need them)."""
     if view not in _BUILT:
         reader = view.slice_reader(use_threads=False)
-        records: list[MetadataRecord] = []
-        for slc in view.latest_file_slices():
-            keys = reader.read_slice(slc, columns=[RECORD_KEY]).column(RECORD_KEY)
-            records += _records(keys.combine_chunks().cast(pa.string()).to_pylist(),
-                                slc.partition_path, slc.file_id, slc.base_instant)
-        _BUILT[view] = records
+        chunks = run_tasks(_slice_records, [(reader, slc) for slc in view.latest_file_slices()])
+        _BUILT[view] = [record for chunk in chunks for record in chunk]
     return _BUILT[view]
+
+
+def _slice_records(task: tuple[SliceReader, FileSlice]) -> list[MetadataRecord]:
+    """The record_index records of one slice's keys (a build task; executor-safe)."""
+    reader, slc = task
+    keys = reader.read_slice(slc, columns=[RECORD_KEY]).column(RECORD_KEY)
+    return _records(keys.combine_chunks().cast(pa.string()).to_pylist(),
+                    slc.partition_path, slc.file_id, slc.base_instant)
 
 
 def file_groups(view: TableView, write_config: WriteConfig) -> int:

@@ -44,6 +44,7 @@ from engine.merge.policy import (
 from engine.merge.record_merger import dedupe_batch
 from engine.merge.resolve import VersionColumns
 from engine.metadata import sync as metadata
+from engine.metadata.indexes import build_runner
 from engine.metadata.table import FILES, declared_partitions
 from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
@@ -56,6 +57,7 @@ from engine.schema import (
     data_schema_of,
     normalize_input_schema,
 )
+from engine.services.base import TaskRunner
 from engine.services.rollback import reverted_since, rollback_failed_writes, rollback_instant
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
@@ -144,6 +146,9 @@ class WriteClient:
                 "the metadata table, which this writer would not keep")
         self.lock = table_lock(storage, write_config)
         self._heartbeats: dict[str, Heartbeat] = {}
+        self.task_runner: TaskRunner | None = None
+        """Runs the tasks of work this writer splits (building a metadata-table index over
+        the table): Spark tasks when the streaming job drives it, this process if None."""
 
     @property
     def keeps_metadata(self) -> bool:
@@ -609,8 +614,9 @@ class WriteClient:
             if timeline.pending() and rollback_failed_writes(self.storage, timeline,
                                                              self._is_failed):
                 timeline = Timeline.load(self.storage, self.config)
-            metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata,
-                             write_config=self.write_config)
+            with build_runner(self.task_runner):
+                metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata,
+                                 write_config=self.write_config)
             instant_time = new_instant_time(timeline.latest_instant_time())
             heartbeat = Heartbeat(self.storage, instant_time,
                                   self.write_config.heartbeat_interval_ms / 1000.0,
