@@ -206,7 +206,8 @@ def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
     by = {(r.index, r.size): r for r in runs if r.median is not None}
     sizes = sorted({r.size for r in runs})
     if len(sizes) > 1 and ("RECORD_INDEX", sizes[0]) in by and ("RECORD_INDEX", sizes[-1]) in by:
-        ratio = by[("RECORD_INDEX", sizes[-1])].median / by[("RECORD_INDEX", sizes[0])].median
+        ratio = ((by[("RECORD_INDEX", sizes[-1])].median or 0.0)
+                 / (by[("RECORD_INDEX", sizes[0])].median or 1.0))
         print(f"RECORD_INDEX per-batch cost at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x "
               f"(goal <= 1.3x)")
     for size in sizes:
@@ -229,18 +230,26 @@ def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
 
 @contextmanager
 def counted_listings() -> Iterator[dict[str, int]]:
-    """Count calls of ``Storage.list_dir`` and ``Storage.walk_files`` inside the block."""
+    """Count, inside the block, calls of ``Storage.list_dir`` and ``Storage.walk_files`` and
+    the entries they return (``entries``: files listed; on object storage each page of 1,000
+    entries is one request)."""
     from engine.storage import Storage
 
-    counts = {"list_dir": 0, "walk_files": 0}
+    counts = {"list_dir": 0, "walk_files": 0, "entries": 0}
     originals: dict[str, Callable[..., Any]] = {}
-    for name in counts:
+    for name in ("list_dir", "walk_files"):
         original = getattr(Storage, name)
         originals[name] = original
 
         def wrapper(self: Any, *a: Any, _n: str = name, _o: Any = original, **k: Any) -> Any:
             counts[_n] += 1
-            return _o(self, *a, **k)
+            result = _o(self, *a, **k)
+            if _n == "list_dir":
+                counts["entries"] += len(result)
+                return result
+            folders = list(result)
+            counts["entries"] += sum(len(files) for _, files in folders)
+            return iter(folders)
 
         setattr(Storage, name, wrapper)
     try:
@@ -276,7 +285,7 @@ def commit_cost(work: Path, args: argparse.Namespace) -> None:
                 "hoodie.clean.automatic": "false", "hoodie.parquet.small.file.limit": "1"}
         # a first commit creates the metadata table (when on): not measured
         Table.open(str(path), opts).upsert(make_rows(np.arange(10), 2, True, partitions, rng))
-        seconds, calls = [], []
+        seconds, calls, entries = [], [], []
         for c in range(args.commits):
             rows = make_rows(np.arange(10) * partitions, 3 + c, True, partitions, rng)
             with counted_listings() as counts:
@@ -284,17 +293,20 @@ def commit_cost(work: Path, args: argparse.Namespace) -> None:
                 Table.open(str(path), opts).upsert(rows)
                 seconds.append(time.perf_counter() - started)
             calls.append(counts["list_dir"] + counts["walk_files"])
+            entries.append(counts["entries"])
             log(f"  metadata {enabled}: commit {c + 1} {seconds[-1]:.2f} s, {calls[-1]} "
                 f"listing calls ({counts})")
-        results.append((enabled, statistics.median(seconds), statistics.median(calls)))
+        results.append((enabled, statistics.median(seconds), statistics.median(calls),
+                        statistics.median(entries)))
         if not args.keep:
             shutil.rmtree(path, ignore_errors=True)
     print()
     print(f"One commit (Table.open + upsert of 10 rows into one partition) on a table of "
           f"{files:,} base files in {partitions} partitions, median of {args.commits}:")
-    print(text_table(["hoodie.metadata.enable", "seconds", "listing calls"],
-                     [[str(e).lower(), f"{s:.3f}", f"{c:.0f}"] for e, s, c in results],
-                     [False, True, True]))
+    print(text_table(["hoodie.metadata.enable", "seconds", "listing calls", "entries listed"],
+                     [[str(e).lower(), f"{s:.3f}", f"{c:.0f}", f"{n:,.0f}"]
+                      for e, s, c, n in results],
+                     [False, True, True, True]))
 
 
 # -- main ----------------------------------------------------------------------------------
