@@ -17,8 +17,8 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
-__all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "hudi_rs_read", "row_tuples",
-           "rows_by_key", "sorted_rows"]
+__all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "assert_metadata_in_step",
+           "hudi_rs_read", "row_tuples", "rows_by_key", "sorted_rows"]
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -77,6 +77,16 @@ def assert_hudi_rs_uses_metadata(path: str | Path, scratch: str | Path) -> None:
     set_declared_partitions(storage, ())
     assert hudi_rs_read(copy).num_rows > before, "the decoy proves nothing: it holds no rows"
     shutil.rmtree(copy)
+
+
+def assert_metadata_in_step(table: Any) -> bool:
+    """If ``table`` (an ``engine.Table``) keeps a metadata table, it agrees with storage
+    (``tidelake table metadata validate``); returns whether it keeps one."""
+    result = table.validate_metadata()
+    if "files" not in result.declared:
+        return False
+    assert result.ok, [str(d) for d in result.differences]
+    return True
 
 
 # --- rows in comparable shapes ----------------------------------------------------------------

@@ -57,6 +57,27 @@ def committed_files(storage: Storage, timeline: Timeline) -> TableFiles:
                       listed.partitions)
 
 
+def _pending_clean_files(storage: Storage, timeline: Timeline) -> set[tuple[str, str]]:
+    """(partition identifier, file name) of every file a pending clean plans to delete: a
+    clean deletes its files before it completes and tells the MDT at its commit, as Hudi's
+    does, so until then the MDT still lists them (no reader reads them: they are in no
+    latest slice)."""
+    from engine.metadata.keys import partition_identifier
+    from engine.services.clean import CleanerPlan
+    from engine.timeline.instant import Action
+
+    out: set[tuple[str, str]] = set()
+    for pending in timeline.pending([Action.CLEAN]):
+        rel = f"{timeline.folder}/{pending.requested_time}.clean.requested"
+        try:
+            plan = CleanerPlan.from_bytes(storage.read(rel), storage, rel)
+        except (FileNotFoundError, ValueError):
+            continue
+        for partition, paths in plan.files.items():
+            out |= {(partition_identifier(partition), p.rsplit("/", 1)[-1]) for p in paths}
+    return out
+
+
 def validate(storage: Storage, timeline: Timeline) -> Validation:
     """Compare the MDT's ``files`` partition with storage (``timeline`` loaded now)."""
     declared = declared_partitions(storage)
@@ -69,6 +90,7 @@ def validate(storage: Storage, timeline: Timeline) -> Validation:
         for t in missing_deltacommits(mdt_timeline, timeline)]
     merged = read_files_partition(mdt, mdt_timeline, validity(timeline))
     expected = {r.key: r for r in listing_of(committed_files(storage, timeline))}
+    being_cleaned = _pending_clean_files(storage, timeline)
     checked = 0
     for key in sorted(set(expected) | set(merged)):
         if key == ALL_PARTITIONS_KEY:
@@ -80,6 +102,8 @@ def validate(storage: Storage, timeline: Timeline) -> Validation:
             if name not in have:
                 diffs.append(Difference("missing from the MDT", key, name))
             elif name not in want:
+                if (key, name) in being_cleaned:
+                    continue  # a pending clean deleted it; its commit will tell the MDT
                 diffs.append(Difference("not on storage", key, name,
                                         "listed by the MDT, absent or uncommitted"))
             elif want[name] != have[name]:

@@ -20,7 +20,13 @@ import pytest
 from engine import Table
 from engine.config import IndexType
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
-from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.helpers import (
+    Oracle,
+    assert_hudi_rs_uses_metadata,
+    assert_metadata_in_step,
+    hudi_rs_read,
+    sorted_rows,
+)
 from tests.soak import soak
 
 
@@ -28,6 +34,7 @@ def _check(table: Table, oracle: Oracle) -> None:
     expected = oracle.snapshot()
     assert sorted_rows(table.read(), COLUMNS) == expected
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
+    assert_metadata_in_step(table)
 
 
 CASES = [
@@ -90,6 +97,9 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
             oracle.upsert(batch, instant)
         history.append((instant, oracle.snapshot()))
         _check(table, oracle)
+
+    if assert_metadata_in_step(table):  # hudi-rs listed through our metadata table
+        assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
 
     # Time travel to every third commit, both readers.
     for instant, expected in history[::3]:

@@ -25,7 +25,13 @@ from engine import InstantNotReadableError, Table
 from engine.services.clean import earliest_readable_instant
 from engine.timeline.active import Timeline
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
-from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.helpers import (
+    Oracle,
+    assert_hudi_rs_uses_metadata,
+    assert_metadata_in_step,
+    hudi_rs_read,
+    sorted_rows,
+)
 from tests.soak import soak
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +90,7 @@ def _check(table: Table, oracle: Oracle, where: str) -> None:
     expected = oracle.snapshot()
     assert sorted_rows(table.read(), COLUMNS) == expected, where
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected, f"hudi-rs {where}"
+    assert_metadata_in_step(table)
 
 
 def _straddled(table: Table, instant: str) -> bool:
@@ -214,6 +221,8 @@ def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: s
     _check(table, oracle, "after the final services")
     pending = [e for e in table.timeline() if e.state != "completed"]
     assert not pending, pending
+    if assert_metadata_in_step(table):  # hudi-rs listed through our metadata table
+        assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
 
     timeline = Timeline.load(table.storage, table.config)
     earliest = earliest_readable_instant(timeline)
