@@ -72,6 +72,7 @@ from engine.schema import data_schema_of, normalize_input_schema, table_schema
 from engine.table import Table
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteStat
+from engine.write.write_client import WriteClient
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     batch_end_offsets,
@@ -103,12 +104,14 @@ from ingest.prepare import (
     prepared_schema,
     spark_schema,
 )
+from ingest.record_index import tag_batch
 from ingest.services import StreamingServices
 from ingest.sink_config import (
     BUCKET,
     DEFAULT_MAX_ERROR_FRACTION,
     ERROR_GUARD_MIN_RECORDS,
     GLOBAL_STATE,
+    RECORD_INDEX,
     SinkConfig,
 )
 from ingest.spark_write import (
@@ -131,6 +134,7 @@ __all__ = [
     "DEFAULT_MAX_ERROR_FRACTION",
     "ERROR_GUARD_MIN_RECORDS",
     "GLOBAL_STATE",
+    "RECORD_INDEX",
     "BatchResult",
     "HudiStreamingSink",
     "SinkConfig",
@@ -168,6 +172,9 @@ class BatchResult:
     stats: tuple[WriteStat, ...] = ()
     tasks: tuple[TaskReport, ...] = ()
     """Where each file group's write handle ran."""
+    index_groups_read: tuple[str, ...] = ()
+    """RECORD_INDEX: the record_index file groups the tagging tasks read (one entry per task
+    and group)."""
 
 
 @dataclass(frozen=True)
@@ -263,8 +270,8 @@ class HudiStreamingSink:
         rings = table_config.consistent_hashing
         if not table_config.partition_fields:
             tombstones = "none"
-        elif self.index == GLOBAL_STATE:
-            tombstones = "state"
+        elif self.index in (GLOBAL_STATE, RECORD_INDEX):
+            tombstones = "state"  # the index finds the partition
         else:  # a ring per partition: a tombstone must name its partition
             tombstones = "unknown" if rings else "bucket"
         self.spec = PrepareSpec(decoder=decoder, config=table_config,
@@ -272,11 +279,11 @@ class HudiStreamingSink:
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
-                                with_data=self.index == BUCKET,
+                                with_data=self.index != GLOBAL_STATE,
                                 num_buckets=(table_config.num_buckets
                                              or self.table.write_config.num_buckets)
                                 if self.index == BUCKET else None,
-                                pack=True,
+                                pack=self.index != RECORD_INDEX,
                                 state_shards=self.state_shards
                                 if self.index == GLOBAL_STATE else None,
                                 ring_table=self.table.storage.base_path if rings else None)
@@ -315,8 +322,9 @@ class HudiStreamingSink:
         if table is None:
             if not record_key:
                 raise ValueError(f"record_key: required to create the table at {path}")
-            opts = {"hoodie.index.type": "BUCKET",
-                    "hoodie.bucket.index.num.buckets": str(num_buckets), **(options or {})}
+            opts = ({"hoodie.index.type": RECORD_INDEX} if self.index == RECORD_INDEX else
+                    {"hoodie.index.type": "BUCKET",
+                     "hoodie.bucket.index.num.buckets": str(num_buckets)}) | dict(options or {})
             # Created on storage by the first batch with a valid record (_write_batch).
             defined = Table.define(path, name=name or _default_name(path),
                                    table_type=table_type, record_key=record_key,
@@ -336,12 +344,18 @@ class HudiStreamingSink:
         if self.index == BUCKET and config.num_buckets is None:
             raise ValueError(f"index: the table at {path} was not created with the BUCKET "
                              "index (hoodie.index.type=BUCKET); use index=GLOBAL_STATE")
+        if self.index == RECORD_INDEX:  # the table's index type is checked by Table.open
+            options = {**(options or {}), "hoodie.index.type": RECORD_INDEX}
         if options:
             table = Table.open(path, options)
         self._check_index(table)
         return table
 
     def _check_index(self, table: Table) -> None:
+        if self.index == RECORD_INDEX:
+            # The engine's own check: RECORD_INDEX needs the metadata table kept
+            # (hoodie.metadata.enable), else InvalidOptionError naming the option.
+            WriteClient(table.storage, table.config, table.write_config)
         if self.index == GLOBAL_STATE and table.config.consistent_hashing:
             raise InvalidOptionError(
                 "hoodie.index.bucket.engine",
@@ -401,7 +415,7 @@ class HudiStreamingSink:
             prepared = source
         else:
             prepared = prepare_frame(source, self.spec)
-        if self.index == BUCKET:
+        if self.index != GLOBAL_STATE:
             return prepared
         check_dependencies()
         spark = source.sparkSession
@@ -561,11 +575,22 @@ class HudiStreamingSink:
         plan = start_instant(self.table, self.data_schema)
         try:
             staging = self._staging(plan, batch_id, query_id)
-            written = write_rows(rows, plan, event_time=self.spec.event_time,
-                                 parallelism=self._parallelism(rows.sparkSession),
-                                 by_bucket=self.spec.tombstone_partition == "bucket",
-                                 attach=None if self.spec.with_data else self.spec,
-                                 errors=staging)
+            parallelism = self._parallelism(rows.sparkSession)
+            tagged = None
+            if self.index == RECORD_INDEX:
+                tagged = tag_batch(rows, plan, prepared_schema(self.spec),
+                                   parallelism=parallelism)
+                rows = tagged.rows
+            try:
+                written = write_rows(rows, plan, event_time=self.spec.event_time,
+                                     parallelism=parallelism,
+                                     by_bucket=self.spec.tombstone_partition == "bucket",
+                                     attach=None if self.spec.with_data else self.spec,
+                                     errors=staging, decided=tagged is not None)
+            finally:
+                if tagged is not None:
+                    tagged.release()
+            groups_read = tagged.groups_read if tagged is not None else ()
             if written.stale_rings:
                 raise WriteConflictError(
                     f"batch {batch_id}: the bucket ring of partition "
@@ -608,7 +633,8 @@ class HudiStreamingSink:
         return BatchResult(batch_id, skipped=False, instant_time=outcome.instant_time,
                            error_instant_time=error_instant, records=written.records,
                            errors=written.errors, writes=written.writes,
-                           stats=outcome.stats, tasks=outcome.tasks)
+                           stats=outcome.stats, tasks=outcome.tasks,
+                           index_groups_read=groups_read)
 
     def _check_error_fraction(self, written: WriteResult, batch_id: int) -> None:
         """Raise :class:`TooManyBadRecordsError` when the batch has too many bad records."""

@@ -25,6 +25,7 @@ __all__ = [
     "ERROR_GUARD_MIN_RECORDS",
     "GLOBAL_STATE",
     "MAX_SHARDS",
+    "RECORD_INDEX",
     "SinkConfig",
     "field_docs",
     "sink_default",
@@ -32,6 +33,8 @@ __all__ = [
 
 BUCKET = "BUCKET"
 GLOBAL_STATE = "GLOBAL_STATE"
+RECORD_INDEX = "RECORD_INDEX"
+INDEXES = (BUCKET, GLOBAL_STATE, RECORD_INDEX)
 DEFAULT_IDENTIFIER = "default_single_writer"
 """Default of Hudi's ``hoodie.datasource.write.streaming.checkpoint.identifier``."""
 DEFAULT_SHARDS = 32
@@ -68,7 +71,10 @@ class SinkConfig:
     """``"BUCKET"`` (partition-level: the key's hash picks its file group; the table uses the
     bucket layout) or ``"GLOBAL_STATE"`` (key → location in the streaming query's RocksDB
     state; needs :func:`~ingest.sink.start_ingest` or
-    :meth:`~ingest.sink.HudiStreamingSink.streaming_frame`)."""
+    :meth:`~ingest.sink.HudiStreamingSink.streaming_frame`) or ``"RECORD_INDEX"`` (global:
+    key → location in the metadata table's ``record_index`` partition, looked up per batch in
+    the groups the keys hash to; :mod:`ingest.record_index`; needs ``hoodie.metadata.enable``,
+    on by default)."""
     num_buckets: int = WriteConfig.num_buckets
     """Buckets per partition of a table the sink creates (``hoodie.bucket.index.num.buckets``,
     whose default it shares)."""
@@ -84,7 +90,8 @@ class SinkConfig:
     tombstones delete the key they carry."""
     update_partition_path: bool = True
     """GLOBAL_STATE: an update whose partition value changed moves the record (True, Hudi's
-    default) or updates it in its old partition (False)."""
+    default) or updates it in its old partition (False). RECORD_INDEX always moves it, as the
+    engine's global indexes do."""
     checkpoint_identifier: str = DEFAULT_IDENTIFIER
     """Hudi's streaming writer identifier; every job writing the same table needs its own."""
     write_parallelism: int | None = None
@@ -119,9 +126,13 @@ class SinkConfig:
 
     def __post_init__(self) -> None:
         index = str(self.index).upper()
-        if index not in (BUCKET, GLOBAL_STATE):
-            raise ValueError(f"index: expected BUCKET or GLOBAL_STATE, got {self.index!r}")
+        if index not in INDEXES:
+            raise ValueError(f"index: expected {', '.join(INDEXES)}, got {self.index!r}")
         object.__setattr__(self, "index", index)
+        if index == RECORD_INDEX and not self.update_partition_path:
+            raise ValueError("update_partition_path: only the GLOBAL_STATE index can keep a "
+                             "key in its old partition; RECORD_INDEX moves it, as the engine's "
+                             "global indexes do")
         shards = self.state_shards
         if isinstance(shards, bool) or not isinstance(shards, int) \
                 or not 1 <= shards <= MAX_SHARDS:

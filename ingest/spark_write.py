@@ -268,6 +268,9 @@ class WriteSpec:
     """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
     """Set when the batch's error rows must be staged for the error table."""
+    decided: bool = False
+    """An index applied the rules already (one row per key and file group): the record
+    index (:mod:`ingest.record_index`); slim rows (``attach``) are always decided."""
 
 
 @dataclass(frozen=True)
@@ -380,7 +383,7 @@ def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
     """Write one file group's rows, in arrival order unless the global-state index decided
     every key already, as the engine resolves and writes a group
     (:meth:`engine.write.group_writer.GroupWriter.write`); None if nothing to write."""
-    decided = spec.attach is not None
+    decided = spec.decided or spec.attach is not None
     task_partition, stage, attempt = token
     return spec.writer.write(view, partition, file_id, rows if decided else arrival_order(rows),
                              decided=decided, task_partition=task_partition, stage=stage,
@@ -526,11 +529,12 @@ def shuffle_keys(columns: Sequence[str], *, by_bucket: bool = False) -> list[Col
 
 def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallelism: int,
                attach: PrepareSpec | None = None, errors: ErrorStaging | None = None,
-               by_bucket: bool = False) -> WriteResult:
+               by_bucket: bool = False, decided: bool = False) -> WriteResult:
     """Repartition rows by file group and write each group in a task: one Spark job.
 
     ``rows`` are prepared rows (:mod:`ingest.prepare`), or error-table rows; every row is
-    read once. The tasks place rows in file groups, run the write handles, count the rows
+    read once (``decided``: tagged by the record index, :mod:`ingest.record_index`). The
+    tasks place rows in file groups, run the write handles, count the rows
     per Kafka partition and, with ``errors``, stage the error rows; ``attach`` decodes slim
     rows in the task. Driver side: broadcasts the view and collects one small result per
     task.
@@ -542,7 +546,7 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
                                       event_time=event_time, policy=POLICY)
     spec = WriteSpec(writer, config.name,
                      config.num_buckets or plan.table.write_config.num_buckets,
-                     plan.table.write_config.index_type, attach, errors)
+                     plan.table.write_config.index_type, attach, errors, decided)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
                                                                by_bucket=by_bucket))

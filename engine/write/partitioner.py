@@ -9,7 +9,12 @@ each hold ``max.file.size / average record size`` records.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
 
 from engine.config import WriteConfig
 from engine.format.naming import new_file_id
@@ -64,3 +69,21 @@ def assign_inserts(partition: str, count: int, slices: list[FileSlice],
         buckets.append(InsertBucket(partition, new_file_id(), take, None))
         remaining -= take
     return buckets
+
+
+def insert_file_ids(keys: pa.Array | pa.ChunkedArray, buckets: Sequence[InsertBucket]) -> pa.Array:
+    """The file group of each insert of one partition, among its :func:`assign_inserts`
+    ``buckets``, when the inserts are spread over tasks that cannot count them in turn: as
+    Hudi's ``UpsertPartitioner.getPartition``, the key's MD5 hash modulo the partition's
+    insert count falls in one bucket's share (buckets weighted by their counts). The same
+    for every task attempt and replay; counts are then met on average, not exactly."""
+    total = sum(b.count for b in buckets)
+    if not buckets or total <= 0:
+        raise ValueError("insert_file_ids: no insert buckets")
+    bounds = np.cumsum([b.count for b in buckets])
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    slots = np.array([int.from_bytes(hashlib.md5(k.encode()).digest()[:8], "big", signed=True)
+                      % total for k in keys.cast(pa.string()).to_pylist()], dtype=np.int64)
+    which = np.searchsorted(bounds, slots, side="right")
+    return pa.array([b.file_id for b in buckets], pa.string()).take(pa.array(which))

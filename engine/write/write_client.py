@@ -71,7 +71,7 @@ from engine.write.group_writer import DELETE as DELETE
 from engine.write.group_writer import INSERT as INSERT
 from engine.write.group_writer import UPSERT as UPSERT
 from engine.write.group_writer import GroupWriter, TaskRule
-from engine.write.partitioner import assign_inserts, average_record_size
+from engine.write.partitioner import InsertBucket, assign_inserts, average_record_size
 from engine.write.placement import (
     bucket_group,
     live_buckets,
@@ -91,6 +91,20 @@ class WritePlan:
     tasks: list[WriteTask]
     operation: str
     extra_metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaggedRecords:
+    """What a global index's tagging decided for a batch of records
+    (:meth:`WriteClient.tag_located`)."""
+
+    updates: dict[tuple[str, str], pa.Table]
+    """(partition, file id) → the records that update that group."""
+    moved_out: dict[tuple[str, str], pa.Table]
+    """(partition, file id) → deletes of old copies of keys that move to another partition
+    (key, partition and the ordering value the delete policy gives them)."""
+    inserts: pa.Table
+    """Records of new keys and of moved ones, to place (:meth:`WriteClient.insert_buckets`)."""
 
 
 def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
@@ -480,31 +494,57 @@ class WriteClient:
                                         group_records, group_deletes, group_updates)
         if not inserts.num_rows:
             return
+        parts = inserts.column(PARTITION_PATH).combine_chunks()
+        rows_of = {part: inserts.filter(pc.equal(parts, part))
+                   for part in parts.unique().to_pylist()}
+        placements = self.insert_buckets(timeline, view, operation,
+                                         {part: rows.num_rows for part, rows in rows_of.items()})
+        for part, part_rows in rows_of.items():
+            offset = 0
+            for bucket in placements[part]:
+                group_records.setdefault((part, bucket.file_id), []).append(
+                    part_rows.slice(offset, bucket.count))
+                offset += bucket.count
+
+    def insert_buckets(self, timeline: Timeline, view: TableView, operation: str,
+                       counts: Mapping[str, int]) -> dict[str, list[InsertBucket]]:
+        """Where each partition's ``counts`` inserts go (Hudi's upsert partitioner,
+        :func:`engine.write.partitioner.assign_inserts`): small file groups first — never
+        one a pending compaction or clustering will rewrite, none for bulk_insert —, then new
+        ones. The streaming job's record-index batches ask the same with their counts."""
         record_size = average_record_size(timeline, self.write_config)
         # Inserts never go to file groups a pending compaction or clustering will rewrite.
         planned = view.pending_rewrite_groups()
-        parts = inserts.column(PARTITION_PATH).combine_chunks()
-        for part in parts.unique().to_pylist():
-            mask = pc.equal(parts, part)
-            part_rows = inserts.filter(mask)
+        out: dict[str, list[InsertBucket]] = {}
+        for part, count in counts.items():
             if operation == BULK_INSERT:
                 candidates: list[FileSlice] = []
             else:
                 candidates = [s for s in view.latest_in_partition(part)
                               if (s.partition_path, s.file_id) not in planned]
-            placement = assign_inserts(part, part_rows.num_rows, candidates,
-                                       self.write_config, record_size)
-            offset = 0
-            for bucket in placement:
-                group_records.setdefault((part, bucket.file_id), []).append(
-                    part_rows.slice(offset, bucket.count))
-                offset += bucket.count
+            out[part] = assign_inserts(part, count, candidates, self.write_config, record_size)
+        return out
+
+    def tag_located(self, records: pa.Table, reader: SliceReader, slices: list[FileSlice],
+                    locations: pa.Table) -> TaggedRecords:
+        """:meth:`_tag_updates` of a global index with the key ``locations`` already looked
+        up (the streaming job's record-index tasks look them up in the record_index groups
+        their keys hash to): which records update which file group, which old copies a move
+        deletes, and the records to insert. Executor-safe."""
+        group_records: dict[tuple[str, str], list[pa.Table]] = {}
+        group_deletes: dict[tuple[str, str], list[pa.Table]] = {}
+        inserts = self._tag_updates(records, reader, slices, True, group_records,
+                                    group_deletes, {}, locations=locations)
+        return TaggedRecords({g: pa.concat_tables(t) for g, t in group_records.items()},
+                             {g: pa.concat_tables(t) for g, t in group_deletes.items()},
+                             inserts)
 
     def _tag_updates(self, records: pa.Table, reader: SliceReader, slices: list[FileSlice],
                      global_index: bool,
                      group_records: dict[tuple[str, str], list[pa.Table]],
                      group_deletes: dict[tuple[str, str], list[pa.Table]],
-                     group_updates: dict[tuple[str, str], int]) -> pa.Table:
+                     group_updates: dict[tuple[str, str], int], *,
+                     locations: pa.Table | None = None) -> pa.Table:
         """Route records whose key exists to its file groups; returns the records to insert.
 
         As Hudi's simple indexes do, a record is tagged once per location of its key: a key
@@ -515,7 +555,8 @@ class WriteClient:
         """
         parts = records.column(PARTITION_PATH).combine_chunks()
         wanted = None if global_index else set(parts.unique().to_pylist())
-        locations = self._key_locations(reader, slices, wanted, records.column(RECORD_KEY))
+        if locations is None:
+            locations = self._key_locations(reader, slices, wanted, records.column(RECORD_KEY))
         tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_index)
         rows = tagged.column("row").to_numpy(zero_copy_only=False)
