@@ -9,7 +9,7 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
 2. executor tasks: the prepared rows are repartitioned by the record_index file group their
    key hashes to (:func:`engine.metadata.keys.file_group_index`), and each task looks its keys
    up in only those groups (:func:`engine.metadata.record_index.lookup_group`: a base HFile
-   through its block index and bloom filter, never a whole file). :func:`tag_rows` then
+   through its block index, never a whole file). :func:`tag_rows` then
    resolves each key's versions in the batch against what the table stores
    (:func:`engine.merge.resolve.resolve`) and tags the winner exactly as the engine's
    RECORD_INDEX/GLOBAL_SIMPLE write does (:meth:`engine.write.write_client.WriteClient.

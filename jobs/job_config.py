@@ -189,8 +189,10 @@ SETTINGS: tuple[Setting, ...] = (
     _sink("table.partition_by", _list, "partition_by", "Partition field(s).", default=()),
     _sink("table.delete_field", _str, "delete_column",
           "Boolean field marking a record as a delete (a Kafka tombstone also deletes)."),
-    _sink("index.type", _choice("BUCKET", "GLOBAL_STATE"), "index",
-          "BUCKET (partition-level) or GLOBAL_STATE (state-store global index)."),
+    _sink("index.type", _choice("BUCKET", "GLOBAL_STATE", "RECORD_INDEX"), "index",
+          "BUCKET (partition-level), GLOBAL_STATE (state-store global index) or RECORD_INDEX "
+          "(global: the metadata table's record_index, looked up per batch; needs "
+          "hoodie.metadata.enable, on by default)."),
     _option("index.bucket_engine", _choice("SIMPLE", "CONSISTENT_HASHING"),
             "hoodie.index.bucket.engine",
             "BUCKET: SIMPLE (a fixed bucket count) or CONSISTENT_HASHING (buckets split and "
@@ -199,7 +201,8 @@ SETTINGS: tuple[Setting, ...] = (
     _sink("index.num_buckets", _int, "num_buckets",
           "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
     _sink("index.update_partition_path", _bool, "update_partition_path",
-          "GLOBAL_STATE: a record whose partition changed moves (old copy deleted)."),
+          "GLOBAL_STATE: a record whose partition changed moves (old copy deleted); "
+          "RECORD_INDEX always moves it."),
     _sink("index.state_shards", _int, "state_shards",
           "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
           "state operator runs once per shard and micro-batch."),

@@ -64,7 +64,8 @@ pytestmark = [
 ]
 
 SLICE = 1_500  # records sent before each kill; a micro-batch reads at most 1,000
-ALL_POINTS = {"BUCKET": (*CRASH_POINTS,), "GLOBAL_STATE": (*CRASH_POINTS, *GLOBAL_STATE_POINTS)}
+ALL_POINTS = {"BUCKET": (*CRASH_POINTS,), "GLOBAL_STATE": (*CRASH_POINTS, *GLOBAL_STATE_POINTS),
+              "RECORD_INDEX": (*CRASH_POINTS,)}
 CI_POINTS = {
     # Where what a kill interrupts does not depend on the index (the job before its query,
     # the executors decoding), one index is killed there at the CI size; where it does (the
@@ -73,10 +74,16 @@ CI_POINTS = {
     "BUCKET": ("before_query", "decode", "before_commit", "after_commit"),
     "GLOBAL_STATE": ("tagging", "before_error_commit", "after_error_commit", "before_commit",
                      "after_commit"),
+    # RECORD_INDEX keeps no state of its own: its index is committed with the data (the
+    # metadata table's deltacommit inside the data commit). One kill at the CI size, between
+    # the executors' writes and the commit (2 job runs: the restart re-tags from the index);
+    # every point at the soak size.
+    "RECORD_INDEX": ("before_commit",),
 }
 assert {*CI_POINTS["BUCKET"], *CI_POINTS["GLOBAL_STATE"]} == set(ALL_POINTS["GLOBAL_STATE"]), (
     "every crash point must be killed at the CI size by at least one index")
-RANDOM_KILLS = {"BUCKET": soak(1, 4), "GLOBAL_STATE": soak(0, 4)}  # repeats of one kind
+# repeats of one kind
+RANDOM_KILLS = {"BUCKET": soak(1, 4), "GLOBAL_STATE": soak(0, 4), "RECORD_INDEX": soak(0, 4)}
 CATCH_UP_S = 900.0  # generous: other Spark jobs may share the machine
 
 
@@ -93,7 +100,7 @@ def batches_logged(work: Path) -> int:
     return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
 
 
-@pytest.mark.parametrize("index", ["BUCKET", "GLOBAL_STATE"])
+@pytest.mark.parametrize("index", ["BUCKET", "GLOBAL_STATE", "RECORD_INDEX"])
 def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
         kafka_bootstrap: str, tmp_path: Path, index: str) -> None:  # noqa: F811
     """SIGKILL at each crash point of a micro-batch and at random moments, restart with the
