@@ -82,6 +82,7 @@ def _data_locations(path: str) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.parametrize(("table_type", "seed"), [("MERGE_ON_READ", 31),
                                                   ("COPY_ON_WRITE", 32)])
 def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
@@ -112,6 +113,7 @@ def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_record_index_sink_reads_only_the_groups_the_batch_keys_hash_to(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")
