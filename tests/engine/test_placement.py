@@ -79,3 +79,15 @@ def test_live_buckets_table_without_recorded_index_simple_writer_has_none(
     assert table.write_config.index_type is IndexType.SIMPLE
     assert view.bucket_groups()  # file ids that start with 8 digits...
     assert live_buckets(view, table.write_config.index_type) == {}  # ...are no bucket groups
+
+
+def test_insert_file_ids_same_on_replay_and_split_by_bucket_counts() -> None:
+    from engine.write.partitioner import InsertBucket, insert_file_ids
+
+    buckets = [InsertBucket("p", "small", 1_000, None), InsertBucket("p", "new", 3_000, None)]
+    keys = pa.array([f"k{i}" for i in range(4_000)])
+    first = insert_file_ids(keys, buckets).to_pylist()
+    assert insert_file_ids(keys, buckets).to_pylist() == first  # a replay places alike
+    counts = {fid: first.count(fid) for fid in ("small", "new")}
+    assert sum(counts.values()) == 4_000
+    assert 800 < counts["small"] < 1_200  # weighted by the buckets' counts, on average
