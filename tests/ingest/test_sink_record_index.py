@@ -34,6 +34,7 @@ from tests.ingest.helpers import (
     random_batches,
     table_rows,
 )
+from tests.soak import soak
 from tests.spark_session import spark  # noqa: F401
 
 GROUPS = 4
@@ -83,8 +84,10 @@ def _data_locations(path: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize(("table_type", "seed"), [("MERGE_ON_READ", 31),
-                                                  ("COPY_ON_WRITE", 32)])
+# CI size: MERGE_ON_READ (logs, moves across file groups); soak size adds COPY_ON_WRITE.
+@pytest.mark.parametrize(("table_type", "seed"), soak([("MERGE_ON_READ", 31)],
+                                                      [("MERGE_ON_READ", 31),
+                                                       ("COPY_ON_WRITE", 32)]))
 def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
         spark: Any, tmp_path: Path, table_type: str, seed: int) -> None:  # noqa: F811
     rng = random.Random(seed)
