@@ -16,6 +16,9 @@ live record key → the data partition and file group holding it (``hudi-metadat
   routed to the MDT file groups they hash to and only those groups are read
   (:func:`engine.metadata.reader.lookup_slice`: the base HFile through its block index).
   :func:`group_slices` and :func:`lookup_group` are the same lookup split for executor tasks.
+* **Read through** by key-equality filters (:func:`groups_holding`, registered in
+  :data:`engine.read.skipping.KEY_PRUNERS`): a snapshot read whose filter pins record keys
+  reads only the file groups the index locates them in.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 from engine.metadata.reader import GroupSlice, latest_group_slices, lookup_slice, route, validity
 from engine.metadata.records import MetadataRecord, RecordIndexInfo, record_index_record
 from engine.metadata.table import MetadataTable, declared_partitions
+from engine.read.skipping import KEY_PRUNERS
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
 
@@ -363,3 +367,28 @@ def lookup_locations(storage: Storage, data_timeline: Timeline,
         read.append(piece.file_id)
         tables.append(lookup_group(mdt_storage, piece, group_keys))
     return Lookup(pa.concat_tables(tables), tuple(read), len(pieces))
+
+
+# -- reads: key-equality filters -------------------------------------------------------------
+
+def groups_holding(view: TableView, keys: pa.Array) -> set[tuple[str, str]] | None:
+    """The (partition, file id) groups holding ``keys`` per the record_index, for a snapshot
+    read of the latest ``view`` whose filter pins these record keys
+    (:data:`engine.read.skipping.KEY_PRUNERS`); None when the index cannot tell.
+
+    It cannot tell when the table does not declare the partition complete, or when a key may
+    live in several groups: a partitioned table whose index is not global keeps a key once per
+    partition, and the record_index holds one location per key. (A key written twice by
+    ``insert``, which looks nothing up, is found where the index last saw it, as in Hudi.)"""
+    config = view.config
+    if config.partition_fields and not (config.index_type is not None
+                                        and config.index_type.is_global):
+        return None
+    if not is_kept(view.storage):
+        return None
+    found = lookup_locations(view.storage, view.timeline, keys).locations
+    return set(zip(found.column("loc_partition").to_pylist(),
+                   found.column("loc_file_id").to_pylist(), strict=True))
+
+
+KEY_PRUNERS.append(groups_holding)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+import engine.metadata.record_index  # noqa: F401  (registers the record index's key pruner)
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
 from engine.format.base_file import read_base_file, read_footer_keys
@@ -245,14 +246,15 @@ MAX_LOOKUP_KEYS = 10_000
 
 def lookup_keys(filters: Filters, config: TableConfig,
                 schema: pa.Schema | None) -> pa.Array | None:
-    """Record keys a DNF filter pins down (``field = v`` / ``field in [...]`` on every record
-    key field), else None.
+    """Record keys a DNF filter pins down, else None: every disjunct must pin the key, by
+    ``_hoodie_record_key = k`` / ``in [...]`` (the stored key strings) or by ``field = v`` /
+    ``field in [...]`` on every record key field.
 
-    The keys are made by the writer's own key generator (:func:`engine.layout.keygen.record_keys`)
-    from the filter values cast to the columns' types, so ``id = 2.0`` on a double key finds
-    the stored ``2.0`` and ``id = "x"`` on a complex-key table finds ``id:x``. Every
-    disjunct must pin the key, or any key may match; a value the key generator refuses (or
-    that cannot be cast) disables the pruning rather than guess.
+    Keys from field values are made by the writer's own key generator
+    (:func:`engine.layout.keygen.record_keys`) from the values cast to the columns' types, so
+    ``id = 2.0`` on a double key finds the stored ``2.0`` and ``id = "x"`` on a complex-key
+    table finds ``id:x``. A disjunct that does not pin the key (any key may match), a value
+    the key generator refuses or that cannot be cast disables the lookup rather than guess.
     """
     fields = config.record_key_fields
     if (filters is None or isinstance(filters, pc.Expression) or not filters or not fields
@@ -261,42 +263,56 @@ def lookup_keys(filters: Filters, config: TableConfig,
         return None
     dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
     combos: list[tuple[Any, ...]] = []
+    stored: list[str] = []
     for conj in dnf:
-        per_field: list[list[Any]] = []
-        for name in fields:
-            values: list[Any] | None = None
-            for term in conj:
-                if not (isinstance(term, tuple) and len(term) == 3 and term[0] == name):
-                    continue
-                _, op, value = term
-                if op in ("=", "=="):
-                    these = [value]
-                elif op == "in" and isinstance(value, list | tuple | set):
-                    these = list(value)
-                else:
-                    continue
-                values = these if values is None else [v for v in values if v in these]
-            if values is None:
+        direct = _pinned(conj, RECORD_KEY)
+        if direct is not None:
+            if not all(isinstance(k, str) for k in direct):
                 return None
-            per_field.append(values)
-        size = 1
-        for values in per_field:
-            size *= len(values)
-        if len(combos) + size > MAX_LOOKUP_KEYS:
+            stored += direct
+        else:
+            per_field = [_pinned(conj, name) for name in fields]
+            if any(values is None for values in per_field):
+                return None
+            size = 1
+            for values in per_field:
+                size *= len(values or ())
+            if len(combos) + size > MAX_LOOKUP_KEYS:
+                return None
+            combos.extend(itertools.product(*(values or () for values in per_field)))
+        if len(combos) + len(stored) > MAX_LOOKUP_KEYS:
             return None
-        combos.extend(itertools.product(*per_field))
-    if not combos:
-        return pa.array([], pa.string())
-    try:
-        columns = [pa.array([c[i] for c in combos]).cast(schema.field(name).type)
-                   for i, name in enumerate(fields)]
-        if any(column.null_count for column in columns):
+    keys = pa.array(stored, pa.string())
+    if combos:
+        try:
+            columns = [pa.array([c[i] for c in combos]).cast(schema.field(name).type)
+                       for i, name in enumerate(fields)]
+            if any(column.null_count for column in columns):
+                return None
+            made = record_keys(pa.Table.from_arrays(columns, names=list(fields)), config)
+        except (InvalidRecordError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
+                pa.ArrowTypeError, TypeError, ValueError):
             return None
-        keys = record_keys(pa.Table.from_arrays(columns, names=list(fields)), config)
-    except (InvalidRecordError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
-            pa.ArrowTypeError, TypeError, ValueError):
-        return None
+        keys = pa.concat_arrays([keys, made.cast(pa.string())])
     return pc.unique(keys).sort()
+
+
+def _pinned(conj: Sequence[Any], name: str) -> list[Any] | None:
+    """The values one conjunction allows for ``name`` by ``=`` / ``in`` terms (their
+    intersection), None when no such term constrains it."""
+    values: list[Any] | None = None
+    for term in conj:
+        if not (isinstance(term, tuple) and len(term) == 3 and term[0] == name):
+            continue
+        _, op, value = term
+        if op in ("=", "=="):
+            these = [value]
+        elif op == "in" and isinstance(value, list | tuple | set):
+            these = list(value)
+        else:
+            continue
+        values = these if values is None else [v for v in values if v in these]
+    return values
 
 
 def _slice_may_hold(storage: Storage, slc: FileSlice, keys: pa.Array) -> bool:
@@ -365,7 +381,11 @@ class TableReader:
              ) -> tuple[list[FileSlice], pa.Array | None, Pruning]:
         """The slices a read of ``view`` with ``spec`` reads, the record keys its filter pins
         (None if it pins none), and what data skipping pruned (``latest``: ``view`` is the
-        table's latest snapshot, so partition stats apply)."""
+        table's latest snapshot, so partition stats and the record index apply).
+
+        Slices are pruned by partition values, then for a key-equality filter by the record
+        index (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket
+        id and base-file footers, then by partition and column statistics."""
         schema = self.table_schema()
         slices = view.latest_file_slices()
         dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
@@ -373,14 +393,27 @@ class TableReader:
             slices = [s for s in slices
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]
         wanted = [s for s in slices if not (spec.read_optimized and s.base_file is None)]
+        total = len(wanted)
+        by_index = by_footer = 0
         keys = lookup_keys(spec.filters, self.config, schema)
         if keys is not None:
-            wanted = self._prune_for_keys(wanted, keys)
-            for pruner in KEY_PRUNERS:  # the record index's hook
-                groups = pruner(view, keys)
-                if groups is not None:
-                    wanted = [s for s in wanted if (s.partition_path, s.file_id) in groups]
+            located = False
+            if latest and not spec.read_optimized:
+                for pruner in KEY_PRUNERS:  # the record index
+                    groups = pruner(view, keys)
+                    if groups is not None:
+                        located = True
+                        wanted = [s for s in wanted if (s.partition_path, s.file_id) in groups]
+                by_index = total - len(wanted)
+            if not located:
+                kept = self._prune_for_keys(wanted, keys)
+                by_footer = len(wanted) - len(kept)
+                wanted = kept
         wanted, report = prune(view, wanted, spec.filters, schema, latest=latest)
+        report.slices = total
+        report.partitions = len({s.partition_path for s in slices})
+        report.slices_pruned_by_record_index = by_index
+        report.slices_pruned_by_bucket_or_footer = by_footer
         return wanted, keys, report
 
     def read(self, spec: ReadSpec, view: TableView, *, latest: bool = False) -> pa.Table:

@@ -43,9 +43,12 @@ _log = logging.getLogger("engine.read")
 Term = tuple[str, str, Any]
 
 KEY_PRUNERS: list[Callable[[TableView, pa.Array], set[tuple[str, str]] | None]] = []
-"""Hook for the record index: given the view and the record keys a filter pins down, the
-(partition, file id) groups that may hold them, or None when it cannot tell. The reader
-keeps only slices of such groups (every pruner that answers must admit the group)."""
+"""Hook for the record index (:func:`engine.metadata.record_index.groups_holding`): given the
+latest view and the record keys a snapshot read's filter pins down, the (partition, file id)
+groups that hold them, or None when it cannot tell. The reader keeps only slices of such
+groups (every pruner that answers must admit the group); it does not ask for time travel,
+incremental or read-optimized reads (an older or base-only slice of another group may still
+show a key that has moved)."""
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Pruning:
     partitions: int = 0
     partitions_pruned_by_partition_stats: int = 0
     slices: int = 0
+    slices_pruned_by_record_index: int = 0
+    slices_pruned_by_bucket_or_footer: int = 0
     slices_pruned_by_column_stats: int = 0
     slices_read: int = 0
     files_checked: int = 0
