@@ -14,8 +14,21 @@ case where BLOOM's key ranges prune. ``BLOOM-mdt`` is BLOOM reading its filters 
 metadata table's ``bloom_filters`` partition (``hoodie.bloom.index.use.metadata``).
 Printed per (size, index): the bulk insert's time, each batch's seconds and rows/s, and the
 median; then the ratios the issue asks about (RECORD_INDEX at the largest size over the
-smallest, RECORD_INDEX against SIMPLE), and a point lookup on the largest MOR table with the
-record index. An index type the engine does not accept is skipped with a note.
+smallest, RECORD_INDEX against SIMPLE). An index type the engine does not accept is skipped
+with a note.
+
+Point lookups (default mode, with RECORD_INDEX among the indexes): on the largest RECORD_INDEX
+table (MERGE_ON_READ: its slices have logs after the batches), ``Table.open`` +
+``read(filters=[("key", "=", k)])`` for ``--lookups`` random existing keys, median, with the
+record index and without it: the same files linked into a copy whose ``hoodie.properties``
+does not declare ``record_index`` (the reader then prunes by footers, which rule nothing out
+of a slice with logs). ``Table.explain`` gives the slices each reads.
+
+Range pruning (default mode; ``--range-rows`` 0 skips it): a COPY_ON_WRITE table of
+``--range-rows`` rows with column statistics, clustered with ``x`` (random, unique) as sort
+column into about ``--range-files`` files; a filter ``x`` in a 1% range: ``Table.explain``'s
+slices pruned by column_stats (goal >= 90%), and the read's time with the filter as DNF
+(pruned) and as an expression (not pruned).
 
 Commit cost (``--commit-cost``): a table of ``--files`` small base files (one row each, in
 100 partitions), then ``--commits`` upserts of 10 rows into one partition, with
@@ -51,7 +64,6 @@ DEFAULT_SIZES = "1000000,5000000,10000000"
 DEFAULT_INDEXES = "SIMPLE,BLOOM,BLOOM-ordered,RECORD_INDEX,BUCKET"
 KNOWN_INDEXES = ("SIMPLE", "BLOOM", "BLOOM-ordered", "BLOOM-mdt", "RECORD_INDEX", "BUCKET")
 ROWS_PER_BUCKET = 250_000
-LOOKUPS = 5
 SCRAMBLE = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -134,6 +146,11 @@ class Run:
     load_seconds: float = 0.0
     batch_seconds: list[float] = field(default_factory=list)
     lookup_ms: float | None = None
+    lookup_slices: int | None = None
+    plain_lookup_ms: float | None = None
+    plain_lookup_slices: int | None = None
+    slices: int | None = None
+    lookups: int = 0
     note: str = ""
 
     @property
@@ -169,19 +186,50 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
         run.batch_seconds.append(time.perf_counter() - started)
         log(f"  {index} {size:,}: batch {b + 1} {run.batch_seconds[-1]:.2f} s")
     if lookup:
-        keys = (key_strings if ordered else random_keys)(
-            np.random.default_rng(args.seed + 1).choice(size, LOOKUPS, replace=False))
-        times = []
-        for key in keys.to_pylist():
-            started = time.perf_counter()
-            found = Table.open(str(path)).read(filters=[("key", "=", key)])
-            times.append(time.perf_counter() - started)
-            if found.num_rows != 1:
-                run.note = f"lookup of {key} returned {found.num_rows} rows"
-        run.lookup_ms = statistics.median(times) * 1000
+        point_lookups(run, path, work / f"{index}-{size}-without-index", ordered, args)
     if not args.keep:
         shutil.rmtree(path, ignore_errors=True)
     return run
+
+
+def point_lookups(run: Run, path: Path, plain: Path, ordered: bool,
+                  args: argparse.Namespace) -> None:
+    """Median ``Table.open`` + key-equality read of ``--lookups`` random existing keys, with
+    the record index (``path``) and without (``plain``: the same files, hard-linked, with
+    ``record_index`` not declared)."""
+    from engine import Table
+    from engine.metadata.record_index import RECORD_INDEX
+    from engine.metadata.table import declared_partitions, set_declared_partitions
+    from engine.storage import Storage
+
+    shutil.copytree(path, plain, copy_function=_link)
+    storage = Storage(str(plain))
+    set_declared_partitions(storage, [p for p in declared_partitions(storage)
+                                      if p != RECORD_INDEX])  # replaces the linked file
+    keys = (key_strings if ordered else random_keys)(
+        np.random.default_rng(args.seed + 1).choice(run.size, args.lookups, replace=False))
+    run.lookups = args.lookups
+    for where, attr in ((path, "lookup"), (plain, "plain_lookup")):
+        times = []
+        for key in keys.to_pylist():
+            started = time.perf_counter()
+            found = Table.open(str(where)).read(filters=[("key", "=", key)])
+            times.append(time.perf_counter() - started)
+            if found.num_rows != 1:
+                run.note = f"lookup of {key} in {where.name} returned {found.num_rows} rows"
+        report = Table.open(str(where)).explain([("key", "=", keys[0].as_py())])
+        setattr(run, f"{attr}_ms", statistics.median(times) * 1000)
+        setattr(run, f"{attr}_slices", report["slices_read"])
+        run.slices = report["slices"]
+        log(f"  lookups in {where.name}: median {statistics.median(times) * 1000:.0f} ms, "
+            f"{report['slices_read']} of {report['slices']} slices read")
+    shutil.rmtree(plain, ignore_errors=True)
+
+
+def _link(source: str, target: str) -> None:
+    import os
+
+    os.link(source, target)
 
 
 def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
@@ -217,12 +265,71 @@ def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
                   f"{args.batch / simple:,.0f} rows/s (goal: above SIMPLE)")
     lookups = [r for r in runs if r.lookup_ms is not None]
     for r in lookups:
-        print(f"point lookup, {r.index} {args.table_type} table of {r.size:,} rows with logs: "
-              f"median {r.lookup_ms:.0f} ms of {LOOKUPS} (Table.open + read with key filter; "
-              "goal <= 50 ms via the record index)")
+        print(f"point lookup, {args.table_type} table of {r.size:,} rows with logs "
+              f"({r.slices} file slices), median of {r.lookups} random keys (Table.open + "
+              f"read with key filter): with the record index {r.lookup_ms:.0f} ms "
+              f"({r.lookup_slices} slice read), without {r.plain_lookup_ms:.0f} ms "
+              f"({r.plain_lookup_slices} slices read); goal <= 50 ms via the record index")
     if not lookups:
-        print("point lookup: not measured (needs a RECORD_INDEX table, which the engine does "
-              "not accept yet)")
+        print("point lookup: not measured (needs RECORD_INDEX among --indexes)")
+
+
+# -- range pruning by column statistics -------------------------------------------------------
+
+
+def range_pruning(work: Path, args: argparse.Namespace) -> None:
+    """A table clustered on ``x``, a 1% range filter on ``x``: slices pruned by column_stats
+    (``Table.explain``) and the read's time pruned and not."""
+    from engine import Table
+    from engine.read.reader import to_expression
+
+    n = args.range_rows
+    rng = np.random.default_rng(args.seed + 2)
+    path = work / "clustered"
+    rows = make_rows(np.arange(n), 1, False, 1, rng).drop_columns(["partition"])
+    rows = rows.append_column("x", pa.array(rng.permutation(n).astype(np.int64)))
+    table = Table.create(str(path), name="bench", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.metadata.index.column.stats.enable": "true"})
+    started = time.perf_counter()
+    table.bulk_insert(rows)
+    load = time.perf_counter() - started
+    size = sum((path / s.base_file.path).stat().st_size
+               for s in table.file_slices() if s.base_file is not None)
+    target = max(size // max(args.range_files, 1), 1)
+    table = Table.open(str(path), {
+        "hoodie.metadata.index.column.stats.enable": "true",
+        "hoodie.clustering.plan.strategy.sort.columns": "x",
+        "hoodie.clustering.plan.strategy.target.file.max.bytes": str(target),
+        "hoodie.clustering.plan.strategy.max.bytes.per.group": str(1 << 40),
+        "hoodie.clustering.plan.strategy.small.file.limit": str(1 << 40),
+        "hoodie.parquet.max.file.size": str(1 << 40)})
+    started = time.perf_counter()
+    table.cluster()
+    cluster = time.perf_counter() - started
+    low = n // 2
+    filters = [("x", ">=", low), ("x", "<", low + n // 100)]
+    report = Table.open(str(path)).explain(filters)
+    timed = {}
+    for name, f in (("pruned", filters), ("unpruned", to_expression(filters))):
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            got = Table.open(str(path)).read(filters=f)
+            times.append(time.perf_counter() - started)
+        timed[name] = statistics.median(times) * 1000
+        if got.num_rows != n // 100:
+            print(f"note: {name} range read returned {got.num_rows} rows, not {n // 100}")
+    pruned = report["slices_pruned_by_column_stats"]
+    print()
+    print(f"Range pruning: COPY_ON_WRITE table of {n:,} rows (bulk insert {load:.1f} s), "
+          f"clustered on x ({cluster:.1f} s) into {report['slices']} file slices; filter "
+          f"{low:,} <= x < {low + n // 100:,} (1%): {pruned} of {report['slices']} slices "
+          f"pruned by column_stats ({100 * pruned / max(report['slices'], 1):.1f}%, goal >= "
+          f"90%), {report['slices_read']} read; read median of 3: {timed['pruned']:.0f} ms "
+          f"pruned, {timed['unpruned']:.0f} ms as an expression (not pruned)")
+    if not args.keep:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # -- commit cost ---------------------------------------------------------------------------
@@ -329,6 +436,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="measure one commit on a table of --files files, MDT on vs off")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--commits", type=int, default=3)
+    parser.add_argument("--lookups", type=int, default=20,
+                        help="random keys of the point-lookup figure (default 20)")
+    parser.add_argument("--range-rows", type=int, default=1_000_000,
+                        help="rows of the range-pruning table (0: skip it; default 1,000,000)")
+    parser.add_argument("--range-files", type=int, default=100,
+                        help="files the range-pruning table is clustered into (default 100)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", help="work folder (default: a temporary one, deleted)")
     parser.add_argument("--keep", action="store_true", help="keep the tables")
@@ -359,6 +472,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log(f"  {run.note}")
                 runs.append(run)
         report_upserts(runs, args)
+        if args.range_rows:
+            log(f"range pruning, {args.range_rows:,} rows")
+            range_pruning(work, args)
     finally:
         if not args.out and not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -568,6 +568,44 @@ class HFileReader:
         if not self._index:
             return []
         return [value for r, value in self._block_cells(self._first_block(row)) if r == row]
+
+    def get_many(self, rows: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """(row, value) of every cell whose row is one of ``rows``, in file order. Only the
+        data blocks the root index points the rows at are decompressed, each once."""
+        if not self._index:
+            return
+        by_block: dict[int, set[bytes]] = {}
+        for row in rows:
+            by_block.setdefault(self._first_block(row), set()).add(row)
+        for n in sorted(by_block):
+            yield from self._find_cells(n, by_block[n])
+
+    def _find_cells(self, n: int, wanted: set[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """The cells of data block ``n`` whose row is in ``wanted``: :meth:`_block_cells`'s
+        walk without slicing out every row (a lookup walks thousands of cells per block)."""
+        entry = self._index[n]
+        try:
+            raw, _ = self._read_block(entry.offset, _DATA)
+            size = len(raw)
+            unpack = _CELL_HEAD.unpack_from
+            pos = 0
+            while pos < size:
+                key_len, value_len = unpack(raw, pos)
+                key_end = pos + 8 + key_len
+                row_len = (raw[pos + 8] << 8) | raw[pos + 9]
+                if key_len < 12 or value_len < 0 or key_end + value_len > size \
+                        or row_len + 2 > key_len:
+                    raise HFileError(f"cell at {pos} of data block {n} runs past the block")
+                row = raw[pos + 10 : pos + 10 + row_len]
+                if row in wanted:
+                    yield row, raw[key_end : key_end + value_len]
+                pos = key_end + value_len
+                if raw[pos] < 0x80:  # the memstore timestamp vint: one byte when >= 0
+                    pos += 1
+                else:
+                    _, pos = _read_vint(raw, pos)
+        except (struct.error, IndexError) as exc:
+            raise HFileError(f"data block {n} at {entry.offset}: {exc}") from None
 
     def scan(self, start: bytes = b"", stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Cells with ``start <= row < stop`` (``stop`` None: to the end), in order."""

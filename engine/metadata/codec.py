@@ -9,7 +9,7 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from engine.format.hfile import HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
@@ -60,17 +60,20 @@ def read_base_file(data: bytes) -> list[MetadataRecord]:
     return [decode_metadata_value(row, value) for row, value in HFileReader(data).cells()]
 
 
-def read_log_file(data: bytes, keys: Container[str] | None = None
+def read_log_file(data: bytes, keys: Collection[str] | None = None
                   ) -> Iterator[tuple[str, MetadataRecord | None]]:
     """(key, record) in log order; a delete-block entry gives (key, None). ``keys``: only
-    those keys' values are decoded (other HFile cells are skipped)."""
+    those keys' cells are decoded, found through each HFile block's index (only the HFile
+    data blocks holding them are decompressed: a log can hold a whole bulk insert's keys
+    until the MDT compacts); delete blocks are still given whole."""
     from engine.format.delete_block import decode_delete_block
 
+    rows = sorted(k.encode("utf-8") for k in keys) if keys is not None else None
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
-            for row, value in decode_hfile_data_block(block):
-                if keys is not None and row.decode("utf-8") not in keys:
-                    continue
+            cells = (decode_hfile_data_block(block) if rows is None
+                     else HFileReader(block.content).get_many(rows))
+            for row, value in cells:
                 record = decode_metadata_value(row, value)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:

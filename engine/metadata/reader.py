@@ -130,16 +130,17 @@ def read_slice(storage: Storage, piece: GroupSlice) -> dict[str, MetadataRecord]
 
 def lookup_slice(storage: Storage, piece: GroupSlice,
                  keys: Iterable[str]) -> dict[str, MetadataRecord]:
-    """The merged records of ``keys`` in one group slice: the base file is searched through
-    its block index (only the blocks holding the keys are decompressed), the logs are read
-    whole (they are small between MDT compactions). Executor-safe."""
+    """The merged records of ``keys`` in one group slice: the base file and the logs' HFile
+    blocks are searched through their block indexes (only the data blocks holding the keys
+    are decompressed, each once; a log holds a whole bulk insert's keys until the MDT
+    compacts); delete blocks are read whole. Executor-safe."""
     wanted = set(keys)
     merged: dict[str, MetadataRecord] = {}
     if piece.base_path is not None and wanted:
         reader = HFileReader(storage.read(piece.base_path))
-        for key in sorted(wanted):
-            for value in reader.get(key.encode("utf-8")):
-                merged[key] = decode_metadata_value(key, value)
+        for row, value in reader.get_many(sorted(k.encode("utf-8") for k in wanted)):
+            key = row.decode("utf-8")
+            merged[key] = decode_metadata_value(key, value)
     for path in piece.log_paths:
         for key, newer in read_log_file(storage.read(path), wanted):
             if key in wanted:

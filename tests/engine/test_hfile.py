@@ -152,6 +152,22 @@ def test_write_hfile_small_block_size_multi_block_every_key_found() -> None:
                                                          c[0].startswith(prefix)]
 
 
+def test_hfile_get_many_multi_block_equals_filtered_cells() -> None:
+    rng = random.Random(11)
+    cells = _cells(2000)
+    dup = [(b"a", b"1" * 200), (b"b", b"x" * 600), (b"b", b"y" * 600), (b"b", b"z"),
+           (b"c", b"3")]
+    for data, all_cells in ((write_hfile(cells, block_size=1024), cells),
+                            (write_hfile(cells, compression="NONE", block_size=1024), cells),
+                            (write_hfile(dup, block_size=100, allow_duplicates=True), dup)):
+        reader = HFileReader(data)
+        rows = [c[0] for c in rng.sample(all_cells, min(40, len(all_cells)))]
+        rows += [b"", b"key-", b"zzz", b"b"]
+        wanted = set(rows)
+        assert list(reader.get_many(rows)) == [c for c in all_cells if c[0] in wanted]
+        assert list(reader.get_many([])) == []
+
+
 def test_write_hfile_duplicates_allowed_kept_in_order_one_block() -> None:
     cells = [(b"a", b"1" * 200), (b"b", b"x" * 600), (b"b", b"y" * 600), (b"b", b"z"), (b"c", b"3")]
     reader = HFileReader(write_hfile(cells, block_size=100, allow_duplicates=True))
