@@ -363,8 +363,9 @@ class Table:
     def explain(self, filters: Filters = None, as_of: str | None = None,
                 read_optimized: bool = False) -> dict[str, Any]:
         """What a :meth:`read` with these arguments would read: partitions and file slices
-        before pruning, those pruned by ``partition_stats`` and by ``column_stats``, the
-        slices read (also logged at DEBUG by ``engine.read`` on every read)."""
+        before pruning, slices pruned by the record index (key-equality filters), by bucket
+        id or base-file footers, partitions pruned by ``partition_stats`` and slices by
+        ``column_stats``, the slices read (also logged at DEBUG by ``engine.read``)."""
         _check_instant_arg("as_of", as_of)
         reader = self._reader(as_of=as_of)
         from engine.layout.view import TableView
