@@ -24,9 +24,18 @@ from engine.metadata.schema import metadata_schema_json
 
 
 def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tuple[bytes, bytes]]:
-    cells = [(r.key.encode("utf-8"),
-              encode_metadata_value(dataclasses.replace(r, file_name=file_name)))
-             for r in records]
+    """(key, Avro value) per record, sorted by key bytes. A value does not hold its key (it
+    is written as ""), so records sharing one payload object — every record-index entry of a
+    file group — share one encoding: it is computed once."""
+    encoded: dict[tuple[int, int], bytes] = {}
+    cells = []
+    for record in records:
+        memo = (record.type, id(record.payload))
+        value = encoded.get(memo)
+        if value is None:
+            value = encoded[memo] = encode_metadata_value(
+                dataclasses.replace(record, file_name=file_name))
+        cells.append((record.key.encode("utf-8"), value))
     cells.sort(key=lambda cell: cell[0])
     return cells
 
