@@ -158,12 +158,13 @@ def show_table(args: argparse.Namespace) -> int:
         done = f" -> {entry.completion_time}" if entry.completion_time else ""
         print(f"  {entry.instant_time}{done}  {entry.action:<13} {entry.state}")
     from engine.timeline.active import Timeline
-    from jobs.table_commands import file_group_lines, service_lines
+    from jobs.table_commands import file_group_lines, metadata_line, service_lines
 
     timeline = Timeline.load(table.storage, table.config)
     print()
     for line in service_lines(table, timeline):
         print(line)
+    print(metadata_line(table, timeline))
     print()
     for line in file_group_lines(table, timeline, args.groups):
         print(line)

@@ -369,6 +369,30 @@ def run_metadata(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def metadata_line(table: Table, timeline: Any) -> str:
+    """One line on the table's metadata table for ``tidelake table show``: its partitions,
+    deltacommits since its last compaction, and whether it is in step."""
+    from engine.metadata.listing import base_boundary, missing_deltacommits
+    from engine.metadata.table import MetadataTable, completed_mdt_instants, declared_partitions
+    from engine.timeline.active import completion_key
+    from engine.timeline.instant import Action
+
+    declared = declared_partitions(table.storage)
+    mdt = MetadataTable(table.storage, table.config)
+    if "files" not in declared or not mdt.exists:
+        return ("metadata table: none (readers list the table folder; "
+                "hoodie.metadata.enable=true keeps one)")
+    mdt_timeline = mdt.timeline()
+    boundary = base_boundary(mdt_timeline)
+    since = sum(1 for i in completed_mdt_instants(mdt_timeline)
+                if i.action is Action.DELTA_COMMIT and completion_key(i) > boundary)
+    missing = missing_deltacommits(mdt_timeline, timeline)
+    state = ("in step" if not missing else
+             f"OUT OF STEP: misses {', '.join(missing[:3])} (the next write rebuilds it)")
+    return (f"metadata table: {', '.join(declared)}; {since} deltacommits since its last "
+            f"compaction; {state}")
+
+
 def add_metadata_command(table_sub: Any) -> argparse.ArgumentParser:
     """``tidelake table metadata validate|rebuild PATH``."""
     text = ("check the metadata table against storage (validate), or build it anew from "

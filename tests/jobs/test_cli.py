@@ -115,3 +115,35 @@ def test_table_show_into_closed_pipe_exits_quietly(tmp_path: Path) -> None:
         err = process.stderr.read().decode()
     assert process.wait(timeout=60) == 0
     assert err == ""
+
+
+def test_table_metadata_validate_rebuild_and_show(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from engine import Table
+    from engine.metadata.table import MetadataTable
+
+    path = tmp_path / "t"
+    _small_table(path)  # COPY_ON_WRITE: keeps a metadata table by default
+    assert main(["table", "metadata", "validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "agrees with storage" in out and "files checked" in out
+    assert main(["table", "show", str(path)]) == 0
+    assert "metadata table: files; 2 deltacommits since its last compaction; in step" in \
+        capsys.readouterr().out
+    table = Table.open(str(path))
+    mdt = MetadataTable(table.storage, table.config)
+    latest = max((i for i in mdt.timeline().instants if i.is_completed),
+                 key=lambda i: i.completion_time or "")
+    mdt.remove_instant(mdt.timeline(), latest.requested_time)  # a commit it never saw
+    assert main(["table", "metadata", "validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"deltacommit: {latest.requested_time}" in out
+    assert "tidelake table metadata rebuild" in out
+    assert main(["table", "metadata", "rebuild", str(path)]) == 0
+    assert "rebuilt" in capsys.readouterr().out
+    assert main(["table", "metadata", "validate", str(path)]) == 0
+    assert main(["table", "metadata", "rebuild", str(path),
+                 "--set", "hoodie.metadata.enable=false"]) == 0
+    assert "deleted" in capsys.readouterr().out
+    assert main(["table", "metadata", "validate", str(path)]) == 0
+    assert "keeps no metadata table" in capsys.readouterr().out
