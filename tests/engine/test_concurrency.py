@@ -32,6 +32,7 @@ from engine.timeline.heartbeat import heartbeat_path
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from engine.write.write_client import UPSERT, WriteClient
 from tests.helpers import hudi_rs_read, rows_by_key
+from tests.soak import SOAK
 
 VALUES = ("ts", "v")
 
@@ -430,6 +431,8 @@ MDT_ON = {"hoodie.metadata.enable": "true"}
 @pytest.mark.parametrize("writers", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
         tmp_path: Path, shape: str, writers: int) -> None:
+    if writers == 3 and shape.endswith("-mdt") and not SOAK:
+        pytest.skip("soak size only: the 2-writer run covers non-blocking writers with the MDT")
     table_type, index = SHAPES[shape]
     options = MDT_ON if shape.endswith("-mdt") else {}
     table = Table.open(_new_table(tmp_path, table_type, index).path, options)
