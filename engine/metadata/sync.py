@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
+_WRITING_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT, Action.CLUSTERING)
+"""Pending actions that write data files an index partition must know of."""
+
 
 
 # -- initialization ------------------------------------------------------------------------
@@ -140,6 +143,15 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
                      "writer's options)", storage.base_path, name)
     missing = [INDEX_PARTITIONS[n] for n, want in wanted.items() if want and n not in have]
+    busy = [i.requested_time for i in data_timeline.pending(_WRITING_ACTIONS)]
+    if missing and busy:
+        # Another writer's instant planned without the new partition: its files would
+        # complete without their entries (a record index missing keys writes them twice).
+        # Built at a later start, once no other write is in flight.
+        _log.warning("the metadata table of %s: building %s waits for the instants in flight "
+                     "(%s)", storage.base_path, ", ".join(p.name for p in missing),
+                     ", ".join(busy[:5]))
+        return
     if missing:
         view = TableView(storage, data_timeline)
         for partition in missing:

@@ -233,3 +233,22 @@ def test_metadata_out_of_step_is_rebuilt_with_its_record_index_before_tagging(
     assert "record_index" in declared_partitions(table.storage)
     _same_files(table)
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_index_is_not_built_while_another_write_is_in_flight(tmp_path: Path) -> None:
+    """An index partition is built only when no other writer's instant is in flight: that
+    instant planned without it, so its files would complete without entries (a record index
+    missing their keys would make the next upsert write them twice)."""
+    table = _create(tmp_path / "t", "COPY_ON_WRITE")
+    oracle, rng, counter = Oracle(), random.Random(23), [0]
+    _write_some(table, oracle, rng, counter, 2)
+    other = table._client()
+    _timeline, inflight = other.begin()  # another writer, alive, mid-write
+    enabled = Table.open(table.path, {"hoodie.metadata.record.index.enable": "true"})
+    _write_some(enabled, oracle, rng, counter, 1)
+    assert "record_index" not in declared_partitions(table.storage)
+    other.abort(inflight)
+    _write_some(enabled, oracle, rng, counter, 1)
+    assert "record_index" in declared_partitions(table.storage)
+    _same_files(enabled)
+    assert sorted_rows(enabled.read(), COLUMNS) == oracle.snapshot()
