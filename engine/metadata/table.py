@@ -142,10 +142,14 @@ class MetadataTable:
     def remove_instant(self, timeline: Timeline, instant_time: str) -> bool:
         """Take an MDT instant back whole: its completed file first (readers stop trusting
         it), then the files it wrote and its pending timeline files. Returns True if
-        anything was removed. Hold the lock."""
+        anything was removed. Hold the lock.
+
+        An instant absent from the timeline owns no file: every MDT writer creates its
+        requested file before any file, and this removes files before timeline files. So the
+        common call — a data instant's sync, before its deltacommit exists — lists nothing."""
         found = [i for i in timeline.instants if i.requested_time == instant_time]
         if not found:
-            return self._remove_files_of(instant_time)
+            return False
         for instant in found:
             if instant.is_completed:
                 self.storage.delete(
