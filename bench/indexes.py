@@ -171,14 +171,21 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
     ordered = index == "BLOOM-ordered"
     rng = np.random.default_rng(args.seed)
     path = work / f"{index}-{size}"
-    table = Table.create(str(path), name="bench", table_type=args.table_type,
-                         record_key="key", precombine="ts", partition_by=["partition"],
-                         options=options)
-    initial = make_rows(np.arange(size), 1, ordered, args.partitions, rng)
-    started = time.perf_counter()
-    table.bulk_insert(initial)
-    run.load_seconds = time.perf_counter() - started
-    del initial
+    if index in SHARED_LOAD:
+        template, run.load_seconds = shared_load(work, size, args)
+        copy_table(template, path, keep_record_index=index == "RECORD_INDEX",
+                   index_type=options["hoodie.index.type"])
+        table = Table.open(str(path), options)
+    else:
+        table = Table.create(str(path), name="bench", table_type=args.table_type,
+                             record_key="key", precombine="ts", partition_by=["partition"],
+                             options=options)
+        initial = make_rows(np.arange(size), 1, ordered, args.partitions, rng)
+        started = time.perf_counter()
+        table.bulk_insert(initial)
+        run.load_seconds = time.perf_counter() - started
+        del initial
+    rng = np.random.default_rng(args.seed + 7)
     for b, numbers in enumerate(batches(size, args.batches, args.batch, args.seed)):
         data = make_rows(numbers, 2 + b, ordered, args.partitions, rng)
         started = time.perf_counter()
@@ -192,20 +199,72 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
     return run
 
 
+SHARED_LOAD = ("SIMPLE", "BLOOM", "BLOOM-mdt", "RECORD_INDEX")
+"""Indexes whose tables hold the same files after the bulk insert (random keys, no bucket
+layout): one bulk insert per size with the record index built, hard-linked for each (Hudi
+files are never changed in place; ``hoodie.properties`` is replaced by a rename)."""
+
+_LOADS: dict[int, tuple[Path, float]] = {}
+
+
+def shared_load(work: Path, size: int, args: argparse.Namespace) -> tuple[Path, float]:
+    """The bulk-inserted table of ``size`` rows the :data:`SHARED_LOAD` indexes start from,
+    and the seconds its bulk insert took."""
+    from engine import Table
+
+    if size not in _LOADS:
+        for old in [s for s in _LOADS if s != size]:  # one template on disk at a time
+            shutil.rmtree(_LOADS.pop(old)[0], ignore_errors=True)
+        path = work / f"loaded-{size}"
+        table = Table.create(str(path), name="bench", table_type=args.table_type,
+                             record_key="key", precombine="ts", partition_by=["partition"],
+                             options={**index_options("RECORD_INDEX", size, args.partitions),
+                                      **dict(args.option or [])})
+        initial = make_rows(np.arange(size), 1, False, args.partitions,
+                            np.random.default_rng(args.seed))
+        started = time.perf_counter()
+        table.bulk_insert(initial)
+        _LOADS[size] = (path, time.perf_counter() - started)
+        log(f"  bulk insert of {size:,} rows (shared by {', '.join(SHARED_LOAD)}): "
+            f"{_LOADS[size][1]:.1f} s")
+    return _LOADS[size]
+
+
+def copy_table(source: Path, target: Path, *, keep_record_index: bool,
+               index_type: str | None = None) -> None:
+    """Hard-link ``source``'s files into ``target``; without ``keep_record_index`` the copy
+    does not declare the record_index (its writers neither read nor update it). With
+    ``index_type`` the copy records that ``hoodie.index.type`` (a table refuses writers of
+    another key placement; the bench starts every index from the same files)."""
+    from engine.layout.properties import dumps
+    from engine.metadata.record_index import RECORD_INDEX
+    from engine.metadata.table import (
+        declared_partitions,
+        read_data_properties,
+        set_declared_partitions,
+    )
+    from engine.storage import Storage
+
+    shutil.copytree(source, target, copy_function=_link)
+    storage = Storage(str(target))
+    if index_type is not None:
+        props = read_data_properties(storage)
+        props["hoodie.index.type"] = index_type
+        storage.write_replace(".hoodie/hoodie.properties", dumps(
+            props, last_key="hoodie.table.checksum").encode("latin-1"))
+    if not keep_record_index:
+        set_declared_partitions(storage, [p for p in declared_partitions(storage)
+                                          if p != RECORD_INDEX])
+
+
 def point_lookups(run: Run, path: Path, plain: Path, ordered: bool,
                   args: argparse.Namespace) -> None:
     """Median ``Table.open`` + key-equality read of ``--lookups`` random existing keys, with
     the record index (``path``) and without (``plain``: the same files, hard-linked, with
     ``record_index`` not declared)."""
     from engine import Table
-    from engine.metadata.record_index import RECORD_INDEX
-    from engine.metadata.table import declared_partitions, set_declared_partitions
-    from engine.storage import Storage
 
-    shutil.copytree(path, plain, copy_function=_link)
-    storage = Storage(str(plain))
-    set_declared_partitions(storage, [p for p in declared_partitions(storage)
-                                      if p != RECORD_INDEX])  # replaces the linked file
+    copy_table(path, plain, keep_record_index=False)
     keys = (key_strings if ordered else random_keys)(
         np.random.default_rng(args.seed + 1).choice(run.size, args.lookups, replace=False))
     run.lookups = args.lookups

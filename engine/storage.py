@@ -149,6 +149,15 @@ class Storage:
         with open(self.full(rel), "rb") as fh:
             return fh.read()
 
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of a file from ``offset`` (fewer at its end): a reader that
+        needs a block of a large file (an HFile's index, one data block) reads just that."""
+        fd = os.open(self.full(rel), os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
     def size(self, rel: str) -> int:
         """File size in bytes."""
         return os.path.getsize(self.full(rel))

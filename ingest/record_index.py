@@ -7,7 +7,7 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    (:func:`engine.metadata.record_index.group_slices`, one small listing of the metadata
    table), shipped in a picklable :class:`RecordIndexSpec`;
 2. executor tasks: the prepared rows are repartitioned by the record_index file group their
-   key hashes to (:func:`engine.metadata.keys.file_group_index`), and each task looks its keys
+   key hashes to (:func:`engine.metadata.keys.file_group_indexes`), and each task looks its keys
    up in only those groups (:func:`engine.metadata.record_index.lookup_group`: a base HFile
    through its block index, never a whole file). :func:`tag_rows` then
    resolves each key's versions in the batch against what the table stores
@@ -43,7 +43,7 @@ from engine.index.simple import LOCATION_SCHEMA, concat_locations, tag
 from engine.layout.view import TableView
 from engine.merge.resolve import ordering_column, resolve
 from engine.metadata import record_index as rli
-from engine.metadata.keys import file_group_index
+from engine.metadata.keys import file_group_indexes
 from engine.metadata.reader import GroupSlice, route
 from engine.metadata.table import MetadataTable
 from engine.schema import PARTITION_PATH, RECORD_KEY
@@ -101,8 +101,13 @@ def route_rows(rows: pa.Table, groups: int) -> pa.Table:
     without one: errors). Executor side."""
     keys = rows.column(RECORD_KEY).to_pylist()
     ops = rows.column(OP).to_pylist()
-    values = [file_group_index(k, groups) if k is not None and op in (UPSERT, DELETE) else None
-              for k, op in zip(keys, ops, strict=True)] if groups else [None] * rows.num_rows
+    routed = [k is not None and op in (UPSERT, DELETE) for k, op in zip(keys, ops, strict=True)]
+    values: list[int | None] = [None] * rows.num_rows
+    if groups:
+        wanted = [i for i, keep in enumerate(routed) if keep]
+        indexes = file_group_indexes([keys[i] for i in wanted], groups).tolist()
+        for i, index in zip(wanted, indexes, strict=True):
+            values[i] = index
     return rows.append_column(MDT_GROUP, pa.array(values, pa.int32()))
 
 

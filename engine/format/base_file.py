@@ -56,6 +56,14 @@ _RECORD_KEY = "_hoodie_record_key"
 _FILE_NAME = "_hoodie_file_name"
 
 
+ROW_GROUP_ROWS = 16_384
+"""Most rows in one row group of a base file. A key lookup (:func:`read_base_file_keys`)
+decodes the record key column, then only the row groups holding the keys: with one row group
+per file (pyarrow's default up to a million rows) a lookup decoded every column of the whole
+file (67 ms for a 122,880-row file; 18-37 ms with groups of 8,192-16,384 rows, and a full scan
+as fast, measured in ``docs/benchmarks.md``). Hudi's ``hoodie.parquet.block.size`` (120 MB)
+caps row groups by bytes; no base file we write comes near it."""
+
 DICTIONARY_SAMPLE_ROWS = 8192
 """Rows of a string column :func:`parquet_dictionary_columns` looks at to judge its repeats."""
 
@@ -118,7 +126,7 @@ def write_base_file(
     *,
     bloom: bool = True,
     compression: str = "snappy",
-    row_group_size: int | None = None,
+    row_group_size: int | None = ROW_GROUP_ROWS,
     bloom_filter: BloomFilter | None = None,
     bloom_sizing: BloomSizing | None = None,
     fsync: bool = True,
@@ -221,6 +229,65 @@ def read_base_file(
         read_dictionary=dictionary,
         use_threads=use_threads,
     )
+
+
+def read_base_file_keys(
+    path: str,
+    keys: pa.Array,
+    columns: Sequence[str] | None = None,
+    dictionary_columns: Sequence[str] | None = None,
+    use_threads: bool = True,
+) -> pa.Table:
+    """The rows of a base file whose record key is one of ``keys`` (all columns or
+    ``columns``, which must then include ``_hoodie_record_key``).
+
+    Two passes: the record key column of the row groups whose statistics may hold a key,
+    then every wanted column of only the row groups that do hold one. A file of one row
+    group is read in one pass with the filter (a first pass would save nothing).
+    """
+    value_set = keys if keys.type == pa.string() else keys.cast(pa.string())
+    if columns is not None and _RECORD_KEY not in columns:
+        raise ValueError(f"columns must include {_RECORD_KEY} to read by key")
+    dictionary = list(dictionary_columns) if dictionary_columns else None
+    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+        names = file.schema_arrow.names
+        if (file.metadata.num_row_groups > 1 and _RECORD_KEY in names
+                and (columns is None or all(c in names for c in columns))):
+            holding = _row_groups_holding(file, names.index(_RECORD_KEY), value_set,
+                                          use_threads)
+            wanted = list(columns) if columns is not None else None
+            if not holding:
+                schema = file.schema_arrow
+                if wanted is not None:
+                    schema = pa.schema([schema.field(c) for c in wanted])
+                return schema.empty_table()
+            part = file.read_row_groups(holding, columns=wanted, use_threads=use_threads)
+            return part.filter(pc.is_in(part.column(_RECORD_KEY), value_set=value_set))
+    return read_base_file(path, columns=columns, filters=pc.field(_RECORD_KEY).isin(value_set),
+                          dictionary_columns=dictionary_columns, use_threads=use_threads)
+
+
+def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
+                        use_threads: bool) -> list[int]:
+    """Row groups of ``file`` holding one of ``keys``: those whose key statistics may hold
+    one (parquet orders strings as UTF-8 bytes, as pyarrow compares them), checked on their
+    decoded record key column."""
+    meta = file.metadata
+    low, high = pc.min(keys).as_py(), pc.max(keys).as_py()
+    candidates = []
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(key_index).statistics
+        if (low is not None and stats is not None and stats.has_min_max
+                and (stats.max < low or stats.min > high)):
+            continue
+        candidates.append(group)
+    if not candidates:
+        return []
+    found = file.read_row_groups(candidates, columns=[_RECORD_KEY],
+                                 use_threads=use_threads).column(0)
+    hits = np.flatnonzero(pc.is_in(found, value_set=keys).to_numpy(zero_copy_only=False))
+    ends = np.cumsum([meta.row_group(g).num_rows for g in candidates])
+    return sorted({candidates[i] for i in np.searchsorted(ends, hits, side="right")})
 
 
 def read_footer_keys(path: str, *, with_bloom: bool = True) -> FooterKeys:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import crc32c
 
@@ -65,6 +65,7 @@ _LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
 _PUT, _FIRST_ON_ROW = 4, 0xFF
 _I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 _CELL_HEAD = struct.Struct(">ii")
+_INDEX_HEAD = struct.Struct(">qi")
 _MAX_ROW = 32767
 
 
@@ -405,8 +406,7 @@ def _file_info_bytes(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _IndexEntry:
+class _IndexEntry(NamedTuple):
     offset: int
     size: int  # on disk, header and checksums included
     key: bytes  # block index key (data) or name (meta)
@@ -422,7 +422,27 @@ class HFileReader:
 
     def __init__(self, data: bytes, *, verify_checksums: bool = False) -> None:
         """Parse ``data`` (a whole HFile, offsets relative to its first byte)."""
-        self._data = bytes(data)
+        whole = bytes(data)
+        self._init(len(whole), lambda offset, length: whole[offset : offset + length],
+                   verify_checksums)
+
+    @classmethod
+    def from_ranges(cls, size: int, read_range: Callable[[int, int], bytes], *,
+                    verify_checksums: bool = False) -> HFileReader:
+        """A reader of a file of ``size`` bytes that fetches only what it needs through
+        ``read_range(offset, length)``: the trailer and load-on-open section (root indexes
+        and file info) at once, then each data or meta block when asked for (one range
+        read each, its size from the block index)."""
+        reader = cls.__new__(cls)
+        reader._init(size, read_range, verify_checksums)
+        return reader
+
+    def _init(self, size: int, read_range: Callable[[int, int], bytes],
+              verify_checksums: bool) -> None:
+        self._size = size
+        self._fetch = read_range
+        self._tail_start = size
+        self._tail = b""
         self._verify = verify_checksums
         try:
             self._open()
@@ -431,17 +451,25 @@ class HFileReader:
         except (struct.error, IndexError, ValueError, zlib.error) as exc:
             raise HFileError(f"malformed HFile: {exc}") from None
 
+    def _read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (fewer at the end of the file)."""
+        if self._tail_start <= offset:
+            start = offset - self._tail_start
+            return self._tail[start : start + length]
+        return self._fetch(offset, min(length, self._size - offset))
+
     def _open(self) -> None:
-        data = self._data
-        if len(data) < _TRAILER_SIZE:
-            raise HFileError(f"file of {len(data)} bytes is shorter than the 4096-byte trailer")
-        start = len(data) - _TRAILER_SIZE
-        if data[start : start + 8] != _TRAILER_MAGIC:
-            raise HFileError(f"bad trailer magic {data[start : start + 8]!r}")
-        if data[-1] != 3:
-            raise HFileError(f"HFile major version {data[-1]} is not 3")
-        length, pos = _read_pb_varint(data, start + 8)
-        fields = dict(_pb_fields(data[pos : pos + length]))
+        if self._size < _TRAILER_SIZE:
+            raise HFileError(f"file of {self._size} bytes is shorter than the 4096-byte trailer")
+        trailer = self._fetch(self._size - _TRAILER_SIZE, _TRAILER_SIZE)
+        if len(trailer) != _TRAILER_SIZE:
+            raise HFileError(f"read {len(trailer)} trailer bytes of {_TRAILER_SIZE}")
+        if trailer[:8] != _TRAILER_MAGIC:
+            raise HFileError(f"bad trailer magic {trailer[:8]!r}")
+        if trailer[-1] != 3:
+            raise HFileError(f"HFile major version {trailer[-1]} is not 3")
+        length, pos = _read_pb_varint(trailer, 8)
+        fields = dict(_pb_fields(trailer[pos : pos + length]))
 
         def number(field: int, default: int) -> int:
             value = fields.get(field, default)
@@ -460,30 +488,40 @@ class HFileReader:
         data_count = number(5, 0)
         meta_count = number(6, 0)
         info_offset = number(1, 0)
+        if not 0 <= load_on_open <= self._size - _TRAILER_SIZE:
+            raise HFileError(f"load-on-open offset {load_on_open} is outside the file")
+        # The root indexes and the file info sit between the blocks and the trailer: one read.
+        self._tail = self._fetch(load_on_open, self._size - _TRAILER_SIZE - load_on_open) \
+            + trailer
+        self._tail_start = load_on_open
         root, end = self._read_block(load_on_open, _ROOT)
         self._index = self._parse_index(root, data_count, "data")
-        self._rows = [_row_of(e.key) for e in self._index]
+        self._rows = [_row_of(key) for _, _, key in self._index]
         meta_root, _ = self._read_block(end, _ROOT)
         self._meta = {e.key.decode("utf-8"): e for e in self._parse_index(
             meta_root, meta_count, "meta")}
         info, _ = self._read_block(info_offset, _INFO)
         self.file_info: dict[str, bytes] = self._parse_file_info(info)
 
-    def _read_block(self, offset: int, magic: bytes) -> tuple[bytes, int]:
-        """Uncompressed data of the block at ``offset`` and the offset just past it."""
-        data = self._data
-        if offset < 0 or offset + _HEADER_SIZE > len(data):
+    def _read_block(self, offset: int, magic: bytes, size_hint: int = _HEADER_SIZE
+                    ) -> tuple[bytes, int]:
+        """Uncompressed data of the block at ``offset`` and the offset just past it
+        (``size_hint``: its size on disk, header included, when an index gives it)."""
+        if offset < 0 or offset + _HEADER_SIZE > self._size:
             raise HFileError(f"{magic.decode()} block offset {offset} is outside the file")
-        got, on_disk, size, _, ctype, per_sum, with_header = _HEADER.unpack_from(data, offset)
+        data = self._read(offset, max(size_hint, _HEADER_SIZE))
+        got, on_disk, size, _, ctype, per_sum, with_header = _HEADER.unpack_from(data, 0)
         if got != magic:
             raise HFileError(f"block at {offset} has magic {got!r}, expected {magic!r}")
         end = offset + _HEADER_SIZE + on_disk
-        if with_header < _HEADER_SIZE or offset + with_header > end or end > len(data):
+        if with_header < _HEADER_SIZE or offset + with_header > end or end > self._size:
             raise HFileError(f"{magic.decode()} block at {offset} has bad sizes")
-        payload = data[offset + _HEADER_SIZE : offset + with_header]
+        if len(data) < end - offset:
+            data = self._read(offset, end - offset)
+        payload = data[_HEADER_SIZE:with_header]
         if self._verify and ctype == _CRC32C:
-            sums = data[offset + with_header : end]
-            body = data[offset : offset + with_header]
+            sums = data[with_header : end - offset]
+            body = data[:with_header]
             for i, at in enumerate(range(0, with_header, per_sum)):
                 expected = struct.pack(">I", crc32c.crc32c(body[at : at + per_sum]))
                 if sums[4 * i : 4 * i + 4] != expected:
@@ -503,10 +541,15 @@ class HFileReader:
     def _parse_index(raw: bytes, count: int, what: str) -> list[_IndexEntry]:
         entries = []
         pos = 0
+        end = len(raw)
+        head = _INDEX_HEAD.unpack_from
         for _ in range(count):
-            offset, size = _I64.unpack_from(raw, pos)[0], _I32.unpack_from(raw, pos + 8)[0]
-            length, pos = _read_vint(raw, pos + 12)
-            if length < 0 or pos + length > len(raw):
+            offset, size = head(raw, pos)
+            if raw[pos + 12] < 0x80:  # a key length below 128: a one-byte vint
+                length, pos = raw[pos + 12], pos + 13
+            else:
+                length, pos = _read_vint(raw, pos + 12)
+            if length < 0 or pos + length > end:
                 raise HFileError(f"{what} index entry runs past its block")
             entries.append(_IndexEntry(offset, size, raw[pos : pos + length]))
             pos += length
@@ -538,7 +581,7 @@ class HFileReader:
     def _block_cells(self, n: int) -> Iterator[tuple[bytes, bytes]]:
         entry = self._index[n]
         try:
-            raw, _ = self._read_block(entry.offset, _DATA)
+            raw, _ = self._read_block(entry.offset, _DATA, entry.size)
             pos = 0
             while pos < len(raw):
                 key_len, value_len = _CELL_HEAD.unpack_from(raw, pos)
@@ -585,8 +628,9 @@ class HFileReader:
         walk without slicing out every row (a lookup walks thousands of cells per block)."""
         entry = self._index[n]
         try:
-            raw, _ = self._read_block(entry.offset, _DATA)
+            raw, _ = self._read_block(entry.offset, _DATA, entry.size)
             size = len(raw)
+            last = max(wanted)
             unpack = _CELL_HEAD.unpack_from
             pos = 0
             while pos < size:
@@ -599,6 +643,8 @@ class HFileReader:
                 row = raw[pos + 10 : pos + 10 + row_len]
                 if row in wanted:
                     yield row, raw[key_end : key_end + value_len]
+                elif row > last:
+                    return  # rows are sorted: no wanted row follows
                 pos = key_end + value_len
                 if raw[pos] < 0x80:  # the memstore timestamp vint: one byte when >= 0
                     pos += 1
@@ -631,6 +677,6 @@ class HFileReader:
         if entry is None:
             return None
         try:
-            return self._read_block(entry.offset, _META)[0]
+            return self._read_block(entry.offset, _META, entry.size)[0]
         except struct.error as exc:
             raise HFileError(f"meta block {name!r}: {exc}") from None

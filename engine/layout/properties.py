@@ -50,6 +50,8 @@ def dumps(props: Mapping[str, str], *, comment: str | None = None,
 
 
 def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text  # nothing escaped (most keys and values): no character walk
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -86,6 +88,13 @@ def loads(text: str) -> dict[str, str]:
             continue
         logical.append(line)
     for line in logical:
+        if "\\" not in line:  # no escapes: the key ends at the first separator
+            cut = min((at for at in map(line.find, "=: \t") if at >= 0), default=len(line))
+            key, rest = line[:cut], line[cut:].lstrip(" \t")
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip(" \t")
+            result[key] = rest
+            continue
         i = 0
         while i < len(line):
             if line[i] == "\\":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterator, Sequence
 
-from engine.format.hfile import HFileReader, write_hudi_base_hfile
+from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
@@ -19,8 +19,30 @@ from engine.format.log_format import (
     encode_initial_log_block,
     encode_metadata_delete_block,
 )
-from engine.metadata.records import MetadataRecord, decode_metadata_value, encode_metadata_value
+from engine.metadata.keys import RECORD_INDEX
+from engine.metadata.records import (
+    MetadataRecord,
+    RecordIndexInfo,
+    decode_metadata_value,
+    encode_metadata_value,
+)
 from engine.metadata.schema import metadata_schema_json
+
+RECORD_INDEX_BLOCK_SIZE = 4 * 1024
+"""HFile data block size of the ``record_index`` partition's files (base HFiles and log
+blocks), where Hudi writes ``hoodie.hfile.block.size`` (1 MB; Hudi documents it as "lower
+values ... faster lookup times"). A lookup reads, inflates and walks the one block that may
+hold a key: ~15,000 entries in a 1 MB block, ~45 in 4 KB. A batch of 5,000 keys into a
+group of 1M entries took 0.76 s at 4 KB, 1.3 s at 8 KB, 3.0 s at 64 KB (same run,
+``docs/benchmarks.md``), so a batch's lookups stay near flat as the table grows; the files
+are ~2.4x larger than at 64 KB. Every HFile reader takes block sizes from the block index.
+Other partitions keep 1 MB: hudi-rs reads the ``files`` partition, whose bytes we keep as
+Java writes them."""
+
+
+def block_size(partition: str) -> int:
+    """The HFile data block size of an MDT partition's files."""
+    return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
 def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tuple[bytes, bytes]]:
@@ -40,9 +62,10 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tup
     return cells
 
 
-def base_file_bytes(records: Sequence[MetadataRecord], name: str) -> bytes:
-    """A base HFile holding ``records`` (unique keys), named ``name``."""
-    return write_hudi_base_hfile(_cells(records, name), metadata_schema_json())
+def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:
+    """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``."""
+    return write_hudi_base_hfile(_cells(records, name), metadata_schema_json(),
+                                 block_size=block_size(partition))
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
@@ -52,7 +75,7 @@ def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
     parts = []
     if records or not deletes:
         parts.append(encode_hfile_data_block(_cells(records, None), metadata_schema_json(),
-                                             instant_time))
+                                             instant_time, block_size=block_size(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
                                                   metadata_schema_json()))
@@ -64,12 +87,36 @@ def init_log_file(instant_time: str) -> bytes:
     return encode_initial_log_block(instant_time)
 
 
+class CellDecoder:
+    """:func:`~engine.metadata.records.decode_metadata_value` that decodes each distinct
+    record-index value once: every entry of a data file group carries the same value bytes,
+    and a fastavro decode of the metadata union costs ~100 us (a batch looks up 50,000
+    keys). Other payloads (mutable file listings, per-file statistics) decode every time."""
+
+    MEMO_SIZE = 4096
+
+    def __init__(self) -> None:
+        self._memo: dict[bytes, MetadataRecord] = {}
+
+    def __call__(self, row: bytes, value: bytes) -> MetadataRecord:
+        known = self._memo.get(value)
+        if known is not None:
+            return MetadataRecord(row.decode("utf-8"), known.type, known.payload,
+                                  known.file_name)
+        record = decode_metadata_value(row, value)
+        if isinstance(record.payload, RecordIndexInfo) and len(self._memo) < self.MEMO_SIZE:
+            self._memo[value] = record
+        return record
+
+
 def read_base_file(data: bytes) -> list[MetadataRecord]:
     """The records of a base HFile, in key order."""
-    return [decode_metadata_value(row, value) for row, value in HFileReader(data).cells()]
+    decode = CellDecoder()
+    return [decode(row, value) for row, value in HFileReader(data).cells()]
 
 
-def read_log_file(data: bytes, keys: Collection[str] | None = None
+def read_log_file(data: bytes, keys: Collection[str] | None = None,
+                  decode: CellDecoder | None = None
                   ) -> Iterator[tuple[str, MetadataRecord | None]]:
     """(key, record) in log order; a delete-block entry gives (key, None). ``keys``: only
     those keys' cells are decoded, found through each HFile block's index (only the HFile
@@ -78,12 +125,13 @@ def read_log_file(data: bytes, keys: Collection[str] | None = None
     from engine.format.delete_block import decode_delete_block
 
     rows = sorted(k.encode("utf-8") for k in keys) if keys is not None else None
+    decode = decode or CellDecoder()
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
             cells = (decode_hfile_data_block(block) if rows is None
                      else HFileReader(block.content).get_many(rows))
             for row, value in cells:
-                record = decode_metadata_value(row, value)
+                record = decode(row, value)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:
             for deleted in decode_delete_block(block):

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import xxhash
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "file_group_id",
     "file_group_ids",
     "file_group_index",
+    "file_group_indexes",
     "file_group_prefix",
     "java_string_hash",
     "partition_identifier",
@@ -134,6 +137,31 @@ def file_group_index(key: str, num_file_groups: int) -> int:
     if num_file_groups <= 0:
         raise ValueError(f"num_file_groups must be positive, got {num_file_groups}")
     return abs(java_string_hash(key)) % num_file_groups
+
+
+def file_group_indexes(keys: Sequence[str], num_file_groups: int) -> np.ndarray:
+    """:func:`file_group_index` of every key at once (int64 array): Java's hash computed on
+    arrays of UTF-16 code units, one pass per key length, instead of a Python loop per
+    character (a batch routes its 100,000 keys in milliseconds, not seconds)."""
+    if num_file_groups <= 0:
+        raise ValueError(f"num_file_groups must be positive, got {num_file_groups}")
+    out = np.zeros(len(keys), dtype=np.int64)
+    if num_file_groups == 1 or not keys:
+        return out
+    units = [k.encode("utf-16-be", "surrogatepass") for k in keys]
+    lengths = np.fromiter((len(u) // 2 for u in units), dtype=np.int64, count=len(units))
+    for length in np.unique(lengths):
+        rows = np.flatnonzero(lengths == length)
+        if length == 0:
+            continue  # hash 0: group 0
+        code = np.frombuffer(b"".join(units[i] for i in rows), dtype=">u2").reshape(
+            len(rows), int(length)).astype(np.uint32)
+        h = np.zeros(len(rows), dtype=np.uint32)
+        for column in range(int(length)):
+            h = h * np.uint32(31) + code[:, column]  # wraps mod 2^32, as Java's int does
+        signed = h.view(np.int32).astype(np.int64)
+        out[rows] = np.abs(signed) % num_file_groups
+    return out
 
 
 def file_group_prefix(partition_name: str) -> str:

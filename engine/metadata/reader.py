@@ -14,14 +14,16 @@ computes them, executor tasks read them (:func:`read_slice`, :func:`lookup_slice
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from engine.format.hfile import HFileReader
 from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
-from engine.metadata.codec import read_base_file, read_log_file
-from engine.metadata.keys import file_group_index
-from engine.metadata.records import MetadataRecord, decode_metadata_value, merge_records
+from engine.metadata.codec import CellDecoder, read_base_file, read_log_file
+from engine.metadata.keys import file_group_indexes
+from engine.metadata.records import MetadataRecord, merge_records
 from engine.metadata.table import BOOTSTRAP_PREFIX, MetadataTable, completed_mdt_instants
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
@@ -128,6 +130,34 @@ def read_slice(storage: Storage, piece: GroupSlice) -> dict[str, MetadataRecord]
     return merged
 
 
+_READERS: OrderedDict[tuple[str, str, int, float | None], HFileReader] = OrderedDict()
+_READERS_LOCK = threading.Lock()
+READERS_KEPT = 64
+"""Base HFile readers a process keeps (their block index and file info parsed, ~1 MB each
+at most): a lookup then reads only data blocks. Files are immutable; a reader is found again
+by path, size and modification time, so a file written anew under the same name (an MDT
+rebuilt from scratch) is read anew."""
+
+
+def base_reader(storage: Storage, path: str) -> HFileReader:
+    """A ranged reader of the base HFile ``path`` (kept for the next lookup, see
+    :data:`READERS_KEPT`)."""
+    size = storage.size(path)
+    key = (storage.base_path, path, size, storage.modified(path))
+    with _READERS_LOCK:
+        reader = _READERS.get(key)
+        if reader is not None:
+            _READERS.move_to_end(key)
+            return reader
+    reader = HFileReader.from_ranges(
+        size, lambda offset, length: storage.read_range(path, offset, length))
+    with _READERS_LOCK:
+        _READERS[key] = reader
+        while len(_READERS) > READERS_KEPT:
+            _READERS.popitem(last=False)
+    return reader
+
+
 def lookup_slice(storage: Storage, piece: GroupSlice,
                  keys: Iterable[str]) -> dict[str, MetadataRecord]:
     """The merged records of ``keys`` in one group slice: the base file and the logs' HFile
@@ -136,13 +166,14 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
     compacts); delete blocks are read whole. Executor-safe."""
     wanted = set(keys)
     merged: dict[str, MetadataRecord] = {}
+    decode = CellDecoder()
     if piece.base_path is not None and wanted:
-        reader = HFileReader(storage.read(piece.base_path))
+        reader = base_reader(storage, piece.base_path)
         for row, value in reader.get_many(sorted(k.encode("utf-8") for k in wanted)):
-            key = row.decode("utf-8")
-            merged[key] = decode_metadata_value(key, value)
+            record = decode(row, value)
+            merged[record.key] = record
     for path in piece.log_paths:
-        for key, newer in read_log_file(storage.read(path), wanted):
+        for key, newer in read_log_file(storage.read(path), wanted, decode):
             if key in wanted:
                 _merge(merged, key, newer)
     return merged
@@ -150,7 +181,8 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
 
 def route(keys: Iterable[str], groups: int) -> dict[int, list[str]]:
     """Keys by the index of the file group they hash to (``hudi-metadata-table.md`` §4.8)."""
+    listed = list(keys)
     out: dict[int, list[str]] = {}
-    for key in keys:
-        out.setdefault(file_group_index(key, groups), []).append(key)
+    for key, index in zip(listed, file_group_indexes(listed, groups).tolist(), strict=True):
+        out.setdefault(index, []).append(key)
     return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from engine.layout.partition import write_partition_metadata
 from engine.metadata.codec import base_file_bytes, init_log_file, log_file_bytes
-from engine.metadata.keys import ALL_PARTITIONS_KEY, file_group_ids, file_group_index
+from engine.metadata.keys import ALL_PARTITIONS_KEY, file_group_ids, file_group_indexes
 from engine.metadata.keys import FILES as FILES_TYPE
 from engine.metadata.reader import (
     GroupSlice,
@@ -115,6 +115,10 @@ def _commit_meta(stats: Sequence[WriteStat], operation: str, *,
                           ).to_avro_bytes()
 
 
+def _indexes(keys: list[str], groups: int) -> list[int]:
+    return file_group_indexes(keys, groups).tolist()
+
+
 def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: str,
                       update: MetadataUpdate) -> str:
     """One MDT deltacommit at ``instant_time`` (see the module docstring); returns its
@@ -130,15 +134,17 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
         if not groups:
             continue
         records: dict[int, list[MetadataRecord]] = {}
-        for record in update.upserts.get(partition, ()):
-            records.setdefault(file_group_index(record.key, len(groups)), []).append(record)
+        upserts = update.upserts.get(partition, ())
+        for record, index in zip(upserts, _indexes([r.key for r in upserts], len(groups)),
+                                 strict=True):
+            records.setdefault(index, []).append(record)
         # A key both upserted and deleted by one action (a record moved between file
         # groups: the old file loses it, the new one gains it) keeps the upsert.
         upserted = {r.key for r in update.upserts.get(partition, ())}
         deletes: dict[int, list[str]] = {}
-        for key in update.deletes.get(partition, ()):
-            if key not in upserted:
-                deletes.setdefault(file_group_index(key, len(groups)), []).append(key)
+        removed = [k for k in update.deletes.get(partition, ()) if k not in upserted]
+        for key, index in zip(removed, _indexes(removed, len(groups)), strict=True):
+            deletes.setdefault(index, []).append(key)
         for index in sorted(set(records) | set(deletes)):
             file_id = groups[index]
             name = f".{file_id}_{instant_time}.log.1_{WRITE_TOKEN}"
@@ -188,12 +194,13 @@ def initialize_partition(mdt: MetadataTable, partition: str, num_groups: int,
         mdt.storage.write_new(f"{partition}/.{file_id}_{instant}.log.1_{WRITE_TOKEN}",
                               init_log_file(instant))
     by_group: dict[int, list[MetadataRecord]] = {}
-    for record in records:
-        by_group.setdefault(file_group_index(record.key, num_groups), []).append(record)
+    listed = list(records)
+    for record, index in zip(listed, _indexes([r.key for r in listed], num_groups), strict=True):
+        by_group.setdefault(index, []).append(record)
     stats = []
     for index in sorted(by_group):
         name = f"{ids[index]}_{WRITE_TOKEN}_{instant}.hfile"
-        data = base_file_bytes(by_group[index], name)
+        data = base_file_bytes(by_group[index], name, partition)
         mdt.storage.write_new(f"{partition}/{name}", data)
         stats.append(WriteStat(file_id=ids[index], path=f"{partition}/{name}",
                                partition_path=partition, num_writes=len(by_group[index]),
@@ -252,7 +259,7 @@ def compact(mdt: MetadataTable, mdt_timeline: Timeline, data_timeline: Timeline,
         merged = read_slice(mdt.storage, piece)
         kept = [r for r in (_compacted(r) for _, r in sorted(merged.items())) if r is not None]
         name = f"{piece.file_id}_{WRITE_TOKEN}_{c}.hfile"
-        data = base_file_bytes(kept, name)
+        data = base_file_bytes(kept, name, piece.partition)
         mdt.storage.write_new(f"{piece.partition}/{name}", data)
         stats.append(WriteStat(file_id=piece.file_id, path=f"{piece.partition}/{name}",
                                partition_path=piece.partition, num_writes=len(kept),

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import engine.metadata.record_index  # noqa: F401  (registers the record index's key pruner)
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
-from engine.format.base_file import read_base_file, read_footer_keys
+from engine.format.base_file import read_base_file, read_base_file_keys, read_footer_keys
 from engine.format.log_format import (
     BlockType,
     HeaderKey,
@@ -162,17 +162,22 @@ class SliceReader:
         """The merged rows of one slice (columns=None: all columns).
 
         ``keys`` restricts the read to those record keys. Merging is per key, so dropping
-        other keys before the merge gives the same rows for these keys: the base file read
-        pushes the key filter down (row groups pruned by their statistics), and log records
+        other keys before the merge gives the same rows for these keys: the base file is read
+        by key (:func:`~engine.format.base_file.read_base_file_keys`: the key column, then
+        only the row groups holding the keys), and log records
         of other keys are dropped before merging.
         """
         base: pa.Table | None = None
         if slc.base_file is not None:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
-            key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
-            base = read_base_file(self.storage.full(slc.base_file.path), columns=columns,
-                                  dictionary_columns=wanted, filters=key_filter,
-                                  use_threads=self.use_threads)
+            path = self.storage.full(slc.base_file.path)
+            if keys is not None and (columns is None or RECORD_KEY in columns):
+                base = read_base_file_keys(path, keys, columns=columns, dictionary_columns=wanted,
+                                           use_threads=self.use_threads)
+            else:
+                key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
+                base = read_base_file(path, columns=columns, dictionary_columns=wanted,
+                                      filters=key_filter, use_threads=self.use_threads)
         schema = base.schema if base is not None else self.schema
         if read_optimized or not slc.log_files:
             if base is None:

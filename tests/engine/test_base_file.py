@@ -18,6 +18,7 @@ from engine.format.base_file import (
     FooterKeys,
     java_min_max,
     read_base_file,
+    read_base_file_keys,
     read_footer_keys,
     write_base_file,
 )
@@ -271,3 +272,32 @@ def test_write_base_file_sample_rows_reproduce_sample_footer(
         assert result.num_rows == table.num_rows
         rewritten += 1
     assert rewritten > 0
+
+
+def test_read_base_file_keys_many_row_groups_equals_filtered_full_read(tmp_path):
+    """The two-pass key read returns exactly the rows a full read then filter returns, for
+    keys spread over row groups, keys in no group, and a column subset."""
+    import random
+
+    rng = random.Random(7)
+    n = 5000
+    keys = [f"k{rng.getrandbits(48):012x}" for _ in range(n)]
+    name = "f1-0_0-0-0_001.parquet"
+    table = pa.table({
+        "_hoodie_commit_time": ["001"] * n, "_hoodie_commit_seqno": [f"001_{i}" for i in range(n)],
+        "_hoodie_record_key": keys, "_hoodie_partition_path": [""] * n,
+        "_hoodie_file_name": [name] * n, "v": list(range(n))})
+    path = str(tmp_path / name)
+    write_base_file(path, table, row_group_size=700)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 8
+    oracle = pq.read_table(path)
+    wanted = [*rng.sample(keys, 9), "absent", "k", "zzzz"]
+    for columns in (None, ["_hoodie_record_key", "v"]):
+        got = read_base_file_keys(path, pa.array(wanted), columns=columns)
+        expected = oracle.filter(pc.is_in(oracle.column("_hoodie_record_key"),
+                                          value_set=pa.array(wanted)))
+        if columns is not None:
+            expected = expected.select(columns)
+        assert got.num_rows == 9
+        assert got.sort_by("v").to_pylist() == expected.sort_by("v").to_pylist()
+    assert read_base_file_keys(path, pa.array(["absent"])).num_rows == 0

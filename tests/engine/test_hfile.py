@@ -168,6 +168,30 @@ def test_hfile_get_many_multi_block_equals_filtered_cells() -> None:
         assert list(reader.get_many([])) == []
 
 
+def test_hfile_from_ranges_reads_only_tail_and_wanted_blocks() -> None:
+    """A ranged reader finds what a whole-file reader finds, fetching the trailer, the
+    load-on-open section and only the data blocks that hold the wanted rows."""
+    rng = random.Random(12)
+    cells = _cells(2000)
+    data = write_hfile(cells, block_size=1024)
+    whole = HFileReader(data)
+    fetched: list[tuple[int, int]] = []
+
+    def read_range(offset: int, length: int) -> bytes:
+        fetched.append((offset, length))
+        return data[offset : offset + length]
+
+    ranged = HFileReader.from_ranges(len(data), read_range)
+    assert ranged.file_info == whole.file_info and ranged.block_count == whole.block_count
+    opened = len(fetched)
+    assert opened == 2  # the trailer, then everything from the load-on-open offset
+    rows = sorted(c[0] for c in rng.sample(cells, 3))
+    assert list(ranged.get_many(rows)) == list(whole.get_many(rows))
+    assert 1 <= len(fetched) - opened <= 3
+    assert sum(n for _, n in fetched[opened:]) < len(data) // 10
+    assert list(ranged.cells()) == cells
+
+
 def test_write_hfile_duplicates_allowed_kept_in_order_one_block() -> None:
     cells = [(b"a", b"1" * 200), (b"b", b"x" * 600), (b"b", b"y" * 600), (b"b", b"z"), (b"c", b"3")]
     reader = HFileReader(write_hfile(cells, block_size=100, allow_duplicates=True))

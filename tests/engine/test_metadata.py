@@ -252,3 +252,21 @@ def test_metadata_index_is_not_built_while_another_write_is_in_flight(tmp_path: 
     assert "record_index" in declared_partitions(table.storage)
     _same_files(enabled)
     assert sorted_rows(enabled.read(), COLUMNS) == oracle.snapshot()
+
+
+def test_file_group_indexes_any_keys_equal_the_per_key_java_hash_route():
+    """The array routing equals the per-key one (itself checked against Java's vectors) on
+    keys of every length, with characters beyond the BMP, and on the key whose Java hash is
+    Integer.MIN_VALUE."""
+    import random
+
+    from engine.metadata.keys import file_group_index, file_group_indexes, java_string_hash
+
+    assert java_string_hash("polygenelubricants") == -(2 ** 31)
+    rng = random.Random(3)
+    alphabet = "abcXYZ019-_/\u00e9\u6f22\U0001F600\uFFFF\u0000"
+    keys = ["polygenelubricants", ""] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(5000)]
+    for groups in (1, 2, 7, 10, 1000):
+        assert file_group_indexes(keys, groups).tolist() == [
+            file_group_index(k, groups) for k in keys]
