@@ -98,6 +98,17 @@ def _is_hex(text: str) -> bool:
     return len(text) == 2 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
+def is_safe_partition_path(path: str) -> bool:
+    """Whether a partition path read back (from the metadata table, a commit) names a
+    folder inside the table that no writer keeps its own files in: ``""`` (no partition) or
+    non-empty segments, none starting with ``.`` (``..``, ``.hoodie``), without backslash or
+    NUL — what :func:`partition_path` lets a writer make."""
+    if path == "":
+        return True
+    return all(seg and not seg.startswith(".") and "\\" not in seg and "\x00" not in seg
+               for seg in path.split("/"))
+
+
 def partition_path(fields: Sequence[str], values: Sequence[str | None],
                    *, hive_style: bool, url_encode: bool = True) -> str:
     """The partition path of one record, e.g. ``city=chennai`` or ``2024/01``.

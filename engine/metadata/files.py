@@ -17,6 +17,7 @@ from typing import Any
 from engine.errors import CorruptTableError
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import BaseFile, LogFile, TableFiles
+from engine.layout.partition import is_safe_partition_path
 from engine.metadata.keys import ALL_PARTITIONS_KEY, NON_PARTITIONED, partition_identifier
 from engine.metadata.records import (
     FileInfo,
@@ -131,8 +132,14 @@ def table_files(listing: Mapping[str, MetadataRecord]) -> TableFiles:
         if key == ALL_PARTITIONS_KEY:
             continue
         partition = partition_of(key)
+        if not is_safe_partition_path(partition):
+            raise CorruptTableError(f"metadata table: the files partition lists the partition "
+                                    f"{partition!r}, which is not a folder of the table")
         found = False
         for name, size in live_files(record).items():
+            if "/" in name or "\\" in name or "\x00" in name:
+                raise CorruptTableError(f"metadata table: the files partition lists {name!r} "
+                                        f"in {partition!r}, which is not a file name")
             base = parse_base_file(name)
             if base is not None:
                 bases.append(BaseFile(partition, base.file_id, base.instant_time, name, size))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from engine.errors import CorruptTableError
 from engine.layout.file_group import TableFiles
 from engine.metadata.files import FILE_ID, Listing, syncs, table_files
 from engine.metadata.reader import Validity, latest_group_slices, read_slice, validity
@@ -77,4 +78,9 @@ def metadata_listing(storage: Storage, data_timeline: Timeline) -> TableFiles | 
         _log.warning("the metadata table of %s misses the data instants %s; listing storage "
                      "(the next writer repairs it)", storage.base_path, ", ".join(missing[:5]))
         return None
-    return table_files(read_files_partition(mdt, mdt_timeline, validity(data_timeline)))
+    try:
+        return table_files(read_files_partition(mdt, mdt_timeline, validity(data_timeline)))
+    except CorruptTableError as exc:
+        _log.warning("%s; listing storage (rebuild it: tidelake table metadata rebuild %s)",
+                     exc, storage.base_path)
+        return None

@@ -79,8 +79,10 @@ def initialize(storage: Storage, data_timeline: Timeline) -> MetadataTable:
 def rebuild(storage: Storage, data_timeline: Timeline,
             write_config: WriteConfig | None = None) -> MetadataTable:
     """Drop the MDT and build it anew from storage, with every index partition it declared
-    (hold the lock; ``write_config``: the options the builders take, Hudi's defaults if
-    None)."""
+    and those ``write_config`` turns on (hold the lock; ``write_config``: the options the
+    builders take, Hudi's defaults if None). A partition it did not declare waits while
+    another writer's instant is in flight, as in :func:`prepare`: that instant planned
+    without it and would complete without its entries."""
     from engine.config import WriteConfig
     from engine.layout.view import TableView
     from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
@@ -90,10 +92,20 @@ def rebuild(storage: Storage, data_timeline: Timeline,
     config = write_config or WriteConfig()
     wanted = wanted_partitions(config)
     view = TableView(storage, data_timeline)
+    busy = [i.requested_time for i in data_timeline.pending(_WRITING_ACTIONS)]
     for name, partition in INDEX_PARTITIONS.items():
-        if (name in had and wanted.get(name) is not False) or wanted.get(name):
-            initialize_partition(mdt, name, partition.file_groups(view, config),
-                                 partition.build(view, config))
+        # Writers in flight planned with the declared partitions: their completion writes
+        # their entries into the rebuilt ones. A new one waits for them.
+        kept = name in had and wanted.get(name) is not False
+        added = name not in had and bool(wanted.get(name))
+        if added and busy:
+            _log.warning("the metadata table of %s: building %s waits for the instants in "
+                         "flight (%s)", storage.base_path, name, ", ".join(busy[:5]))
+            continue
+        if not (kept or added):
+            continue
+        initialize_partition(mdt, name, partition.file_groups(view, config),
+                             partition.build(view, config))
     return mdt
 
 

@@ -3,6 +3,7 @@ views and by hudi-rs, repaired when out of step, validated against storage."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -270,3 +271,59 @@ def test_file_group_indexes_any_keys_equal_the_per_key_java_hash_route():
     for groups in (1, 2, 7, 10, 1000):
         assert file_group_indexes(keys, groups).tolist() == [
             file_group_index(k, groups) for k in keys]
+
+
+def test_metadata_out_of_step_rebuild_keeps_declared_indexes_and_waits_to_add_new_ones(
+        tmp_path: Path) -> None:
+    """Rebuilding an out-of-step MDT while another writer's instant is in flight rebuilds the
+    index partitions the table declared (that writer planned with them and completes its
+    entries into them) and leaves a partition this writer newly wants for a later start."""
+    table = _create(tmp_path / "t", "COPY_ON_WRITE", **{"hoodie.index.type": "RECORD_INDEX"})
+    oracle, rng, counter = Oracle(), random.Random(25), [0]
+    _write_some(table, oracle, rng, counter, 2)
+    other = Table.open(table.path)._client()
+    _timeline, inflight = other.begin()  # another writer, alive, mid-write
+    batch = random_batch(rng, oracle, counter, 20, new_only=True)
+    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, instant)
+    mdt = MetadataTable(table.storage, table.config)
+    mdt.remove_instant(mdt.timeline(), instant)  # out of step
+    wants_bloom = Table.open(table.path, {"hoodie.metadata.index.bloom.filter.enable": "true"})
+    _write_some(wants_bloom, oracle, rng, counter, 1)
+    declared = declared_partitions(table.storage)
+    assert "record_index" in declared and "bloom_filters" not in declared
+    other.abort(inflight)
+    _write_some(wants_bloom, oracle, rng, counter, 1)
+    assert "bloom_filters" in declared_partitions(table.storage)
+    _same_files(wants_bloom)
+    assert sorted_rows(wants_bloom.read(), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_files_listing_naming_a_folder_outside_the_table_is_refused() -> None:
+    """A ``files`` partition (tampered or corrupt) that lists a partition or a file name
+    leading out of the table, or into ``.hoodie``, is refused: readers list storage instead,
+    and no cleaner or reader is pointed at such a path."""
+    from engine.errors import CorruptTableError
+    from engine.layout.partition import is_safe_partition_path
+    from engine.metadata.files import FilesChange, table_files
+    from engine.metadata.records import FileInfo
+
+    name = "00000001-1b2c-4d5e-8f90-123456789abc-0_0-1-1_20250101000000000.parquet"
+    for partition in ("", "a", "a/b", "city=x", "__HIVE_DEFAULT_PARTITION__"):
+        assert is_safe_partition_path(partition)
+        change = FilesChange()
+        change.add(partition, name, 10)
+        assert len(table_files({r.key: r for r in change.records()}).base_files) == 1
+    for partition in ("..", "../x", "a/../../x", ".hoodie", "a/.hoodie", "/x", "a//b", "a\\b"):
+        assert not is_safe_partition_path(partition)
+        change = FilesChange()
+        change.add(partition, name, 10)
+        with pytest.raises(CorruptTableError, match="not a folder of the table"):
+            table_files({r.key: r for r in change.records()})
+    change = FilesChange()
+    change.add("a", name, 10)
+    record = next(r for r in change.records() if r.key == "a")  # (and the partition list)
+    bad = ".x/../../y_20250101000000000.log.1_0-0-0"  # writers refuse such a name
+    forged = dataclasses.replace(record, payload={bad: FileInfo(10)})
+    with pytest.raises(CorruptTableError, match="not a file name"):
+        table_files({forged.key: forged})
