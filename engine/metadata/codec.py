@@ -116,15 +116,17 @@ def read_base_file(data: bytes) -> list[MetadataRecord]:
 
 
 def read_log_file(data: bytes, keys: Collection[str] | None = None,
-                  decode: CellDecoder | None = None
+                  decode: CellDecoder | None = None, *, rows: Sequence[bytes] | None = None
                   ) -> Iterator[tuple[str, MetadataRecord | None]]:
     """(key, record) in log order; a delete-block entry gives (key, None). ``keys``: only
     those keys' cells are decoded, found through each HFile block's index (only the HFile
     data blocks holding them are decompressed: a log can hold a whole bulk insert's keys
-    until the MDT compacts); delete blocks are still given whole."""
+    until the MDT compacts); delete blocks are still given whole. ``rows``: the keys already
+    UTF-8 encoded and sorted (a caller reading several logs encodes them once)."""
     from engine.format.delete_block import decode_delete_block
 
-    rows = sorted(k.encode("utf-8") for k in keys) if keys is not None else None
+    if rows is None and keys is not None:
+        rows = sorted(k.encode("utf-8") for k in keys)
     decode = decode or CellDecoder()
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:

@@ -167,13 +167,14 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
     wanted = set(keys)
     merged: dict[str, MetadataRecord] = {}
     decode = CellDecoder()
+    rows = sorted(k.encode("utf-8") for k in wanted)
     if piece.base_path is not None and wanted:
         reader = base_reader(storage, piece.base_path)
-        for row, value in reader.get_many(sorted(k.encode("utf-8") for k in wanted)):
+        for row, value in reader.get_many(rows):
             record = decode(row, value)
             merged[record.key] = record
     for path in piece.log_paths:
-        for key, newer in read_log_file(storage.read(path), wanted, decode):
+        for key, newer in read_log_file(storage.read(path), wanted, decode, rows=rows):
             if key in wanted:
                 _merge(merged, key, newer)
     return merged

@@ -20,6 +20,7 @@ and picklable.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import uuid
 from collections.abc import Iterable, Mapping
@@ -118,9 +119,10 @@ class RecordIndexInfo:
     file_id_encoding: int = 0
     position: int | None = None
 
-    @property
+    @functools.cached_property
     def location_file_id(self) -> str:
-        """The data file group id this entry points at."""
+        """The data file group id this entry points at (computed once: the entries of a
+        file group share one payload, see :class:`engine.metadata.codec.CellDecoder`)."""
         if self.file_id_encoding == 1:
             return self.file_id or ""
         hi, lo = self.file_id_high_bits or 0, self.file_id_low_bits or 0
