@@ -145,6 +145,7 @@ class Run:
     size: int
     load_seconds: float = 0.0
     batch_seconds: list[float] = field(default_factory=list)
+    index_lookup_seconds: list[float] = field(default_factory=list)
     lookup_ms: float | None = None
     lookup_slices: int | None = None
     plain_lookup_ms: float | None = None
@@ -188,15 +189,45 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
     rng = np.random.default_rng(args.seed + 7)
     for b, numbers in enumerate(batches(size, args.batches, args.batch, args.seed)):
         data = make_rows(numbers, 2 + b, ordered, args.partitions, rng)
+        if index == "RECORD_INDEX":
+            run.index_lookup_seconds.append(index_lookup_seconds(path, data))
         started = time.perf_counter()
         table.upsert(data)
         run.batch_seconds.append(time.perf_counter() - started)
-        log(f"  {index} {size:,}: batch {b + 1} {run.batch_seconds[-1]:.2f} s")
+        log(f"  {index} {size:,}: batch {b + 1} {run.batch_seconds[-1]:.2f} s"
+            + (f" (record_index lookup alone: {run.index_lookup_seconds[-1]:.2f} s)"
+               if run.index_lookup_seconds else ""))
     if lookup:
         point_lookups(run, path, work / f"{index}-{size}-without-index", ordered, args)
     if not args.keep:
         shutil.rmtree(path, ignore_errors=True)
     return run
+
+
+def index_lookup_seconds(path: Path, data: pa.Table) -> float:
+    """Seconds to look the batch's keys up in the record_index, as the streaming job's
+    executor tasks do (:func:`engine.metadata.record_index.lookup_group` per file group the
+    keys hash to), on a freshly opened table."""
+    from engine import Table
+    from engine.metadata import record_index as rli
+    from engine.metadata.reader import route
+    from engine.metadata.table import MetadataTable
+    from engine.timeline.active import Timeline
+
+    table = Table.open(str(path))
+    timeline = Timeline.load(table.storage, table.config)
+    started = time.perf_counter()
+    pieces = rli.group_slices(table.storage, timeline)
+    mdt_storage = MetadataTable(table.storage, timeline.config).storage
+    keys = sorted(set(data.column("key").to_pylist()))
+    found = 0
+    for index, group_keys in route(keys, len(pieces)).items():
+        found += rli.lookup_group(mdt_storage, pieces[index], group_keys).num_rows
+    seconds = time.perf_counter() - started
+    if found != len(keys) // 2:  # the batch updates half its keys, inserts the others
+        log(f"  record_index lookup found {found:,} of {len(keys):,} keys, expected "
+            f"{len(keys) // 2:,}")
+    return seconds
 
 
 SHARED_LOAD = ("SIMPLE", "BLOOM", "BLOOM-mdt", "RECORD_INDEX")
@@ -317,6 +348,15 @@ def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
                  / (by[("RECORD_INDEX", sizes[0])].median or 1.0))
         print(f"RECORD_INDEX per-batch cost at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x "
               f"(goal <= 1.3x)")
+    lookup = {r.size: statistics.median(r.index_lookup_seconds) for r in runs
+              if r.index_lookup_seconds}
+    for size, seconds in sorted(lookup.items()):
+        print(f"record_index lookup of a batch's {args.batch:,} keys alone (what the streaming "
+              f"job's tasks run), {size:,} rows: median {seconds:.2f} s")
+    if len(lookup) > 1:
+        first, last = min(lookup), max(lookup)
+        print(f"record_index lookup per batch at {last:,} / at {first:,}: "
+              f"{lookup[last] / lookup[first]:.2f}x (goal: flat)")
     for size in sizes:
         if ("RECORD_INDEX", size) in by and ("SIMPLE", size) in by:
             rli, simple = by[("RECORD_INDEX", size)].median, by[("SIMPLE", size)].median
