@@ -42,7 +42,8 @@ from engine.layout.keygen import check_field_types
 from engine.layout.partition import PARTITION_METAFILE
 from engine.layout.properties import dumps, loads
 from engine.metadata.validate import Validation
-from engine.read.reader import Filters, ReadSpec, TableReader
+from engine.read.reader import READ_THREADS, Filters, ReadSpec, TableReader
+from engine.read.scan import Scan
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, local_path
@@ -352,13 +353,33 @@ class Table:
     def read(self, columns: Sequence[str] | None = None, filters: Filters = None,
              as_of: str | None = None, read_optimized: bool = False) -> pa.Table:
         """Snapshot read (meta fields included), or time travel ``as_of`` an instant time."""
+        return self.scan(columns, filters, as_of, read_optimized).to_table(READ_THREADS)
+
+    def scan(self, columns: Sequence[str] | None = None, filters: Filters = None,
+             as_of: str | None = None, read_optimized: bool = False) -> Scan:
+        """Plan the :meth:`read` with these arguments without reading it: its file slices,
+        each read apart by ``scan.slice_scan.read(slice)`` (picklable: Spark tasks read
+        them), and ``scan.to_table()`` the whole read (:mod:`engine.read.scan`)."""
         if columns is not None and (isinstance(columns, str)
                                     or not all(isinstance(c, str) for c in columns)):
             raise ValueError(f"columns: expected a list of column names, got {columns!r}")
         _check_instant_arg("as_of", as_of)
         spec = ReadSpec(list(columns) if columns is not None else None, filters,
                         bool(read_optimized))
-        return self._reader(as_of=as_of).snapshot(spec, as_of=as_of)
+        reader = self._reader(as_of=as_of)
+        from engine.layout.view import TableView
+
+        view = TableView(self.storage, reader.timeline, as_of=as_of)
+        return reader.scan(spec, view, latest=as_of is None)
+
+    def read_schema(self) -> pa.Schema:
+        """The columns :meth:`read` returns and their types (meta fields first, as plain
+        strings), from the schema the latest commit recorded."""
+        from engine.read.scan import read_schema
+        from engine.schema import table_schema
+
+        timeline = Timeline.load(self.storage, self.config)
+        return read_schema(table_schema(timeline), self.config.populate_meta_fields)
 
     def explain(self, filters: Filters = None, as_of: str | None = None,
                 read_optimized: bool = False) -> dict[str, Any]:
@@ -380,9 +401,17 @@ class Table:
                          filters: Filters = None) -> pa.Table:
         """Records written by commits that completed after ``start`` and up to ``end``."""
         _check_instant_arg("start", start)
+        return self.scan_incremental(start, end, columns, filters).to_table(READ_THREADS)
+
+    def scan_incremental(self, start: str | None, end: str | None = None,
+                         columns: Sequence[str] | None = None,
+                         filters: Filters = None) -> Scan:
+        """Plan :meth:`read_incremental` without reading it (as :meth:`scan`); ``start``
+        None reads from the first commit on (every record of the view at ``end``)."""
+        _check_instant_arg("start", start)
         _check_instant_arg("end", end)
         spec = ReadSpec(list(columns) if columns is not None else None, filters)
-        return self._reader(start=start).incremental(start, end, spec)
+        return self._reader(start=start).incremental_scan(start, end, spec)
 
     # -- table services --------------------------------------------------------------------
 

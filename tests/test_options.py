@@ -284,3 +284,12 @@ def test_clean_async_has_no_effect_on_where_cleaning_runs(tmp_path: Path,
     assert [e.action for e in table.timeline()].count("clean") >= 1
     # ...and the streaming job in its service thread.
     assert StreamingServices(table).clean is True
+
+
+def test_docs_list_exactly_the_declared_read_options() -> None:
+    from engine.read.options import READ_GROUP, READ_KEYS, ReadOptions
+
+    assert describe_options(READ_KEYS, READ_GROUP) in DOC.read_text()
+    assert _doc_table_keys("## Read options") == [s.key for s in READ_KEYS]
+    defaults = ReadOptions()
+    assert all(getattr(defaults, s.attr) == s.default for s in READ_KEYS)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -33,14 +32,14 @@ from engine.format.log_format import (
     iter_blocks,
 )
 from engine.index.bucket import bucket_from_file_id, bucket_ids
-from engine.layout.file_group import FileSlice
+from engine.layout.file_group import FileSlice, Visibility
 from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.read.scan import Scan, SliceScan
 from engine.read.skipping import KEY_PRUNERS, Pruning, prune
 from engine.schema import (
-    COMMIT_TIME,
     LOW_CARDINALITY_META,
     META_FIELDS,
     RECORD_KEY,
@@ -421,45 +420,24 @@ class TableReader:
         report.slices_pruned_by_bucket_or_footer = by_footer
         return wanted, keys, report
 
+    def scan(self, spec: ReadSpec, view: TableView, *, latest: bool = False) -> Scan:
+        """Plan a read of ``view`` (a snapshot of this reader's timeline) with ``spec``'s
+        columns and filters (``latest``: see :meth:`plan`): the slices to read and how to
+        read each (:class:`~engine.read.scan.Scan`)."""
+        schema = self.table_schema()
+        wanted, keys, report = self.plan(spec, view, latest=latest)
+        slice_scan = SliceScan(
+            self.storage, self.timeline, view.visible, schema,
+            read_columns=self._read_columns(spec, schema), read_optimized=spec.read_optimized,
+            expr=to_expression(spec.filters), keys=keys,
+            columns=list(spec.columns) if spec.columns is not None else None)
+        report.slices_read = len(wanted)
+        return Scan(slice_scan, wanted, report, spec.columns)
+
     def read(self, spec: ReadSpec, view: TableView, *, latest: bool = False) -> pa.Table:
         """Read ``view`` (a snapshot of this reader's timeline) with ``spec``'s columns and
         filters (``latest``: see :meth:`plan`)."""
-        schema = self.table_schema()
-        expr = to_expression(spec.filters)
-        read_columns = self._read_columns(spec, schema)
-        wanted, keys, _ = self.plan(spec, view, latest=latest)
-        parallel = len(wanted) > 1
-        reader = SliceReader(self.storage, self.timeline, view.visible, schema,
-                             use_threads=not parallel)
-
-        def read_one(slc: FileSlice) -> pa.Table:
-            part = reader.read_slice(slc, read_optimized=spec.read_optimized,
-                                     columns=read_columns, keys=keys)
-            return _dictionary_meta(part) if part.num_rows else part
-
-        # Parquet decoding and Arrow kernels release the GIL: a slice per core at a time.
-        if parallel:
-            with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(wanted))) as pool:
-                parts = list(pool.map(read_one, wanted))
-        else:
-            parts = [read_one(s) for s in wanted]
-        tables = [p for p in parts if p.num_rows]
-        if not tables:
-            empty_schema = schema or pa.schema([])
-            result = empty_schema.empty_table()
-        else:
-            result = pa.concat_tables(tables, promote_options="permissive")
-        if not self.config.populate_meta_fields:
-            # Meta columns hold no values in such tables; Hudi readers leave them out.
-            result = result.drop_columns([c for c in META_FIELDS if c in result.column_names])
-        if expr is not None and result.num_rows:
-            result = result.filter(expr)
-        if spec.columns is not None:
-            missing = [c for c in spec.columns if c not in result.column_names]
-            if missing and result.num_columns:
-                raise ValueError(f"columns: no column {missing[0]!r} in the table")
-            result = result.select([c for c in spec.columns if c in result.column_names])
-        return result
+        return self.scan(spec, view, latest=latest).to_table(threads=READ_THREADS)
 
     def _prune_for_keys(self, slices: list[FileSlice], keys: pa.Array) -> list[FileSlice]:
         """Slices that may hold one of ``keys``: by bucket id, then by base file footers."""
@@ -502,20 +480,47 @@ class TableReader:
         return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of),
                          latest=as_of is None)
 
+    def incremental_scan(self, start: str | None, end: str | None, spec: ReadSpec) -> Scan:
+        """Plan an incremental read: the latest versions (as of ``end``) of records written
+        by commits completed in (start, end] (``start`` None: from the first commit on).
+
+        Slices whose every file was written by an instant completed by ``start`` are not
+        read: a record version lives in a file written by its commit or by a later writer
+        that read it (a copy-on-write merge, a compaction, a clustering), each completed at
+        or after its commit, so such a slice holds no version of a commit in the range."""
+        view = TableView(self.storage, self.timeline, end_completion=end)
+        visible = view.visible
+        in_range = tuple(visible.completed_after(start) if start is not None else visible)
+        full = ReadSpec(None, spec.filters, False)
+        scan = self.scan(full, view)
+        scan.slice_scan.commit_times = tuple(sorted(in_range))
+        scan.slice_scan.columns = list(spec.columns) if spec.columns is not None else None
+        scan.requested_columns = spec.columns
+        if not in_range:
+            scan.slices = []
+        elif start is not None:
+            scan.slices = [s for s in scan.slices if _written_after(s, visible, start)]
+        scan.pruning.slices_read = len(scan.slices)
+        return scan
+
     def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
         """Latest versions of records written by commits completed in (start, end]."""
-        view = TableView(self.storage, self.timeline, end_completion=end)
-        in_range = view.visible.completed_after(start)
-        if not in_range:
-            schema = self.table_schema()
-            return (schema or pa.schema([])).empty_table()
-        table = self.read(ReadSpec(None, spec.filters, False), view)
-        if table.num_rows:
-            table = table.filter(pc.is_in(table.column(COMMIT_TIME),
-                                          value_set=pa.array(in_range, pa.string())))
-        if spec.columns is not None:
-            table = table.select(list(spec.columns))
-        return table
+        return self.incremental_scan(start, end, spec).to_table(threads=READ_THREADS)
 
 
-__all__ = ["RECORD_KEY", "ReadSpec", "SliceReader", "TableReader", "partition_values"]
+def _written_after(slc: FileSlice, visible: Visibility, start: str) -> bool:
+    """True if a file of ``slc`` was written by an instant completed after ``start`` (or by
+    one the view cannot place: then it may)."""
+    for instant in [slc.base_file.instant_time] if slc.base_file is not None else []:
+        completed = visible.get(instant)
+        if completed is None or completed > start:
+            return True
+    for log in slc.log_files:
+        completed = log.completion_time or visible.get(log.instant_time)
+        if completed is None or completed > start:
+            return True
+    return False
+
+
+__all__ = ["RECORD_KEY", "ReadSpec", "Scan", "SliceReader", "SliceScan", "TableReader",
+           "partition_values"]

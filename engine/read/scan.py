@@ -1,0 +1,172 @@
+"""A planned read: the file slices to read and how to read each one, apart.
+
+Every read of the engine is a :class:`Scan`: the driver (or the caller of
+:meth:`engine.table.Table.read`) plans it once — the visible instants, the slices that data
+skipping keeps, the record keys the filter pins — and each slice is then read on its own by
+:meth:`SliceScan.read`, the same code whether the slices are read by threads of this process
+(:meth:`Scan.to_table`, what ``Table.read`` returns) or one per Spark task in executors
+(``ingest/spark_read.py``). Concatenating the slices' tables gives the read's rows.
+
+Picklable: a :class:`SliceScan` carries the storage location, the table config, the instants
+the read sees (the active timeline only, no listing, no open file) and the read's spec;
+nothing in it refers to driver state, so an executor on another machine reads a slice from
+the slice and the :class:`SliceScan` alone. Reading a slice twice (a retried task) gives the
+same rows: the slice names its files, and the files of a completed instant never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.layout.file_group import FileSlice, Visibility
+from engine.read.skipping import Pruning
+from engine.schema import COMMIT_TIME, META_FIELDS, META_SCHEMA
+from engine.storage import Storage
+from engine.timeline.active import Timeline
+
+if TYPE_CHECKING:
+    from engine.read.reader import SliceReader
+
+
+def read_schema(schema: pa.Schema | None, populate_meta_fields: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Schema:
+    """The columns a read of a table with this ``schema`` returns and their types, as the
+    schema declares them (meta fields as plain strings; only the meta fields while the table
+    records no schema; none of them for a table that stores no meta values)."""
+    result = schema if schema is not None else META_SCHEMA
+    if not populate_meta_fields:
+        result = pa.schema([f for f in result if f.name not in META_FIELDS])
+    if columns is not None:
+        result = pa.schema([result.field(c) for c in columns if c in result.names])
+    return result
+
+
+@dataclass
+class SliceScan:
+    """How to read one slice of a planned read (picklable; see the module doc).
+
+    ``read_columns`` are the columns read from the files (None: all), ``expr`` the row
+    filter applied to the merged rows, ``keys`` the record keys the filter pins (the read
+    of each file is restricted to them), ``commit_times`` the requested times of the
+    commits an incremental read returns (None: any), ``columns`` the columns returned.
+    """
+
+    storage: Storage
+    timeline: Timeline
+    visible: Visibility
+    schema: pa.Schema | None
+    read_columns: list[str] | None = None
+    read_optimized: bool = False
+    expr: pc.Expression | None = None
+    keys: pa.Array | None = None
+    commit_times: tuple[str, ...] | None = None
+    columns: list[str] | None = None
+    use_threads: bool = True
+    _reader: SliceReader | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def populate_meta_fields(self) -> bool:
+        """False for tables that store no meta column values (their reads drop them)."""
+        return self.timeline.config.populate_meta_fields
+
+    def output_schema(self) -> pa.Schema:
+        """The columns a read returns and their types (:func:`read_schema`)."""
+        return read_schema(self.schema, self.populate_meta_fields, self.columns)
+
+    def slice_reader(self) -> SliceReader:
+        """The engine's reader of slices under this scan's instants (made once)."""
+        if self._reader is None:
+            from engine.read.reader import SliceReader
+
+            self._reader = SliceReader(self.storage, self.timeline, self.visible, self.schema,
+                                       use_threads=self.use_threads)
+        return self._reader
+
+    def read(self, slc: FileSlice) -> pa.Table:
+        """The rows ``slc`` contributes to the read: merged, filtered, commit range applied,
+        columns selected (a column the slice's files lack is left out: the caller conforms
+        or concatenates)."""
+        from engine.read.reader import _dictionary_meta
+
+        part = self.slice_reader().read_slice(slc, read_optimized=self.read_optimized,
+                                              columns=self.read_columns, keys=self.keys)
+        if not part.num_rows:
+            return part
+        part = _dictionary_meta(part)
+        if not self.populate_meta_fields:
+            # Meta columns hold no values in such tables; Hudi readers leave them out.
+            part = part.drop_columns([c for c in META_FIELDS if c in part.column_names])
+        if self.expr is not None:
+            part = part.filter(self.expr)
+        if self.commit_times is not None and part.num_rows:
+            part = part.filter(pc.is_in(part.column(COMMIT_TIME),
+                                        value_set=pa.array(self.commit_times, pa.string())))
+        if self.columns is not None:
+            part = part.select([c for c in self.columns if c in part.column_names])
+        return part
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A lean copy: the timeline's instants without its caches, no reader."""
+        state = dict(self.__dict__)
+        lean = Timeline(self.storage, self.timeline.config, self.timeline.instants)
+        visible = Visibility(lean, self.visible.active, as_of=self.visible.as_of,
+                             end_completion=self.visible.end_completion)
+        visible.used_archived = self.visible.used_archived
+        state["timeline"], state["visible"], state["_reader"] = lean, visible, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+@dataclass
+class Scan:
+    """A planned read: :attr:`slices` to read with :attr:`slice_scan`, and what data skipping
+    pruned (:attr:`pruning`, :meth:`engine.table.Table.explain`)."""
+
+    slice_scan: SliceScan
+    slices: list[FileSlice]
+    pruning: Pruning = field(default_factory=Pruning)
+    requested_columns: Sequence[str] | None = None
+    """The caller's column list (None: all), checked against the result by :meth:`to_table`."""
+
+    def output_schema(self) -> pa.Schema:
+        """The schema of the read's rows (:meth:`SliceScan.output_schema`)."""
+        return self.slice_scan.output_schema()
+
+    def to_table(self, threads: int = 1) -> pa.Table:
+        """Read every slice (``threads`` at a time) and concatenate: the read's rows."""
+        scan = self.slice_scan
+        scan.use_threads = threads <= 1 or len(self.slices) <= 1
+        scan._reader = None
+        if threads > 1 and len(self.slices) > 1:
+            # Parquet decoding and Arrow kernels release the GIL: a slice per core at a time.
+            with ThreadPoolExecutor(max_workers=min(threads, len(self.slices))) as pool:
+                parts = list(pool.map(scan.read, self.slices))
+        else:
+            parts = [scan.read(s) for s in self.slices]
+        tables = [p for p in parts if p.num_rows]
+        if tables:
+            result = pa.concat_tables(tables, promote_options="permissive")
+        else:
+            result = scan.schema.empty_table() if scan.schema is not None \
+                else pa.schema([]).empty_table()
+            if not scan.populate_meta_fields:
+                result = result.drop_columns([c for c in META_FIELDS
+                                              if c in result.column_names])
+        wanted = self.requested_columns
+        if wanted is not None:
+            missing = [c for c in wanted if c not in result.column_names]
+            if missing and result.num_columns:
+                raise ValueError(f"columns: no column {missing[0]!r} in the table")
+            result = result.select([c for c in wanted if c in result.column_names])
+        return result
+
+
+__all__ = ["Scan", "SliceScan", "read_schema"]
