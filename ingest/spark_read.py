@@ -1,0 +1,262 @@
+"""Spark reads of tidelake (Hudi) tables: ``spark.read.format("tidelake").load(path)`` and
+``spark.readStream.format("tidelake").load(path)``.
+
+A Python data source (Spark's ``pyspark.sql.datasource`` API), registered by
+:func:`register`. It decides nothing about the table: the engine plans every read
+(:meth:`engine.table.Table.scan` / :meth:`~engine.table.Table.scan_incremental`: the
+visible instants, the file slices — listed through the metadata table where the table has
+one — and the incremental commit range, whose slices no commit of the range wrote are left
+out) and reads each slice (:meth:`engine.read.scan.SliceScan.read`: base file and log
+blocks merged by the table's merge mode). So a Spark read returns
+exactly what ``Table.read`` / ``Table.read_incremental`` return.
+
+Who runs what:
+
+- the driver side (Spark's planning Python worker; for streams one long-lived Python
+  process per query): option parsing, ``schema``, ``partitions`` — one
+  :class:`SlicePartition` per file slice — and the stream's offsets;
+- executors: :meth:`TidelakeReader.read` / :meth:`TidelakeStreamReader.read`, one task per
+  slice, reading it through the engine and yielding Arrow record batches in the Spark schema.
+
+Everything a task needs travels in its :class:`SlicePartition` (the slice and the engine's
+picklable :class:`~engine.read.scan.SliceScan`); nothing relies on driver state, so it runs
+unchanged on a cluster.
+
+Options are Hudi's (:class:`engine.read.options.ReadOptions`, docs/configuration.md "Read
+options").
+
+No filter pushdown, no column pruning (Spark 4.3): the API has no column pruning (every
+column is read; Spark drops the unused ones after the scan), and its filter pushdown
+(``DataSourceReader.pushFilters``) returns wrong rows: Spark keeps the read planned by the
+first pushdown on a DataFrame's relation and reuses it for a later query on the same
+DataFrame (or temp view) whose filters it does not push — ``df.where("region = 'north'")
+.count()`` then ``df.count()`` counts the north rows only (Spark's
+``PythonDataSourceV2.getOrCreateReadInfo`` after a ``pushFilters`` that passed no filter).
+So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; a
+filtered engine read (``Table.read(filters=...)``) has the pruning. For the same reason a
+DataFrame reads the table as it was at its first action (Spark reuses the planned slices):
+``load`` again to see later commits.
+
+Streams: offsets are ``{"completion_time": t}``, the completion time of the latest completed
+instant a micro-batch covers (``"0"``: before the first commit). A micro-batch (start, end] is
+the engine's incremental read of the commits completed in that range: each record written by
+them once, in its latest version as of ``end``. Spark keeps the offsets in the query's
+checkpoint; a restarted query continues after the last committed batch, and a replayed batch
+plans exactly the same slices and rows (planning depends on the two offsets only: no commit
+can complete at or before a completion time already seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from engine.errors import InvalidOptionError
+from engine.layout.file_group import FileSlice
+from engine.read.options import EARLIEST, LATEST, QueryType, ReadOptions
+from engine.read.scan import Scan, SliceScan
+from engine.schema import conform
+from engine.table import Table
+from engine.timeline.active import Timeline, completion_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "BEFORE_FIRST_COMMIT",
+    "SOURCE_NAME",
+    "SlicePartition",
+    "TidelakeDataSource",
+    "TidelakeReader",
+    "TidelakeStreamReader",
+    "register",
+]
+
+SOURCE_NAME = "tidelake"
+BEFORE_FIRST_COMMIT = "0"
+"""The stream offset before the table's first commit (completion times sort after it)."""
+STREAM_REFUSED = ("hoodie.datasource.query.type", "as.of.instant",
+                  "hoodie.datasource.read.begin.instanttime",
+                  "hoodie.datasource.read.end.instanttime")
+"""Batch-only options: a stream is always the incremental read from its offsets on."""
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("tidelake")`` available in ``spark`` (batch and streaming reads); once
+    per session, before the first read. The executors' Python must import this module
+    (tidelake installed there, or on their ``PYTHONPATH``): Spark unpickles the source there
+    by module name."""
+    spark.dataSource.register(TidelakeDataSource)
+
+
+# -- options and schema ----------------------------------------------------------------------
+
+
+def _path(options: Mapping[str, Any]) -> str:
+    path = next((str(v) for k, v in options.items() if str(k).lower() == "path"), "")
+    if not path:
+        raise InvalidOptionError("path", "required: spark.read.format('tidelake').load(path)")
+    return path
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark ``StructType`` of an Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _target_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects of the batches a read yields (as its worker makes it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+# -- reading slices --------------------------------------------------------------------------
+
+
+class SlicePartition(InputPartition):
+    """One Spark input partition: a file slice and how to read it (picklable)."""
+
+    def __init__(self, scan: SliceScan, slc: FileSlice) -> None:
+        super().__init__(f"{slc.partition_path}/{slc.file_id}@{slc.base_instant}")
+        self.scan = scan
+        self.slice = slc
+
+
+def _partitions(scan: Scan) -> list[SlicePartition]:
+    return [SlicePartition(scan.slice_scan, slc) for slc in scan.slices]
+
+
+def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Executor side: the slice's rows through the engine, as batches of ``target``."""
+    if not isinstance(partition, SlicePartition):  # Spark's placeholder for "no slices"
+        return
+    rows = partition.scan.read(partition.slice)
+    if rows.num_rows:
+        yield from conform(rows, target).combine_chunks().to_batches()
+
+
+class TidelakeReader(DataSourceReader):
+    """Batch reads: snapshot, read-optimized, time travel and incremental queries."""
+
+    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+        self.path = path
+        self.options = options
+        self.schema = schema
+
+    def plan(self) -> Scan:
+        """Driver: the engine's plan of this read (one slice per Spark partition)."""
+        table = Table.open(self.path)
+        opts = self.options
+        if opts.query_type is QueryType.INCREMENTAL:
+            return table.scan_incremental(opts.begin_instant, opts.end_instant)
+        return table.scan(None, None, opts.as_of_instant,
+                          read_optimized=opts.query_type is QueryType.READ_OPTIMIZED)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Driver: one partition per file slice the engine plans to read."""
+        return _partitions(self.plan())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: one slice's rows."""
+        return _read_partition(partition, _target_schema(self.schema))
+
+
+class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads: each micro-batch is the incremental read of the commits completed in
+    (start offset, end offset]."""
+
+    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+        self.path = path
+        self.options = options
+        self.schema = schema
+        self._available_now: str | None = None
+
+    def _latest(self) -> str:
+        table = Table.open(self.path)
+        done = Timeline.load(table.storage, table.config).completed_data_instants
+        return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Driver: where a new query starts (``hoodie.datasource.streaming.startOffset``)."""
+        start = self.options.start_offset
+        if start == EARLIEST:
+            return {"completion_time": BEFORE_FIRST_COMMIT}
+        if start == LATEST:
+            return {"completion_time": self._latest()}
+        return {"completion_time": start}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Every commit completed since the last batch."""
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Driver: ``trigger(availableNow=True)`` reads up to the commits completed now."""
+        self._available_now = self._latest()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Driver: the latest completion time (never before ``start``)."""
+        latest = self._latest()
+        if self._available_now is not None:
+            latest = min(latest, self._available_now)
+        return {"completion_time": max(latest, str(start["completion_time"]))}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Driver: one partition per slice holding records of the commits in (start, end]."""
+        begin, until = str(start["completion_time"]), str(end["completion_time"])
+        if until <= begin:
+            return []
+        scan = Table.open(self.path).scan_incremental(
+            None if begin == BEFORE_FIRST_COMMIT else begin, until)
+        return _partitions(scan)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor: one slice's rows of the micro-batch."""
+        return _read_partition(partition, _target_schema(self.schema))
+
+
+class TidelakeDataSource(DataSource):
+    """``format("tidelake")``: a Hudi table written by tidelake (or any Hudi 1.x / 0.14+
+    writer the engine reads) at the path given to ``load``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return SOURCE_NAME
+
+    def _options(self, *, streaming: bool) -> ReadOptions:
+        if streaming:
+            for key in STREAM_REFUSED:
+                if any(str(k).lower() == key.lower() for k in self.options):
+                    raise InvalidOptionError(
+                        key, "applies to batch reads only: a stream reads the commits "
+                        "completed after its offset (hoodie.datasource.streaming.startOffset)")
+        return ReadOptions.from_options(self.options)
+
+    def schema(self) -> StructType:
+        """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``)."""
+        return spark_schema(Table.open(_path(self.options)).read_schema())
+
+    def reader(self, schema: StructType) -> TidelakeReader:
+        """Driver: a batch reader."""
+        return TidelakeReader(_path(self.options), self._options(streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> TidelakeStreamReader:
+        """Driver: a stream reader."""
+        return TidelakeStreamReader(_path(self.options), self._options(streaming=True), schema)

@@ -1,0 +1,325 @@
+"""``spark.read.format("tidelake")`` and ``spark.readStream.format("tidelake")`` on real Spark.
+
+Random small tables (copy-on-write and merge-on-read, partitioned or not, with a compaction
+or a clustering among the commits) are read through Spark with every query type; each read
+must equal the engine's own read with the same arguments, row for row and column for column,
+and its data the oracle's (tests/helpers.py). Streams: a foreachBatch query across commits
+gets every commit once and in order, and a query restarted from its checkpoint (after a stop,
+and after a batch that failed) continues without a duplicate or a gap.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+
+from engine import Table
+from engine.errors import InvalidOptionError
+from ingest.spark_read import register
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
+from tests.helpers import Oracle, sorted_rows
+from tests.spark_session import spark  # noqa: F401
+
+pytestmark = [pytest.mark.spark]
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+COMMIT_TIME = "_hoodie_commit_time"
+
+
+@pytest.fixture(scope="module")
+def tidelake(spark: SparkSession) -> Iterator[SparkSession]:  # noqa: F811
+    """The shared session with the tidelake source registered."""
+    register(spark)
+    yield spark
+
+
+def _rows(data: pa.Table) -> list[dict[str, Any]]:
+    """Every column of every row (meta columns as plain strings), in a fixed order."""
+    plain = data.cast(pa.schema([pa.field(f.name, f.type.value_type)
+                                 if pa.types.is_dictionary(f.type) else f
+                                 for f in data.schema]))
+    return sorted(plain.to_pylist(), key=lambda r: (r["_hoodie_record_key"],
+                                                   r["_hoodie_partition_path"]))
+
+
+def _spark_rows(df: DataFrame) -> list[dict[str, Any]]:
+    return _rows(df.toArrow())
+
+
+def _load(spark: SparkSession, path: str, **options: str) -> DataFrame:  # noqa: F811
+    reader = spark.read.format("tidelake")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(path)
+
+
+def _build(path: Path, table_type: str, partitioned: bool, seed: int
+           ) -> tuple[Table, Oracle, list[str]]:
+    """A random table: 4 upsert batches, a delete, a compaction (MOR) or a clustering (COW),
+    one more upsert. Returns it, its oracle and its commits' instant times."""
+    rng = random.Random(seed)
+    options = {"hoodie.metadata.index.column.stats.enable": "true",
+               "hoodie.clustering.plan.strategy.small.file.limit": str(10 * 1024 * 1024),
+               "hoodie.clustering.plan.strategy.sort.columns": "ts"}
+    table = Table.create(str(path), name="trips", table_type=table_type, record_key="key",
+                         precombine="ts", partition_by=["region"] if partitioned else None,
+                         options=options)
+    oracle, counter, instants = Oracle(), [0], []
+    for size in (30, 20, 20, 15):
+        batch = _same_partition(random_batch(rng, oracle, counter, size), oracle)
+        instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+        oracle.upsert(batch, instant)
+        instants.append(instant)
+    victims = rng.sample(sorted(oracle.rows), 4)
+    held = {k: oracle.rows[k]["region"] for k in victims}
+    instant = table.delete(pa.table({"key": victims, "region": [held[k] for k in victims]}))
+    oracle.delete(victims, instant=instant)
+    instants.append(instant)
+    service = table.compact() if table_type == "MERGE_ON_READ" else table.cluster()
+    assert service.completed, f"no {service.service} ran"
+    batch = _same_partition(random_batch(rng, oracle, counter, 10), oracle)
+    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, instant)
+    instants.append(instant)
+    return table, oracle, instants
+
+
+def _same_partition(batch: list[dict[str, Any]], oracle: Oracle) -> list[dict[str, Any]]:
+    """Updates keep their key's partition (only a global index moves a key)."""
+    for row in batch:
+        if row["key"] in oracle.rows:
+            row["region"] = oracle.rows[row["key"]]["region"]
+    return batch
+
+
+SHAPES = [("MERGE_ON_READ", True), ("COPY_ON_WRITE", True), ("MERGE_ON_READ", False),
+          ("COPY_ON_WRITE", False)]
+
+
+@pytest.mark.parametrize(("table_type", "partitioned"), SHAPES)
+def test_spark_read_every_query_type_equals_engine_read(
+        tidelake: SparkSession, tmp_path: Path, table_type: str, partitioned: bool) -> None:
+    table, oracle, instants = _build(tmp_path / "t", table_type, partitioned,
+                                     seed=len(table_type) * 7 + partitioned)
+    path = table.path
+    done = {e.instant_time: e.completion_time or "" for e in table.timeline()
+            if e.state == "completed"}
+
+    snapshot = _load(tidelake, path)
+    assert snapshot.columns[:5] == ["_hoodie_commit_time", "_hoodie_commit_seqno",
+                                    "_hoodie_record_key", "_hoodie_partition_path",
+                                    "_hoodie_file_name"]
+    got = snapshot.toArrow()
+    assert _rows(got) == _rows(table.read())
+    assert sorted_rows(got, COLUMNS) == oracle.snapshot()
+    assert snapshot.rdd.getNumPartitions() == max(len(table.scan().slices), 1)
+
+    optimized = _load(tidelake, path, **{"hoodie.datasource.query.type": "read_optimized"})
+    assert _spark_rows(optimized) == _rows(table.read(read_optimized=True))
+
+    for instant in (instants[1], instants[4]):
+        travel = _load(tidelake, path, **{"as.of.instant": instant}).toArrow()
+        assert _rows(travel) == _rows(table.read(as_of=instant))
+        assert sorted_rows(travel, COLUMNS) == oracle.snapshot(instant)
+
+    begin, end = done[instants[0]], done[instants[3]]
+    incremental = _load(tidelake, path, **{
+        "hoodie.datasource.query.type": "incremental",
+        "hoodie.datasource.read.begin.instanttime": begin,
+        "hoodie.datasource.read.end.instanttime": end})
+    expected = table.read_incremental(begin, end)
+    assert expected.num_rows and _spark_rows(incremental) == _rows(expected)
+    open_ended = _load(tidelake, path, **{"hoodie.datasource.query.type": "incremental",
+                                          "hoodie.datasource.read.begin.instanttime": begin})
+    assert _spark_rows(open_ended) == _rows(table.read_incremental(begin))
+
+
+def test_spark_read_where_and_sql_on_one_frame_stay_exact(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    """Spark applies WHERE clauses to the rows read; a filtered query then an unfiltered one
+    on the same DataFrame or view both see every row they should (Spark 4.3 would reuse a
+    pushed-down plan for the second: the source pushes nothing down)."""
+    table, oracle, _ = _build(tmp_path / "t", "MERGE_ON_READ", True, seed=5)
+    df = _load(tidelake, table.path)
+    where = df.where("region = 'north' AND ts >= 20 AND amount IS NOT NULL")
+    expected = table.read(filters=[("region", "=", "north"), ("ts", ">=", 20)])
+    expected = expected.filter(pa.compute.is_valid(expected.column("amount")))
+    assert _spark_rows(where) == _rows(expected)
+    assert df.count() == len(oracle.rows)
+
+    keys = sorted(oracle.rows)[:3]
+    by_key = df.where(df.key.isin(keys))
+    assert _spark_rows(by_key) == _rows(table.read(filters=[("key", "in", keys)]))
+
+    df.createOrReplaceTempView("trips")
+    counted = tidelake.sql("SELECT region, count(*) AS n FROM trips WHERE region <> 'north' "
+                           "GROUP BY region").collect()
+    held: dict[str, int] = {}
+    for row in oracle.rows.values():
+        if row["region"] != "north":
+            held[row["region"]] = held.get(row["region"], 0) + 1
+    assert {r.region: r.n for r in counted} == held
+    assert tidelake.sql("SELECT count(*) AS n FROM trips").collect()[0].n == len(oracle.rows)
+
+    # a DataFrame keeps the slices planned at its first action; a new load sees new commits
+    batch = [{"key": "new", "ts": 1, "region": "north", "amount": 1.0, "note": None}]
+    table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    assert df.count() == len(oracle.rows)
+    assert _load(tidelake, table.path).count() == len(oracle.rows) + 1
+
+
+def test_spark_read_bad_options_raise_naming_the_option(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    table, _, _ = _build(tmp_path / "t", "COPY_ON_WRITE", False, seed=3)
+    for options, key in (({"hoodie.datasource.query.type": "snapshots"},
+                          "hoodie.datasource.query.type"),
+                         ({"hoodie.datasource.query.type": "incremental"},
+                          "hoodie.datasource.read.begin.instanttime"),
+                         ({"as.of.instant": "yesterday"}, "as.of.instant"),
+                         ({"hoodie.datasource.read.strat.instanttime": "1"},
+                          "hoodie.datasource.read.strat.instanttime")):
+        with pytest.raises(Exception, match=key.replace(".", r"\.")):
+            _load(tidelake, table.path, **options).collect()
+    with pytest.raises(InvalidOptionError, match="unknown read option"):
+        from engine.read.options import ReadOptions
+
+        ReadOptions.from_options({"hoodie.datasource.read.strat.instanttime": "1"})
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+class Batches:
+    """A foreachBatch sink keeping each micro-batch's rows (it runs in this process, the
+    driver); ``fail_first`` makes its first call raise, as a crash mid-batch."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.got: list[tuple[int, pa.Table]] = []
+        self.fail_first = fail_first
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        rows = df.toArrow()
+        if self.fail_first:
+            self.fail_first = False
+            raise RuntimeError(f"sink failed on batch {batch_id}")
+        self.got.append((batch_id, rows))
+
+
+def _stream(spark: SparkSession, path: str, checkpoint: Path, sink: Batches,  # noqa: F811
+            *, available_now: bool) -> Any:
+    writer = (spark.readStream.format("tidelake").load(path).writeStream
+              .foreachBatch(sink).option("checkpointLocation", str(checkpoint)))
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime="500 milliseconds").start()
+
+
+def _commit(table: Table, oracle: Oracle, keys: list[str], ts: int) -> str:
+    batch = [{"key": k, "ts": ts, "region": ("north", "south")[int(k[1:]) % 2],
+              "amount": float(ts), "note": k} for k in keys]
+    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, instant)
+    return instant
+
+
+def _expected(oracle: Oracle, commits: list[str]) -> list[dict[str, Any]]:
+    """The oracle's rows after the last of ``commits`` whose version one of them wrote."""
+    return [row for row in oracle.snapshot(commits[-1]) if row[COMMIT_TIME] in commits]
+
+
+def test_spark_stream_delivers_every_commit_once_in_order_across_restarts(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="trips", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by=["region"])
+    oracle, checkpoint = Oracle(), tmp_path / "checkpoint"
+    first = Batches()
+    steps: list[list[str]] = []  # the commits each micro-batch must cover, in order
+    steps.append([_commit(table, oracle, [f"k{i}" for i in range(12)], 1)])
+    query = _stream(tidelake, table.path, checkpoint, first, available_now=False)
+    try:
+        query.processAllAvailable()
+        steps.append([_commit(table, oracle, ["k1", "k2", "k20", "k21"], 2)])
+        query.processAllAvailable()
+        assert table.compact().completed  # a batch of its own: it writes no new version
+        query.processAllAvailable()
+        steps.append([_commit(table, oracle, ["k2", "k3", "k30"], 3)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    data = [rows for _, rows in first.got if rows.num_rows]
+    assert [b for b, _ in first.got] == sorted(b for b, _ in first.got)
+    assert len(data) == len(steps) and len(first.got) <= len(steps) + 1
+    for rows, commits in zip(data, steps, strict=True):
+        assert sorted_rows(rows, COLUMNS) == _expected(oracle, commits)
+
+    # stopped: two commits land; the restarted query fails in its first batch, and the one
+    # after replays that batch (same id, same rows) and ends there
+    later = [_commit(table, oracle, ["k4", "k40"], 4), _commit(table, oracle, ["k4", "k41"], 5)]
+    failing = Batches(fail_first=True)
+    query = _stream(tidelake, table.path, checkpoint, failing, available_now=True)
+    with pytest.raises(Exception, match="sink failed on batch"):
+        query.awaitTermination()
+    again = Batches()
+    query = _stream(tidelake, table.path, checkpoint, again, available_now=True)
+    query.awaitTermination()
+    assert len(again.got) == 1
+    batch_id, rows = again.got[0]
+    assert batch_id == first.got[-1][0] + 1
+    assert sorted_rows(rows, COLUMNS) == _expected(oracle, later)
+    assert sorted(rows.column("key").to_pylist()) == ["k4", "k40", "k41"]
+
+    # nothing new: a restart delivers nothing
+    idle = Batches()
+    _stream(tidelake, table.path, checkpoint, idle, available_now=True).awaitTermination()
+    assert [rows.num_rows for _, rows in idle.got] in ([], [0])
+
+
+def test_spark_stream_start_offset_latest_skips_earlier_commits(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="trips", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts", partition_by=["region"])
+    oracle = Oracle()
+    _commit(table, oracle, ["k1", "k2"], 1)
+    sink = Batches()
+    query = (tidelake.readStream.format("tidelake")
+             .option("hoodie.datasource.streaming.startOffset", "latest").load(table.path)
+             .writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        commit = _commit(table, oracle, ["k2", "k3"], 2)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = [r for _, batch in sink.got for r in sorted_rows(batch, COLUMNS)]
+    assert rows == _expected(oracle, [commit])
+    with pytest.raises(Exception, match=r"as\.of\.instant"):
+        tidelake.readStream.format("tidelake").option("as.of.instant", commit) \
+            .load(table.path).writeStream.foreachBatch(sink) \
+            .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(30)
+
+
+def test_spark_read_doc_examples_run_as_written(
+        tidelake: SparkSession, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/spark-read.md's Python blocks, in order, in one namespace, print what it says."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "spark-read.md"
+    text = doc.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), namespace)
+    out = capsys.readouterr().out
+    for expected in ("[('a', 11.0), ('b', 20.0), ('c', -1.0)]",
+                     "[Row(city='oslo', n=2), Row(city='rome', n=1)]", "[-1.0, 10.0, 20.0]",
+                     "\n3\n", "['a']", "[('a', 1100), ('b', 2000)]",
+                     "[('a', 1100), ('b', 2500)]"):
+        assert expected in out, expected
