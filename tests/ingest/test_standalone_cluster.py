@@ -169,3 +169,73 @@ def test_job_on_standalone_cluster_writes_in_worker_executors(
             assert executor_id.group(1) != "driver"
             assert standalone_cluster.worker_pid in pids[pids.index(executor["pid"]):], (
                 f"{task['file_group']}: the executor is not the standalone worker's")
+
+
+READ_CHILD = r"""
+import json, os, sys
+from pyspark.sql import SparkSession
+from ingest.spark_read import register
+spark = (SparkSession.builder.master(sys.argv[1]).appName("tidelake-read-cluster")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.executor.memory", "512m")
+         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+         .config("spark.executorEnv.SPARK_LOCAL_IP", "127.0.0.1")
+         .config("spark.pyspark.python", sys.executable).getOrCreate())
+register(spark)
+df = spark.read.format("tidelake").load(sys.argv[2])
+
+
+def under_executor(rows):
+    pid, chain = os.getpid(), []
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            chain.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return [any("CoarseGrainedExecutorBackend" in c for c in chain)]
+
+
+placed = df.rdd.mapPartitions(under_executor).collect()
+rows = [r.asDict() for r in df.collect()]
+with open(sys.argv[3], "w") as out:
+    json.dump({"rows": rows, "partitions": df.rdd.getNumPartitions(), "placed": placed}, out)
+spark.stop()
+"""
+
+
+def test_spark_read_on_standalone_cluster_equals_engine_read(
+        standalone_cluster: Cluster, tmp_path: Path) -> None:
+    """``spark.read.format("tidelake")`` from a driver of its own against ``spark://``: one
+    task per file slice, run under the standalone worker's executor JVM, and the
+    rows are the engine's read of the merge-on-read table (base files, logs and a delete)."""
+    import json
+    import sys
+
+    import pyarrow as pa
+
+    from engine import Table
+
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="id", precombine="ts", partition_by=["city"])
+    table.upsert(pa.table({"id": [f"k{i}" for i in range(30)], "ts": [1] * 30,
+                           "city": ["oslo", "rome", "lima"] * 10, "fare": [1.5] * 30}))
+    table.upsert(pa.table({"id": ["k1", "k2"], "ts": [2, 2], "city": ["rome", "lima"],
+                           "fare": [9.0, 8.0]}))
+    table.delete(pa.table({"id": ["k3"], "city": ["oslo"]}))
+    out = tmp_path / "read.json"
+    log = tmp_path / "child.log"
+    with log.open("wb") as sink:
+        child = subprocess.run([sys.executable, "-c", READ_CHILD, standalone_cluster.master_url,
+                                table.path, str(out)], env=child_env(), stdout=sink,
+                               stderr=subprocess.STDOUT, timeout=START_S, check=False)
+    assert child.returncode == 0, log.read_text()[-3000:]
+    got = json.loads(out.read_text())
+    expected = table.read()
+    expected = expected.cast(pa.schema([pa.field(f.name, f.type.value_type)
+                                        if pa.types.is_dictionary(f.type) else f
+                                        for f in expected.schema]))
+    key = "_hoodie_record_key"
+    assert sorted(got["rows"], key=lambda r: r[key]) == sorted(expected.to_pylist(),
+                                                               key=lambda r: r[key])
+    assert got["partitions"] == len(table.scan().slices) == 3
+    assert got["placed"] == [True] * 3  # every slice's task ran under the executor JVM
