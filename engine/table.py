@@ -404,14 +404,17 @@ class Table:
         return self.scan_incremental(start, end, columns, filters).to_table(READ_THREADS)
 
     def scan_incremental(self, start: str | None, end: str | None = None,
-                         columns: Sequence[str] | None = None,
-                         filters: Filters = None) -> Scan:
+                         columns: Sequence[str] | None = None, filters: Filters = None, *,
+                         start_inclusive: bool = False) -> Scan:
         """Plan :meth:`read_incremental` without reading it (as :meth:`scan`); ``start``
-        None reads from the first commit on (every record of the view at ``end``)."""
+        None reads from the first commit on (every record of the view at ``end``);
+        ``start_inclusive`` counts a commit completed at ``start`` too (Hudi 1.x's
+        ``hoodie.datasource.read.begin.instanttime``: completion time >= begin)."""
         _check_instant_arg("start", start)
         _check_instant_arg("end", end)
         spec = ReadSpec(list(columns) if columns is not None else None, filters)
-        return self._reader(start=start).incremental_scan(start, end, spec)
+        return self._reader(start=start).incremental_scan(start, end, spec,
+                                                          start_inclusive=start_inclusive)
 
     # -- table services --------------------------------------------------------------------
 

@@ -165,7 +165,8 @@ class TidelakeReader(DataSourceReader):
         table = Table.open(self.path)
         opts = self.options
         if opts.query_type is QueryType.INCREMENTAL:
-            return table.scan_incremental(opts.begin_instant, opts.end_instant)
+            return table.scan_incremental(opts.begin_instant, opts.end_instant,
+                                          start_inclusive=True)
         return table.scan(None, None, opts.as_of_instant,
                           read_optimized=opts.query_type is QueryType.READ_OPTIMIZED)
 

@@ -180,13 +180,18 @@ class Visibility(Mapping[str, str]):
     def __len__(self) -> int:
         return len({**self.archived_items(), **self.active})
 
-    def completed_after(self, start: str) -> list[str]:
-        """Requested times of visible instants whose completion key is > ``start``; the
-        history is read only if ``start`` precedes the active timeline's instants."""
-        times = [t for t, c in self.active.items() if c > start]
+    def completed_after(self, start: str, *, inclusive: bool = False) -> list[str]:
+        """Requested times of visible instants whose completion key is > ``start`` (>= with
+        ``inclusive``); the history is read only if ``start`` precedes the active timeline's
+        instants."""
+
+        def after(completed: str) -> bool:
+            return completed >= start if inclusive else completed > start
+
+        times = [t for t, c in self.active.items() if after(c)]
         first_active = min(self.active.values(), default=None)
         if first_active is None or start < first_active:
-            times += [t for t, c in self.archived_items().items() if c > start]
+            times += [t for t, c in self.archived_items().items() if after(c)]
         return sorted(times)
 
 

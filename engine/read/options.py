@@ -72,8 +72,8 @@ class ReadOptions:
         "hoodie.datasource.query.type", _query_type, QueryType.SNAPSHOT,
         "`snapshot`: the latest merged rows; `read_optimized`: base files only (merge-on-read "
         "tables: rows as of the last compaction); `incremental`: the latest version of each "
-        "record written by the commits completed after "
-        "`hoodie.datasource.read.begin.instanttime` (up to the end instant time).",
+        "record written by the commits completed from "
+        "`hoodie.datasource.read.begin.instanttime` to the end instant time.",
         group=READ_GROUP)
     as_of_instant: str | None = option(
         "as.of.instant", _instant, None,
@@ -81,8 +81,9 @@ class ReadOptions:
         "query only.", group=READ_GROUP)
     begin_instant: str | None = option(
         "hoodie.datasource.read.begin.instanttime", _instant, None,
-        "Incremental query: commits that completed after this completion time (exclusive); "
-        "required with `incremental`.", shown="required (incremental)", group=READ_GROUP)
+        "Incremental query: commits that completed at or after this completion time "
+        "(inclusive, as Hudi 1.x; `Table.read_incremental(start)` excludes `start`); required "
+        "with `incremental`.", shown="required (incremental)", group=READ_GROUP)
     end_instant: str | None = option(
         "hoodie.datasource.read.end.instanttime", _instant, None,
         "Incremental query: commits that completed up to this completion time (inclusive); "

@@ -480,9 +480,11 @@ class TableReader:
         return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of),
                          latest=as_of is None)
 
-    def incremental_scan(self, start: str | None, end: str | None, spec: ReadSpec) -> Scan:
+    def incremental_scan(self, start: str | None, end: str | None, spec: ReadSpec, *,
+                         start_inclusive: bool = False) -> Scan:
         """Plan an incremental read: the latest versions (as of ``end``) of records written
-        by commits completed in (start, end] (``start`` None: from the first commit on).
+        by commits completed in (start, end] (``start`` None: from the first commit on;
+        ``start_inclusive``: in [start, end], as Hudi 1.x's begin instant time).
 
         Slices whose every file was written by an instant completed by ``start`` are not
         read: a record version lives in a file written by its commit or by a later writer
@@ -490,7 +492,8 @@ class TableReader:
         or after its commit, so such a slice holds no version of a commit in the range."""
         view = TableView(self.storage, self.timeline, end_completion=end)
         visible = view.visible
-        in_range = tuple(visible.completed_after(start) if start is not None else visible)
+        in_range = tuple(visible.completed_after(start, inclusive=start_inclusive)
+                         if start is not None else visible)
         full = ReadSpec(None, spec.filters, False)
         scan = self.scan(full, view)
         scan.slice_scan.commit_times = tuple(sorted(in_range))
@@ -499,7 +502,8 @@ class TableReader:
         if not in_range:
             scan.slices = []
         elif start is not None:
-            scan.slices = [s for s in scan.slices if _written_after(s, visible, start)]
+            scan.slices = [s for s in scan.slices
+                           if _written_after(s, visible, start, start_inclusive)]
         scan.pruning.slices_read = len(scan.slices)
         return scan
 
@@ -508,18 +512,13 @@ class TableReader:
         return self.incremental_scan(start, end, spec).to_table(threads=READ_THREADS)
 
 
-def _written_after(slc: FileSlice, visible: Visibility, start: str) -> bool:
-    """True if a file of ``slc`` was written by an instant completed after ``start`` (or by
-    one the view cannot place: then it may)."""
-    for instant in [slc.base_file.instant_time] if slc.base_file is not None else []:
-        completed = visible.get(instant)
-        if completed is None or completed > start:
-            return True
-    for log in slc.log_files:
-        completed = log.completion_time or visible.get(log.instant_time)
-        if completed is None or completed > start:
-            return True
-    return False
+def _written_after(slc: FileSlice, visible: Visibility, start: str, inclusive: bool) -> bool:
+    """True if a file of ``slc`` was written by an instant completed after ``start`` (at or
+    after, ``inclusive``), or by one the view cannot place (then it may)."""
+    completions = [visible.get(slc.base_file.instant_time)] if slc.base_file is not None else []
+    completions += [log.completion_time or visible.get(log.instant_time)
+                    for log in slc.log_files]
+    return any(c is None or c > start or (inclusive and c == start) for c in completions)
 
 
 __all__ = ["RECORD_KEY", "ReadSpec", "Scan", "SliceReader", "SliceScan", "TableReader",

@@ -75,6 +75,12 @@ def test_scan_incremental_reads_only_slices_written_in_range(
         table.read_incremental(done[instants[1]]), COLUMNS)
     assert [r[COMMIT_TIME] for r in sorted_rows(got, COLUMNS)] == \
         [oracle.commit_time[k] for k in ("k1", "k6", "k7")]
+    # inclusive (Hudi 1.x's begin instant time): the commit completed at start counts too
+    inclusive = table.scan_incremental(done[instants[2]], start_inclusive=True)
+    assert sorted({s.partition_path for s in inclusive.slices}) == ["a", "c"]
+    assert sorted(inclusive.to_table().column("key").to_pylist()) == ["k1", "k6", "k7"]
+    assert sorted(table.scan_incremental(done[instants[2]]).to_table()
+                  .column("key").to_pylist()) == ["k1", "k7"]
     # after the last commit: nothing to read; from the start: every record of the view
     assert table.scan_incremental(done[instants[3]]).slices == []
     everything = table.scan_incremental(None, done[instants[2]]).to_table()
