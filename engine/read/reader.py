@@ -492,18 +492,15 @@ class TableReader:
         or after its commit, so such a slice holds no version of a commit in the range."""
         view = TableView(self.storage, self.timeline, end_completion=end)
         visible = view.visible
-        in_range = tuple(visible.completed_after(start, inclusive=start_inclusive)
-                         if start is not None else visible)
         full = ReadSpec(None, spec.filters, False)
         scan = self.scan(full, view)
-        scan.slice_scan.commit_times = tuple(sorted(in_range))
         scan.slice_scan.columns = list(spec.columns) if spec.columns is not None else None
         scan.requested_columns = spec.columns
-        if not in_range:
-            scan.slices = []
-        elif start is not None:
+        if start is not None:  # from the first commit on, every record of the view is in
+            in_range = visible.completed_after(start, inclusive=start_inclusive)
+            scan.slice_scan.commit_times = tuple(in_range)
             scan.slices = [s for s in scan.slices
-                           if _written_after(s, visible, start, start_inclusive)]
+                           if in_range and _written_after(s, visible, start, start_inclusive)]
         scan.pruning.slices_read = len(scan.slices)
         return scan
 
