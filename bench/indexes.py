@@ -439,7 +439,7 @@ def counted_listings() -> Iterator[dict[str, int]]:
     """Count, inside the block, calls of ``Storage.list_dir`` and ``Storage.walk_files`` and
     the entries they return (``entries``: files listed; on object storage each page of 1,000
     entries is one request)."""
-    from engine.storage import Storage
+    from engine.storage import LocalStorage as Storage
 
     counts = {"list_dir": 0, "walk_files": 0, "entries": 0}
     originals: dict[str, Callable[..., Any]] = {}

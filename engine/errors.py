@@ -82,3 +82,8 @@ class InstantNotReadableError(TerminalError, ValueError):
     def __init__(self, message: str, earliest: str) -> None:
         super().__init__(message)
         self.earliest = earliest
+
+
+class StorageError(TransientError, OSError):
+    """A storage operation failed (an object store answered with an error or not at all);
+    the message names the operation and the location, never a credential."""

@@ -13,9 +13,7 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +44,7 @@ from engine.read.reader import READ_THREADS, Filters, ReadSpec, TableReader
 from engine.read.scan import Scan
 from engine.schema import avro_data_schema, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.storage import Storage, local_path
+from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from engine.timeline.instant import parse_instant_time
@@ -111,12 +109,22 @@ def _check_instant_arg(arg: str, value: str | None) -> None:
 
 
 class Table:
-    """A Hudi table (version 8) on local disk: create or open it, write, read."""
+    """A Hudi table (version 8) on local disk or an object store: create or open it, write,
+    read.
 
-    def __init__(self, path: str, config: TableConfig, write_config: WriteConfig) -> None:
-        self.path = local_path(path)
-        """The table's local folder (a ``file://`` location given to create/open, decoded)."""
-        self.storage = Storage(path)
+    ``storage_options`` (every constructor) are the object store's settings and credentials
+    (object_store keys such as ``aws_endpoint_url``, ``aws_region``, ``aws_access_key_id``,
+    ``aws_secret_access_key``, ``aws_allow_http``; see :mod:`engine.storage`); they override
+    the store's environment and are never logged nor written to the table.
+    """
+
+    def __init__(self, path: str, config: TableConfig, write_config: WriteConfig,
+                 storage_options: Mapping[str, str] | None = None) -> None:
+        self.path = normalize_location(path)
+        """The table's location: a local folder (a ``file://`` location given to
+        create/open, decoded) or an object store URI (``s3://bucket/path``)."""
+        self.storage = Storage(self.path, storage_options)
+        self.storage_options: Mapping[str, str] = dict(storage_options or {})
         self.config = config
         self.write_config = write_config
         concurrency_mode(config, write_config)  # a bad mode for this table fails here
@@ -128,12 +136,14 @@ class Table:
                table_type: str = "MERGE_ON_READ", precombine: str | None = None,
                partition_by: str | Sequence[str] | None = None,
                options: Mapping[str, Any] | None = None,
-               schema: pa.Schema | None = None) -> Table:
-        """Create a new table at ``path`` (a folder or ``file://`` URI); raises if one exists
-        there already, and :class:`~engine.errors.UnsupportedStorageError` for other URIs."""
+               schema: pa.Schema | None = None,
+               storage_options: Mapping[str, str] | None = None) -> Table:
+        """Create a new table at ``path`` (a folder, ``file://``, ``s3://``, ``gs://``,
+        ``az://`` or ``abfs[s]://`` URI); raises if one exists there already, and
+        :class:`~engine.errors.UnsupportedStorageError` for other URIs."""
         table = cls.define(path, name=name, record_key=record_key, table_type=table_type,
                            precombine=precombine, partition_by=partition_by, options=options,
-                           schema=schema)
+                           schema=schema, storage_options=storage_options)
         table.materialize()
         return table
 
@@ -142,7 +152,8 @@ class Table:
                table_type: str = "MERGE_ON_READ", precombine: str | None = None,
                partition_by: str | Sequence[str] | None = None,
                options: Mapping[str, Any] | None = None,
-               schema: pa.Schema | None = None) -> Table:
+               schema: pa.Schema | None = None,
+               storage_options: Mapping[str, str] | None = None) -> Table:
         """A new table at ``path`` that exists only in memory until :meth:`materialize`.
 
         Arguments are checked as :meth:`create` checks them; raises
@@ -152,7 +163,7 @@ class Table:
         """
         if not isinstance(path, str) or not path:
             raise ValueError(f"path: expected a folder path, got {path!r}")
-        path = local_path(path)
+        path = normalize_location(path)
         if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
             raise ValueError(f"name: {name!r} must be letters, digits and underscores only")
         try:
@@ -180,7 +191,7 @@ class Table:
             keygen = KeyGeneratorType.COMPLEX
         else:
             keygen = KeyGeneratorType.SIMPLE
-        storage = Storage(path)
+        storage = Storage(path, storage_options)
         if storage.exists(PROPERTIES):
             raise TableExistsError(f"a table already exists at {path}")
         create_schema = None
@@ -202,7 +213,7 @@ class Table:
                            if write_config.index_type is IndexType.BUCKET else None),
         )
         _check_bucket_engine(config)
-        return cls(path, config, write_config)
+        return cls(path, config, write_config, storage_options)
 
     def materialize(self) -> None:
         """Write the table's folders and ``hoodie.properties`` (the table exists from then
@@ -232,13 +243,9 @@ class Table:
             if not folder or any(f.name != PARTITION_METAFILE for f in files):
                 continue
             storage.delete(f"{folder}/{PARTITION_METAFILE}")
-            try:
-                os.rmdir(storage.full(folder))
-            except OSError:  # not empty (a subfolder with data): keep it
-                continue
+            storage.remove_empty_folder(folder)  # not empty (a subfolder with data): kept
         if remove_folder:
-            with contextlib.suppress(OSError):  # not empty: keep it
-                os.rmdir(storage.base_path)
+            storage.remove_empty_folder("")  # not empty: kept
         return True
 
     @property
@@ -247,11 +254,12 @@ class Table:
         return self.storage.exists(PROPERTIES)
 
     @classmethod
-    def open(cls, path: str, options: Mapping[str, Any] | None = None) -> Table:
-        """Open an existing table at ``path`` (a folder or ``file://`` URI); ``options`` are
-        writer options (see docs)."""
-        path = local_path(path)
-        storage = Storage(path)
+    def open(cls, path: str, options: Mapping[str, Any] | None = None, *,
+             storage_options: Mapping[str, str] | None = None) -> Table:
+        """Open an existing table at ``path`` (a folder or a URI, as :meth:`create`);
+        ``options`` are writer options (see docs), ``storage_options`` the store's."""
+        path = normalize_location(path)
+        storage = Storage(path, storage_options)
         try:
             text = storage.read(PROPERTIES).decode("latin-1")
         except FileNotFoundError:
@@ -288,7 +296,7 @@ class Table:
                 P_INDEX_TYPE, f"the table records {P_INDEX_TYPE}={config.index_type.value}; "
                 f"writing it with {write_config.index_type.value} would break its key "
                 "placement (the index type of a table cannot change)")
-        return cls(path, config, write_config)
+        return cls(path, config, write_config, storage_options)
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -225,7 +225,7 @@ def _buckets(rows: pa.Table, num_buckets: int) -> pa.Array:
     return pa.array(record_buckets(rows.column(RECORD_KEY), num_buckets), pa.int32())
 
 
-def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
+def place_on_rings(rows: pa.Table, *, storage: Storage, num_buckets: int,
                    rings: Mapping[str, HashingMetadata]) -> tuple[pa.Table, tuple[str, ...]]:
     """Consistent hashing: fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes from the
     node prepare found (:data:`~ingest.prepare.BUCKET`) in the ring of the instant's snapshot
@@ -244,7 +244,7 @@ def place_on_rings(rows: pa.Table, *, base_path: str, num_buckets: int,
     placed, stale = ring_file_ids(
         rows.column(PARTITION_PATH).combine_chunks(), rows.column(RING).combine_chunks(),
         rows.column(BUCKET).combine_chunks().cast(pa.int32()), rings=rings,
-        storage=Storage(base_path), num_buckets=num_buckets)
+        storage=storage, num_buckets=num_buckets)
     rows = rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(rows.column(FILE_ID).combine_chunks(), placed))
     return rows.filter(pc.is_valid(rows.column(FILE_ID))), stale
@@ -464,7 +464,7 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         view = view_of()
         stale: tuple[str, ...] = ()
         if view.config.consistent_hashing:
-            placed, stale = place_on_rings(rows, base_path=spec.writer.context.base_path,
+            placed, stale = place_on_rings(rows, storage=spec.writer.context.storage,
                                            num_buckets=spec.num_buckets, rings=view.rings())
         else:
             placed = place_rows(rows, table_name=spec.table_name,

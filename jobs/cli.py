@@ -142,7 +142,9 @@ def how_to_read(path: Path) -> str:
 
 def show_table(args: argparse.Namespace) -> int:
     """Print a table's settings, row count, schema, timeline and file groups."""
-    table = Table.open(args.path)
+    from jobs.table_commands import storage_options
+
+    table = Table.open(args.path, storage_options=storage_options(args))
     cfg = table.config
     print(f"{cfg.name}: {cfg.table_type.value}, version {cfg.version}, "
           f"key {','.join(cfg.record_key_fields)}, partitions "
@@ -337,9 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--groups", type=int, default=20, metavar="N",
                       help="file groups to list (0: all)")
     show.set_defaults(func=show_table)
-    from jobs.table_commands import add_commands, add_metadata_command
+    from jobs.table_commands import add_commands, add_metadata_command, add_storage_option
 
     service_leaves = [*add_commands(table_sub), add_metadata_command(table_sub)]
+    for leaf in (show, *service_leaves):
+        add_storage_option(leaf)
     for leaf in (demo, ingest, prod, broker, show, *service_leaves):
         # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a
         # --verbose given before the command

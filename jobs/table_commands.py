@@ -96,6 +96,28 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
     return options
 
 
+def storage_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--storage-option key=value`` items (object_store keys such as ``aws_endpoint_url``,
+    ``aws_region``); the store's environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) applies
+    beneath them. ValueError naming a bad item (never its value: it may be a secret)."""
+    options: dict[str, str] = {}
+    for number, item in enumerate(getattr(args, "storage_option", None) or [], 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--storage-option: item {number} is not key=value (not shown: "
+                             "it may hold a secret)")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def add_storage_option(leaf: argparse.ArgumentParser) -> None:
+    """The ``--storage-option`` flag of a command that opens a table by path or URI."""
+    leaf.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                      help="an object store option (repeatable), e.g. "
+                      "aws_endpoint_url=http://127.0.0.1:9000; credentials are best "
+                      "left to the store's environment (AWS_ACCESS_KEY_ID, ...)")
+
+
 def writer_options(args: argparse.Namespace) -> dict[str, str]:
     """The writer options of a service command: ``--set`` items, then the named flags."""
     options = parse_sets(getattr(args, "set", None) or [])
@@ -133,7 +155,8 @@ def summary_line(run: ServiceRun, seconds: float, *, schedule_only: bool = False
 
 def _service(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        table = Table.open(args.path, options=writer_options(args))
+        table = Table.open(args.path, options=writer_options(args),
+                           storage_options=storage_options(args))
         method = getattr(table, name)
         kwargs: dict[str, Any] = {}
         if getattr(args, "schedule_only", False):
@@ -166,7 +189,7 @@ run_archive = _service("archive")
 
 def run_savepoint(args: argparse.Namespace) -> int:
     """``tidelake table savepoint PATH [INSTANT] | --delete INSTANT | --list``."""
-    table = Table.open(args.path)
+    table = Table.open(args.path, storage_options=storage_options(args))
     if args.list:
         if args.instant or args.delete:
             raise ValueError("--list takes no instant and no --delete")
@@ -342,7 +365,8 @@ def service_lines(table: Table, timeline: Any) -> list[str]:
 def run_metadata(args: argparse.Namespace) -> int:
     """``tidelake table metadata validate|rebuild PATH``: exit 1 when validate finds a
     difference."""
-    table = Table.open(args.path, options=parse_sets(args.set))
+    table = Table.open(args.path, options=parse_sets(args.set),
+                       storage_options=storage_options(args))
     if args.action == "rebuild":
         started = time.monotonic()
         table.rebuild_metadata()

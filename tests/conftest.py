@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import spark_jvm
+from tests.s3 import S3Location, S3Server
 
 spark_jvm.use_in_environment()  # the Spark JVMs the tests start: C1 and the class-data archive
 
@@ -53,3 +55,17 @@ def jsonable(value: Any) -> Any:
         return value.hex()
     return value
 
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3-protocol server (moto) on loopback for the whole session (tests/s3.py)."""
+    server = S3Server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server) -> S3Location:
+    """A new, empty bucket of the session's S3 server."""
+    return S3Location(s3_server, s3_server.new_bucket())

@@ -30,13 +30,18 @@ Rows: TypeAlias = "pa.Table | Sequence[Mapping[str, Any]]"
 # --- hudi-rs, the external reader -------------------------------------------------------------
 
 
-def hudi_rs_read(path: str | Path, **read_options: Any) -> pa.Table:
+def hudi_rs_read(path: str | Path, *, storage_options: Mapping[str, str] | None = None,
+                 **read_options: Any) -> pa.Table:
     """Read a table with hudi-rs (PyPI ``hudi``), the external judge.
 
     ``as_of``, ``start``/``end`` (incremental) and ``read_optimized`` map to hudi-rs
-    read options. An empty result is a table without columns.
+    read options; ``storage_options`` are its object store options (an ``s3://`` table).
+    An empty result is a table without columns.
     """
-    table = HudiTableBuilder.from_base_uri(str(path)).build()
+    builder = HudiTableBuilder.from_base_uri(str(path))
+    if storage_options:
+        builder = builder.with_storage_options(dict(storage_options))
+    table = builder.build()
     options = HudiReadOptions()
     if read_options.get("as_of"):
         options = options.with_as_of_timestamp(read_options["as_of"])

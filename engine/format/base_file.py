@@ -12,18 +12,18 @@ as Java's ``HoodieBloomFilterWriteSupport`` writes them:
 pyarrow's own ``ARROW:schema`` key is kept; hudi-rs reads such files. Readers do not need the
 Hudi keys, Java's BLOOM/SIMPLE index and some table services do.
 
-Publishing: the file is written under a hidden temporary name (``.tmp.`` prefix, see
-:mod:`engine.storage`) in the target folder, fsynced, then linked to its final name, which
-must not exist yet. A crash leaves at most a temporary file that no Hudi reader lists; no
-half-written file ever carries the final name.
+Publishing goes through :meth:`engine.storage.Storage.write_new_with`: on local disk the
+file is written under a hidden temporary name (``.tmp.`` prefix) in the target folder,
+fsynced, then linked to its final name, which must not exist yet; on an object store it is
+written to memory and put with a conditional create. A crash leaves at most a temporary
+file that no Hudi reader lists; no half-written file ever carries the final name. Readers
+take a path or an open file (:meth:`engine.storage.Storage.open_input`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.format.bloom import BloomFilter, BloomFilterTypeCode, BloomSizing
-from engine.storage import TEMP_PREFIX
+from engine.storage import LocalStorage, Storage
 
 META_COLUMNS = (
     "_hoodie_commit_time",
@@ -130,8 +130,12 @@ def write_base_file(
     bloom_filter: BloomFilter | None = None,
     bloom_sizing: BloomSizing | None = None,
     fsync: bool = True,
+    storage: Storage | None = None,
 ) -> BaseFileWriteResult:
     """Write ``table`` as the Parquet base file ``path`` and publish it atomically.
+
+    ``path`` is relative to ``storage`` when given (the engine's writers), else a local
+    file path (tools and tests).
 
     ``table`` must start with the five meta columns (strings) in Hudi's order; every
     non-null ``_hoodie_file_name`` must equal the file's name. With ``bloom`` (Hudi's
@@ -149,7 +153,11 @@ def write_base_file(
     that syncs the file system once before its commit, see :meth:`Storage.sync`).
     """
     _check_meta_columns(table)
-    folder, name = os.path.split(os.path.abspath(path))
+    if storage is None:
+        folder, name = os.path.split(os.path.abspath(path))
+        storage, rel = LocalStorage(folder), name
+    else:
+        rel, name = path, path.rsplit("/", 1)[-1]
     _check_file_names(table, name)
     keys = table.column(_RECORD_KEY)
     footer: dict[str, str] = {}
@@ -169,24 +177,17 @@ def write_base_file(
             footer[MIN_RECORD_KEY_KEY] = min_key
             footer[MAX_RECORD_KEY_KEY] = max_key
 
-    temp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
-    try:
-        with pq.ParquetWriter(temp, table.schema, compression=compression,
+    def produce(sink: pa.NativeFile) -> None:
+        with pq.ParquetWriter(sink, table.schema, compression=compression,
                               use_dictionary=parquet_dictionary_columns(table)) as writer:
             writer.write_table(table, row_group_size=row_group_size)
             if footer:
                 writer.add_key_value_metadata(footer)
-        if fsync:
-            _fsync(temp)
-        os.link(temp, path)  # atomic and exclusive: fails if `path` exists
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-    if fsync:
-        _fsync_dir(folder)
+
+    size = storage.write_new_with(rel, produce, fsync=fsync)
     return BaseFileWriteResult(
-        path=path,
-        file_size=os.path.getsize(path),
+        path=storage.full(rel),
+        file_size=size,
         num_rows=table.num_rows,
         min_key=min_key,
         max_key=max_key,
@@ -196,7 +197,7 @@ def write_base_file(
 
 
 def read_base_file(
-    path: str,
+    path: str | pa.NativeFile,
     columns: Sequence[str] | None = None,
     filters: pc.Expression | list[Any] | None = None,
     dictionary_columns: Sequence[str] | None = None,
@@ -232,7 +233,7 @@ def read_base_file(
 
 
 def read_base_file_keys(
-    path: str,
+    path: str | pa.NativeFile,
     keys: pa.Array,
     columns: Sequence[str] | None = None,
     dictionary_columns: Sequence[str] | None = None,
@@ -290,7 +291,7 @@ def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
     return sorted({candidates[i] for i in np.searchsorted(ends, hits, side="right")})
 
 
-def read_footer_keys(path: str, *, with_bloom: bool = True) -> FooterKeys:
+def read_footer_keys(path: str | pa.NativeFile, *, with_bloom: bool = True) -> FooterKeys:
     """Min/max record key and bloom filter from the footer only (no data pages are read;
     ``with_bloom=False``: the filter is not decoded, ``bloom`` is None).
 
@@ -378,17 +379,3 @@ def _check_file_names(table: pa.Table, name: str) -> None:
     wrong = [v for v in distinct.to_pylist() if v is not None and v != name]
     if wrong:
         raise ValueError(f"row(s) have a {_FILE_NAME} other than {name!r}: {wrong[0]!r}")
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: str) -> None:
-    # Makes the new directory entry durable; not every platform can open a folder.
-    with contextlib.suppress(OSError):
-        _fsync(folder)

@@ -289,6 +289,9 @@ def iter_blocks(data: bytes | bytearray | memoryview) -> Iterator[LogBlock]:
 
 
 def read_log_file(path: str | os.PathLike[str]) -> list[LogBlock]:
-    """Read all readable blocks of a local log file (see :func:`iter_blocks`)."""
-    with open(path, "rb") as handle:
-        return list(iter_blocks(handle.read()))
+    """Read all readable blocks of a local log file (see :func:`iter_blocks`); the engine
+    reads log files through its storage (``iter_blocks(storage.read(rel))``)."""
+    from engine.storage import LocalStorage
+
+    folder, name = os.path.split(os.path.abspath(path))
+    return list(iter_blocks(LocalStorage(folder).read(name)))

@@ -116,7 +116,8 @@ class _Reads:
                 return self.cache[key]
         self.footers += 1
         try:
-            keys = read_footer_keys(self.reader.storage.full(base.path), with_bloom=with_bloom)
+            with self.reader.storage.open_input(base.path, whole=False) as source:
+                keys = read_footer_keys(source, with_bloom=with_bloom)
         except (OSError, ValueError):
             keys = FooterKeys(None, None, None)
         self.cache[(base.path, with_bloom)] = keys

@@ -161,7 +161,8 @@ class MovedKeys:
             _latest_base_file(self.storage, timeline, partition, file_id)
         if path is None:
             return np.array([], dtype="S1")
-        column = read_base_file(self.storage.full(path), columns=[RECORD_KEY]).column(0)
+        with self.storage.open_input(path) as source:
+            column = read_base_file(source, columns=[RECORD_KEY]).column(0)
         keys = _sorted_bytes(column)
         with self._lock:
             if written not in self._keys:

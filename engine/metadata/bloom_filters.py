@@ -85,7 +85,8 @@ def _build(view: TableView, write_config: WriteConfig) -> Iterator[MetadataRecor
         if base.instant_time not in view.visible:
             continue
         try:
-            bloom = read_footer_keys(view.storage.full(base.path)).bloom
+            with view.storage.open_input(base.path, whole=False) as source:
+                bloom = read_footer_keys(source).bloom
         except (OSError, ValueError):
             bloom = None
         if bloom is not None:

@@ -207,10 +207,12 @@ def footer_stats(metadata: pq.FileMetaData, arrow_schema: pa.Schema,
     return out
 
 
-def base_file_stats(path: str, columns: Iterable[str]) -> dict[str, ColumnStats]:
-    """Stats of a base file (absolute path) from its footer."""
-    f = pq.ParquetFile(path)
-    return footer_stats(f.metadata, f.schema_arrow, columns)
+def base_file_stats(source: str | pa.NativeFile,
+                    columns: Iterable[str]) -> dict[str, ColumnStats]:
+    """Stats of a base file (a local path, or a file open through
+    :meth:`~engine.storage.Storage.open_input`) from its footer."""
+    with pq.ParquetFile(source) as f:
+        return footer_stats(f.metadata, f.schema_arrow, columns)
 
 
 def log_file_stats(storage: Storage, path: str, columns: Iterable[str],
@@ -240,7 +242,8 @@ def file_stats(storage: Storage, partition: str, name: str, columns: Iterable[st
     """Stats of one data file by name: a base file's footer, a log file's records."""
     path = f"{partition}/{name}" if partition else name
     if parse_base_file(name) is not None:
-        return base_file_stats(storage.full(path), columns)
+        with storage.open_input(path, whole=False) as source:
+            return base_file_stats(source, columns)
     if parse_log_file(name) is not None:
         return log_file_stats(storage, path, columns, schema)
     return {}

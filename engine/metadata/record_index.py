@@ -251,8 +251,9 @@ def _slice_layers(ctx: WriteContext, task: WriteTask, storage: Storage, keys: pa
     columns = _columns(ctx)
     base = None
     if task.base_file:
-        base = read_base_file(storage.full(task.base_file), columns=columns,
-                              filters=pc.field(RECORD_KEY).isin(keys), use_threads=False)
+        with storage.open_input(task.base_file) as source:
+            base = read_base_file(source, columns=columns,
+                                  filters=pc.field(RECORD_KEY).isin(keys), use_threads=False)
         base = _plain(base)
     layers: list[Layer] = []
     folder = f"{task.partition_path}/" if task.partition_path else ""

@@ -110,7 +110,7 @@ class MetadataTable:
     def __init__(self, data_storage: Storage, data_config: TableConfig) -> None:
         self.data_storage = data_storage
         self.data_config = data_config
-        self.storage = Storage(data_storage.full(METADATA_FOLDER))
+        self.storage = data_storage.child(METADATA_FOLDER)
         self.config = TableConfig(
             name=f"{data_config.name}_metadata", table_type=TableType.MERGE_ON_READ,
             version=8, record_key_fields=("key",), partition_fields=(),

@@ -169,14 +169,19 @@ class SliceReader:
         base: pa.Table | None = None
         if slc.base_file is not None:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
-            path = self.storage.full(slc.base_file.path)
-            if keys is not None and (columns is None or RECORD_KEY in columns):
-                base = read_base_file_keys(path, keys, columns=columns, dictionary_columns=wanted,
-                                           use_threads=self.use_threads)
-            else:
-                key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
-                base = read_base_file(path, columns=columns, dictionary_columns=wanted,
-                                      filters=key_filter, use_threads=self.use_threads)
+            by_key = keys is not None and (columns is None or RECORD_KEY in columns)
+            # A read by key fetches the footer and the row groups it needs (ranged on an
+            # object store); any other read takes the whole file.
+            with self.storage.open_input(slc.base_file.path, whole=not by_key) as source:
+                if by_key:
+                    assert keys is not None
+                    base = read_base_file_keys(source, keys, columns=columns,
+                                               dictionary_columns=wanted,
+                                               use_threads=self.use_threads)
+                else:
+                    key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
+                    base = read_base_file(source, columns=columns, dictionary_columns=wanted,
+                                          filters=key_filter, use_threads=self.use_threads)
         schema = base.schema if base is not None else self.schema
         if read_optimized or not slc.log_files:
             if base is None:
@@ -324,7 +329,8 @@ def _slice_may_hold(storage: Storage, slc: FileSlice, keys: pa.Array) -> bool:
     if slc.log_files or slc.base_file is None:
         return True
     try:
-        footer = read_footer_keys(storage.full(slc.base_file.path))
+        with storage.open_input(slc.base_file.path, whole=False) as source:
+            footer = read_footer_keys(source)
     except (OSError, ValueError):
         return True
     candidates = keys.to_pylist()

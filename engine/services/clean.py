@@ -32,7 +32,6 @@ time-travel or incremental read that starts before it.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,23 +140,24 @@ class CleanerPlan:
 
 
 def full_path(storage: Storage, rel: str) -> str:
-    """What Java's ``StoragePath.toString()`` gives for a file of a local table."""
-    return "file:" + storage.full(rel)
+    """What Java's ``StoragePath.toString()`` gives for a file of the table (``file:/…`` for
+    a local table, the URI on an object store)."""
+    return "file:" + storage.full(rel) if storage.is_local else storage.full(rel)
 
 
 def relative_path(storage: Storage, path: str, where: str) -> str:
-    """A plan's path (``file:/…``, ``file:///…``, absolute or relative) relative to the base
-    path; :class:`~engine.errors.CorruptTableError` if it lies outside the table."""
-    local = path[len("file:"):] if path.startswith("file:") else path
-    while local.startswith("//"):
-        local = local[1:]
-    if not os.path.isabs(local):
-        local = os.path.join(storage.base_path, local)
-    local = os.path.normpath(local)
-    if not local.startswith(storage.base_path + os.sep):
+    """A plan's path (``file:/…``, ``file:///…``, a URI, absolute or relative) relative to
+    the base path; :class:`~engine.errors.CorruptTableError` if it lies outside the table."""
+    location = path
+    if storage.is_local:
+        location = path[len("file:"):] if path.startswith("file:") else path
+        while location.startswith("//"):
+            location = location[1:]
+    try:
+        return storage.relative(location)
+    except ValueError:
         raise CorruptTableError(f"clean plan {where} names {path}, outside the table "
-                                f"{storage.base_path}; refusing to delete it")
-    return os.path.relpath(local, storage.base_path).replace(os.sep, "/")
+                                f"{storage.base_path}; refusing to delete it") from None
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def _kept_suffix_start(newest_first: Sequence[FileSlice], delete: Sequence[FileS
 class CleanTask:
     """The deletions of one partition (picklable; runs where the runner puts it)."""
 
-    base_path: str
+    storage: Storage
     partition: str
     paths: tuple[str, ...]
 
@@ -374,7 +374,7 @@ class CleanTaskResult:
 
 def execute_clean_task(task: CleanTask) -> CleanTaskResult:
     """Delete one partition's files; a file already gone counts as deleted. Idempotent."""
-    storage = Storage(task.base_path)
+    storage = task.storage
     deleted: list[str] = []
     failed: list[str] = []
     for rel in task.paths:
@@ -412,7 +412,7 @@ def _execute(client: WriteClient, instant: Instant, runner: TaskRunner) -> int |
                 return None
             if current.state is State.REQUESTED:
                 now.transition_to_inflight(current)
-    tasks = [CleanTask(storage.base_path, p, paths) for p, paths in plan.files.items()]
+    tasks = [CleanTask(storage, p, paths) for p, paths in plan.files.items()]
     results: list[CleanTaskResult] = list(runner(execute_clean_task, tasks))
     storage.sync()
     policy = plan.policy

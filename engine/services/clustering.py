@@ -409,7 +409,7 @@ class ClusteringTask:
     attempt reads from); ``schema_json`` the table's Avro data schema.
     """
 
-    base_path: str
+    storage: Storage
     config: TableConfig
     instant_time: str
     partition_path: str
@@ -449,7 +449,7 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
     Executor side: touches only new files named with the clustering instant, never the
     timeline. A retried task writes new file ids; the driver deletes files no stat names.
     """
-    storage = Storage(task.base_path)
+    storage = task.storage
     schema = _output_schema(task.schema_json)
     reader = SliceReader(storage, Timeline(storage, task.config, ()), task.visible,
                          arrow_from_avro_json(task.schema_json))
@@ -474,8 +474,9 @@ def execute_clustering_task(task: ClusteringTask) -> list[WriteStat]:
         rel = f"{task.partition_path}/{name}" if task.partition_path else name
         chunk = chunk.set_column(chunk.schema.get_field_index(FILE_NAME), FILE_NAME,
                                  pa.array([name] * chunk.num_rows, pa.string()))
-        result = write_base_file(storage.full(rel), chunk, bloom=task.write_bloom_filter,
-                                 compression=task.compression, fsync=task.sync)
+        result = write_base_file(rel, chunk, bloom=task.write_bloom_filter,
+                                 compression=task.compression, fsync=task.sync,
+                                 storage=storage)
         stat = WriteStat(
             file_id=file_id, path=rel, partition_path=task.partition_path,
             prev_commit="null", num_writes=chunk.num_rows, num_inserts=chunk.num_rows,
@@ -570,7 +571,7 @@ class _Attempt:
                 ring = apply_children(rings[partition], children, "0").nodes
                 output_ids = tuple(c.file_id for c in children if c.tag != DELETE)
             tasks.append(ClusteringTask(
-                base_path=client.storage.base_path, config=client.config,
+                storage=client.storage, config=client.config,
                 instant_time=self.instant.requested_time, partition_path=partition,
                 slices=slices, visible=dict(visible), schema_json=schema_json,
                 sort_columns=tuple(client.write_config.clustering_sort_columns),

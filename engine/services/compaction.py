@@ -212,7 +212,7 @@ def schedule_compaction(client: WriteClient) -> str | None:
 class CompactionTask:
     """One operation of a plan, with everything an executor needs (picklable)."""
 
-    base_path: str
+    storage: Storage
     instant_time: str
     config: TableConfig
     schema_json: str  # the table's Avro data schema
@@ -258,7 +258,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     under the next attempt number, and the committer removes files no stat names.
     """
     op = task.operation
-    storage = Storage(task.base_path)
+    storage = task.storage
     config = task.config
     plain = arrow_from_avro_json(task.schema_json)
     schema = _write_schema(task.schema_json)
@@ -272,8 +272,8 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     reader = SliceReader(storage, Timeline(storage, config, ()), {}, plain)
     base = None
     if base_file is not None:
-        base = read_base_file(storage.full(base_file.path),
-                              dictionary_columns=LOW_CARDINALITY_META)
+        with storage.open_input(base_file.path) as source:
+            base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
     layers = reader.log_layers(slc, base.schema if base is not None else plain)
     merged = merge_layers(base, layers, mode=config.merge_mode,
                           ordering_field=config.precombine_field,
@@ -288,9 +288,10 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
         out = merged.set_column(schema.get_field_index(FILE_NAME), schema.field(FILE_NAME),
                                 file_names)
         try:
-            result = write_base_file(storage.full(_rel(op.partition_path, name)), out,
+            result = write_base_file(_rel(op.partition_path, name), out,
                                      bloom=task.write_bloom_filter,
-                                     compression=task.compression, fsync=True)
+                                     compression=task.compression, fsync=True,
+                                     storage=storage)
             break
         except FileExistsError:
             attempt += 1  # an earlier try of this task left its file: the next name
@@ -350,7 +351,7 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
                     "completed on the timeline")
             completions.append(completion)
         tasks.append(CompactionTask(
-            base_path=client.storage.base_path, instant_time=instant_time,
+            storage=client.storage, instant_time=instant_time,
             config=client.config, schema_json=schema_json, operation=op,
             log_completion_times=tuple(completions), task_partition=index,
             compression=client.write_config.compression,

@@ -216,8 +216,8 @@ class LSMHistory:
         """Rows of one history parquet file."""
         rel = self._rel(name)
         try:
-            table = pq.read_table(self.storage.full(rel), columns=list(columns) if columns
-                                  else None)
+            table = pq.read_table(pa.BufferReader(self.storage.read(rel)),
+                                  columns=list(columns) if columns else None)
         except FileNotFoundError:
             raise CorruptTableError(f"timeline history file {rel} is listed in the "
                                     "manifest but missing") from None

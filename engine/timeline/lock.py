@@ -28,8 +28,10 @@ Writers of one table hold it only briefly: to take an instant time and start an 
 * :class:`InProcessLock` (Hudi's ``InProcessLockProvider``): a lock per table path inside
   one Python process, for writers that are threads of one process.
 
-An object-store lock (a conditional put, ``If-None-Match: *``, of the same lock file, with
-the renewal and breaking done by ETag-conditional writes) fits the same interface.
+On an object store the same protocol runs on the same :class:`~engine.storage.Storage`
+calls: the lock file and its end claims are created with a conditional put
+(``If-None-Match: *``), renewed by a put conditional on the ETag just read (``If-Match``),
+so a renewal never overwrites a successor; staleness is judged by ``Last-Modified``.
 """
 
 from __future__ import annotations
@@ -252,10 +254,9 @@ class FileSystemLock(TableLock):
         path = self.storage.full(LOCK_FILE)
         while not self._stop.wait(self.expire_seconds / 4):
             try:
-                with open(path, "rb") as fh:
-                    if _generation(fh.read()) == self._generation:
-                        os.utime(fh.fileno())  # the very file just read, not a successor
-                        continue
+                if self.storage.touch_if(
+                        LOCK_FILE, lambda content: _generation(content) == self._generation):
+                    continue
                 taken = "now held by another writer"
             except FileNotFoundError:
                 taken = "gone"
@@ -269,11 +270,7 @@ class FileSystemLock(TableLock):
 
     def _read(self, rel: str) -> tuple[bytes, float] | None:
         """Content and modification time of one file, both of the same file; None if gone."""
-        try:
-            with open(self.storage.full(rel), "rb") as fh:
-                return fh.read(), os.fstat(fh.fileno()).st_mtime
-        except FileNotFoundError:
-            return None
+        return self.storage.read_with_mtime(rel)
 
     def _stale(self, content: bytes, mtime: float) -> bool:
         """Not renewed for the whole expiry, or written by a process that provably ended."""

@@ -374,7 +374,7 @@ class WriteClient:
         if self.config.precombine_field and self.config.precombine_field in data_schema.names:
             ordering_type = ordering_kind(data_schema.field(self.config.precombine_field).type)
         return WriteContext(
-            base_path=self.storage.base_path, instant_time=instant.requested_time,
+            storage=self.storage, instant_time=instant.requested_time,
             table_name=self.config.name, data_schema=data_schema,
             avro_schema_with_meta=avro_full_schema(data_schema, self.config.name),
             merge_mode=self.config.merge_mode, ordering_field=self.config.precombine_field,

@@ -56,7 +56,7 @@ APPEND = "append"
 class WriteContext:
     """Everything a handle needs besides its records; picklable, same for all tasks."""
 
-    base_path: str
+    storage: Storage
     instant_time: str
     table_name: str
     data_schema: pa.Schema  # data columns only, storage types
@@ -171,7 +171,7 @@ def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteS
     tasks that may run on other machines (Spark executors), whose files the committing
     driver cannot flush.
     """
-    storage = Storage(ctx.base_path)
+    storage = ctx.storage
     write_partition_metadata(storage, task.partition_path, ctx.instant_time)
     if task.kind == APPEND:
         stat = _append(ctx, task, storage, sync)
@@ -202,8 +202,8 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     bloom = None
     base_keys = None
     if task.kind == MERGE and task.base_file:
-        base_path = storage.full(task.base_file)
-        base = read_base_file(base_path, dictionary_columns=LOW_CARDINALITY_META)
+        with storage.open_input(task.base_file) as source:
+            base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
         base_keys = base.column(RECORD_KEY).combine_chunks()
         layers: list[Layer] = []
         new_keys = None
@@ -228,22 +228,24 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
             # The old filter plus the new keys: a superset of this file's keys, far cheaper
             # than hashing every key again (deleted keys only add false positives), while
             # it stays sized for the file (BloomSizing.extend); else one built anew.
-            old = read_footer_keys(base_path).bloom
+            with storage.open_input(task.base_file, whole=False) as source:
+                old = read_footer_keys(source).bloom
             if old is not None:
                 bloom = ctx.bloom_sizing.extend(
                     old, new_keys if new_keys is not None else pa.array([], pa.string()),
                     out.num_rows)
     else:
         out = incoming if incoming is not None else schema.empty_table()
-    result = write_base_file(storage.full(rel), out, bloom=ctx.write_bloom_filter,
+    result = write_base_file(rel, out, bloom=ctx.write_bloom_filter,
                              compression=ctx.compression, bloom_filter=bloom,
-                             bloom_sizing=ctx.bloom_sizing, fsync=sync)
+                             bloom_sizing=ctx.bloom_sizing, fsync=sync, storage=storage)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     update = None
     if ctx.column_stats_columns:
-        update = handle_update(task.partition_path, name,
-                               base_file_stats(result.path, ctx.column_stats_columns))
+        with storage.open_input(rel, whole=False) as source:
+            update = handle_update(task.partition_path, name,
+                                   base_file_stats(source, ctx.column_stats_columns))
     stat = WriteStat(
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
         prev_commit=task.base_instant or "null",

@@ -32,7 +32,7 @@ from engine.metadata.record_index import (
 )
 from engine.metadata.records import RecordIndexInfo, instant_to_epoch_ms
 from engine.metadata.table import MetadataTable, declared_partitions
-from engine.storage import Storage
+from engine.storage import LocalStorage, Storage
 from engine.timeline.active import Timeline
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch, ref_string_hash
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
@@ -205,13 +205,13 @@ def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path:
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every path read through Storage.read from now on."""
     seen: list[str] = []
-    original = Storage.read
+    original = LocalStorage.read
 
     def read(self: Storage, path: str, *args: Any, **kwargs: Any) -> bytes:
         seen.append(self.full(path))
         return original(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(Storage, "read", read)
+    monkeypatch.setattr(LocalStorage, "read", read)
     return seen
 
 

@@ -57,7 +57,7 @@ CHILD = textwrap.dedent("""
     import json, os, signal, sys
     import pyarrow as pa
     from engine import Table
-    from engine.storage import Storage
+    from engine.storage import LocalStorage as Storage
     path, action, options, kill_at, payload = sys.argv[1:6]
     kill_at = int(kill_at)
     calls = [0]

@@ -9,6 +9,7 @@ import pyarrow as pa
 from engine import Table
 from engine.config import LogBlockFormat, MergeMode
 from engine.schema import PARTITION_PATH, RECORD_KEY, avro_full_schema
+from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.write.write_handle import APPEND, WriteContext, WriteTask, execute
@@ -44,7 +45,7 @@ def test_append_stat_records_slice_base_instant_base_file_and_log_files(tmp_path
 
 def test_append_stat_log_only_slice_has_empty_base_file(tmp_path: Path) -> None:
     data_schema = pa.schema([pa.field("id", pa.string()), pa.field("ts", pa.int64())])
-    ctx = WriteContext(base_path=str(tmp_path), instant_time="20250101000000000",
+    ctx = WriteContext(storage=Storage(str(tmp_path)), instant_time="20250101000000000",
                        table_name="t", data_schema=data_schema,
                        avro_schema_with_meta=avro_full_schema(data_schema, "t"),
                        merge_mode=MergeMode.EVENT_TIME_ORDERING, ordering_field="ts",

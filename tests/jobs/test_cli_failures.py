@@ -114,7 +114,8 @@ def test_ingest_object_store_path_refused_before_anything(
     assert code == 2
     assert capsys.readouterr().err.splitlines() == [
         "tidelake: error: option 'table.path': s3://my-bucket/orders: s3:// locations are "
-        "not supported yet (object storage is planned); use a local folder or a file:// URI"]
+        "not supported yet by the streaming job (the engine API and `tidelake table` take "
+        "them); use a local folder or a file:// URI"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]
 
 
