@@ -263,6 +263,11 @@ class Storage:
         """Whole file content."""
         raise NotImplementedError
 
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of a file from ``offset`` (fewer at its end): a reader that
+        needs a block of a large file (an HFile's index, one data block) reads just that."""
+        raise NotImplementedError
+
     def open_input(self, rel: str, *, whole: bool = True) -> pa.NativeFile:
         """A random-access file to read ``rel`` with (close it after use). ``whole=False``
         for a reader that reads only parts of it (a parquet footer): an object store then
@@ -437,8 +442,6 @@ class LocalStorage(Storage):
             return fh.read()
 
     def read_range(self, rel: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of a file from ``offset`` (fewer at its end): a reader that
-        needs a block of a large file (an HFile's index, one data block) reads just that."""
         fd = os.open(self.full(rel), os.O_RDONLY)
         try:
             return os.pread(fd, length, offset)
@@ -654,6 +657,19 @@ class ObjectStorage(Storage):
 
         try:
             return bytes(obstore.get(self.store, self._key(rel)).bytes())
+        except FileNotFoundError:
+            raise FileNotFoundError(self.full(rel)) from None
+        except Exception as exc:
+            raise self._fail("GET", rel, exc) from None
+
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        import obstore
+
+        if length <= 0:
+            return b""
+        try:
+            return bytes(obstore.get_range(self.store, self._key(rel), start=offset,
+                                           length=length))
         except FileNotFoundError:
             raise FileNotFoundError(self.full(rel)) from None
         except Exception as exc:
