@@ -16,6 +16,8 @@ from engine import Table
 from engine.metadata.table import MetadataTable
 from engine.metadata.writer import MAX_DELTA_COMMITS
 from tests.helpers import assert_hudi_rs_uses_metadata, hudi_rs_read, row_tuples
+from tests.s3 import S3Location
+from tests.soak import soak
 
 COLUMNS = ("key", "v")
 
@@ -117,6 +119,44 @@ def test_sigkill_mid_write_is_rolled_back_by_next_write(tmp_path: Path, table_ty
     assert all(i.is_completed for i in MetadataTable(table.storage, table.config)
                .timeline().instants)
     assert_hudi_rs_uses_metadata(path, tmp_path / "decoy")
+
+
+@pytest.mark.parametrize("point", soak(["before_complete"],
+                                      ["after_some_files", "before_complete"]))
+def test_sigkill_mid_write_on_s3_is_rolled_back_by_next_write(s3: S3Location,
+                                                              point: str) -> None:
+    # The same kill on an s3:// table (moto on loopback); the child finds the store through
+    # the environment alone (AWS_*), as a job would.
+    path = s3.uri()
+    options = s3.storage_options
+    table = Table.create(path, name="crash", table_type="MERGE_ON_READ", record_key="key",
+                         precombine="ts", partition_by=["part"],
+                         options={"hoodie.parquet.max.file.size": "4000",
+                                  "hoodie.parquet.small.file.limit": "1000"},
+                         storage_options=options)
+    keys = [f"k{i:03d}" for i in range(60)]
+    table.upsert(pa.table({"key": keys, "ts": [1] * 60, "part": [k[-1] for k in keys],
+                           "v": [-1] * 60}))
+    before = row_tuples(table.read(), COLUMNS)
+    calls = 1 if point == "after_some_files" else 0
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               **{key.upper(): value for key, value in options.items()})
+    proc = subprocess.run([sys.executable, "-c", CHILD, *CRASH_POINTS[point], path, str(calls)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert {e.state for e in table.timeline()} & {"requested", "inflight"}
+    assert row_tuples(table.read(), COLUMNS) == before
+    assert row_tuples(hudi_rs_read(path, storage_options=options), COLUMNS) == before
+    reopened = Table.open(path, storage_options=options)
+    reopened.upsert(pa.table({"key": ["z999"], "ts": [5], "part": ["9"], "v": [7]}))
+    after = row_tuples(reopened.read(), COLUMNS)
+    assert after == sorted([*before, ("z999", 7)])
+    assert row_tuples(hudi_rs_read(path, storage_options=options), COLUMNS) == after
+    timeline = reopened.timeline()
+    assert all(e.state == "completed" for e in timeline)
+    assert any(e.action == "rollback" for e in timeline)
+    assert reopened.storage.list_dir(".hoodie/.heartbeat") == []
+    assert reopened.validate_metadata().ok
 
 
 def test_unreadable_rollback_plan_fails_loudly_naming_the_file(tmp_path: Path) -> None:
