@@ -15,6 +15,7 @@ import pytest
 
 from engine import Table
 from engine.errors import LockTimeoutError, StorageError, TableNotFoundError
+from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
 from engine.storage import ObjectStorage, Storage
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
@@ -150,3 +151,28 @@ def test_s3_lock_excludes_second_writer_and_renewal_keeps_own_file_only(
         assert second.storage.exists(LOCK_FILE)
     with pytest.raises(FileNotFoundError):
         first.storage.touch_if(LOCK_FILE, lambda content: True)
+
+
+def test_s3_base_file_footer_by_ranges_equals_footer_of_whole_file(s3: S3Location) -> None:
+    storage = Storage(s3.uri(), s3.storage_options)
+    name = "f1-0_0-0-0_20260101000000000.parquet"
+    keys = [f"k{i:05d}" for i in range(5000)]
+    rows = pa.table({
+        "_hoodie_commit_time": ["20260101000000000"] * len(keys),
+        "_hoodie_commit_seqno": [f"s{i}" for i in range(len(keys))],
+        "_hoodie_record_key": keys, "_hoodie_partition_path": [""] * len(keys),
+        "_hoodie_file_name": [name] * len(keys), "v": list(range(len(keys)))})
+    result = write_base_file(f"p/{name}", rows, storage=storage)
+    assert result.file_size == storage.size(f"p/{name}")
+    with pytest.raises(FileExistsError):
+        write_base_file(f"p/{name}", rows, storage=storage)
+    with storage.open_input(f"p/{name}", whole=False) as ranged:
+        footer = read_footer_keys(ranged)
+    whole = read_footer_keys(pa.BufferReader(storage.read(f"p/{name}")))
+    assert (footer.min_key, footer.max_key) == ("k00000", "k04999") == \
+        (whole.min_key, whole.max_key)
+    assert footer.bloom is not None and whole.bloom is not None
+    assert footer.bloom.serialize() == whole.bloom.serialize()
+    with storage.open_input(f"p/{name}") as source:
+        assert read_base_file(source, columns=["v"]).column(0).to_pylist() == \
+            list(range(len(keys)))
