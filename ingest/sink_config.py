@@ -13,6 +13,8 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from engine.config import WriteConfig
+from engine.errors import UnsupportedStorageError
+from engine.storage import local_path
 
 if TYPE_CHECKING:
     from ingest.decode import Decoder
@@ -125,6 +127,13 @@ class SinkConfig:
     (``tidelake table compact|clean|...``)."""
 
     def __post_init__(self) -> None:
+        for name in ("table_path", "error_table_path"):
+            location = getattr(self, name)
+            if location is not None:
+                try:
+                    local_path(location)  # the sink stages files locally: no object store yet
+                except UnsupportedStorageError as exc:
+                    raise UnsupportedStorageError(f"{name}: {exc}") from None
         index = str(self.index).upper()
         if index not in INDEXES:
             raise ValueError(f"index: expected {', '.join(INDEXES)}, got {self.index!r}")
