@@ -61,13 +61,25 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_engine_demo(args: argparse.Namespace) -> int:
     """Write a demo table in batches with the engine alone, then verify and show it."""
-    out = Path(args.output).resolve() / "engine-trips"
-    if out.exists():
-        shutil.rmtree(out)
+    from engine.storage import is_local
+    from jobs.table_commands import storage_options
+
+    options = storage_options(args)
+    if args.s3_endpoint:
+        options.setdefault("aws_endpoint_url", args.s3_endpoint)
+        if args.s3_endpoint.startswith("http://"):
+            options.setdefault("aws_allow_http", "true")
+    if args.table and not is_local(args.table):
+        out: Path | str = args.table  # an object store URI: must not hold a table yet
+    else:
+        out = Path(args.table or Path(args.output) / "engine-trips").resolve()
+        if out.exists():
+            shutil.rmtree(out)
     table = Table.create(str(out), name="demo_trips", table_type="MERGE_ON_READ",
                          record_key="trip_id", precombine="ts", partition_by=["city"],
                          options={"hoodie.index.type": "BUCKET",
-                                  "hoodie.bucket.index.num.buckets": "2"})
+                                  "hoodie.bucket.index.num.buckets": "2"},
+                         storage_options=options)
     rng = random.Random(7)
     live: dict[str, dict[str, Any]] = {}
     next_id = [0, int(time.time() * 1000)]
@@ -103,13 +115,24 @@ def run_engine_demo(args: argparse.Namespace) -> int:
     try:
         from hudi import HudiTableBuilder
 
-        rs = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(out)).build().read())
+        builder = HudiTableBuilder.from_base_uri(str(out))
+        if options:
+            builder = builder.with_storage_options(_with_env_credentials(options))
+        rs = pa.Table.from_batches(builder.build().read())
         print(f"hudi-rs reads {rs.num_rows} records from the same table")
         ok = ok and rs.num_rows == result.num_rows
     except ImportError:
         print("hudi-rs not installed (pip install hudi==0.5.0) — skipped its read")
-    print(f"\ntable: {out}\n{how_to_read(out)}")
+    print(f"\ntable: {out}\n{how_to_read(out, options)}")
     return 0 if ok else 1
+
+
+def _with_env_credentials(options: dict[str, str]) -> dict[str, str]:
+    """``options`` plus the AWS credentials of the environment (hudi-rs is given both)."""
+    found = {key.lower(): value for key, value in os.environ.items()
+             if key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                        "AWS_REGION", "AWS_DEFAULT_REGION")}
+    return {**found, **options}
 
 
 def runnable(name: str) -> str:
@@ -129,15 +152,28 @@ def runnable(name: str) -> str:
         return str(script)
 
 
-def how_to_read(path: Path) -> str:
-    """Commands that read the table at ``path`` (tidelake and hudi-rs), runnable as printed."""
+def how_to_read(path: Path | str, storage_options: dict[str, str] | None = None) -> str:
+    """Commands that read the table at ``path`` (tidelake and hudi-rs), runnable as printed.
+
+    For an object store, the storage options are printed except secret ones (redacted:
+    credentials are left to the environment, where the printed commands find them)."""
+    from engine.redact import is_secret_key
+
     tidelake, python = runnable("tidelake"), runnable("python")
-    path = path.resolve()  # hudi-rs takes absolute paths or URIs only
-    return (f"read it with:\n  {tidelake} table show {path}\n"
-            f"  {python} -c \"from engine import Table; print(Table.open('{path}').read())\"\n"
+    if isinstance(path, Path):
+        path = path.resolve()  # hudi-rs takes absolute paths or URIs only
+    shown = {k: v for k, v in (storage_options or {}).items() if not is_secret_key(k)}
+    flags = "".join(f" --storage-option {k}={v}" for k, v in shown.items())
+    engine_args = f", storage_options={shown!r}" if shown else ""
+    rs_options = f".with_storage_options({shown!r})" if shown else ""
+    note = ("\n  (credentials from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+            "AWS_REGION)" if shown else "")
+    return (f"read it with:\n  {tidelake} table show {path}{flags}\n"
+            f"  {python} -c \"from engine import Table; "
+            f"print(Table.open('{path}'{engine_args}).read())\"\n"
             f"  {python} -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
-            f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}')"
-            f".build().read()))\"")
+            f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}'){rs_options}"
+            f".build().read()))\"{note}")
 
 
 def show_table(args: argparse.Namespace) -> int:
@@ -305,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--engine", action="store_true",
                       help="no Kafka or Spark: write batches with the engine directly")
     demo.add_argument("--batches", type=int, default=10, help="--engine: number of batches")
+    demo.add_argument("--table", default=None, metavar="PATH_OR_URI",
+                      help="--engine: where the table goes (default <output>/engine-trips); "
+                      "an object store URI such as s3://bucket/trips too")
+    demo.add_argument("--s3-endpoint", default=None, metavar="URL",
+                      help="--engine: the S3 endpoint of an s3:// --table (aws_endpoint_url; "
+                      "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
     demo.add_argument("--batch-size", type=int, default=5000,
                       help="--engine: records per batch")
     demo.set_defaults(func=run_demo)
@@ -342,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.table_commands import add_commands, add_metadata_command, add_storage_option
 
     service_leaves = [*add_commands(table_sub), add_metadata_command(table_sub)]
-    for leaf in (show, *service_leaves):
+    for leaf in (show, demo, *service_leaves):
         add_storage_option(leaf)
     for leaf in (demo, ingest, prod, broker, show, *service_leaves):
         # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -43,3 +45,23 @@ def test_cli_storage_option_without_equals_exits_2_without_echoing_value(
     err = capsys.readouterr().err
     assert "--storage-option" in err
     assert SECRET_ACCESS_KEY not in err
+
+
+def test_engine_demo_on_s3_table_writes_checks_and_prints_how_to_read_without_secret(
+        s3: S3Location, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    assert main(["demo", "--engine", "--batches", "2", "--batch-size", "200",
+                 "--output", str(tmp_path), "--table", s3.uri("demo"),
+                 "--s3-endpoint", s3.server.endpoint]) == 0
+    out = capsys.readouterr().out
+    assert "matches what was written: yes" in out
+    assert "hudi-rs reads" in out
+    assert (f"table show {s3.uri('demo')} --storage-option aws_endpoint_url="
+            f"{s3.server.endpoint} --storage-option aws_allow_http=true") in out
+    assert SECRET_ACCESS_KEY not in out and ACCESS_KEY_ID not in out
+    assert list(tmp_path.iterdir()) == []  # nothing local
+    rows = Table.open(s3.uri("demo"), storage_options=s3.storage_options).read().num_rows
+    assert f"table holds {rows} records" in out
