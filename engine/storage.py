@@ -338,7 +338,8 @@ class Storage:
         raise NotImplementedError
 
     def delete(self, rel: str) -> bool:
-        """Delete a file; False if it was already gone."""
+        """Delete a file; False if it was already gone (local disk; an object store may
+        answer True for a missing object)."""
         raise NotImplementedError
 
     def delete_tree(self, rel: str) -> bool:
@@ -828,10 +829,10 @@ class ObjectStorage(Storage):
         return None
 
     def delete(self, rel: str) -> bool:
+        """One ``DELETE``; True even when the object was already gone (S3 does not say so,
+        and no caller needs it: a missing file counts as deleted everywhere)."""
         import obstore
 
-        if self._head(rel) is None:
-            return False
         try:
             obstore.delete(self.store, self._key(rel))
         except FileNotFoundError:

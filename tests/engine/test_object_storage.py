@@ -125,7 +125,8 @@ def test_s3_storage_listing_and_delete_tree_match_written_keys(s3: S3Location) -
     assert storage.list_subdirs("a") == ["b"]
     assert [(d, sorted(f.name for f in fs)) for d, fs in storage.walk_files()] == [
         ("", ["z"]), ("a", ["x.parquet"]), ("a/b", ["y.log"])]
-    assert storage.delete("z") and not storage.delete("z")
+    assert storage.delete("z") and not storage.exists("z")
+    storage.delete("z")  # already gone: no error
     assert storage.delete_tree("a") and storage.list_dir("a") == []
     assert storage.full("a/b") == s3.uri("base") + "/a/b"
     assert storage.relative(s3.uri("base") + "/a/b") == "a/b"
