@@ -241,8 +241,9 @@ def checkpoint_metadata(identifier: str, batch_id: int, query_id: str | None,
     return extra
 
 
-def starting_offsets_from_table(table_path: str,
-                                identifier: str | None = None) -> Offsets | None:
+def starting_offsets_from_table(table_path: str, identifier: str | None = None, *,
+                                storage_options: Mapping[str, str] | None = None
+                                ) -> Offsets | None:
     """Offsets to resume from: those the table's newest streaming commit recorded.
 
     For a job whose Spark checkpoint is lost while the table exists: pass
@@ -252,7 +253,7 @@ def starting_offsets_from_table(table_path: str,
     from engine.table import Table
 
     try:
-        table = Table.open(table_path)
+        table = Table.open(table_path, storage_options=storage_options)
     except TableNotFoundError:
         return None
     return last_offsets(Timeline.load(table.storage, table.config), identifier)

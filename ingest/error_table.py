@@ -15,8 +15,6 @@ skipped outright when the error table already has that batch's commit.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +28,7 @@ from engine.errors import TableExistsError, TableNotFoundError
 from engine.index.bucket import bucket_ids
 from engine.layout.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from engine.storage import TEMP_PREFIX
+from engine.storage import Storage
 from engine.table import Table
 from ingest.prepare import (
     BUCKET,
@@ -90,21 +88,23 @@ WRITER_KEY_PREFIXES = ("hoodie.write.lock.", "hoodie.client.heartbeat.")
 
 
 def open_error_table(path: str, name: str, *, partitioned: bool = True,
-                     num_buckets: int = 2, options: Mapping[str, Any] | None = None) -> Table:
+                     num_buckets: int = 2, options: Mapping[str, Any] | None = None,
+                     storage_options: Mapping[str, str] | None = None) -> Table:
     """Open the error table at ``path``, creating it if missing (driver side). Of
     ``options`` (the data table's writer options) the lock and heartbeat ones apply."""
     writer = {k: v for k, v in (options or {}).items() if k.startswith(WRITER_KEY_PREFIXES)}
     try:
-        table = Table.open(path, writer)
+        table = Table.open(path, writer, storage_options=storage_options)
     except TableNotFoundError:
         try:
             return Table.create(
                 path, name=name, table_type="COPY_ON_WRITE", record_key="error_id",
                 partition_by=["error_date"] if partitioned else None, schema=ERROR_SCHEMA,
                 options={"hoodie.index.type": "BUCKET",
-                         "hoodie.bucket.index.num.buckets": str(num_buckets), **writer})
+                         "hoodie.bucket.index.num.buckets": str(num_buckets), **writer},
+                storage_options=storage_options)
         except TableExistsError:  # another job created it meanwhile
-            table = Table.open(path, writer)
+            table = Table.open(path, writer, storage_options=storage_options)
     if table.config.record_key_fields != ("error_id",) or table.config.num_buckets is None:
         raise ValueError(f"error_table_path: the table at {path} is not an error table "
                          "(record key error_id, BUCKET index)")
@@ -160,18 +160,23 @@ class ErrorStaging:
 
     The sink reads a micro-batch once: the tasks that write the data table's file groups
     also turn the batch's ``ERROR`` rows into error-table rows and stage them as Parquet in
-    ``folder`` (the data instant's scratch folder, which its commit or rollback deletes).
+    ``folder`` of ``storage`` (the data instant's scratch folder, which its commit or
+    rollback deletes; on the data table's storage, so an object store works as a local
+    folder does).
     The driver then writes the staged rows into the error table, and commits that before the
     data instant. ``config`` is the error table's.
     """
 
+    storage: Storage
     folder: str
+    """Relative to ``storage``."""
     batch_id: int
     target_table: str
     config: TableConfig
 
     def stage(self, prepared: pa.Table, token: tuple[int, int, int]) -> str | None:
-        """Stage the error rows of ``prepared``; their file's path, or None if there are none.
+        """Stage the error rows of ``prepared``; their file's path (relative to ``storage``),
+        or None if there are none.
 
         Executor side. ``token`` (task partition, stage, attempt) names the file: a retried
         task writes a file of its own, and the driver reads only the files that the
@@ -181,17 +186,29 @@ class ErrorStaging:
                           config=self.config)
         if not rows.num_rows:
             return None
-        os.makedirs(self.folder, exist_ok=True)
         name = "tidelake-errors-{}-{}-{}.parquet".format(*token)
-        final = os.path.join(self.folder, name)
-        temp = os.path.join(self.folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}.{name}")
-        pq.write_table(rows, temp, compression="zstd")
-        os.replace(temp, final)
-        return final
+        rel = f"{self.folder}/{name}"
+
+        def produce(sink: pa.NativeFile) -> None:
+            pq.write_table(rows, sink, compression="zstd")
+
+        try:
+            self.storage.write_new_with(rel, produce)
+        except FileExistsError:  # left by an earlier run of this very attempt: replaced
+            self.storage.delete(rel)
+            self.storage.write_new_with(rel, produce)
+        return rel
 
 
-def read_staged(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """The staged error-table rows of :meth:`ErrorStaging.stage` (driver side)."""
+def read_staged(spark: SparkSession, storage: Storage, paths: Sequence[str]) -> DataFrame:
+    """The staged error-table rows of :meth:`ErrorStaging.stage` (driver side): read by
+    Spark from a local (or shared) folder, through ``storage`` on the driver from an object
+    store (Spark's own file systems may not reach it; error rows are few)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return spark.read.schema(from_arrow_schema(write_schema())).parquet(*paths)
+    schema = from_arrow_schema(write_schema())
+    if storage.is_local:
+        return spark.read.schema(schema).parquet(*(storage.full(p) for p in paths))
+    tables = [pq.read_table(pa.BufferReader(storage.read(p))) for p in paths]
+    rows = pa.concat_tables(tables) if tables else write_schema().empty_table()
+    return spark.createDataFrame(rows.cast(write_schema()), schema=schema)

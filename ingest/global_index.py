@@ -110,6 +110,7 @@ from engine.merge.policy import (
 )
 from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
+from engine.storage import Storage
 from engine.write.placement import bucket_group, live_buckets, unreplaced_generation
 from ingest.prepare import (
     DELETE,
@@ -239,7 +240,7 @@ class GlobalIndexSpec:
     fold_min_rows: int = FOLD_MIN_ROWS
     max_deltas: int = MAX_DELTAS
     """When a shard's deltas are folded into a new base (:meth:`Meta.due_for_fold`)."""
-    table_path: str | None = None
+    table_storage: Storage | None = None
     table_config: TableConfig | None = None
     """The table, read by tasks to follow keys that a clustering moved (tables without
     the bucket layout; None: the table is never clustered)."""
@@ -629,10 +630,10 @@ class GlobalIndexProcessor(StatefulProcessor):
 
     def _relocations(self) -> Relocations | None:
         spec = self.spec
-        if spec.table_path is None or spec.table_config is None:
+        if spec.table_storage is None or spec.table_config is None:
             return None
         if self._moves is None:
-            self._moves = Relocations.load(spec.table_path, spec.table_config)
+            self._moves = Relocations.load(spec.table_storage, spec.table_config)
         return self._moves
 
     def _current_group(self, key: str, bucket: int | None, partition: str,

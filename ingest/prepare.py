@@ -166,8 +166,8 @@ class PrepareSpec:
     state_shards: int | None = None
     """GLOBAL_STATE index: with ``pack``, rows are packed by the shard of their key (one row
     per shard and task, :data:`SHARD`) for the state operator, instead of by file group."""
-    ring_table: str | None = None
-    """Base path of a consistent-hashing table (with ``num_buckets``, its initial count):
+    ring_table: Storage | None = None
+    """The storage of a consistent-hashing table (with ``num_buckets``, its initial count):
     :data:`BUCKET` is then the index of the key's node in its partition's committed ring
     (read from the table), and :data:`RING` that ring's instant, which the write tasks check
     against the ring of their instant's snapshot."""
@@ -647,7 +647,7 @@ def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
     return _scatter(pa.array(ids, pa.int32()), keyed, len(keys))
 
 
-def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, base_path: str,
+def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, storage: Storage,
                 num_buckets: int) -> tuple[pa.Array, pa.Array]:
     """Consistent hashing: the index of every keyed row's node in its partition's committed
     ring, and that ring's instant (nulls for errors)."""
@@ -657,7 +657,6 @@ def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, base_path: str,
     instants: list[str] = []
     keyed = np.flatnonzero(op != ERROR)
     if len(keyed):
-        storage = Storage(base_path)
         where = pa.array(keyed, pa.int64())
         for ring, rows, at in locate_nodes(
                 keys.take(where), paths.take(where),

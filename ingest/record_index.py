@@ -83,7 +83,7 @@ _ROW = "_tl_row"
 class RecordIndexSpec:
     """What the tagging tasks need (picklable, built on the driver per instant)."""
 
-    base_path: str
+    storage: Storage
     config: TableConfig
     write_config: WriteConfig
     pieces: tuple[GroupSlice, ...]
@@ -123,7 +123,7 @@ def _lookup(spec: RecordIndexSpec, view: TableView, keys: pa.Array
         found = record_index_lookup.locations(reader, slices, keys,
                                               with_ordering=spec.event_time)
         return found, ()
-    mdt_storage = MetadataTable(Storage(spec.base_path), spec.config).storage
+    mdt_storage = MetadataTable(spec.storage, spec.config).storage
     tables, read = [], []
     for index, group_keys in sorted(route(keys.to_pylist(), len(spec.pieces)).items()):
         piece = spec.pieces[index]
@@ -179,7 +179,7 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
     found, read = _lookup(spec, view, keys)
     resolved = resolve(arrival_order(work), columns=VERSIONS, event_time=spec.event_time,
                        policy=POLICY, stored=_stored(found, spec.event_time))
-    client = WriteClient(Storage(spec.base_path), spec.config, spec.write_config)
+    client = WriteClient(spec.storage, spec.config, spec.write_config)
     out: list[pa.Table] = []
     if resolved.upserts.num_rows:
         tagged = client.tag_located(resolved.upserts, view.slice_reader(use_threads=False),
@@ -291,7 +291,7 @@ def tag_batch(rows: DataFrame, plan: InstantPlan, schema: pa.Schema, *,
     table = plan.table
     storage = table.storage
     pieces = (tuple(rli.group_slices(storage, plan.timeline)) if rli.is_kept(storage) else ())
-    spec = RecordIndexSpec(storage.base_path, table.config, table.write_config, pieces)
+    spec = RecordIndexSpec(storage, table.config, table.write_config, pieces)
     spark = rows.sparkSession
     sc = spark.sparkContext
     view = sc.broadcast(plan.view)

@@ -69,8 +69,9 @@ from engine.errors import (
 )
 from engine.layout.keygen import check_field_types
 from engine.schema import data_schema_of, normalize_input_schema, table_schema
+from engine.storage import is_local
 from engine.table import Table
-from engine.timeline.active import Timeline
+from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import WriteStat
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import (
@@ -247,7 +248,8 @@ class HudiStreamingSink:
         self._check_reserved(decoded)
         # The engine stores no _hoodie_* data column (it drops them from its input).
         stored = pa.schema([f for f in decoded if not f.name.startswith("_hoodie_")])
-        self._folder_existed = os.path.exists(table_path)
+        self.storage_options = dict(config.storage_options or {})
+        self._folder_existed = not is_local(table_path) or os.path.exists(table_path)
         # Service commits carry the checkpoint forward (a job without its Spark checkpoint
         # resumes from the table's offsets after any number of compactions and archivals).
         options = {ROLLING_METADATA_KEYS: ",".join(CHECKPOINT_KEYS), **(config.options or {})}
@@ -286,10 +288,11 @@ class HudiStreamingSink:
                                 pack=self.index != RECORD_INDEX,
                                 state_shards=self.state_shards
                                 if self.index == GLOBAL_STATE else None,
-                                ring_table=self.table.storage.base_path if rings else None)
+                                ring_table=self.table.storage if rings else None)
         self.error_table = (open_error_table(error_table_path, f"{table_config.name}_errors",
                                              partitioned=error_table_partitioned,
-                                             options=options)
+                                             options=options,
+                                             storage_options=self.storage_options)
                             if error_table_path else None)
         self.last_result: BatchResult | None = None
         self.totals = SinkTotals()
@@ -316,7 +319,7 @@ class HudiStreamingSink:
                         partition_by: str | Sequence[str] | None, num_buckets: int,
                         options: Mapping[str, Any] | None, schema: pa.Schema) -> Table:
         try:
-            table = Table.open(path)
+            table = Table.open(path, storage_options=self.storage_options)
         except TableNotFoundError:
             table = None
         if table is None:
@@ -329,7 +332,8 @@ class HudiStreamingSink:
             defined = Table.define(path, name=name or _default_name(path),
                                    table_type=table_type, record_key=record_key,
                                    precombine=precombine, partition_by=partition_by,
-                                   options=opts, schema=schema)
+                                   options=opts, schema=schema,
+                                   storage_options=self.storage_options)
             self._check_index(defined)
             return defined
         config = table.config
@@ -347,7 +351,7 @@ class HudiStreamingSink:
         if self.index == RECORD_INDEX:  # the table's index type is checked by Table.open
             options = {**(options or {}), "hoodie.index.type": RECORD_INDEX}
         if options:
-            table = Table.open(path, options)
+            table = Table.open(path, options, storage_options=self.storage_options)
         self._check_index(table)
         return table
 
@@ -432,7 +436,7 @@ class HudiStreamingSink:
             fold_min_rows=self.state_fold[0], max_deltas=self.state_fold[1],
             index_id=f"{self.table.path}#{self.identifier}",
             # a table without the bucket layout can be clustered: tasks follow moved keys
-            table_path=None if config.num_buckets else self.table.path,
+            table_storage=None if config.num_buckets else self.table.storage,
             table_config=None if config.num_buckets else config)
         self._tagged = True
         return tag_frame(prepared, spec, bootstrap_frame(spark, self.table, spec))
@@ -659,7 +663,8 @@ class HudiStreamingSink:
         try:
             self.table.materialize()
         except TableExistsError:
-            existing = Table.open(self.table.path).config
+            existing = Table.open(self.table.path,
+                                  storage_options=self.storage_options).config
             ours = self.table.config
             layout = ("table_type", "record_key_fields", "partition_fields",
                       "precombine_field", "index_type", "num_buckets", "keygen_type")
@@ -694,7 +699,8 @@ class HudiStreamingSink:
         if is_committed(last_committed_batch(timeline, self.identifier, query_id), batch_id,
                         query_id):
             return None
-        return ErrorStaging(folder=os.path.join(plan.scratch_folder, "errors"),
+        return ErrorStaging(storage=self.table.storage,
+                            folder=f"{temp_folder(plan.instant.requested_time)}/errors",
                             batch_id=batch_id, target_table=self.table.config.name,
                             config=table.config)
 
@@ -712,7 +718,8 @@ class HudiStreamingSink:
             return None
         plan = start_instant(self.error_table, ERROR_SCHEMA)
         try:
-            result = write_rows(read_staged(spark, written.staged), plan, event_time=False,
+            staged = read_staged(spark, self.table.storage, written.staged)
+            result = write_rows(staged, plan, event_time=False,
                                 parallelism=self._parallelism(spark))
             outcome = self._commit(plan, result.stats, result.tasks,
                                    checkpoint_metadata(self.identifier, batch_id, query_id,

@@ -9,12 +9,12 @@ defaults for these settings are the defaults here). No Spark needed to import th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from engine.config import WriteConfig
 from engine.errors import UnsupportedStorageError
-from engine.storage import local_path
+from engine.storage import normalize_location
 
 if TYPE_CHECKING:
     from ingest.decode import Decoder
@@ -55,8 +55,9 @@ class SinkConfig:
     picklable specs)."""
 
     table_path: str
-    """The table's folder (or ``file://`` URI); opened, or created from the decoder's schema
-    with the first batch that has a valid record."""
+    """The table's folder, ``file://`` URI or object store URI (``s3://``, ``gs://``,
+    ``az://``, ``abfs[s]://``); opened, or created from the decoder's schema with the first
+    batch that has a valid record."""
     decoder: Decoder
     """Turns Kafka values into rows (:mod:`ingest.decode`)."""
     record_key: str | Sequence[str] | None = None
@@ -85,6 +86,10 @@ class SinkConfig:
     error_table_path: str | None = None
     """Where bad records go; without one, a batch with a bad record fails naming it (the
     ``tidelake ingest`` job's default: ``<table.path>_errors``)."""
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False)
+    """The object store's options for ``table_path`` and ``error_table_path`` (object_store
+    keys: ``aws_endpoint_url``, ``aws_region``, ...; over the store's environment). They
+    travel to the write tasks inside the table's storage and are never shown."""
     error_table_partitioned: bool = True
     """Whether a new error table is partitioned by ``error_date`` (:mod:`ingest.error_table`)."""
     delete_column: str | None = "_hoodie_is_deleted"
@@ -131,7 +136,7 @@ class SinkConfig:
             location = getattr(self, name)
             if location is not None:
                 try:
-                    local_path(location)  # the sink stages files locally: no object store yet
+                    normalize_location(location)
                 except UnsupportedStorageError as exc:
                     raise UnsupportedStorageError(f"{name}: {exc}") from None
         index = str(self.index).upper()

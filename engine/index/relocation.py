@@ -189,11 +189,10 @@ class Relocations:
     moved: MovedKeys
 
     @classmethod
-    def load(cls, path: str, config: TableConfig) -> Relocations:
-        """The table at ``path`` as its timeline is now."""
-        storage = Storage(path)
+    def load(cls, storage: Storage, config: TableConfig) -> Relocations:
+        """The table at ``storage`` as its timeline is now."""
         timeline = Timeline.load(storage, config)
-        moved = _MOVED_KEYS.setdefault(path, MovedKeys(storage))
+        moved = _MOVED_KEYS.setdefault(storage.base_path, MovedKeys(storage))
         return cls(timeline, FileGroupLineage.of(timeline), moved)
 
     def locate(self, partition: str, file_id: str, key: str) -> str | None:
