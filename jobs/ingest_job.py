@@ -138,7 +138,8 @@ def sink_config(config: JobConfig, decoder: Decoder) -> SinkConfig:
     values = {field: config[name] for name, field in SINK_FIELDS.items()}
     values["error_table_path"] = (config["errors.table_path"]
                                   or f"{config['table.path'].rstrip('/')}_errors")
-    return SinkConfig(decoder=decoder, options=service_options(config), **values)
+    return SinkConfig(decoder=decoder, options=service_options(config),
+                      storage_options=dict(config.storage_options) or None, **values)
 
 
 def service_options(config: JobConfig) -> dict[str, Any]:
@@ -171,7 +172,8 @@ def kafka_options(config: JobConfig) -> dict[str, str]:
     starting = config["source.starting_offsets"]
     if not _checkpoint_has_offsets(config["checkpoint.location"]):
         recorded = starting_offsets_from_table(config["table.path"],
-                                               config["checkpoint.identifier"])
+                                               config["checkpoint.identifier"],
+                                               storage_options=config.storage_options)
         if recorded:
             log.info("no offsets in the checkpoint: resuming from the table's last commit")
             starting = starting_offsets_json(recorded)

@@ -74,6 +74,18 @@ def _fraction(key: str, value: Any) -> float:
     return number
 
 
+def _table_location(key: str, value: Any) -> str:
+    """A table location: a local folder, ``file://`` URI or object store URI
+    (``s3://``, ``gs://``, ``az://``, ``abfs[s]://``; options in ``[table.storage]``)."""
+    from engine.errors import UnsupportedStorageError
+    from engine.storage import normalize_location
+
+    try:
+        return normalize_location(_str(key, value))
+    except UnsupportedStorageError as exc:
+        raise InvalidOptionError(key, str(exc)) from None
+
+
 def _location(key: str, value: Any) -> str:
     """A local folder or ``file://`` URI, as a local path; other URIs are refused."""
     from engine.errors import UnsupportedStorageError
@@ -178,8 +190,9 @@ SETTINGS: tuple[Setting, ...] = (
     _sink("decode.key_schema", _str, "key_schema",
           "Schema of Kafka keys: DDL or .avsc for json (default: the key and partition "
           "fields), .avsc for avro (required)."),
-    _sink("table.path", _location, "table_path",
-          "Table folder or file:// URI (required; object storage is not supported yet).",
+    _sink("table.path", _table_location, "table_path",
+          "Table folder, file:// URI or object store URI (s3://, gs://, az://, abfs[s]://; "
+          "store options in [table.storage]) (required).",
           default=None),
     _sink("table.name", _str, "table_name", "Table name (required when creating)."),
     _sink("table.type", _choice("MERGE_ON_READ", "COPY_ON_WRITE"), "table_type",
@@ -245,8 +258,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Spark tasks a service runs at once, 0 for half the cores"),
     Setting("spark.master", _str, "local[2]", "Spark master URL."),
     Setting("spark.app_name", _str, "tidelake-ingest", "Spark application name."),
-    _sink("errors.table_path", _location, "error_table_path",
-          "Error (dead-letter) table folder or file:// URI; default: <table.path>_errors."),
+    _sink("errors.table_path", _table_location, "error_table_path",
+          "Error (dead-letter) table location, as table.path; default: <table.path>_errors."),
     _sink("errors.max_fraction", _fraction, "max_error_fraction",
           "A micro-batch (of 10 records or more) with a larger share of bad records fails "
           "and commits nothing, naming the most common reason; 1 turns the check off."),
@@ -257,7 +270,8 @@ SERVICE_OPTIONS = {s.name: s.option for s in SETTINGS if s.option}
 SINK_FIELDS = {s.name: s.sink for s in SETTINGS if s.sink}
 """Settings that fill an argument of the sink, and the :class:`SinkConfig` field each fills."""
 
-PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark."}
+PASS_THROUGH = {"source.kafka": "kafka.", "table.options": "hoodie.", "spark.conf": "spark.",
+                "table.storage": "aws_"}
 REQUIRED = ("source.bootstrap_servers", "source.topics", "table.path", "table.record_key",
             "checkpoint.location")
 
@@ -270,6 +284,8 @@ class JobConfig:
     kafka: Mapping[str, str] = field(default_factory=dict)
     table_options: Mapping[str, str] = field(default_factory=dict)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """``[table.storage]``: the object store's options of the data and error tables."""
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -279,7 +295,8 @@ class JobConfig:
         :mod:`engine.redact`)."""
         out: dict[str, Any] = dict(self.values)
         for prefix, mapping in (("source.kafka", self.kafka), ("table.options",
-                                 self.table_options), ("spark.conf", self.spark_conf)):
+                                 self.table_options), ("spark.conf", self.spark_conf),
+                                ("table.storage", self.storage_options)):
             for key, value in redact(mapping).items():
                 out[f"{prefix}.{key}"] = value
         return out
@@ -362,7 +379,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             "a job file cannot give yet; use avro (plain Avro binary values) or, from Python, "
             "ingest.decode.AvroDecoder(schema, confluent=True, schema_map={id: schema})")
     config = JobConfig(values, passthrough["source.kafka"], passthrough["table.options"],
-                       passthrough["spark.conf"])
+                       passthrough["spark.conf"], passthrough["table.storage"])
     if not values["source.use_builtin_kafka"]:  # Spark's own source takes Java options unchecked
         check_kafka_options(config)
     return config

@@ -169,7 +169,7 @@ def test_every_job_setting_is_read() -> None:
               if s.name not in SINK_FIELDS and s.name not in SERVICE_OPTIONS and not s.kafka
               and f'"{s.name}"' not in source and f"'{s.name}'" not in source]
     assert unread == []
-    assert set(PASS_THROUGH) == {"source.kafka", "table.options", "spark.conf"}
+    assert set(PASS_THROUGH) == {"source.kafka", "table.options", "spark.conf", "table.storage"}
 
 
 def test_docs_list_every_sink_argument_and_job_setting() -> None:

@@ -105,17 +105,16 @@ def test_ingest_kafka_option_typo_fails_before_spark(
         "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, got 'SASL_PLAINTXT'"]
 
 
-def test_ingest_object_store_path_refused_before_anything(
+def test_ingest_unsupported_location_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     code = main(["ingest", str(_job(tmp_path, "127.0.0.1:9")),
-                 "--table.path", "s3://my-bucket/orders"])
+                 "--table.path", "hdfs://nn/orders"])
     assert code == 2
     assert capsys.readouterr().err.splitlines() == [
-        "tidelake: error: option 'table.path': s3://my-bucket/orders: s3:// locations are "
-        "not supported yet by the streaming job (the engine API and `tidelake table` take "
-        "them); use a local folder or a file:// URI"]
+        "tidelake: error: option 'table.path': hdfs://nn/orders: hdfs:// locations are not "
+        "supported (use a local folder, file://, s3://, gs://, az:// or abfs[s]://)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]
 
 

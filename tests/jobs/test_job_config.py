@@ -129,13 +129,30 @@ def test_load_bad_starting_offsets_names_the_setting(tmp_path: Path) -> None:
         load(_write(tmp_path, GOOD), {"source.starting_offsets": "{\"other\": {\"0\": 1}}"})
 
 
-@pytest.mark.parametrize("name", ["table.path", "checkpoint.location", "errors.table_path"])
-def test_load_object_store_location_refused_naming_setting(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(("name", "location"), [
+    ("checkpoint.location", "s3://my-bucket/orders"), ("table.path", "hdfs://nn/orders"),
+    ("errors.table_path", "hdfs://nn/orders")])
+def test_load_unsupported_location_refused_naming_setting(tmp_path: Path, name: str,
+                                                          location: str) -> None:
     with pytest.raises(InvalidOptionError) as caught:
-        load(_write(tmp_path, GOOD), {name: "s3://my-bucket/orders"})
+        load(_write(tmp_path, GOOD), {name: location})
     assert caught.value.key == name
-    assert "s3://my-bucket/orders" in str(caught.value)
-    assert "not supported yet" in str(caught.value)
+    assert location in str(caught.value)
+    assert "not supported" in str(caught.value)
+
+
+def test_load_object_store_table_with_storage_section_keeps_options_secret(
+        tmp_path: Path) -> None:
+    text = GOOD + ('\n[table.storage]\naws_endpoint_url = "http://127.0.0.1:9000"\n'
+                   'aws_secret_access_key = "very-secret-value"\n')
+    config = load(_write(tmp_path, text), {"table.path": "s3://lake/trips/",
+                                           "errors.table_path": "s3://lake/errors"})
+    assert config["table.path"] == "s3://lake/trips"
+    assert dict(config.storage_options) == {"aws_endpoint_url": "http://127.0.0.1:9000",
+                                            "aws_secret_access_key": "very-secret-value"}
+    shown = config.redacted()
+    assert shown["table.storage.aws_endpoint_url"] == "http://127.0.0.1:9000"
+    assert "very-secret-value" not in repr(shown) + repr(config)
 
 
 @pytest.mark.parametrize("name", ["table.path", "checkpoint.location", "errors.table_path"])
