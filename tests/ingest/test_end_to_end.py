@@ -20,6 +20,7 @@ from engine import Table
 from ingest.kafka_produce import create_topic, produce
 from jobs.ingest_job import kafka_options, start, watch
 from jobs.job_config import load
+from tests.helpers import hudi_rs_read, rows_by_key
 from tests.ingest.job_harness import (
     COLUMNS,
     KeyedStream,
@@ -32,6 +33,7 @@ from tests.ingest.job_harness import (
     table_problems,
 )
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.s3 import S3Location
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -223,3 +225,32 @@ def test_global_index_key_changing_partition_ends_in_exactly_one_partition(
     latest.pop("m06")
     run_job(spark, settings)
     check()
+
+
+def test_job_to_s3_table_equals_oracle_in_table_hudi_rs_and_error_table(
+        spark: Any, kafka_bootstrap: str, tmp_path: Path, s3: S3Location,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The job writing an s3:// table and error table (moto on loopback): the store's
+    options, credentials included, in [table.storage] (they reach the write tasks inside
+    the table's storage; the driver's environment would not), the checkpoint local."""
+    topic = unique_topic("e2e-s3")
+    stream = KeyedStream(kafka_bootstrap, topic, 3_000, seed=31)
+    stream.send()
+    options = s3.storage_options
+    settings = job_settings(tmp_path, kafka_bootstrap, topic, batch=1_000)
+    settings |= {"table.path": s3.uri("trips"), "errors.table_path": s3.uri("trips_errors"),
+                 **{f"table.storage.{k}": v for k, v in options.items()}}
+    progress = run_job(spark, settings)
+    assert rows_read(progress) == 3_000
+    data = Table.open(s3.uri("trips"), storage_options=options).read(columns=list(COLUMNS))
+    ours = {r["trip_id"]: tuple(r[c] for c in COLUMNS) for r in data.to_pylist()}
+    assert data.num_rows == len(ours) and ours == stream.oracle()
+    theirs = hudi_rs_read(s3.uri("trips"), storage_options=options)
+    assert rows_by_key(theirs, "trip_id", COLUMNS) == stream.oracle()
+    errors = Table.open(s3.uri("trips_errors"), storage_options=options).read()
+    assert sorted(errors.column("error_id").to_pylist()) == sorted(
+        f"{topic}-{s.partition}-{s.offset}" for s in stream.malformed())
+    assert list(tmp_path.iterdir()) == [tmp_path / "checkpoint"]  # nothing else local
+    for body in s3.server.objects(s3.bucket).values():
+        assert options["aws_secret_access_key"].encode() not in body
+    assert options["aws_secret_access_key"] not in caplog.text
