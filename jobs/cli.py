@@ -342,10 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="no Kafka or Spark: write batches with the engine directly")
     demo.add_argument("--batches", type=int, default=10, help="--engine: number of batches")
     demo.add_argument("--table", default=None, metavar="PATH_OR_URI",
-                      help="--engine: where the table goes (default <output>/engine-trips); "
-                      "an object store URI such as s3://bucket/trips too")
+                      help="where the table goes (default <output>/trips, with --engine "
+                      "<output>/engine-trips); an object store URI such as s3://bucket/trips "
+                      "too")
     demo.add_argument("--s3-endpoint", default=None, metavar="URL",
-                      help="--engine: the S3 endpoint of an s3:// --table (aws_endpoint_url; "
+                      help="the S3 endpoint of an s3:// --table (aws_endpoint_url; "
                       "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
     demo.add_argument("--batch-size", type=int, default=5000,
                       help="--engine: records per batch")

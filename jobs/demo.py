@@ -27,13 +27,35 @@ from jobs.job_config import load
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
 
 
+def _table_location(args: argparse.Namespace, out: Path) -> tuple[str, dict[str, str]]:
+    """Where the demo's table goes (``--table``, default ``<output>/trips``) and the storage
+    options of an object store location: ``--storage-option`` items, ``--s3-endpoint``, and
+    the AWS credentials of this environment (so that Spark's workers get them too)."""
+    from engine.storage import is_local
+    from jobs.cli import _with_env_credentials
+    from jobs.table_commands import storage_options
+
+    table = getattr(args, "table", None)
+    if not table or is_local(table):
+        return str(Path(table).resolve() if table else out / "trips"), {}
+    options = storage_options(args)
+    endpoint = getattr(args, "s3_endpoint", None)
+    if endpoint:
+        options.setdefault("aws_endpoint_url", endpoint)
+        if endpoint.startswith("http://"):
+            options.setdefault("aws_allow_http", "true")
+    return table.rstrip("/"), _with_env_credentials(options)
+
+
 def _config(args: argparse.Namespace, bootstrap: str, out: Path) -> Any:
+    table, options = _table_location(args, out)
     return load(None, {
+        **{f"table.storage.{k}": v for k, v in options.items()},
         "source.bootstrap_servers": bootstrap,
         "source.topics": args.topic,
         "source.max_offsets_per_trigger": args.max_batch,
         "decode.schema": SCHEMA_DDL,
-        "table.path": str(out / "trips"),
+        "table.path": table,
         "table.name": "trips",
         "table.type": "MERGE_ON_READ",
         "table.record_key": "trip_id",
@@ -43,7 +65,7 @@ def _config(args: argparse.Namespace, bootstrap: str, out: Path) -> Any:
         "index.num_buckets": 2,
         "trigger.processing_time": "2 seconds",
         "checkpoint.location": str(out / "checkpoint"),
-        "errors.table_path": str(out / "trips_errors"),
+        "errors.table_path": f"{table}_errors",
         "spark.master": args.master,
         "spark.conf.spark.sql.shuffle.partitions": "2",
     })
@@ -81,7 +103,8 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
     thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
     thread.start()
     config = _config(args, bootstrap, out)
-    print(f"streaming {args.records:,} events from topic '{args.topic}' into {out / 'trips'}"
+    print(f"streaming {args.records:,} events from topic '{args.topic}' into "
+          f"{config['table.path']}"
           f" ({args.index} index); Ctrl-C stops early")
     spark_log = None
     if not getattr(args, "verbose", False):
@@ -107,20 +130,24 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
         print("stopped (Ctrl-C)")
         return 130
     elapsed = time.monotonic() - started
+    location, options = _table_location(args, out)
     return _summary(out, events, progress, elapsed, Table, complete=done.is_set()
-                    and progress.records >= events.produced)
+                    and progress.records >= events.produced, location=location,
+                    options=options)
 
 
 def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float,
-             table_cls: Any, *, complete: bool) -> int:
-    table = table_cls.open(str(out / "trips"))
+             table_cls: Any, *, complete: bool, location: str,
+             options: dict[str, str]) -> int:
+    table = table_cls.open(location, storage_options=options)
     result = table.read(columns=["trip_id", "ts", "fare"])
     ours = {r["trip_id"]: (r["ts"], r["fare"]) for r in result.to_pylist()}
     expected = {k: (v["ts"], v["fare"]) for k, v in events.expected.items()}
     from engine.errors import TableNotFoundError
 
     try:
-        errors = table_cls.open(str(out / "trips_errors")).read().num_rows
+        errors = table_cls.open(f"{location}_errors",
+                                storage_options=options).read().num_rows
     except TableNotFoundError:
         errors = 0
     print(f"\n{progress.records:,} records ingested in {elapsed:.1f}s "
@@ -139,13 +166,15 @@ def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float
     try:
         from hudi import HudiTableBuilder
 
-        rs = pa.Table.from_batches(HudiTableBuilder.from_base_uri(str(out / "trips"))
-                                   .build().read())
+        builder = HudiTableBuilder.from_base_uri(location)
+        if options:
+            builder = builder.with_storage_options(options)
+        rs = pa.Table.from_batches(builder.build().read())
         print(f"hudi-rs reads {rs.num_rows:,} records from the same table")
         ok = ok and rs.num_rows == len(ours)
     except ImportError:
         print("hudi-rs not installed (pip install hudi==0.5.0): skipped its read")
-    print(f"\n{how_to_read(out / 'trips')}")
+    print(f"\n{how_to_read(Path(location) if not options else location, options)}")
     return 0 if ok else 1
 
 
