@@ -16,6 +16,7 @@ from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.helpers import hudi_rs_read, rows_by_key
 from tests.ingest.helpers import ROW, Event, EventOracle, decoder, kafka_rows, random_batches
 from tests.s3 import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Location
+from tests.soak import soak
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -25,7 +26,8 @@ pytestmark = [
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("index", ["BUCKET", "RECORD_INDEX"])
+# RECORD_INDEX (executor-side MDT lookups on S3, ~40 s) at the soak size only.
+@pytest.mark.parametrize("index", soak(["BUCKET"], ["BUCKET", "RECORD_INDEX"]))
 def test_sink_batches_on_s3_match_oracle_and_hudi_rs_errors_to_s3_error_table(
         spark: Any, s3: S3Location, index: str) -> None:  # noqa: F811
     config = SinkConfig(s3.uri("trips"), decoder=decoder(), record_key="id", precombine="ts",
