@@ -650,8 +650,9 @@ class ObjectStorage(Storage):
     def exists(self, rel: str) -> bool:
         if self._head(rel) is not None:
             return True
-        # a "folder": any object below it
-        return bool(self._list(rel, limit_one=True))
+        # a "folder": anything directly below it (one LIST with a delimiter)
+        files, folders = self._list_one_level(rel)
+        return bool(files or folders)
 
     def read(self, rel: str) -> bytes:
         import obstore
@@ -716,7 +717,7 @@ class ObjectStorage(Storage):
         except Exception as exc:
             raise self._fail("GET", rel, exc) from None
 
-    def _list(self, rel: str, *, limit_one: bool = False) -> list[dict[str, Any]]:
+    def _list(self, rel: str) -> list[dict[str, Any]]:
         import obstore
 
         prefix = self._key(rel)
@@ -724,8 +725,6 @@ class ObjectStorage(Storage):
         try:
             for chunk in obstore.list(self.store, prefix or None):
                 found.extend(dict(m) for m in chunk)
-                if limit_one and found:
-                    break
         except FileNotFoundError:
             return []
         except Exception as exc:

@@ -1,0 +1,124 @@
+"""Requests per commit on an S3 table, counted at the server, with and without the metadata
+table.
+
+Starts moto's S3-protocol server on loopback in this process (``pip install 'moto[server]'``),
+creates one table per mode, loads it, then runs ``--commits`` upserts and counts the HTTP
+requests the server received during each (by kind: GET, HEAD, PUT, DELETE, LIST, POST), from
+the server's own request log. Prints the median per commit. Not a speed benchmark: the
+figures are request counts, which is what an object store bills and what its latency
+multiplies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import re
+import statistics
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+_REQUEST = re.compile(r'"(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
+
+
+class _Counter(logging.Handler):
+    """Counts the requests werkzeug (moto's server) logs, by kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _REQUEST.search(record.getMessage())
+        if match is None:
+            return
+        method, target = match.groups()
+        kind = "LIST" if method == "GET" and ("list-type" in target or "prefix=" in target) \
+            else method
+        self.counts[kind] += 1
+
+
+def _batch(rng: random.Random, start: int, size: int, existing: int) -> pa.Table:
+    keys = [f"k{rng.randrange(existing):08d}" for _ in range(size // 2)]
+    keys += [f"k{start + i:08d}" for i in range(size - len(keys))]
+    keys = list(dict.fromkeys(keys))
+    return pa.table({"key": keys, "ts": [start] * len(keys),
+                     "part": [f"p{int(k[1:]) % 4}" for k in keys],
+                     "v": [rng.random() for _ in keys]})
+
+
+def run(args: argparse.Namespace) -> None:
+    import boto3  # type: ignore[import-untyped]
+    from moto.server import ThreadedMotoServer
+
+    from engine import Table
+
+    counter = _Counter()
+    werkzeug = logging.getLogger("werkzeug")
+    werkzeug.setLevel(logging.INFO)
+    werkzeug.addHandler(counter)
+    werkzeug.propagate = False
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=True)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    options = {"aws_endpoint_url": endpoint, "aws_allow_http": "true",
+               "aws_region": "us-east-1", "aws_access_key_id": "bench",
+               "aws_secret_access_key": "bench"}
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="bench", aws_secret_access_key="bench")
+    print(f"{args.commits} upserts of {args.batch_size} rows after a load of {args.rows} rows; "
+          f"{args.table_type}, index {args.index}, 4 partitions; requests counted at the "
+          "server (moto on loopback)")
+    print(f"{'metadata table':<16} {'median':>7}  per kind (median per commit)")
+    try:
+        for mdt in ("true", "false"):
+            bucket = f"bench-{uuid.uuid4().hex[:12]}"
+            client.create_bucket(Bucket=bucket)
+            table = Table.create(f"s3://{bucket}/t", name="bench", table_type=args.table_type,
+                                 record_key="key", precombine="ts", partition_by="part",
+                                 options={"hoodie.metadata.enable": mdt,
+                                          "hoodie.index.type": args.index},
+                                 storage_options=options)
+            rng = random.Random(7)
+            table.bulk_insert(_batch(rng, 0, args.rows, 1))
+            totals: list[int] = []
+            kinds: dict[str, list[int]] = {}
+            for i in range(args.commits):
+                counter.counts.clear()
+                table.upsert(_batch(rng, args.rows + i * args.batch_size, args.batch_size,
+                                    args.rows))
+                counts = dict(counter.counts)
+                totals.append(sum(counts.values()))
+                for kind in ("GET", "HEAD", "LIST", "PUT", "DELETE", "POST"):
+                    kinds.setdefault(kind, []).append(counts.get(kind, 0))
+            per_kind = ", ".join(f"{k} {statistics.median(v):g}" for k, v in kinds.items()
+                                 if any(v))
+            label = "on" if mdt == "true" else "off"
+            print(f"{label:<16} {statistics.median(totals):>7g}  {per_kind}")
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=20_000, help="initial load (20,000)")
+    parser.add_argument("--commits", type=int, default=5, help="upserts counted (5)")
+    parser.add_argument("--batch-size", type=int, default=2_000, help="rows per upsert")
+    parser.add_argument("--table-type", default="MERGE_ON_READ",
+                        choices=("MERGE_ON_READ", "COPY_ON_WRITE"))
+    parser.add_argument("--index", default="BUCKET", help="hoodie.index.type (BUCKET)")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
