@@ -56,12 +56,31 @@ state stores committed the batch's version: between the state commit and the tab
 _WAIT_LIMIT_S = 900.0  # a point is never left waiting forever if the parent is gone
 
 
+def _process_start() -> float:
+    """Wall-clock time this process started (from ``/proc``; now if unreadable)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in
+                    Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration):
+        return time.time()
+
+
+def mark(phase: str) -> None:
+    """Print when this process reached ``phase``, in seconds since it started (the
+    restart cost of a job, per phase, in its log: ``grep 'job_child: +'``)."""
+    print(f"job_child: +{time.time() - _process_start():.2f}s {phase} pid {os.getpid()}",
+          flush=True)
+
+
 def stop_here(signal_file: str, point: str, **detail: Any) -> None:
     """Announce reaching ``point`` in ``signal_file``, then wait to be killed; never return."""
     target = Path(signal_file)
     temp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     temp.write_text(json.dumps({"point": point, "pid": os.getpid(), **detail}))
-    os.replace(temp, target)  # the parent never reads half a file
+    os.replace(temp, target)
+    mark(f"point {point} reached")  # the parent never reads half a file
     deadline = time.monotonic() + _WAIT_LIMIT_S
     while target.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -99,16 +118,20 @@ SERVICE_POINTS = {
 armed like :data:`CRASH_POINTS`."""
 
 
-def install_service_crash_points(arm: str, signal_file: str, *, executors: bool) -> None:
+def install_service_crash_points(arm: str, signal_file: str, *, executors: bool,
+                                 module: Any = None) -> None:
     """Stop at a table-service point when armed: the driver's points (``executors`` False)
-    or those that run in Spark tasks (``executors`` True, from ``sitecustomize``)."""
+    or those that run in Spark tasks (``executors`` True, from ``sitecustomize``); with
+    ``module``, only the points of that (just imported) module."""
     import importlib
 
     for point, (module_name, name, in_executors, _) in SERVICE_POINTS.items():
         if in_executors != executors:
             continue
-        module = importlib.import_module(module_name)
-        original = getattr(module, name)
+        if module is not None and module.__name__ != module_name:
+            continue
+        target = module if module is not None else importlib.import_module(module_name)
+        original = getattr(target, name)
 
         def stop_or_run(*args: Any, _original: Any = original, _point: str = point,
                         **kwargs: Any) -> Any:
@@ -116,13 +139,15 @@ def install_service_crash_points(arm: str, signal_file: str, *, executors: bool)
                 stop_here(signal_file, _point)
             return _original(*args, **kwargs)
 
-        setattr(module, name, stop_or_run)
+        setattr(target, name, stop_or_run)
 
 
-def install_tagging_crash_point(arm: str, signal_file: str) -> None:
+def install_tagging_crash_point(arm: str, signal_file: str, module: Any = None) -> None:
     """Inside a state operator task, stop at ``tagging`` when armed (a Spark Python worker;
-    see ``crash_site/sitecustomize.py``)."""
-    from ingest.global_index import GlobalIndexProcessor
+    see ``crash_site/sitecustomize.py``); ``module``: ``ingest.global_index``, if imported."""
+    if module is None:
+        import ingest.global_index as module
+    GlobalIndexProcessor = module.GlobalIndexProcessor
 
     original = GlobalIndexProcessor.handleInputRows
 
@@ -131,16 +156,19 @@ def install_tagging_crash_point(arm: str, signal_file: str) -> None:
             stop_here(signal_file, "tagging", shard=str(key[1]))
         return original(self, key, rows, timer)
 
-    GlobalIndexProcessor.handleInputRows = tag_or_stop  # type: ignore[method-assign]
+    GlobalIndexProcessor.handleInputRows = tag_or_stop
 
 
-def install_decode_crash_point(arm: str, signal_file: str) -> None:
+def install_decode_crash_point(arm: str, signal_file: str, module: Any = None) -> None:
     """Inside an executor task, stop at ``decode`` when armed: the job's decoders are wrapped
-    in the process that decodes (a Spark Python worker; see ``crash_site/sitecustomize.py``).
+    in the process that decodes (a Spark Python worker; see ``crash_site/sitecustomize.py``);
+    ``module``: ``ingest.decode``, if imported.
 
     Decoding runs lazily in a micro-batch's first Spark job, in the tasks that read Kafka.
     """
-    from ingest import decode
+    decode = module
+    if decode is None:
+        from ingest import decode
 
     for cls in (decode.JsonDecoder, decode.AvroDecoder):
         original = cls.decode
@@ -152,7 +180,53 @@ def install_decode_crash_point(arm: str, signal_file: str) -> None:
                 stop_here(signal_file, "decode", rows=len(values))
             return _original(self, values)
 
-        cls.decode = decode_or_stop  # type: ignore[method-assign]
+        cls.decode = decode_or_stop
+
+
+def install_executor_crash_points(arm: str, signal_file: str) -> None:
+    """Arm the executor-side points (``decode``, ``tagging``, ``compaction_task``,
+    ``clustering_task``) in this process when their module is imported, not before
+    (``crash_site/sitecustomize.py`` calls this in every Python process of an armed job).
+
+    Importing those modules up front cost every Python process the job starts (Spark's
+    data-source lookup, planner and streaming-source workers, the worker daemon) about a
+    second of CPU, most of them for modules they never use.
+    """
+    import importlib.abc
+    import importlib.machinery
+
+    hooks = {
+        "ingest.decode": lambda m: install_decode_crash_point(arm, signal_file, m),
+        "ingest.global_index": lambda m: install_tagging_crash_point(arm, signal_file, m),
+        **{module_name: (lambda m: install_service_crash_points(
+            arm, signal_file, executors=True, module=m))
+           for module_name, _, in_executors, _ in SERVICE_POINTS.values() if in_executors},
+    }
+
+    class AfterImport(importlib.abc.MetaPathFinder):
+        """Finds nothing itself: wraps the loader of a hooked module so the hook runs
+        right after the module's code."""
+
+        def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+            hook = hooks.get(name)
+            if hook is None:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return None
+            execute = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                execute(module)
+                hook(module)
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    for name, hook in hooks.items():
+        if name in sys.modules:
+            hook(sys.modules[name])
+    sys.meta_path.insert(0, AfterImport())
 
 
 def ancestry(pid: int) -> list[dict[str, Any]]:
@@ -205,7 +279,9 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
     def process_batch(self: Any, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         retries = self.totals.retries
+        mark(f"batch {batch_id} started")
         original_process(self, df, batch_id)
+        mark(f"batch {batch_id} done")
         report.add_batch(self.last_result, time.monotonic() - started,
                          self.totals.retries - retries)
 
@@ -228,9 +304,12 @@ def install(arm: str | None, signal_file: str, errors_path: str, report: Report)
     original_start = sink_module.start_ingest
 
     def start_ingest(*a: Any, **kw: Any) -> Any:
+        mark("session and sink built")
         if armed(arm, "before_query"):
             stop_here(signal_file, "before_query")
-        return original_start(*a, **kw)
+        query = original_start(*a, **kw)
+        mark("query started")
+        return query
 
     sink_module.start_ingest = start_ingest
     install_service_crash_points(arm or "", signal_file, executors=False)
@@ -250,8 +329,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.arm and not args.signal:
         parser.error("--arm needs --signal")
 
+    mark("python up")
+    import jobs.ingest_job as ingest_job
     from jobs.ingest_job import start, watch
     from jobs.job_config import load
+
+    mark("imports done")
+    original_launch = ingest_job._launch_jvm
+
+    def launch_jvm(*a: Any, **kw: Any) -> None:
+        original_launch(*a, **kw)
+        mark("JVM up")
+
+    ingest_job._launch_jvm = launch_jvm
+    original_build_spark = ingest_job.build_spark
+
+    def build_spark(*a: Any, **kw: Any) -> Any:
+        spark = original_build_spark(*a, **kw)
+        mark("session built")
+        return spark
+
+    ingest_job.build_spark = build_spark
 
     config = load(args.config)
     errors_path = config["errors.table_path"] or f"{config['table.path'].rstrip('/')}_errors"
@@ -268,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     report.data["finished"] = True
     report.write()
+    mark("stopped")
     return 0
 
 
