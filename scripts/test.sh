@@ -10,6 +10,11 @@ if [ "${1:-}" = "--soak" ]; then
 fi
 phase() { echo "test.sh: $1 done at ${SECONDS} s"; }  # where a run's time goes
 bash scripts/setup.sh
+# Bytecode for the project's modules, written once: where PYTHONDONTWRITEBYTECODE is set (as
+# on the machines of docs/testing.md) every Python process the tests start — each job's
+# driver, Spark's Python workers, the engine tests' writer processes — would otherwise compile
+# every module it imports (~0.3 CPU s each). Python still checks each file against its source.
+.venv/bin/python -m compileall -q engine ingest jobs tests bench > /dev/null
 phase "setup"
 .venv/bin/ruff check .
 .venv/bin/mypy
