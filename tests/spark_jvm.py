@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["archive_path", "submit_opts", "use_in_environment", "write_archive"]
+__all__ = ["archive_path", "rocksdb_dir", "submit_opts", "use_in_environment", "write_archive"]
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 _DUMP_WAIT_S = 180.0
@@ -70,12 +70,63 @@ def archive_path() -> Path | None:
     return Path(sys.prefix) / "spark-cds" / f"{key.hexdigest()[:16]}.jsa"
 
 
+_ROCKSDB_LIBS = {"x86_64": "librocksdbjni-linux64.so", "aarch64": "librocksdbjni-linux-aarch64.so"}
+_DEFAULT_LIBRARY_PATH = "/usr/java/packages/lib:/usr/lib64:/lib64:/lib:/usr/lib"
+
+
+def rocksdb_dir() -> Path | None:
+    """Where RocksDB's JNI library of this Spark install is extracted (None: not on this
+    platform, or no RocksDB jar).
+
+    Without it, every JVM that opens a RocksDB state store (each GLOBAL_STATE job) extracts the
+    15 MB library from its jar into a new file under ``/tmp``, and a SIGKILLed JVM never
+    deletes it (``deleteOnExit``). On ``java.library.path`` the library is loaded from there
+    (RocksDB tries ``System.loadLibrary`` before extracting)."""
+    import platform
+
+    import pyspark
+
+    name = _ROCKSDB_LIBS.get(platform.machine())
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("rocksdbjni-*.jar"))
+    if name is None or not jars or Path("/lib/ld-musl-x86_64.so.1").exists():
+        return None
+    return Path(sys.prefix) / "spark-cds" / jars[-1].stem
+
+
+def _extract_rocksdb() -> None:
+    import platform
+    import zipfile
+
+    target = rocksdb_dir()
+    if target is None or (target / _ROCKSDB_LIBS[platform.machine()]).is_file():
+        return
+    import pyspark
+
+    jar = Path(pyspark.__file__).parent / "jars" / f"{target.name}.jar"
+    name = _ROCKSDB_LIBS[platform.machine()]
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(jar) as archive, archive.open(name) as src, \
+            (partial / name).open("wb") as out:
+        shutil.copyfileobj(src, out)
+    try:
+        os.rename(partial, target)
+    except OSError:  # another process extracted it first
+        shutil.rmtree(partial, ignore_errors=True)
+    print(f"spark_jvm: extracted {name} to {target}")
+
+
 def submit_opts() -> str:
-    """The driver JVM options: C1 only, and the archive where one was written."""
+    """The driver JVM options: C1 only, the archive where one was written, and RocksDB's JNI
+    library where it was extracted (:func:`rocksdb_dir`)."""
     archive = archive_path()
+    opts = C1_ONLY
     if archive is not None and archive.is_file():
-        return f"{C1_ONLY} -XX:SharedArchiveFile={archive}"
-    return C1_ONLY
+        opts += f" -XX:SharedArchiveFile={archive}"
+    rocksdb = rocksdb_dir()
+    if rocksdb is not None and rocksdb.is_dir():
+        opts += f" -Djava.library.path={rocksdb}:{_DEFAULT_LIBRARY_PATH}"
+    return opts
 
 
 def use_in_environment() -> None:
@@ -155,4 +206,5 @@ def _dump(target: Path) -> Path | None:
 
 
 if __name__ == "__main__":
+    _extract_rocksdb()
     write_archive()
