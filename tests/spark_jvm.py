@@ -1,4 +1,5 @@
-"""JVM options for the Spark drivers the tests start: a class-data-sharing archive and C1 only.
+"""JVM options for the Spark drivers the tests start: a class-data-sharing archive and C1 only
+(and RocksDB's JNI library from one extracted copy: :func:`rocksdb_dir`).
 
 Most of a short Spark job's time on this project's 2-core machines is the JVM starting: loading
 and verifying ~15,000 classes and compiling them with both JIT tiers. Measured on one job run of
