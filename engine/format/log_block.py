@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,6 +259,77 @@ def _read_block(data: bytes, start: int) -> tuple[LogBlock, int]:
     if pos != limit:
         raise _Corrupt("block parts do not add up to the block length")
     return LogBlock(block_type, header, content, footer), end
+
+
+@dataclass(frozen=True)
+class BlockFrame:
+    """Where one block's content sits in a log file, found from its frame alone."""
+
+    block_type: BlockType
+    header: Mapping[HeaderKey, str]
+    content_offset: int
+    content_length: int
+
+
+_FRAME_HEAD = 64 * 1024
+"""Bytes read at a block's start to parse its frame: magic, lengths, header (larger headers
+are read again whole)."""
+
+
+def scan_frames(size: int, read_range: Callable[[int, int], bytes]) -> list[BlockFrame] | None:
+    """The blocks of a log file of ``size`` bytes, read by ranges: each block's start (its
+    frame up to the content) and its trailing length, not its content. None when a frame
+    does not hold (a corrupt or truncated block): read the file whole with
+    :func:`iter_blocks` then, which skips such blocks."""
+    frames: list[BlockFrame] = []
+    pos = 0
+    while pos < size:
+        first = read_range(pos, min(_FRAME_HEAD, size - pos))
+        if not first.startswith(MAGIC) or len(first) < len(MAGIC) + 8:
+            return None
+        (block_len,) = I64.unpack_from(first, len(MAGIC))
+        end = pos + len(MAGIC) + 8 + block_len
+        if block_len < _MIN_BLOCK_LEN or end > size:
+            return None
+        try:
+            frame = _parse_frame(first, pos, end)
+        except _Corrupt:
+            if len(first) >= end - pos:
+                return None
+            try:  # a header longer than the first read
+                frame = _parse_frame(read_range(pos, end - pos), pos, end)
+            except _Corrupt:
+                return None
+        (total_len,) = I64.unpack(read_range(end - 8, 8))
+        if total_len != block_len + len(MAGIC):
+            return None
+        frames.append(frame)
+        pos = end
+    return frames
+
+
+def _parse_frame(data: bytes, start: int, end: int) -> BlockFrame:
+    """The frame of the block at file offset ``start`` (ending at ``end``) from ``data``,
+    the file's bytes from ``start`` on (at least up to the content)."""
+    body = len(MAGIC) + 8
+    if body + 8 > len(data):
+        raise _Corrupt("frame runs past the bytes read")
+    version, type_ordinal = I32_PAIR.unpack_from(data, body)
+    if version != LOG_FORMAT_VERSION:
+        raise LogFormatError(f"log format version {version} at offset {start} is not supported")
+    try:
+        block_type = BlockType(type_ordinal)
+    except ValueError:
+        raise LogFormatError(f"unknown log block type {type_ordinal} at offset {start}") from None
+    limit = min(len(data), end - start - 8)
+    header, pos = _read_map(data, body + 8, limit)
+    if pos + 8 > limit:
+        raise _Corrupt("content length runs past the bytes read")
+    (content_len,) = I64.unpack_from(data, pos)
+    pos += 8
+    if content_len < 0 or start + pos + content_len > end - 8:
+        raise _Corrupt(f"content length {content_len} runs past the block")
+    return BlockFrame(block_type, header, start + pos, content_len)
 
 
 def iter_blocks(data: bytes | bytearray | memoryview) -> Iterator[LogBlock]:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from engine.format.delete_block import decode_delete_block
 from engine.format.hfile import HFileReader
+from engine.format.log_block import BlockFrame, BlockType, LogBlock, scan_frames
 from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
 from engine.metadata.codec import CellDecoder, read_base_file, read_log_file
 from engine.metadata.keys import file_group_indexes
@@ -174,10 +176,76 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
             record = decode(row, value)
             merged[record.key] = record
     for path in piece.log_paths:
-        for key, newer in read_log_file(storage.read(path), wanted, decode, rows=rows):
+        for key, newer in _lookup_log(storage, path, wanted, rows, decode):
             if key in wanted:
                 _merge(merged, key, newer)
     return merged
+
+
+SMALL_LOG_BLOCK = 256 * 1024
+"""An HFile log block up to this size is fetched whole when its log is first looked up (one
+read); a larger one (a bulk insert's keys, until the MDT compacts) by ranges, as a base
+file is."""
+
+LogBlocks = list[tuple[BlockFrame, HFileReader | None]]
+
+_LOGS: OrderedDict[tuple[str, str, int, float | None], LogBlocks] = OrderedDict()
+
+
+def log_blocks(storage: Storage, path: str) -> LogBlocks | None:
+    """The blocks of the MDT log ``path`` with a reader for each HFile data block, kept per
+    process as :func:`base_reader` keeps base files (a log is never written to again); None
+    when a block's frame does not hold (then the log is read whole)."""
+    size = storage.size(path)
+    key = (storage.base_path, path, size, storage.modified(path))
+    with _READERS_LOCK:
+        known = _LOGS.get(key)
+        if known is not None:
+            _LOGS.move_to_end(key)
+            return known
+    frames = scan_frames(size, lambda offset, length: storage.read_range(path, offset, length))
+    if frames is None:
+        return None
+    blocks: LogBlocks = []
+    for frame in frames:
+        reader = None
+        if frame.block_type is BlockType.HFILE_DATA:
+            start, length = frame.content_offset, frame.content_length
+            if length <= SMALL_LOG_BLOCK:
+                reader = HFileReader(storage.read_range(path, start, length))
+            else:
+                reader = HFileReader.from_ranges(length, _ranges_from(storage, path, start))
+        blocks.append((frame, reader))
+    with _READERS_LOCK:
+        _LOGS[key] = blocks
+        while len(_LOGS) > READERS_KEPT * 4:
+            _LOGS.popitem(last=False)
+    return blocks
+
+
+def _ranges_from(storage: Storage, path: str, start: int) -> Callable[[int, int], bytes]:
+    """``read_range`` of the part of ``path`` that starts at ``start`` (an HFile inside a
+    log block)."""
+    return lambda offset, length: storage.read_range(path, start + offset, length)
+
+
+def _lookup_log(storage: Storage, path: str, wanted: set[str], rows: list[bytes],
+                decode: CellDecoder) -> Iterator[tuple[str, MetadataRecord | None]]:
+    """(key, record) of ``wanted`` keys in one MDT log, in log order (a delete gives None)."""
+    blocks = log_blocks(storage, path)
+    if blocks is None:
+        yield from read_log_file(storage.read(path), wanted, decode, rows=rows)
+        return
+    for frame, reader in blocks:
+        if reader is not None:
+            for row, value in reader.get_many(rows):
+                record = decode(row, value)
+                yield record.key, record
+        elif frame.block_type is BlockType.DELETE:
+            content = storage.read_range(path, frame.content_offset, frame.content_length)
+            for deleted in decode_delete_block(LogBlock(frame.block_type, frame.header,
+                                                        content)):
+                yield str(deleted.record_key), None
 
 
 def route(keys: Iterable[str], groups: int) -> dict[int, list[str]]:

@@ -104,6 +104,27 @@ def test_sample_log_files_regenerated_byte_identical(mdt: Path) -> None:
     assert kinds == {"hfile": 35, "init": 24, "delete": 4}
 
 
+def test_scan_frames_sample_logs_equal_whole_file_blocks_truncated_is_none(mdt: Path) -> None:
+    """Reading a log's blocks by their frames (ranges) finds exactly the blocks, headers and
+    contents a whole-file read finds, in every MDT log of the sample; a truncated or
+    corrupt file gives None (the caller then reads it whole, which skips bad blocks)."""
+    from engine.format.log_block import scan_frames
+
+    for path in _log_files(mdt):
+        data = path.read_bytes()
+        frames = scan_frames(len(data), lambda offset, length: data[offset : offset + length])
+        assert frames is not None, path.name
+        blocks = list(iter_blocks(data))
+        assert [(f.block_type, dict(f.header)) for f in frames] == [
+            (b.block_type, dict(b.header)) for b in blocks]
+        assert [data[f.content_offset : f.content_offset + f.content_length]
+                for f in frames] == [b.content for b in blocks]
+        cut = data[:-3]
+        assert scan_frames(len(cut), lambda o, n, cut=cut: cut[o : o + n]) is None
+        broken = data[:10] + b"\xff" + data[11:]  # the block length's high bytes
+        assert scan_frames(len(broken), lambda o, n, b=broken: b[o : o + n]) is None
+
+
 def test_initial_log_block_matches_doc_bytes_80() -> None:
     expected = bytes.fromhex(
         "234855444923" "0000000000000042" "00000001" "00000001"

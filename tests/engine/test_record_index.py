@@ -203,15 +203,18 @@ def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path:
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every path read through Storage.read from now on."""
+    """Every path read (whole or by ranges) or looked at (size: a kept reader is checked
+    against the file's size and mtime) through Storage from now on."""
     seen: list[str] = []
-    original = LocalStorage.read
+    for name in ("read", "read_range", "size"):
+        original = getattr(LocalStorage, name)
 
-    def read(self: Storage, path: str, *args: Any, **kwargs: Any) -> bytes:
-        seen.append(self.full(path))
-        return original(self, path, *args, **kwargs)
+        def call(self: Storage, path: str, *args: Any, _original: Any = original,
+                 **kwargs: Any) -> Any:
+            seen.append(self.full(path))
+            return _original(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(LocalStorage, "read", read)
+        monkeypatch.setattr(LocalStorage, name, call)
     return seen
 
 
