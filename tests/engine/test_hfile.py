@@ -112,7 +112,7 @@ def test_scan_frames_sample_logs_equal_whole_file_blocks_truncated_is_none(mdt: 
 
     for path in _log_files(mdt):
         data = path.read_bytes()
-        frames = scan_frames(len(data), lambda offset, length: data[offset : offset + length])
+        frames = scan_frames(len(data), lambda offset, length, d=data: d[offset : offset + length])
         assert frames is not None, path.name
         blocks = list(iter_blocks(data))
         assert [(f.block_type, dict(f.header)) for f in frames] == [
