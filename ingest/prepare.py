@@ -214,6 +214,11 @@ def spec_to_json(spec: PrepareSpec) -> str:
     for f in dataclasses.fields(spec):
         if f.name not in _SPEC_SPECIAL:
             body[f.name] = getattr(spec, f.name)
+    if spec.ring_table is not None:
+        # The location only: this text is a Spark option, shown in query plans, so storage
+        # options (credentials) never go in; executors find the store through their
+        # environment, as Spark's own sources do.
+        body["ring_table"] = spec.ring_table.base_path
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -267,6 +272,11 @@ def spec_from_json(text: str, option: str = "tidelake.prepare") -> PrepareSpec:
     flags: dict[str, Any] = {}
     for name, value in body.items():
         if name in _SPEC_SPECIAL or name == "version":
+            continue
+        if name == "ring_table" and value is not None:
+            if not isinstance(value, str) or not value:
+                raise bad(f"ring_table: {value!r} is not a table location")
+            flags[name] = Storage(value)
             continue
         annotation = str(known[name].type)
         allowed = {"str": str, "int": int, "bool": bool, "None": type(None)}

@@ -43,3 +43,22 @@ def test_prepare_batch_keys_and_partitions_match_engine_writer_java_texts(
     assert sorted(zip(written.column("_hoodie_record_key").to_pylist(),
                       written.column("_hoodie_partition_path").cast(pa.string()).to_pylist(),
                       strict=True)) == sorted((k, p) for _, k, p in got)
+
+
+def test_prepare_spec_json_ring_table_travels_as_its_location_without_options(
+        tmp_path: Path) -> None:
+    """A consistent-hashing spec crosses to the source's tasks as JSON (a Spark option, shown
+    in plans): the ring table goes as its location, its storage options never."""
+    from engine.storage import Storage
+    from ingest.prepare import spec_from_json, spec_to_json
+
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts")
+    decoder = JsonDecoder(DDL)
+    storage = Storage(str(tmp_path / "t"), {"aws_secret_access_key": "s3cr3t-never-shown"})
+    spec = PrepareSpec(decoder, table.config, decoder.schema, num_buckets=4, ring_table=storage)
+    text = spec_to_json(spec)
+    assert "s3cr3t" not in text
+    back = spec_from_json(text)
+    assert back.ring_table is not None
+    assert back.ring_table.base_path == storage.base_path
+    assert back.num_buckets == 4 and spec_to_json(back) == text
