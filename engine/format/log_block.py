@@ -226,6 +226,18 @@ def _read_map(data: bytes, pos: int, end: int) -> tuple[dict[HeaderKey, str], in
     return entries, pos
 
 
+def _block_type(data: bytes, at: int, start: int) -> BlockType:
+    """The type of the block at file offset ``start``, from its version and type fields at
+    ``at`` in ``data``; an unknown version or type raises :class:`LogFormatError`."""
+    version, type_ordinal = I32_PAIR.unpack_from(data, at)
+    if version != LOG_FORMAT_VERSION:
+        raise LogFormatError(f"log format version {version} at offset {start} is not supported")
+    try:
+        return BlockType(type_ordinal)
+    except ValueError:
+        raise LogFormatError(f"unknown log block type {type_ordinal} at offset {start}") from None
+
+
 def _read_block(data: bytes, start: int) -> tuple[LogBlock, int]:
     """Parse the block whose magic is at ``start``; raises _Corrupt if its frame does not hold."""
     size = len(data)
@@ -239,13 +251,7 @@ def _read_block(data: bytes, start: int) -> tuple[LogBlock, int]:
     (total_len,) = I64.unpack_from(data, end - 8)
     if total_len != block_len + len(MAGIC):
         raise _Corrupt(f"trailing length {total_len} != block length {block_len} + 6")
-    version, type_ordinal = I32_PAIR.unpack_from(data, body)
-    if version != LOG_FORMAT_VERSION:
-        raise LogFormatError(f"log format version {version} at offset {start} is not supported")
-    try:
-        block_type = BlockType(type_ordinal)
-    except ValueError:
-        raise LogFormatError(f"unknown log block type {type_ordinal} at offset {start}") from None
+    block_type = _block_type(data, body, start)
     limit = end - 8
     header, pos = _read_map(data, body + 8, limit)
     if pos + 8 > limit:
@@ -314,13 +320,7 @@ def _parse_frame(data: bytes, start: int, end: int) -> BlockFrame:
     body = len(MAGIC) + 8
     if body + 8 > len(data):
         raise _Corrupt("frame runs past the bytes read")
-    version, type_ordinal = I32_PAIR.unpack_from(data, body)
-    if version != LOG_FORMAT_VERSION:
-        raise LogFormatError(f"log format version {version} at offset {start} is not supported")
-    try:
-        block_type = BlockType(type_ordinal)
-    except ValueError:
-        raise LogFormatError(f"unknown log block type {type_ordinal} at offset {start}") from None
+    block_type = _block_type(data, body, start)
     limit = min(len(data), end - start - 8)
     header, pos = _read_map(data, body + 8, limit)
     if pos + 8 > limit:

@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from engine.format.delete_block import decode_delete_block
 from engine.format.hfile import HFileReader
@@ -144,20 +145,30 @@ rebuilt from scratch) is read anew."""
 def base_reader(storage: Storage, path: str) -> HFileReader:
     """A ranged reader of the base HFile ``path`` (kept for the next lookup, see
     :data:`READERS_KEPT`)."""
+    return _kept(_READERS, READERS_KEPT, storage, path, lambda size: HFileReader.from_ranges(
+        size, lambda offset, length: storage.read_range(path, offset, length)))
+
+
+_Kept = TypeVar("_Kept")
+
+
+def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: int,
+          storage: Storage, path: str, build: Callable[[int], _Kept]) -> _Kept:
+    """What ``build(size)`` makes of the file ``path``, kept in ``cache`` (least recently
+    used first out beyond ``limit``) by location, size and mtime."""
     size = storage.size(path)
     key = (storage.base_path, path, size, storage.modified(path))
     with _READERS_LOCK:
-        reader = _READERS.get(key)
-        if reader is not None:
-            _READERS.move_to_end(key)
-            return reader
-    reader = HFileReader.from_ranges(
-        size, lambda offset, length: storage.read_range(path, offset, length))
+        known = cache.get(key)
+        if known is not None:
+            cache.move_to_end(key)
+            return known
+    made = build(size)
     with _READERS_LOCK:
-        _READERS[key] = reader
-        while len(_READERS) > READERS_KEPT:
-            _READERS.popitem(last=False)
-    return reader
+        cache[key] = made
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    return made
 
 
 def lookup_slice(storage: Storage, piece: GroupSlice,
@@ -196,16 +207,16 @@ def log_blocks(storage: Storage, path: str) -> LogBlocks | None:
     """The blocks of the MDT log ``path`` with a reader for each HFile data block, kept per
     process as :func:`base_reader` keeps base files (a log is never written to again); None
     when a block's frame does not hold (then the log is read whole)."""
-    size = storage.size(path)
-    key = (storage.base_path, path, size, storage.modified(path))
-    with _READERS_LOCK:
-        known = _LOGS.get(key)
-        if known is not None:
-            _LOGS.move_to_end(key)
-            return known
+    blocks = _kept(_LOGS, READERS_KEPT * 4, storage, path,
+                   lambda size: _log_blocks(storage, path, size))
+    return blocks or None
+
+
+def _log_blocks(storage: Storage, path: str, size: int) -> LogBlocks:
+    """:func:`log_blocks` read anew ([] when a frame does not hold)."""
     frames = scan_frames(size, lambda offset, length: storage.read_range(path, offset, length))
     if frames is None:
-        return None
+        return []
     blocks: LogBlocks = []
     for frame in frames:
         reader = None
@@ -216,10 +227,6 @@ def log_blocks(storage: Storage, path: str) -> LogBlocks | None:
             else:
                 reader = HFileReader.from_ranges(length, _ranges_from(storage, path, start))
         blocks.append((frame, reader))
-    with _READERS_LOCK:
-        _LOGS[key] = blocks
-        while len(_LOGS) > READERS_KEPT * 4:
-            _LOGS.popitem(last=False)
     return blocks
 
 
