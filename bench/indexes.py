@@ -3,6 +3,7 @@ one commit on a table of many files with and without the metadata table.
 
     python bench/indexes.py                                  # 1M, 5M and 10M rows
     python bench/indexes.py --sizes 200000,1000000 --batches 2
+    python bench/indexes.py --out /tmp/ix --keep --reuse-loads   # again, from the same loads
     python bench/indexes.py --commit-cost                    # 10,000 files, MDT on vs off
 
 Upserts (default mode): for every size N (``--sizes``) and index (``--indexes``), a
@@ -243,10 +244,14 @@ def shared_load(work: Path, size: int, args: argparse.Namespace) -> tuple[Path, 
     and the seconds its bulk insert took."""
     from engine import Table
 
+    path = work / f"loaded-{size}"
+    if size not in _LOADS and args.reuse_loads and (path / ".hoodie" / "metadata").is_dir():
+        _LOADS[size] = (path, math.nan)
+        log(f"  reusing the bulk-loaded table {path} (its load time is not measured)")
     if size not in _LOADS:
-        for old in [s for s in _LOADS if s != size]:  # one template on disk at a time
-            shutil.rmtree(_LOADS.pop(old)[0], ignore_errors=True)
-        path = work / f"loaded-{size}"
+        if not args.keep:
+            for old in [s for s in _LOADS if s != size]:  # one template on disk at a time
+                shutil.rmtree(_LOADS.pop(old)[0], ignore_errors=True)
         table = Table.create(str(path), name="bench", table_type=args.table_type,
                              record_key="key", precombine="ts", partition_by=["partition"],
                              options={**index_options("RECORD_INDEX", size, args.partitions),
@@ -544,6 +549,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", help="work folder (default: a temporary one, deleted)")
     parser.add_argument("--keep", action="store_true", help="keep the tables")
+    parser.add_argument("--reuse-loads", action="store_true",
+                        help="start SIMPLE, BLOOM and RECORD_INDEX from the bulk-loaded tables "
+                             "(loaded-<size>) a run with the same --out, --keep, --seed, "
+                             "--partitions and --table-type left (no bulk insert)")
     args = parser.parse_args(argv)
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tidelake-indexes-"))

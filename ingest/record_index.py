@@ -15,7 +15,9 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    RECORD_INDEX/GLOBAL_SIMPLE write does (:meth:`engine.write.write_client.WriteClient.
    tag_located`): an update goes to the group holding its key, a key whose partition value
    changed is deleted there and inserted into its new partition, a delete goes to every group
-   holding the key, an update that loses to the stored version (event time) writes nothing;
+   holding the key; under event time a move that loses to the stored version writes nothing,
+   and an update in place is written without reading the stored version (if it loses, every
+   merge keeps the stored one);
 3. driver: the inserts per partition are counted and placed by the engine's upsert
    partitioner (:meth:`~engine.write.write_client.WriteClient.insert_buckets`: small file
    groups first, then new ones); a narrow step gives each insert its group
@@ -40,12 +42,14 @@ import pyarrow.compute as pc
 from engine.config import TableConfig, WriteConfig
 from engine.index import record_index as record_index_lookup
 from engine.index.simple import LOCATION_SCHEMA, concat_locations, tag
+from engine.layout.file_group import FileSlice
 from engine.layout.view import TableView
-from engine.merge.resolve import ordering_column, resolve
+from engine.merge.resolve import ordering_column, resolve, tombstone_keys
 from engine.metadata import record_index as rli
 from engine.metadata.keys import file_group_indexes
 from engine.metadata.reader import GroupSlice, route
 from engine.metadata.table import MetadataTable
+from engine.read.reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.write.partitioner import InsertBucket, insert_file_ids
@@ -111,28 +115,50 @@ def route_rows(rows: pa.Table, groups: int) -> pa.Table:
     return rows.append_column(MDT_GROUP, pa.array(values, pa.int32()))
 
 
-def _lookup(spec: RecordIndexSpec, view: TableView, keys: pa.Array
+def _lookup(spec: RecordIndexSpec, view: TableView, work: pa.Table, keys: pa.Array
             ) -> tuple[pa.Table, tuple[str, ...]]:
-    """Locations of ``keys`` (with the stored ordering value under event time) and the
-    record_index file groups read: only those the keys hash to."""
+    """Locations of ``keys`` (the distinct keys of the batch's versions ``work``) and the
+    record_index file groups read: only those the keys hash to. Under event time the stored
+    ordering value comes along for the keys :func:`_compared` names."""
     reader = view.slice_reader(use_threads=False)
     slices = view.latest_file_slices()
     if not slices or not len(keys):
         return LOCATION_SCHEMA.empty_table(), ()
     if not spec.pieces:  # not complete: the engine's fallback (reads the table)
-        found = record_index_lookup.locations(reader, slices, keys,
-                                              with_ordering=spec.event_time)
-        return found, ()
+        found = record_index_lookup.locations(reader, slices, keys)
+        return _with_orderings(spec, reader, slices, found, work), ()
     mdt_storage = MetadataTable(spec.storage, spec.config).storage
     tables, read = [], []
     for index, group_keys in sorted(route(keys.to_pylist(), len(spec.pieces)).items()):
         piece = spec.pieces[index]
         read.append(piece.file_id)
         tables.append(rli.lookup_group(mdt_storage, piece, group_keys))
-    live = {(s.partition_path, s.file_id): s for s in slices}
-    found = record_index_lookup.attach_orderings(reader, live, concat_locations(tables),
-                                                 with_ordering=spec.event_time)
+    found = _with_orderings(spec, reader, slices, concat_locations(tables), work)
     return found, tuple(read)
+
+
+def _with_orderings(spec: RecordIndexSpec, reader: SliceReader, slices: list[FileSlice],
+                    found: pa.Table, work: pa.Table) -> pa.Table:
+    """``found`` restricted to the live groups, with the stored ordering value of the
+    locations :func:`_compared` names (event time)."""
+    live = {(s.partition_path, s.file_id): s for s in slices}
+    read = _compared(found, work) if spec.event_time else None
+    return record_index_lookup.attach_orderings(reader, live, found, read=read)
+
+
+def _compared(found: pa.Table, work: pa.Table) -> pa.Array:
+    """The locations whose stored version the batch compares with (event time): those an
+    upsert of the batch moves away from (another partition), and those of keys with a
+    tombstone (a delete without an ordering value deletes at the stored one). An update in
+    place is written uncompared: if it loses, every merge keeps the stored version."""
+    if "loc_ordering" in found.column_names:  # the fallback read every ordering value
+        return pa.array(np.zeros(found.num_rows, dtype=bool))
+    upserts = work.filter(pc.equal(work.column(OP), UPSERT))
+    moves = record_index_lookup.moving(found, upserts.column(RECORD_KEY).combine_chunks(),
+                                       upserts.column(PARTITION_PATH).combine_chunks())
+    tombs = pc.is_in(found.column("key"),
+                     value_set=tombstone_keys(work, VERSIONS, event_time=True))
+    return pc.or_(moves, tombs)
 
 
 def _stored(found: pa.Table, event_time: bool) -> dict[str, Any]:
@@ -176,7 +202,7 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
         return rows, ()
     work = work.append_column(_ROW, pa.array(np.arange(work.num_rows, dtype=np.int64)))
     keys = pc.unique(work.column(RECORD_KEY).combine_chunks())
-    found, read = _lookup(spec, view, keys)
+    found, read = _lookup(spec, view, work, keys)
     resolved = resolve(arrival_order(work), columns=VERSIONS, event_time=spec.event_time,
                        policy=POLICY, stored=_stored(found, spec.event_time))
     client = WriteClient(spec.storage, spec.config, spec.write_config)

@@ -51,6 +51,11 @@ DEFAULT_BLOCK_SIZE = 1 << 20
 COMPARATOR = b"org.apache.hudi.io.storage.HoodieHBaseKVComparator"
 """Trailer ``comparatorClassName`` of every HFile Hudi 1.0 writes."""
 
+RANGE_GAP = 16 * 1024
+"""Bytes between two data blocks a lookup wants that it reads rather than start a new read."""
+RANGE_LIMIT = 4 << 20
+"""The most bytes one read of several data blocks fetches."""
+
 _HEADER = struct.Struct(">8siiqbii")
 _HEADER_SIZE = 33
 _BYTES_PER_CHECKSUM = 16384
@@ -65,6 +70,7 @@ _LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
 _PUT, _FIRST_ON_ROW = 4, 0xFF
 _I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 _CELL_HEAD = struct.Struct(">ii")
+_ROW_LENGTH = struct.Struct(">H")
 _INDEX_HEAD = struct.Struct(">qi")
 _MAX_ROW = 32767
 
@@ -503,13 +509,15 @@ class HFileReader:
         info, _ = self._read_block(info_offset, _INFO)
         self.file_info: dict[str, bytes] = self._parse_file_info(info)
 
-    def _read_block(self, offset: int, magic: bytes, size_hint: int = _HEADER_SIZE
-                    ) -> tuple[bytes, int]:
+    def _read_block(self, offset: int, magic: bytes, size_hint: int = _HEADER_SIZE,
+                    data: bytes | None = None) -> tuple[bytes, int]:
         """Uncompressed data of the block at ``offset`` and the offset just past it
-        (``size_hint``: its size on disk, header included, when an index gives it)."""
+        (``size_hint``: its size on disk, header included, when an index gives it; ``data``:
+        those bytes, when read already)."""
         if offset < 0 or offset + _HEADER_SIZE > self._size:
             raise HFileError(f"{magic.decode()} block offset {offset} is outside the file")
-        data = self._read(offset, max(size_hint, _HEADER_SIZE))
+        if data is None or len(data) < _HEADER_SIZE:
+            data = self._read(offset, max(size_hint, _HEADER_SIZE))
         got, on_disk, size, _, ctype, per_sum, with_header = _HEADER.unpack_from(data, 0)
         if got != magic:
             raise HFileError(f"block at {offset} has magic {got!r}, expected {magic!r}")
@@ -620,36 +628,75 @@ class HFileReader:
         by_block: dict[int, set[bytes]] = {}
         for row in rows:
             by_block.setdefault(self._first_block(row), set()).add(row)
-        for n in sorted(by_block):
-            yield from self._find_cells(n, by_block[n])
+        for n, data in self._fetch_blocks(sorted(by_block)):
+            yield from self._find_cells(n, by_block[n], data)
 
-    def _find_cells(self, n: int, wanted: set[bytes]) -> Iterator[tuple[bytes, bytes]]:
-        """The cells of data block ``n`` whose row is in ``wanted``: :meth:`_block_cells`'s
-        walk without slicing out every row (a lookup walks thousands of cells per block)."""
+    def _fetch_blocks(self, blocks: list[int]) -> Iterator[tuple[int, bytes]]:
+        """The on-disk bytes of the data blocks ``blocks`` (ascending), read in as few
+        ranges as the file allows: blocks closer than :data:`RANGE_GAP` bytes share one read
+        of at most :data:`RANGE_LIMIT` bytes (a lookup of many keys touches many blocks; one
+        read each costs a system call, or a request on an object store)."""
+        index = self._index
+        i = 0
+        while i < len(blocks):
+            first = index[blocks[i]]
+            j = i + 1
+            end = first.offset + first.size
+            while j < len(blocks):
+                entry = index[blocks[j]]
+                if entry.offset - end > RANGE_GAP or entry.offset + entry.size - first.offset \
+                        > RANGE_LIMIT:
+                    break
+                end = entry.offset + entry.size
+                j += 1
+            data = self._read(first.offset, end - first.offset)
+            for n in blocks[i:j]:
+                at = index[n].offset - first.offset
+                yield n, data[at : at + index[n].size]
+            i = j
+
+    def _find_cells(self, n: int, wanted: set[bytes], data: bytes | None = None
+                    ) -> Iterator[tuple[bytes, bytes]]:
+        """The cells of data block ``n`` (``data``: its bytes on disk, when read already)
+        whose row is in ``wanted``, in block order.
+
+        Each wanted row is searched for by its bytes (its 2-byte length and the row, as a
+        cell key starts): a candidate is a cell only if the walk over the block's cell
+        lengths lands on it, so bytes that merely look like a cell inside a value are never
+        taken for one. The walk reads two lengths per cell and stops at the last candidate
+        (a lookup touches a block for a few rows among dozens of cells)."""
         entry = self._index[n]
         try:
-            raw, _ = self._read_block(entry.offset, _DATA, entry.size)
+            raw, _ = self._read_block(entry.offset, _DATA, entry.size, data)
             size = len(raw)
-            last = max(wanted)
+            candidates = []
+            find = raw.find
+            for row in wanted:
+                needle = _ROW_LENGTH.pack(len(row)) + row
+                at = find(needle, 8)
+                while at >= 0:
+                    candidates.append((at - 8, row))
+                    at = find(needle, at + 1)
+            if not candidates:
+                return
+            candidates.sort()
             unpack = _CELL_HEAD.unpack_from
             pos = 0
-            while pos < size:
+            for start, row in candidates:
+                while pos < start:
+                    key_len, value_len = unpack(raw, pos)
+                    if key_len < 12 or value_len < 0:
+                        raise HFileError(f"cell at {pos} of data block {n} has bad lengths")
+                    pos += 8 + key_len + value_len
+                    # the memstore timestamp vint: one byte when >= 0
+                    pos = pos + 1 if raw[pos] < 0x80 else _read_vint(raw, pos)[1]
+                if pos != start:
+                    continue  # the row's bytes inside another cell: not a cell
                 key_len, value_len = unpack(raw, pos)
                 key_end = pos + 8 + key_len
-                row_len = (raw[pos + 8] << 8) | raw[pos + 9]
-                if key_len < 12 or value_len < 0 or key_end + value_len > size \
-                        or row_len + 2 > key_len:
+                if key_len < len(row) + 12 or value_len < 0 or key_end + value_len > size:
                     raise HFileError(f"cell at {pos} of data block {n} runs past the block")
-                row = raw[pos + 10 : pos + 10 + row_len]
-                if row in wanted:
-                    yield row, raw[key_end : key_end + value_len]
-                elif row > last:
-                    return  # rows are sorted: no wanted row follows
-                pos = key_end + value_len
-                if raw[pos] < 0x80:  # the memstore timestamp vint: one byte when >= 0
-                    pos += 1
-                else:
-                    _, pos = _read_vint(raw, pos)
+                yield row, raw[key_end : key_end + value_len]
         except (struct.error, IndexError) as exc:
             raise HFileError(f"data block {n} at {entry.offset}: {exc}") from None
 

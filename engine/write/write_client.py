@@ -464,14 +464,17 @@ class WriteClient:
         return located.filter(pc.is_valid(located.column("_file_id")))
 
     def _key_locations(self, reader: SliceReader, slices: list[FileSlice],
-                       partitions: set[str] | None, keys: pa.ChunkedArray) -> pa.Table:
+                       partitions: set[str] | None, keys: pa.ChunkedArray,
+                       written_to: pa.Array | None = None) -> pa.Table:
         """Locations of the slices' live keys: all of them (SIMPLE), or those of ``keys`` in
         the files whose footers admit one (BLOOM: :mod:`engine.index.bloom`, same result), or
         those of ``keys`` the metadata table's record_index holds (RECORD_INDEX:
-        :mod:`engine.index.record_index`, same result)."""
+        :mod:`engine.index.record_index`, same result; under event time with the stored
+        ordering value of the keys moving away from the partitions ``written_to``)."""
         if self.write_config.index_type is IndexType.RECORD_INDEX:
+            moves = written_to if self.config.orders_by_event_time else None
             return record_index.locations(reader, slices, keys.combine_chunks(),
-                                          with_ordering=self.config.orders_by_event_time)
+                                          partitions=moves)
         if not self.write_config.index_type.uses_bloom:
             return key_locations(reader, slices, partitions)
         metadata = (bloom_index.MetadataSource.of(reader.storage, reader.timeline)
@@ -556,7 +559,8 @@ class WriteClient:
         parts = records.column(PARTITION_PATH).combine_chunks()
         wanted = None if global_index else set(parts.unique().to_pylist())
         if locations is None:
-            locations = self._key_locations(reader, slices, wanted, records.column(RECORD_KEY))
+            locations = self._key_locations(reader, slices, wanted, records.column(RECORD_KEY),
+                                            parts)
         tagged = tag(records.column(RECORD_KEY).combine_chunks(), parts, locations,
                      global_index=global_index)
         rows = tagged.column("row").to_numpy(zero_copy_only=False)

@@ -189,6 +189,41 @@ def test_hfile_get_many_multi_block_equals_filtered_cells() -> None:
         assert list(reader.get_many([])) == []
 
 
+def test_hfile_get_many_value_holding_a_cell_of_another_row_is_not_a_cell() -> None:
+    """A value whose bytes are exactly another row's cell (an attacker's string, or chance)
+    is never taken for that row: a lookup finds only cells the block's walk lands on."""
+    import struct
+
+    def cell(row: bytes, value: bytes) -> bytes:
+        key = struct.pack(">H", len(row)) + row + b"\x00" + struct.pack(">q", 0) + b"\x04"
+        return struct.pack(">ii", len(key), len(value)) + key + value + b"\x00"
+
+    fake = cell(b"key-b", b"forged")
+    cells = [(b"key-a", b"pad" + fake + b"pad"), (b"key-c", fake), (b"key-d", b"ok")]
+    for compression in ("GZ", "NONE"):
+        reader = HFileReader(write_hfile(cells, compression=compression, block_size=1 << 16))
+        assert list(reader.get_many([b"key-b"])) == []
+        assert list(reader.get_many([b"key-b", b"key-c", b"key-d"])) == cells[1:]
+        assert list(reader.get_many([b"key-a", b"key-b"])) == cells[:1]
+
+
+def test_hfile_get_many_reads_neighbouring_blocks_in_one_range() -> None:
+    """Wanted blocks next to each other are fetched by one ranged read."""
+    cells = _cells(2000)
+    data = write_hfile(cells, block_size=1024)
+    fetched: list[tuple[int, int]] = []
+
+    def read_range(offset: int, length: int) -> bytes:
+        fetched.append((offset, length))
+        return data[offset : offset + length]
+
+    ranged = HFileReader.from_ranges(len(data), read_range)
+    opened = len(fetched)
+    rows = [c[0] for c in cells[::7]]  # every block holds one
+    assert list(ranged.get_many(rows)) == [c for c in cells if c[0] in set(rows)]
+    assert len(fetched) - opened == 1
+
+
 def test_hfile_from_ranges_reads_only_tail_and_wanted_blocks() -> None:
     """A ranged reader finds what a whole-file reader finds, fetching the trailer, the
     load-on-open section and only the data blocks that hold the wanted rows."""
