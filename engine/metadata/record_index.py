@@ -221,7 +221,10 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
     with the slice it is written on, before and after (base file read for those keys only,
     the slice's log files decoded), so a key that becomes live in the group is an insert and
     a key that stops being live a delete, whatever the merge mode decides; updates in place
-    emit nothing. Nothing unless the table keeps the partition."""
+    emit nothing. An append of upserts whose task knows the keys its index located in the
+    group (:attr:`~engine.write.write_handle.WriteTask.located_keys`) reads nothing: the
+    others are inserts, as Hudi's append handle reports them. Nothing unless the table keeps
+    the partition."""
     if RECORD_INDEX not in ctx.metadata_partitions or not new_layers:
         return stat
     from engine.merge.record_merger import DataLayer
@@ -230,6 +233,12 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
     for layer in new_layers:
         column = layer.table.column(RECORD_KEY) if isinstance(layer, DataLayer) else layer.keys
         touched |= _keys(column)
+    if task.located_keys is not None and all(isinstance(layer, DataLayer)
+                                             for layer in new_layers):
+        # Upserts only, tagged by the index: a located key stays live in its group (an
+        # update, winning or not, never deletes), every other key enters it.
+        return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
+                                         sorted(touched - _keys(task.located_keys)), ()))
     keys = pa.array(sorted(touched), pa.string())
     stored = _slice_layers(ctx, task, storage, keys, schema)
     before = _live(ctx, stored, [], schema)

@@ -49,7 +49,8 @@ class TaskRule:
 
     def task(self, view: TableView, partition: str, file_id: str, records: pa.Table | None,
              deletes: pa.Table | None, *, operation: str = UPSERT, task_partition: int = 0,
-             stage: int = 0, attempt: int = 0, num_updates: int = 0) -> WriteTask | None:
+             stage: int = 0, attempt: int = 0, num_updates: int = 0,
+             located_keys: pa.Array | None = None) -> WriteTask | None:
         """The task writing ``records`` and ``deletes`` to one file group of ``view``; None
         if it has nothing to write (a group the view does not have takes no deletes,
         unless new groups start with a log file)."""
@@ -74,7 +75,7 @@ class TaskRule:
             deletes=deletes, base_file=base_file,
             base_instant=existing.base_instant if existing else None,
             task_partition=task_partition, stage=stage, attempt=attempt,
-            num_updates=num_updates,
+            num_updates=num_updates, located_keys=located_keys,
             log_files=tuple(log.name for log in existing.log_files) if existing else ())
 
 

@@ -303,8 +303,11 @@ class WriteClient:
 
         group_records: dict[tuple[str, str], list[pa.Table]] = {}
         group_deletes: dict[tuple[str, str], list[pa.Table]] = {}
-        group_updates: dict[tuple[str, str], int] = {}
+        group_updates: dict[tuple[str, str], list[pa.Array]] = {}
         index = self.write_config.index_type
+        # An upsert tagged by a key lookup knows, per group, which keys it updates in place
+        # (the rest enter the group): its appends then keep the record_index unread.
+        tagged = operation == UPSERT and index is not IndexType.BUCKET
 
         rings: dict[str, HashingMetadata] = {}
 
@@ -338,10 +341,13 @@ class WriteClient:
         tasks: list[WriteTask] = []
         rule = self.task_rule
         for group in sorted(set(group_records) | set(group_deletes)):
+            updated = group_updates.get(group, [])
             task = rule.task(view, *group, _concat(group_records.get(group)),
                              _concat(group_deletes.get(group)), operation=operation,
                              task_partition=len(tasks),
-                             num_updates=group_updates.get(group, 0))
+                             num_updates=sum(len(keys) for keys in updated),
+                             located_keys=(pa.concat_arrays(updated) if updated
+                                           else pa.array([], pa.string())) if tagged else None)
             if task is not None:
                 tasks.append(task)
         return WritePlan(instant, self.write_context(instant, data_schema), tasks, operation,
@@ -488,7 +494,7 @@ class WriteClient:
                       reader: SliceReader, view: TableView,
                       group_records: dict[tuple[str, str], list[pa.Table]],
                       group_deletes: dict[tuple[str, str], list[pa.Table]],
-                      group_updates: dict[tuple[str, str], int]) -> None:
+                      group_updates: dict[tuple[str, str], list[pa.Array]]) -> None:
         global_index = self.write_config.index_type.is_global
         inserts = records
         slices = view.latest_file_slices()
@@ -546,7 +552,7 @@ class WriteClient:
                      global_index: bool,
                      group_records: dict[tuple[str, str], list[pa.Table]],
                      group_deletes: dict[tuple[str, str], list[pa.Table]],
-                     group_updates: dict[tuple[str, str], int], *,
+                     group_updates: dict[tuple[str, str], list[pa.Array]], *,
                      locations: pa.Table | None = None) -> pa.Table:
         """Route records whose key exists to its file groups; returns the records to insert.
 
@@ -597,7 +603,8 @@ class WriteClient:
         updates = expanded.append_column("_p", loc_p).append_column("_f", loc_f).filter(same)
         for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
             group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
-            group_updates[(part, fid)] = group_updates.get((part, fid), 0) + piece.num_rows
+            group_updates.setdefault((part, fid), []).append(
+                piece.column(RECORD_KEY).combine_chunks().cast(pa.string()))
         if pc.any(moved_kept).as_py():
             # Update-partition-path: delete the old copies, insert into the new partition.
             # The old copy's delete carries the ordering value the delete policy gives it

@@ -103,6 +103,11 @@ class WriteTask:
     attempt: int = 0
     num_updates: int = 0
     log_files: tuple[str, ...] = ()
+    located_keys: pa.Array | None = None
+    """The keys of ``records`` an index located in this group (updates in place), when the
+    planner tagged every record (an upsert by key lookup); None when not known. An append of
+    records alone then keeps the record_index without reading the slice: the other keys
+    enter the group."""
 
     @property
     def write_token(self) -> str:
