@@ -266,6 +266,31 @@ def _parse_compaction_strategy(key: str, raw: str) -> str:
     return short
 
 
+METRICS_REPORTERS = ("GRAPHITE", "INMEMORY", "JMX", "DATADOG", "CONSOLE",
+                     "PROMETHEUS_PUSHGATEWAY", "PROMETHEUS", "CLOUDWATCH", "M3")
+"""Hudi's ``hoodie.metrics.reporter.type`` values; tidelake's job has ``PROMETHEUS`` only."""
+
+
+def _parse_metrics_reporter(key: str, raw: str) -> str:
+    value = str(raw).strip().upper()
+    if value == "PROMETHEUS":
+        return value
+    if value in METRICS_REPORTERS:
+        raise InvalidOptionError(key, f"Hudi's {value} reporter is not available in tidelake; "
+                                 "PROMETHEUS (an HTTP endpoint to scrape) is")
+    raise InvalidOptionError(key, f"expected PROMETHEUS, got {raw!r}")
+
+
+def _parse_port(key: str, raw: str) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(key, f"expected a TCP port number, got {raw!r}") from None
+    if not 1 <= value <= 65535:
+        raise InvalidOptionError(key, f"expected a TCP port from 1 to 65535, got {value}")
+    return value
+
+
 def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
     def parse(key: str, raw: str) -> Any:
         wanted = str(raw).strip()
@@ -682,6 +707,23 @@ class WriteConfig:
     layout_optimize_strategy: str = option(
         "hoodie.layout.optimize.strategy", _parse_layout_strategy, "linear",
         "How clustering orders the sort columns: linear, z-order or hilbert.", group="services")
+    metrics_on: bool = option(
+        "hoodie.metrics.on", _parse_bool, False,
+        "The streaming job serves its metrics (docs/ingest.md, \"Metrics\") on a Prometheus "
+        "endpoint. Read by the job only; `Table` writes report nothing.", group="metrics")
+    metrics_reporter_type: str = option(
+        "hoodie.metrics.reporter.type", _parse_metrics_reporter, "PROMETHEUS",
+        "PROMETHEUS: an HTTP endpoint on `hoodie.metrics.prometheus.port` for Prometheus to "
+        "scrape. Hudi's other reporters (its default, GRAPHITE, JMX, PROMETHEUS_PUSHGATEWAY, "
+        "...) are refused.", group="metrics")
+    metrics_prometheus_port: int = option(
+        "hoodie.metrics.prometheus.port", _parse_port, 9090,
+        "Port of the endpoint (`http://HOST:PORT/metrics`, all interfaces, as Hudi's).",
+        group="metrics")
+    metrics_name_prefix: str = option(
+        "hoodie.metrics.reporter.metricsname.prefix", _parse_text, "",
+        "Prefix of the metrics under Hudi's names (`<prefix>_deltacommit_duration`); dots "
+        "become `_`.", shown="the table name (as Hudi infers it)", group="metrics")
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -57,7 +57,8 @@ def test_write_config_fields_are_the_declared_options_with_their_defaults() -> N
         assert f.default == declared[f.name].default == getattr(defaults, f.name), f.name
     names = [k for spec in WRITE_KEYS for k in (spec.key, *spec.aliases)]
     assert len(names) == len(set(names)), "an option key or alias is declared twice"
-    assert all(spec.doc and spec.group in ("writer", "services", "metadata") for spec in WRITE_KEYS)
+    assert all(spec.doc and spec.group in ("writer", "services", "metadata", "metrics")
+               for spec in WRITE_KEYS)
 
 
 def test_every_declared_write_option_is_read() -> None:
@@ -71,6 +72,7 @@ def test_every_declared_write_option_is_read() -> None:
 @pytest.mark.parametrize(("heading", "group"), [("## Writer options", "writer"),
                                                 ("## Table services", "services"),
                                                 ("## Metadata table", "metadata"),
+                                                ("## Metrics", "metrics"),
                                                 ("## Table options (only at creation)",
                                                  "create"),
                                                 ("## hoodie.properties keys", "properties")])

@@ -196,6 +196,47 @@ class CommitMetadata:
 
 
 @dataclass(frozen=True)
+class WriteTotals:
+    """A commit's write stats summed as Hudi's ``HoodieCommitMetadata.fetchTotal*`` sum them
+    (the numbers Hudi's ``HoodieMetrics.updateCommitMetrics`` publishes per commit), plus the
+    most log files a written file slice holds after the commit."""
+
+    partitions_written: int = 0
+    files_insert: int = 0
+    """Files with no previous commit (``prevCommit`` is ``null``): new file groups."""
+    files_update: int = 0
+    records_written: int = 0
+    update_records_written: int = 0
+    insert_records_written: int = 0
+    records_deleted: int = 0
+    bytes_written: int = 0
+    log_files_compacted: int = 0
+    log_files_size: int = 0
+    """Bytes of the log files a compaction read (Hudi's ``totalLogSizeCompacted``)."""
+    compacted_records_updated: int = 0
+    max_slice_log_files: int = 0
+    """The most log files in one file slice this commit wrote to (``logFiles`` of its log
+    files' stats: the slice's earlier log files and the new one); 0 for base files only."""
+
+    @classmethod
+    def of(cls, stats: Sequence[WriteStat]) -> WriteTotals:
+        """The totals of ``stats`` (one commit's)."""
+        new = [s for s in stats if s.prev_commit.lower() == "null"]
+        return cls(
+            partitions_written=len({s.partition_path for s in stats}),
+            files_insert=len(new), files_update=len(stats) - len(new),
+            records_written=sum(s.num_writes for s in stats),
+            update_records_written=sum(s.num_update_writes for s in stats),
+            insert_records_written=sum(s.num_inserts for s in stats),
+            records_deleted=sum(s.num_deletes for s in stats),
+            bytes_written=sum(s.total_write_bytes for s in stats),
+            log_files_compacted=sum(s.total_log_files_compacted for s in stats),
+            log_files_size=sum(s.total_log_size_compacted for s in stats),
+            compacted_records_updated=sum(s.total_updated_records_compacted for s in stats),
+            max_slice_log_files=max((len(s.log_files or ()) for s in stats), default=0))
+
+
+@dataclass(frozen=True)
 class RollbackMetadata:
     """What a rollback removed (``HoodieRollbackMetadata``)."""
 
