@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -176,6 +177,14 @@ class BatchResult:
     index_groups_read: tuple[str, ...] = ()
     """RECORD_INDEX: the record_index file groups the tagging tasks read (one entry per task
     and group)."""
+    seconds: float = 0.0
+    """The whole micro-batch in :meth:`HudiStreamingSink.process_batch`: its Spark jobs, the
+    error table, the commit and its retries (not the table services' back-pressure wait after
+    it, counted in ``ServicesState.wait_seconds``)."""
+    write_seconds: float = 0.0
+    """The data instant, from its start to its completion (the last try, when retried)."""
+    commit_seconds: float = 0.0
+    """Completing the data instant (metadata table, then the completed instant file)."""
 
 
 @dataclass(frozen=True)
@@ -190,12 +199,24 @@ class SinkTotals:
     retries: int = 0
     """Retries of a batch or of its commit: a concurrent writer's commit conflicted with it,
     or the table lock stayed busy past ``hoodie.write.lock.wait_time_ms``."""
+    commits: int = 0
+    """Batches that completed a data instant."""
+    seconds: float = 0.0
+    """Sum of the batches' :attr:`BatchResult.seconds`."""
+    commit_seconds: float = 0.0
+    """Sum of the batches' :attr:`BatchResult.commit_seconds`."""
+    last: BatchResult | None = None
+    """The last batch's result (read with the totals in one look, unlike ``last_result``)."""
 
     def add(self, result: BatchResult) -> SinkTotals:
         return replace(self, batches=self.batches + 1,
                        skipped=self.skipped + int(result.skipped),
                        records=self.records + result.records,
-                       errors=self.errors + result.errors)
+                       errors=self.errors + result.errors,
+                       commits=self.commits + int(result.instant_time is not None),
+                       seconds=self.seconds + result.seconds,
+                       commit_seconds=self.commit_seconds + result.commit_seconds,
+                       last=result)
 
     def retried(self) -> SinkTotals:
         return replace(self, retries=self.retries + 1)
@@ -451,6 +472,7 @@ class HudiStreamingSink:
         the state operator commits the batch's state, as Spark requires. Raises if the batch
         cannot be committed; Spark then stops the query and replays the batch on restart.
         """
+        started = time.monotonic()
         spark = df.sparkSession
         self._check_session(spark)
         if not self._recovered:
@@ -462,10 +484,11 @@ class HudiStreamingSink:
             log.info("batch %d is already in %s: skipped", batch_id, self.table.path)
             if self._tagged:
                 df.write.format("noop").mode("overwrite").save()
-            self._done(BatchResult(batch_id, skipped=True))
+            self._done(BatchResult(batch_id, skipped=True,
+                                   seconds=time.monotonic() - started))
             return
         result = self._write_with_retries(self._prepared(df), batch_id, query_id, timeline)
-        self._done(result)
+        self._done(replace(result, seconds=time.monotonic() - started))
         if result.instant_time is not None:
             self.services.after_commit(spark)
 
@@ -576,6 +599,7 @@ class HudiStreamingSink:
         records the batch as done). A table not created yet is created just before that
         commit, and only when the batch has a valid record."""
         uncreated = not self.table.exists
+        started = time.monotonic()
         plan = start_instant(self.table, self.data_schema)
         try:
             staging = self._staging(plan, batch_id, query_id)
@@ -625,7 +649,9 @@ class HudiStreamingSink:
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
             if uncreated:
                 self._materialize()
+            committing = time.monotonic()
             outcome = self._commit(plan, written.stats, written.tasks, extra, batch_id)
+            done = time.monotonic()
         except BaseException:
             self._abort(plan)
             if uncreated:
@@ -638,7 +664,8 @@ class HudiStreamingSink:
                            error_instant_time=error_instant, records=written.records,
                            errors=written.errors, writes=written.writes,
                            stats=outcome.stats, tasks=outcome.tasks,
-                           index_groups_read=groups_read)
+                           index_groups_read=groups_read, write_seconds=done - started,
+                           commit_seconds=done - committing)
 
     def _check_error_fraction(self, written: WriteResult, batch_id: int) -> None:
         """Raise :class:`TooManyBadRecordsError` when the batch has too many bad records."""

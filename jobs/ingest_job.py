@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from ingest.decode import Decoder
-    from ingest.sink import HudiStreamingSink
+    from ingest.sink import BatchResult, HudiStreamingSink
     from ingest.sink_config import SinkConfig
+    from jobs.metrics import JobMetrics, MetricsSettings
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,17 @@ def service_options(config: JobConfig) -> dict[str, Any]:
     return options
 
 
+def metrics_settings(config: JobConfig) -> MetricsSettings:
+    """The job's ``hoodie.metrics.*`` options (``[metrics]`` or ``[table.options]``), parsed
+    as the table parses them (an unknown ``hoodie.metrics.*`` key or a bad value names it)."""
+    from engine.config import WriteConfig
+    from jobs.metrics import MetricsSettings
+
+    options = {k: v for k, v in service_options(config).items()
+               if k.startswith("hoodie.metrics.")}
+    return MetricsSettings.from_write_config(WriteConfig.from_options(options))
+
+
 def _checkpoint_has_offsets(location: str) -> bool:
     offsets = Path(location) / "offsets"
     return offsets.is_dir() and any(offsets.iterdir())
@@ -198,12 +210,22 @@ class Progress:
     skipped: int = 0
     retries: int = 0
     """Micro-batches the sink replanned and wrote again after a commit conflict."""
+    commits: int = 0
+    """Micro-batches that completed a data instant."""
+    seconds: float = 0.0
+    """Time the sink spent in micro-batches (``SinkTotals.seconds``)."""
+    commit_seconds: float = 0.0
+    """Time the sink spent completing data instants (``SinkTotals.commit_seconds``)."""
     file_groups: int = 0
+    last: BatchResult | None = None
+    """The sink's result of the last micro-batch (with the totals above: one look)."""
     services: str = ""
     """What the table services did so far (``ServicesState.describe``)."""
     started: float = 0.0
     lag: int | None = None
     """Records in Kafka not yet read (latest offsets minus the last batch's end offsets)."""
+    partition_lag: dict[tuple[str, str], int] = field(default_factory=dict)
+    """:attr:`lag` per (topic, partition)."""
     last_batch_at: float = 0.0
     interrupted: bool = False
     stopped_by: str = "the query ended"
@@ -235,9 +257,17 @@ class Progress:
 def kafka_lag(progress: Mapping[str, Any] | None) -> int | None:
     """Records behind: per partition, the latest offset minus the end offset of the last
     batch, summed over the query's sources (None when the progress does not say)."""
+    by_partition = kafka_lag_by_partition(progress)
+    return None if by_partition is None else sum(by_partition.values())
+
+
+def kafka_lag_by_partition(progress: Mapping[str, Any] | None
+                           ) -> dict[tuple[str, str], int] | None:
+    """:func:`kafka_lag` per (topic, partition), partitions as the progress names them."""
     if not progress:
         return None
-    total, known = 0, False
+    lags: dict[tuple[str, str], int] = {}
+    known = False
     for source in progress.get("sources") or []:
         latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
         if latest is None or end is None:
@@ -246,8 +276,9 @@ def kafka_lag(progress: Mapping[str, Any] | None) -> int | None:
         for topic, parts in latest.items():
             done = end.get(topic, {}) if isinstance(end.get(topic), dict) else {}
             for part, offset in parts.items():
-                total += max(int(offset) - int(done.get(part, 0)), 0)
-    return total if known else None
+                lag = max(int(offset) - int(done.get(part, 0)), 0)
+                lags[(topic, str(part))] = lags.get((topic, str(part)), 0) + lag
+    return lags if known else None
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]] | None:
@@ -373,12 +404,14 @@ def start(config: JobConfig, spark: SparkSession | None = None, *, spark_log: st
 def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
           duration: float | None = None, report: Callable[[Progress], None] | None = None,
           until: Callable[[Progress], bool] | None = None,
-          idle: Callable[[Progress, float, bool], None] | None = None) -> Progress:
+          idle: Callable[[Progress, float, bool], None] | None = None,
+          publish: Callable[[Progress], None] | None = None) -> Progress:
     """Follow the query until it ends, ``duration`` passes, ``until`` says so, or Ctrl-C.
 
     ``report`` is called after each batch, ``idle`` when no batch completed for
     :data:`IDLE_AFTER_S` seconds (and every ten times that while it lasts), with whether a
-    batch is running. Ctrl-C lets the
+    batch is running; ``publish`` (the metrics endpoint, :mod:`jobs.metrics`) at every look,
+    before ``report``, so what it shows is never behind the last line printed. Ctrl-C lets the
     batch in flight finish (a second Ctrl-C stops at once; that batch is then rolled back by
     the next run) and returns with ``interrupted`` set. A failed query raises
     :class:`JobFailedError` with a one-line message.
@@ -403,12 +436,17 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
             time.sleep(0.1)
         if data is not None:
             seen_batch[0] = batch_id
-            progress.lag = kafka_lag(data)
+            by_partition = kafka_lag_by_partition(data)
+            progress.partition_lag = by_partition or {}
+            progress.lag = None if by_partition is None else sum(by_partition.values())
 
     def update() -> None:
-        totals, result = sink.totals, sink.last_result
+        totals = sink.totals
+        result = totals.last
         read_lag(2.0 if totals.batches - first.batches != progress.batches else 0.0)
         if totals.batches - first.batches == progress.batches:
+            if publish is not None:
+                publish(progress)
             quiet = time.monotonic() - progress.last_batch_at
             if idle is not None and quiet >= next_idle[0]:
                 idle(progress, quiet, bool(query.status.get("isTriggerActive")))
@@ -419,12 +457,18 @@ def watch(query: StreamingQuery, sink: HudiStreamingSink, *,
         progress.errors = totals.errors - first.errors
         progress.skipped = totals.skipped - first.skipped
         progress.retries = totals.retries - first.retries
+        progress.commits = totals.commits - first.commits
+        progress.seconds = totals.seconds - first.seconds
+        progress.commit_seconds = totals.commit_seconds - first.commit_seconds
         progress.services = sink.services.state.describe()
+        progress.last = result
         if result is not None:
             progress.file_groups = len({(s.partition_path, s.file_id)
                                         for s in result.stats}) or progress.file_groups
         progress.record_batch()
         next_idle[0] = IDLE_AFTER_S
+        if publish is not None:
+            publish(progress)
         if report:
             report(progress)
 
@@ -489,6 +533,28 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
     if verbose:
         print("settings:", {k: v for k, v in config.redacted().items() if v is not None})
     check_source(config)  # before anything is created, and before naming a Spark log
+    metrics = serve_metrics(config)  # a port in use fails here, before Spark starts
+    try:
+        return _run(config, duration=duration, verbose=verbose, metrics=metrics)
+    finally:
+        if metrics is not None:
+            metrics.stop()
+
+
+def serve_metrics(config: JobConfig) -> JobMetrics | None:
+    """The job's metrics endpoint, listening, when ``hoodie.metrics.on`` (None when off)."""
+    settings = metrics_settings(config)
+    if not settings.enabled:
+        return None
+    from jobs.metrics import JobMetrics
+
+    metrics = JobMetrics(settings)
+    metrics.serve()
+    return metrics
+
+
+def _run(config: JobConfig, *, duration: float | None, verbose: bool,
+         metrics: JobMetrics | None) -> int:
     spark_log = None
     if not verbose:
         spark_log = os.path.join(tempfile.gettempdir(), f"tidelake-spark-{os.getpid()}.log")
@@ -505,6 +571,9 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
         return 130
     print(f"started in {time.monotonic() - started:.0f} s; reading "
           f"(Ctrl-C stops after the batch in flight)", flush=True)
+    if metrics is not None:
+        metrics.attach(sink)
+        print(f"metrics: http://localhost:{metrics.port}/metrics", flush=True)
 
     def report(p: Progress) -> None:
         print(format_progress(p), flush=True)
@@ -513,7 +582,8 @@ def run(config: JobConfig, *, duration: float | None = None, verbose: bool = Fal
         print(format_idle(p, quiet, busy=busy), flush=True)
 
     try:
-        progress = watch(query, sink, duration=duration, report=report, idle=idle)
+        progress = watch(query, sink, duration=duration, report=report, idle=idle,
+                         publish=None if metrics is None else metrics.publish)
     finally:
         sink.services.stop()
         spark.stop()

@@ -74,6 +74,13 @@ def _fraction(key: str, value: Any) -> float:
     return number
 
 
+def _port(key: str, value: Any) -> int:
+    number = _int(key, value)
+    if not 1 <= number <= 65535:
+        raise InvalidOptionError(key, f"expected a TCP port from 1 to 65535, got {value!r}")
+    return number
+
+
 def _table_location(key: str, value: Any) -> str:
     """A table location: a local folder, ``file://`` URI or object store URI
     (``s3://``, ``gs://``, ``az://``, ``abfs[s]://``; options in ``[table.storage]``)."""
@@ -256,6 +263,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Commits after which a clustering is scheduled"),
     _option("services.parallelism", _int, "tidelake.services.parallelism",
             "Spark tasks a service runs at once, 0 for half the cores"),
+    _option("metrics.enabled", _bool, "hoodie.metrics.on",
+            "Serve the job's metrics on a Prometheus endpoint (docs/ingest.md, \"Metrics\")"),
+    _option("metrics.port", _port, "hoodie.metrics.prometheus.port",
+            "Port of the metrics endpoint, http://HOST:PORT/metrics on all interfaces"),
     Setting("spark.master", _str, "local[2]", "Spark master URL."),
     Setting("spark.app_name", _str, "tidelake-ingest", "Spark application name."),
     _sink("errors.table_path", _table_location, "error_table_path",
