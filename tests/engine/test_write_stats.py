@@ -61,3 +61,28 @@ def test_append_stat_log_only_slice_has_empty_base_file(tmp_path: Path) -> None:
                                        records=records, deletes=None))
     assert (new_group.prev_commit, new_group.base_file) == ("20250101000000000", "")
     assert new_group.log_files == (Path(new_group.path).name,)
+
+
+def test_write_totals_count_commits_as_hudi_metrics_do(tmp_path: Path) -> None:
+    """WriteTotals of each commit (the numbers the job publishes under Hudi's metric names),
+    against what each upsert did: new keys are inserts into new file groups, known keys
+    updates of existing ones, deletes counted apart, log files of a slice add up."""
+    from engine.timeline.commit_metadata import WriteTotals
+
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="id", precombine="ts", partition_by=["city"])
+    table.upsert(pa.table({"id": ["a", "b", "c"], "ts": [1, 1, 1], "city": ["x", "x", "y"]}))
+    table.upsert(pa.table({"id": ["a", "d"], "ts": [2, 2], "city": ["x", "x"]}))
+    table.delete(pa.table({"id": ["b"], "ts": [3], "city": ["x"]}))
+    create, update, delete = (WriteTotals.of(m.write_stats) for m in _stats(table))
+    assert (create.partitions_written, create.files_insert, create.files_update) == (2, 2, 0)
+    assert (create.records_written, create.insert_records_written,
+            create.update_records_written, create.records_deleted) == (3, 3, 0, 0)
+    assert create.max_slice_log_files == 0  # base files only
+    assert (update.partitions_written, update.files_insert, update.files_update) == (1, 0, 1)
+    assert update.records_written == 2 and update.records_deleted == 0
+    assert update.max_slice_log_files == 1
+    assert (delete.records_deleted, delete.files_update, delete.max_slice_log_files) == (1, 1, 2)
+    assert create.bytes_written == sum(
+        (tmp_path / "t" / s.path).stat().st_size for s in _stats(table)[0].write_stats)
+    assert sorted(table.read().column("id").to_pylist()) == ["a", "c", "d"]
