@@ -111,6 +111,13 @@ def _lines(out: Path) -> dict[int, tuple[int, int, int, int]]:
     return found  # type: ignore[return-value]
 
 
+def _services_done(out: Path, batch: int) -> dict[str, int]:
+    """``{service: runs}`` of the services part of batch ``batch``'s line (``clean 3 done``)."""
+    line = next(x for x in out.read_text().splitlines() if x.startswith(f"batch {batch}: "))
+    part = line.partition("; services: ")[2]
+    return {name: int(n) for name, n in re.findall(r"(\w+) (\d+) done", part)}
+
+
 def _wait_for_line(out: Path, process: subprocess.Popen[bytes], batch: int,
                    timeout: float = 240) -> tuple[int, int, int, int]:
     deadline = time.monotonic() + timeout
@@ -138,9 +145,16 @@ def _commit_of_batch(table: Path, batch_id: int) -> tuple[dict[str, int], int]:
     raise AssertionError(f"no commit of batch {batch_id} in {table}")
 
 
-def _check(samples: Samples, line: tuple[int, int, int, int], batch: int, topic: str,
-           produced: dict[str, int], table: Path) -> None:
-    records, lag, errors, file_groups = line
+def _check(samples: Samples, out: Path, batch: int, topic: str, produced: dict[str, int],
+           table: Path) -> None:
+    lines = _lines(out)
+    records, lag, errors, file_groups = lines[batch]
+    before = lines[batch - 1] if batch > 1 else (0, 0, 0, 0)
+    assert _value(samples, "tidelake_last_batch_records") == records - before[0]
+    assert _value(samples, "tidelake_last_batch_errors") == errors - before[2]
+    # services run beside the batches: a scrape shows at least what the line said
+    for service, done in _services_done(out, batch).items():
+        assert _value(samples, "tidelake_service_runs_total", service=service) >= done
     assert _value(samples, "tidelake_batches_total") == batch
     assert _value(samples, "tidelake_records_total") == records
     assert _value(samples, "tidelake_errors_total") == errors
@@ -183,12 +197,14 @@ def test_metrics_endpoint_scraped_during_job_matches_progress_lines_and_table(
             _wait_for_line(out, process, 1)
             first = _scrape(port)  # while the job reads: lag left in Kafka
             batch = int(_value(first, "tidelake_batches_total"))
-            _check(first, _wait_for_line(out, process, batch), batch, topic, produced, table)
+            _wait_for_line(out, process, batch)
+            _check(first, out, batch, topic, produced, table)
             while _lines(out)[max(_lines(out))][1] != 0:  # until a line says lag 0
                 _wait_for_line(out, process, max(_lines(out)) + 1)
             last = _scrape(port)
             batch = int(_value(last, "tidelake_batches_total"))
-            _check(last, _wait_for_line(out, process, batch), batch, topic, produced, table)
+            _wait_for_line(out, process, batch)
+            _check(last, out, batch, topic, produced, table)
             os.kill(process.pid, signal.SIGTERM)
             assert process.wait(timeout=120) == 143
         finally:
