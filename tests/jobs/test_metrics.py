@@ -269,3 +269,28 @@ def test_metrics_options_refuse_other_hudi_reporters_naming_the_option() -> None
     assert WriteConfig.from_options({"hoodie.metrics.reporter.type": "prometheus"}
                                     ).metrics_reporter_type == "PROMETHEUS"
     assert hudi_name("1t.x", "deltacommit", "duration") == "_1t_x_deltacommit_duration"
+
+
+def test_metrics_settings_from_job_section_or_hudi_keys_off_by_default(tmp_path: Path) -> None:
+    from jobs.ingest_job import metrics_settings
+    from jobs.job_config import load
+
+    base = JOB.replace("[metrics]\nenabled = true\nport = {port}\n", "")
+    job = tmp_path / "job.toml"
+    job.write_text(base.format(bootstrap="127.0.0.1:9", topic="t", out=tmp_path, per_batch=1))
+    settings = metrics_settings(load(job))
+    assert (settings.enabled, settings.port, settings.prefix) == (False, 9090, "")
+    assert metrics_settings(load(job, {"metrics.enabled": "true", "metrics.port": "9464"})
+                            ).port == 9464
+    job.write_text(base.format(bootstrap="127.0.0.1:9", topic="t", out=tmp_path, per_batch=1)
+                   + '[table.options]\n"hoodie.metrics.on" = "true"\n'
+                   '"hoodie.metrics.prometheus.port" = "9555"\n'
+                   '"hoodie.metrics.reporter.metricsname.prefix" = "lake.trips"\n')
+    settings = metrics_settings(load(job))
+    assert (settings.enabled, settings.port, settings.prefix) == (True, 9555, "lake_trips")
+    with pytest.raises(InvalidOptionError) as caught:
+        metrics_settings(load(job, {"metrics.port": "9090"}))
+    assert caught.value.key == "metrics.port"  # contradicts hoodie.metrics.prometheus.port
+    with pytest.raises(InvalidOptionError) as caught:
+        metrics_settings(load(job, {"table.options.hoodie.metrics.prometheus.host": "x"}))
+    assert caught.value.key == "hoodie.metrics.prometheus.host"  # not a Hudi option
