@@ -46,8 +46,6 @@ PORT_SETTING = "metrics.port"
 PENDING_ACTIONS = ("compaction", "clustering", "clean", "rollback")
 """Timeline actions whose pending instants are counted (Hudi's ``pending*InstantCount``)."""
 
-SERVICES = ("compaction", "clustering", "clean", "archive")
-
 HUDI_COMMIT_METRICS = (
     ("totalPartitionsWritten", "partitions_written"),
     ("totalFilesInsert", "files_insert"),
