@@ -1,0 +1,393 @@
+"""Replay the error table: decode its records again with the job's current settings, write
+those that now decode into the table, exactly once, and mark them in the error table.
+
+After a schema mistake or a producer bug is fixed in the job's settings, the records the job
+routed to the error table (raw Kafka key and value, coordinates, reason;
+:mod:`ingest.error_table`) can be replayed (``tidelake errors replay JOB.toml``). Driver
+side, no Spark: the records are prepared by :func:`ingest.prepare.prepare_batch` with the
+sink's own :class:`~ingest.prepare.PrepareSpec` (the decoder, keys, partitions, ordering
+values of the job), in arrival order (topic, Kafka partition, offset); their versions are
+resolved as the sink resolves a micro-batch (:func:`engine.merge.resolve.resolve` under the
+sink's delete policy, :data:`ingest.resolve.POLICY`), and the winners are written by the
+engine's write client in one instant, which tags, places and drops versions older than the
+stored ones as every writer of the table does.
+
+**Which version wins.** With an ordering field (event time) the engine's rule decides: a
+replayed version wins unless its ordering value is below the stored one's. A record without
+one to compare — any record of a table without an ordering field (commit-time ordering),
+and a tombstone — is *late* when its key's stored version was written by a commit newer
+than the error-table commit that took the record (that commit comes after the data instant
+of the record's own micro-batch starts and before the next one's): that version arrived later
+through Kafka, and the late record changes nothing. (A stored version of the record's own
+micro-batch is taken as earlier: their Kafka order is not recorded.)
+
+**Exactly once.** Each run has an id. The data commit's extra metadata records it
+(:data:`REPLAY_ID_KEY`) and the Kafka coordinates of every record it replayed
+(:data:`REPLAY_RECORDS_KEY`, offsets as ranges per topic and partition); then one
+error-table commit marks those rows (their ``reason`` becomes
+``replayed into <table> at <instant>; was: <old reason>``, :data:`REPLAYED_PREFIX`) and gives
+the records that still fail their new reason. A run first rolls back what a killed run left
+pending in either table, then marks every row that a completed replay commit of the table
+lists but the error table does not mark yet (the run was killed between its two commits):
+such rows are never decoded or written again. Marked rows are skipped; a run that finds
+nothing new writes no commit at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.errors import InvalidOptionError
+from engine.merge.resolve import field_ordering, ordering_column, resolve
+from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
+from engine.table import Table
+from engine.timeline.active import Timeline
+from engine.write.write_client import UPSERT as UPSERT_OPERATION
+from engine.write.write_client import WriteClient
+from ingest.error_table import ERROR_SCHEMA
+from ingest.prepare import (
+    DELETE,
+    ERROR,
+    KAFKA_PARTITION,
+    OFFSET,
+    OP,
+    ORDERING,
+    ORDERING_NULL,
+    REASON,
+    TOPIC,
+    UPSERT,
+    VERSIONS,
+    prepare_batch,
+)
+from ingest.resolve import POLICY
+from ingest.sink_config import GLOBAL_STATE
+
+if TYPE_CHECKING:
+    from ingest.sink import HudiStreamingSink
+
+__all__ = ["REPLAYED_PREFIX", "REPLAY_ID_KEY", "REPLAY_RECORDS_KEY", "ReplayResult",
+           "is_replayed", "replay_errors", "replayed_records"]
+
+log = logging.getLogger(__name__)
+
+REPLAY_ID_KEY = "tidelake.replay.id"
+"""Extra metadata of a replay's commits (data and error table): the run's id."""
+REPLAY_RECORDS_KEY = "tidelake.replay.records"
+"""Extra metadata of a replay's data commit: the records it replayed, as JSON
+``{topic: {partition: [[first offset, last offset], ...]}}``."""
+REPLAY_ERROR_TABLE_KEY = "tidelake.replay.error_table"
+"""Extra metadata of a replay's data commit: the error table it replayed from."""
+REPLAYED_PREFIX = "replayed into "
+"""How the ``reason`` of a replayed error row starts."""
+
+Coordinates = tuple[str, int, int]
+"""(topic, Kafka partition, offset) of a record."""
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What :func:`replay_errors` did (or, with ``dry_run``, would do)."""
+
+    replay_id: str
+    instant_time: str | None = None
+    """The data table's commit of this run (None: nothing written there)."""
+    error_instant_time: str | None = None
+    """The error table's commit of this run (None: nothing changed there)."""
+    replayed: int = 0
+    """Records of this run that decode now, written (or, if older than the stored version,
+    dropped as the sink drops them) and marked."""
+    recovered: int = 0
+    """Records an earlier run wrote but was killed before marking: marked now, not written."""
+    late: int = 0
+    """Of :attr:`replayed`: records left out because their key's stored version arrived
+    later (no ordering value to compare)."""
+    still_failing: int = 0
+    """Records that still do not decode (or lack a key, ...), with their new reason."""
+    reasons: Mapping[str, int] = field(default_factory=dict)
+    """The new reasons of :attr:`still_failing`, counted."""
+    already_replayed: int = 0
+    """Rows an earlier replay marked (skipped)."""
+    other_tables: int = 0
+    """Rows of the error table that belong to another table (skipped)."""
+
+
+def is_replayed(reason: str | None) -> bool:
+    """True for the ``reason`` of an error row a replay marked."""
+    return bool(reason) and str(reason).startswith(REPLAYED_PREFIX)
+
+
+def _marked(reason: str, table_name: str, instant: str | None) -> str:
+    """The ``reason`` of a replayed row: where it went (``instant`` None: it changed
+    nothing, a later version is stored), and its old reason."""
+    where = f"at {instant}" if instant else "(superseded: a later version is stored)"
+    return f"{REPLAYED_PREFIX}{table_name} {where}; was: {reason}"
+
+
+def encode_records(coordinates: Iterable[Coordinates]) -> str:
+    """Kafka coordinates as the JSON of :data:`REPLAY_RECORDS_KEY` (offset ranges)."""
+    by_part: dict[str, dict[str, list[list[int]]]] = {}
+    for topic, partition, offset in sorted(set(coordinates)):
+        ranges = by_part.setdefault(topic, {}).setdefault(str(partition), [])
+        if ranges and ranges[-1][1] + 1 == offset:
+            ranges[-1][1] = offset
+        else:
+            ranges.append([offset, offset])
+    return json.dumps(by_part, separators=(",", ":"), sort_keys=True)
+
+
+def decode_records(text: str) -> set[Coordinates]:
+    """The coordinates of :func:`encode_records`'s JSON."""
+    out: set[Coordinates] = set()
+    for topic, parts in json.loads(text).items():
+        for partition, ranges in parts.items():
+            for first, last in ranges:
+                out.update((topic, int(partition), o) for o in range(int(first), int(last) + 1))
+    return out
+
+
+def replayed_records(table: Table) -> dict[Coordinates, str]:
+    """Every record a completed replay commit of ``table`` (active timeline) wrote, and that
+    commit's instant time."""
+    timeline = Timeline.load(table.storage, table.config)
+    found: dict[Coordinates, str] = {}
+    for instant in timeline.completed_data_instants:
+        extra = timeline.commit_metadata(instant).extra_metadata
+        text = extra.get(REPLAY_RECORDS_KEY)
+        if text:
+            for record in decode_records(text):
+                found[record] = instant.requested_time
+    return found
+
+
+def _kafka_rows(rows: pa.Table) -> pa.Table:
+    """Error-table rows as the Kafka rows they came from, in arrival order."""
+    kafka = pa.table({
+        "key": rows.column("kafka_key"), "value": rows.column("value"),
+        "topic": rows.column("topic"), "partition": rows.column("partition"),
+        "offset": rows.column("offset"), "timestamp": rows.column("kafka_timestamp"),
+    })
+    return kafka.sort_by([("topic", "ascending"), ("partition", "ascending"),
+                          ("offset", "ascending")])
+
+
+def _coordinates(rows: pa.Table, topic: str = "topic", partition: str = "partition",
+                 offset: str = "offset") -> list[Coordinates]:
+    return list(zip(rows.column(topic).to_pylist(), rows.column(partition).to_pylist(),
+                    rows.column(offset).to_pylist(), strict=True))
+
+
+def _stored(table: Table, keys: list[str], ordering: str | None) -> pa.Table:
+    """Key, partition, commit time (and ordering value) of the stored versions of ``keys``."""
+    empty = pa.table({RECORD_KEY: pa.array([], pa.string()),
+                      PARTITION_PATH: pa.array([], pa.string()),
+                      COMMIT_TIME: pa.array([], pa.string())})
+    if not keys or not table.exists:
+        return empty
+    columns = [RECORD_KEY, PARTITION_PATH, COMMIT_TIME] + ([ordering] if ordering else [])
+    found = table.read(columns=columns, filters=[(RECORD_KEY, "in", sorted(set(keys)))])
+    if not found.num_rows:
+        return empty
+    return found.set_column(found.schema.get_field_index(COMMIT_TIME), COMMIT_TIME,
+                            found.column(COMMIT_TIME).cast(pa.string()))
+
+
+def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayResult:
+    """Replay the error table of ``sink`` (built from the job's current settings) into its
+    table; see the module doc. ``dry_run``: decode and report, write nothing. Driver side,
+    no Spark session needed.
+
+    The GLOBAL_STATE index is refused (:class:`~engine.errors.InvalidOptionError` naming
+    ``index.type``): it keeps every key's location in the job's state, which a replay from
+    outside the job cannot update.
+    """
+    if sink.index == GLOBAL_STATE:
+        raise InvalidOptionError(
+            "index.type", "GLOBAL_STATE keeps every key's location in the job's own state, "
+            "which a replay from outside the job cannot update (a replayed key would be "
+            "unknown to it); replay works with the BUCKET and RECORD_INDEX indexes")
+    errors = sink.error_table
+    if errors is None:
+        raise InvalidOptionError("errors.table_path", "the job has no error table to replay")
+    table, name = sink.table, sink.table.config.name
+    replay_id = uuid.uuid4().hex
+    if not dry_run:
+        for t in (table, errors):
+            if t.exists:
+                rolled = t.rollback_failed_writes()
+                if rolled:
+                    log.info("rolled back %d pending instant(s) of %s: %s", len(rolled),
+                             t.path, ", ".join(rolled))
+    rows = errors.read()
+    if not rows.num_rows:
+        return ReplayResult(replay_id)
+    ours = pc.fill_null(pc.equal(rows.column("target_table"), name), False)
+    other_tables = rows.num_rows - pc.sum(ours.cast(pa.int64())).as_py()
+    rows = rows.filter(ours)
+    done = np.array([is_replayed(r) for r in rows.column("reason").to_pylist()], dtype=bool)
+    already = int(done.sum())
+    rows = rows.filter(pa.array(~done))
+
+    # Rows a completed replay commit wrote but whose marking was lost: mark, never rewrite.
+    written = replayed_records(table) if table.exists else {}
+    instants = [written.get(c) for c in _coordinates(rows)]
+    recovered_mask = np.array([i is not None for i in instants], dtype=bool)
+    updates: list[dict[str, Any]] = []
+    for row, instant in zip(rows.filter(pa.array(recovered_mask)).to_pylist(),
+                            [i for i in instants if i is not None], strict=True):
+        updates.append({**row, "reason": _marked(row["reason"], name, instant)})
+    pending = rows.filter(pa.array(~recovered_mask))
+
+    spec = dataclasses.replace(sink.spec, with_data=True, pack=False, state_shards=None,
+                               num_buckets=None, ring_table=None)
+    kafka = _kafka_rows(pending)
+    prepared = prepare_batch(kafka, spec) if kafka.num_rows else None
+    by_coordinates = {c: row for c, row in zip(_coordinates(pending), pending.to_pylist(),
+                                               strict=True)}
+    reasons: Counter[str] = Counter()
+    still = 0
+    writable = None
+    if prepared is not None:
+        ops = prepared.column(OP).to_numpy()
+        bad = prepared.filter(pa.array(ops == ERROR))
+        for coords, reason in zip(_coordinates(bad, TOPIC, KAFKA_PARTITION, OFFSET),
+                                  bad.column(REASON).to_pylist(), strict=True):
+            still += 1
+            reasons[reason] += 1
+            row = by_coordinates[coords]
+            if row["reason"] != reason:
+                updates.append({**row, "reason": reason})
+        writable = prepared.filter(pa.array((ops == UPSERT) | (ops == DELETE)))
+    replayed_coords = (_coordinates(writable, TOPIC, KAFKA_PARTITION, OFFSET)
+                       if writable is not None else [])
+    late: set[Coordinates] = set()
+    instant_time = None
+    if writable is not None and writable.num_rows:
+        writable, late = _drop_late(table, writable, by_coordinates, spec.event_time)
+        if not dry_run and writable.num_rows:
+            instant_time = _write(sink, writable, replay_id, replayed_coords, errors.path)
+        for coords in replayed_coords:
+            row = by_coordinates[coords]
+            updates.append({**row, "reason": _marked(
+                row["reason"], name, None if coords in late else instant_time)})
+    error_instant = None
+    if updates and not dry_run:
+        error_instant = _mark(errors, updates, replay_id)
+    result = ReplayResult(replay_id, instant_time, error_instant, len(replayed_coords),
+                          int(recovered_mask.sum()), len(late), still, dict(reasons), already,
+                          other_tables)
+    log.info("replay %s of %s into %s: %s", replay_id, errors.path, table.path, result)
+    return result
+
+
+def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates, Any],
+               event_time: bool) -> tuple[pa.Table, set[Coordinates]]:
+    """``rows`` less the late ones (see the module doc): those without an ordering value to
+    compare (every row without event time, tombstones with it) whose key's stored version
+    was committed after the error-table commit that took the row."""
+    ops = rows.column(OP).to_numpy()
+    if event_time:
+        unordered = (ops == DELETE) & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)
+    else:
+        unordered = np.ones(rows.num_rows, dtype=bool)
+    if not unordered.any():
+        return rows, set()
+    keys = rows.column(RECORD_KEY).to_pylist()
+    stored = _stored(table, [k for k, u in zip(keys, unordered, strict=True) if u], None)
+    newest: dict[str, str] = {}
+    for key, when in zip(stored.column(RECORD_KEY).to_pylist(),
+                         stored.column(COMMIT_TIME).to_pylist(), strict=True):
+        newest[key] = max(newest.get(key, ""), when)
+    coordinates = _coordinates(rows, TOPIC, KAFKA_PARTITION, OFFSET)
+    taken = [str(by_coordinates[c][COMMIT_TIME]) for c in coordinates]
+    late = np.array([bool(u) and newest.get(k, "") > t
+                     for k, u, t in zip(keys, unordered, taken, strict=True)], dtype=bool)
+    return (rows.filter(pa.array(~late)),
+            {c for c, is_late in zip(coordinates, late, strict=True) if is_late})
+
+
+def _write(sink: HudiStreamingSink, rows: pa.Table, replay_id: str,
+           replayed: list[Coordinates], error_table: str) -> str | None:
+    """Resolve the prepared ``rows`` (arrival order) as the sink resolves a batch and write
+    the winners in one instant of the table; its time, or None if nothing is left to
+    write."""
+    table, spec = sink.table, sink.spec
+    event_time = spec.event_time
+    ordering = table.config.precombine_field if event_time else None
+    tombstones = rows.filter(pc.and_(pc.equal(rows.column(OP), DELETE),
+                                     rows.column(ORDERING_NULL) if event_time
+                                     else pa.array(np.ones(rows.num_rows, bool))))
+    stored = _stored(table, tombstones.column(RECORD_KEY).to_pylist(), ordering)
+    where: dict[str, list[str]] = {}
+    for key, part in zip(stored.column(RECORD_KEY).to_pylist(),
+                         stored.column(PARTITION_PATH).to_pylist(), strict=True):
+        where.setdefault(key, []).append(part)
+    live: dict[str, Any] = dict.fromkeys(where)
+    if ordering and stored.num_rows:  # the comparable form, as prepare's ordering column
+        values = ordering_column(stored.column(ordering).combine_chunks(), spec.ordering_type)
+        for key, value in zip(stored.column(RECORD_KEY).to_pylist(), values.to_pylist(),
+                              strict=True):
+            held = live[key]
+            live[key] = value if held is None or (value is not None and value > held) else held
+    resolved = resolve(rows, columns=VERSIONS, event_time=event_time, policy=POLICY,
+                       stored=live)
+    client = WriteClient(table.storage, table.config, table.write_config)
+    data_names = [f.name for f in sink.data_schema]
+    upserts = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
+    deletes = _deletes(resolved.deletes, where, spec, ordering)
+    if upserts is None and deletes is None:
+        return None
+    if not table.exists:
+        table.materialize()
+    timeline = Timeline.load(table.storage, table.config)
+    records = None
+    if upserts is not None:
+        records, _ = client.prepare(upserts, timeline, dedupe=True)
+    extra = {REPLAY_ID_KEY: replay_id, REPLAY_RECORDS_KEY: encode_records(replayed),
+             REPLAY_ERROR_TABLE_KEY: error_table}
+    return client.write(UPSERT_OPERATION, records, deletes, extra_metadata=extra)
+
+
+def _deletes(rows: pa.Table, where: Mapping[str, list[str]], spec: Any,
+             ordering: str | None) -> pa.Table | None:
+    """The resolved deletes as the write client takes them: key, partition path (a
+    tombstone's: every partition its key is stored in) and, with event time, the ordering
+    value in the field's type."""
+    if not rows.num_rows:
+        return None
+    out: dict[str, list[Any]] = {RECORD_KEY: [], PARTITION_PATH: []}
+    values = (field_ordering(rows.column(ORDERING).combine_chunks(), spec.ordering_type)
+              .to_pylist() if ordering else [None] * rows.num_rows)
+    if ordering:
+        out[ordering] = []
+    for key, partition, value in zip(rows.column(RECORD_KEY).to_pylist(),
+                                     rows.column(PARTITION_PATH).to_pylist(), values,
+                                     strict=True):
+        for part in ([partition] if partition is not None else where.get(key, [])):
+            out[RECORD_KEY].append(key)
+            out[PARTITION_PATH].append(part)
+            if ordering:
+                out[ordering].append(value)
+    if not out[RECORD_KEY]:
+        return None
+    types = {RECORD_KEY: pa.string(), PARTITION_PATH: pa.string()}
+    if ordering:
+        types[ordering] = spec.ordering_type
+    return pa.table({k: pa.array(v, types[k]) for k, v in out.items()})
+
+
+def _mark(errors: Table, updates: list[dict[str, Any]], replay_id: str) -> str:
+    """Write the changed error rows (marked, or with their new reason) in one commit."""
+    data = pa.Table.from_pylist([{f.name: row[f.name] for f in ERROR_SCHEMA}
+                                 for row in updates], schema=ERROR_SCHEMA)
+    return errors.upsert(data, extra_metadata={REPLAY_ID_KEY: replay_id})
