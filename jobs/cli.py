@@ -1,9 +1,10 @@
-"""The ``tidelake`` command: ``demo``, ``ingest``, ``produce``, ``broker`` and ``table ...``.
+"""The ``tidelake`` command: ``demo``, ``ingest``, ``errors``, ``produce``, ``broker``, ``table``.
 
 ``tidelake demo`` runs the whole pipeline locally: an embedded Kafka-protocol broker, sample
 events, the streaming job, a merge-on-read table, and a check of the result
 (:mod:`jobs.demo`). ``tidelake demo --engine`` skips Kafka and Spark and writes the table
 with the engine directly. ``tidelake ingest JOB.toml`` runs a job (:mod:`jobs.ingest_job`).
+``tidelake errors replay JOB.toml`` replays a job's error table (:mod:`ingest.replay`).
 ``tidelake table show|compact|cluster|clean|archive|savepoint PATH`` inspects a table and runs
 its services (:mod:`jobs.table_commands`).
 """
@@ -279,6 +280,39 @@ def run_ingest(args: argparse.Namespace) -> int:
                verbose=bool(getattr(args, "verbose", False)))
 
 
+def run_replay(args: argparse.Namespace) -> int:
+    """``tidelake errors replay JOB.toml [--dry-run] [--section.key VALUE ...]``."""
+    from ingest.replay import replay_errors
+    from jobs.ingest_job import build_decoder, build_sink
+
+    config = load(args.config, overrides_from(args))
+    sink = build_sink(config, build_decoder(config))
+    errors = sink.error_table
+    where = errors.path if errors is not None else "(no error table)"
+    would = "would replay" if args.dry_run else "replayed"
+    print(f"tidelake errors replay: {where} -> {sink.table.path}, with the decoder of "
+          f"{args.config}{' (dry run: nothing is written)' if args.dry_run else ''}",
+          flush=True)
+    result = replay_errors(sink, dry_run=args.dry_run)
+    commit = f" (commit {result.instant_time})" if result.instant_time else ""
+    late = (f"; {result.late} of them late, a later version is stored" if result.late
+            else "")
+    print(f"{would} {result.replayed:,} record(s) into {sink.table.path}{commit}{late}")
+    if result.recovered:
+        print(f"marked {result.recovered:,} record(s) an earlier replay wrote but had not "
+              "marked (not written again)")
+    if result.error_instant_time:
+        print(f"error table updated (commit {result.error_instant_time})")
+    print(f"still failing: {result.still_failing:,} record(s)")
+    for reason, count in sorted(result.reasons.items(), key=lambda item: (-item[1], item[0])):
+        print(f"  {count:>7,}  {reason}")
+    if result.already_replayed:
+        print(f"already replayed before: {result.already_replayed:,} record(s)")
+    if result.other_tables:
+        print(f"left alone: {result.other_tables:,} record(s) of other tables")
+    return 0
+
+
 def run_produce(args: argparse.Namespace) -> int:
     """Send sample trip events (with updates, deletes and malformed records) to Kafka."""
     from jobs.sample_events import SampleEvents, produce
@@ -357,6 +391,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop after this many seconds")
     add_flags(ingest)
     ingest.set_defaults(func=run_ingest)
+    errors = sub.add_parser("errors", help="the error table of a job: replay it")
+    errors_sub = errors.add_subparsers(dest="errors_command", required=True)
+    replay = errors_sub.add_parser(
+        "replay", help="decode the error table's records again with the job's current "
+        "settings and write those that now decode into the table, exactly once",
+        description="Decode the records of the job's error table again with the job's "
+        "current settings (a fixed schema, a new decoder option) and write those that now "
+        "decode into the table, exactly once; they are marked in the error table, the rest "
+        "keep their new reason. No Spark needed (see docs/ingest.md).")
+    replay.add_argument("config", help="the job file (see docs/ingest.md)")
+    replay.add_argument("--dry-run", action="store_true",
+                        help="decode and report only; write nothing")
+    add_flags(replay)
+    replay.set_defaults(func=run_replay)
     prod = sub.add_parser("produce", help="send sample trip events to a Kafka topic")
     prod.add_argument("--bootstrap-servers", required=True)
     prod.add_argument("--topic", default="trips")
@@ -387,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     service_leaves = [*add_commands(table_sub), add_metadata_command(table_sub)]
     for leaf in (show, demo, *service_leaves):
         add_storage_option(leaf)
-    for leaf in (demo, ingest, prod, broker, show, *service_leaves):
+    for leaf in (demo, ingest, replay, prod, broker, show, *service_leaves):
         # also after the command (tidelake ingest job.toml --verbose); SUPPRESS keeps a
         # --verbose given before the command
         leaf.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
