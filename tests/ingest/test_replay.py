@@ -1,0 +1,290 @@
+"""Replaying the error table (``tidelake errors replay``, :mod:`ingest.replay`).
+
+The end-to-end test runs the job (real broker, the shared local Spark session,
+``trigger.available_now``) with a schema that wrongly declares ``rider`` NOT NULL, so the
+records without a rider go to the error table; the schema is then fixed in the job file and
+the CLI replays the error table. The table must then equal the oracle of everything produced
+(a dict applying each record by its ``ts``), for our reader and hudi-rs, and a second replay
+must commit nothing (slow: ~100 s at load 10-13 on 2 cores, mostly the job's Spark start and
+its two micro-batches). The other tests need no Spark: the job's routing of a micro-batch is
+played by its prepare step on Kafka-shaped rows, the bad rows upserted into the error table
+and the good ones into the table.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import ingest.replay as replay_module
+from engine import Table
+from engine.errors import InvalidOptionError
+from engine.timeline.active import Timeline
+from ingest.error_table import ERROR_SCHEMA, error_rows
+from ingest.kafka_produce import create_topic, produce
+from ingest.prepare import DELETE, OP, UPSERT, prepare_batch
+from ingest.replay import REPLAY_ID_KEY, is_replayed, replay_errors
+from jobs.cli import main
+from jobs.ingest_job import build_decoder, build_sink, start, watch
+from jobs.job_config import load
+from tests.helpers import Oracle, hudi_rs_read, rows_by_key
+from tests.ingest.helpers import KAFKA
+from tests.ingest.job_harness import write_job
+from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.spark_session import spark  # noqa: F401
+
+WRONG = ("trip_id STRING, ts BIGINT, rider STRING NOT NULL, city STRING, fare DOUBLE, "
+         "_hoodie_is_deleted BOOLEAN")
+FIXED = WRONG.replace(" NOT NULL", "")
+COLUMNS = ("trip_id", "ts", "rider", "city", "fare")
+CITIES = ("oslo", "lima")
+
+
+def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: str = "t",
+             precombine: str | None = "ts", index: str = "BUCKET") -> dict[str, Any]:
+    """A job writing ``work/trips`` (error table ``work/trips_errors``) with ``schema``."""
+    found = {
+        "source.bootstrap_servers": bootstrap, "source.topics": [topic],
+        "source.max_offsets_per_trigger": 200,
+        "decode.schema": schema,
+        "table.path": str(work / "trips"), "table.name": "trips",
+        "table.type": "MERGE_ON_READ", "table.record_key": "trip_id",
+        "table.partition_by": "city", "index.type": index, "index.num_buckets": 2,
+        "services.enabled": False, "trigger.available_now": True,
+        "checkpoint.location": str(work / "checkpoint"),
+        "errors.table_path": str(work / "trips_errors"),
+        "spark.conf.spark.sql.shuffle.partitions": "2",
+    }
+    if precombine:
+        found["table.precombine"] = precombine
+    return found
+
+
+def events(seed: int, count: int) -> list[dict[str, Any] | bytes]:
+    """Trip events with increasing ``ts``: inserts, updates and marker deletes, a quarter of
+    them without a rider (bad under ``WRONG`` only), some of those with a fare that is not a
+    number (bad under both, for another reason), and a few values that are not JSON."""
+    rng = random.Random(seed)
+    live: dict[str, str] = {}
+    out: list[dict[str, Any] | bytes] = []
+    for i in range(count):
+        ts = 1_000 + i
+        roll = rng.random()
+        if roll < 0.03:
+            out.append(b'{"trip_id": "broken", "ts": ')
+            continue
+        if live and roll < 0.12:
+            key = rng.choice(sorted(live))
+            record: dict[str, Any] = {"trip_id": key, "ts": ts, "city": live.pop(key),
+                                      "_hoodie_is_deleted": True}
+        else:
+            key = rng.choice(sorted(live)) if live and roll < 0.5 else f"t{i:04d}"
+            city = live.get(key) or rng.choice(CITIES)
+            live[key] = city
+            record = {"trip_id": key, "ts": ts, "city": city, "fare": round(rng.uniform(5, 50), 2)}
+        if rng.random() < 0.75:
+            record["rider"] = f"r{rng.randint(1, 9)}"
+        elif rng.random() < 0.2 and not record.get("_hoodie_is_deleted"):
+            record["fare"] = "n/a"
+        out.append(record)
+    return out
+
+
+def fixed_oracle(sent: list[dict[str, Any] | bytes]) -> dict[str, tuple[Any, ...]]:
+    """What the table holds once every record that decodes with ``FIXED`` is in: Hudi's
+    rules (tests.helpers.Oracle) over the records by ``ts``."""
+    oracle = Oracle(key="trip_id", ordering="ts")
+    for record in sent:
+        if isinstance(record, bytes) or not isinstance(record.get("fare", 0.0), float | int):
+            continue
+        if record.get("_hoodie_is_deleted"):
+            oracle.delete([record["trip_id"]], record["ts"])
+        else:
+            oracle.upsert([{c: record.get(c) for c in COLUMNS}])
+    return rows_by_key(oracle.snapshot(), "trip_id", COLUMNS)
+
+
+def value(record: dict[str, Any] | bytes) -> bytes:
+    return record if isinstance(record, bytes) else json.dumps(record).encode()
+
+
+def key(record: dict[str, Any] | bytes, i: int) -> bytes:
+    return f"bad{i}".encode() if isinstance(record, bytes) else record["trip_id"].encode()
+
+
+def table_rows(path: Path) -> dict[str, tuple[Any, ...]]:
+    return rows_by_key(Table.open(str(path)).read(columns=list(COLUMNS)), "trip_id", COLUMNS,
+                       once=True)
+
+
+def commits(path: Path) -> list[str]:
+    return [e.instant_time for e in Table.open(str(path)).timeline()]
+
+
+# --- end to end: the job, a fixed schema, the CLI -------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_replay_after_schema_fix_table_equals_oracle_and_second_replay_commits_nothing(
+        spark: Any, kafka_bootstrap: str, tmp_path: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The job with rider NOT NULL routes riderless records to the error table; replayed
+    with the schema fixed, the table equals the oracle of every record (our reader and
+    hudi-rs), replayed rows are marked, records that still fail keep their new reason, and a
+    second replay writes no commit to either table."""
+    topic = unique_topic("replay")
+    create_topic(kafka_bootstrap, topic, 2)
+    sent = events(seed=3, count=400)
+    produce(kafka_bootstrap, topic, [(key(r, i), value(r), zlib.crc32(key(r, i)) % 2)
+                                     for i, r in enumerate(sent)])
+    wrong = settings(tmp_path, WRONG, bootstrap=kafka_bootstrap, topic=topic)
+    _, sink, query = start(load(None, wrong), spark)
+    watch(query, sink)
+    table, errors = tmp_path / "trips", tmp_path / "trips_errors"
+
+    riderless = [r for r in sent if isinstance(r, dict) and "rider" not in r]
+    malformed = [r for r in sent if isinstance(r, bytes)]
+    routed = Table.open(str(errors)).read().to_pylist()
+    assert len(routed) == len(riderless) + len(malformed)
+    assert table_rows(table) != fixed_oracle(sent)  # the wrong schema lost records
+
+    job = write_job(tmp_path / "job.toml", settings(tmp_path, FIXED, bootstrap=kafka_bootstrap,
+                                                    topic=topic))
+    before = commits(table), commits(errors)
+    assert main(["errors", "replay", str(job), "--dry-run"]) == 0
+    assert (commits(table), commits(errors)) == before  # a dry run writes nothing
+    assert main(["errors", "replay", str(job)]) == 0
+    out = capsys.readouterr().out
+    fare_text = [r for r in riderless if r.get("fare") == "n/a"]
+    replayable = len(riderless) - len(fare_text)
+    assert f"replayed {replayable} record(s)" in out
+
+    want = fixed_oracle(sent)
+    assert table_rows(table) == want
+    assert rows_by_key(hudi_rs_read(table), "trip_id", COLUMNS) == want
+    marked = Table.open(str(errors)).read().to_pylist()
+    assert len(marked) == len(routed)
+    assert sum(is_replayed(r["reason"]) for r in marked) == replayable
+    reasons = [r["reason"] for r in marked if not is_replayed(r["reason"])]
+    assert sorted(reasons) == sorted(
+        ["cannot decode the value: field 'fare': expected DOUBLE, got 'n/a'"] * len(fare_text)
+        + [r for r in reasons if r.startswith("cannot decode the value: invalid JSON")])
+    assert sum(r.startswith("cannot decode the value: invalid JSON") for r in reasons) \
+        == len(malformed)
+
+    after = commits(table), commits(errors)
+    assert len(after[0]) == len(before[0]) + 1 and len(after[1]) == len(before[1]) + 1
+    assert main(["errors", "replay", str(job)]) == 0
+    assert f"already replayed before: {replayable} record(s)" in capsys.readouterr().out
+    assert (commits(table), commits(errors)) == after  # nothing new: no commit
+    assert table_rows(table) == want
+
+
+# --- without Spark: the job's routing played by its prepare step ---------------------------
+
+
+def route(work: Path, schema: str, records: list[dict[str, Any] | bytes], first_offset: int,
+          **options: Any) -> None:
+    """What the job does with one micro-batch of ``records`` (Kafka partition 0 from
+    ``first_offset``): bad rows into the error table (committed first), good ones into the
+    table."""
+    config = load(None, settings(work, schema, **options))
+    sink = build_sink(config, build_decoder(config))
+    n = len(records)
+    kafka = pa.table({"key": [key(r, i) for i, r in enumerate(records)],
+                      "value": [value(r) for r in records], "topic": ["t"] * n,
+                      "partition": [0] * n, "offset": list(range(first_offset, first_offset + n)),
+                      "timestamp": [1_700_000_000_000_000] * n}, schema=KAFKA)
+    prepared = prepare_batch(kafka, sink.spec)
+    assert sink.error_table is not None
+    bad = error_rows(prepared, batch_id=0, target_table="trips", config=sink.error_table.config)
+    if bad.num_rows:
+        sink.error_table.upsert(bad.select(ERROR_SCHEMA.names))
+    good = prepared.filter(pc.is_in(prepared.column(OP), pa.array([UPSERT, DELETE], pa.int8())))
+    if good.num_rows:
+        if not sink.table.exists:
+            sink.table.materialize()
+        data = good.select([f.name for f in sink.data_schema])
+        marker = pc.equal(good.column(OP), DELETE)  # marker deletes: Table.upsert deletes them
+        sink.table.upsert(data.append_column("_hoodie_is_deleted", marker))
+
+
+def fixed_sink(work: Path, **options: Any) -> Any:
+    config = load(None, settings(work, FIXED, **options))
+    return build_sink(config, build_decoder(config))
+
+
+class Killed(BaseException):
+    """Stands for the replay process dying (nothing of the replay catches it)."""
+
+
+def test_replay_killed_between_data_commit_and_marking_rerun_writes_nothing_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that dies after its data commit, before the error table marks its rows:
+    the rerun marks them from the data commit's record list and writes no second commit;
+    the table equals the oracle and no key is stored twice."""
+    sent = events(seed=8, count=120)
+    route(tmp_path, WRONG, sent, 0)
+    table = tmp_path / "trips"
+    before = commits(table)
+
+    def die(*args: Any, **kwargs: Any) -> str:
+        raise Killed
+
+    monkeypatch.setattr(replay_module, "_mark", die)
+    with pytest.raises(Killed):
+        replay_errors(fixed_sink(tmp_path))
+    monkeypatch.undo()
+    assert len(commits(table)) == len(before) + 1  # the data commit is there
+    assert not any(is_replayed(r["reason"])
+                   for r in Table.open(str(tmp_path / "trips_errors")).read().to_pylist())
+
+    result = replay_errors(fixed_sink(tmp_path))
+    riderless = [r for r in sent if isinstance(r, dict) and "rider" not in r
+                 and r.get("fare") != "n/a"]
+    assert (result.recovered, result.replayed, result.instant_time) == (len(riderless), 0, None)
+    assert len(commits(table)) == len(before) + 1  # no second data commit
+    assert table_rows(table) == fixed_oracle(sent)
+    again = replay_errors(fixed_sink(tmp_path))
+    assert (again.recovered, again.replayed, again.already_replayed) == (0, 0, len(riderless))
+
+
+def test_replay_commit_time_table_record_older_than_stored_version_changes_nothing(
+        tmp_path: Path) -> None:
+    """Without an ordering field the later write wins: a replayed record whose key got a
+    version in a later micro-batch is late and leaves it; one whose key has none is
+    written."""
+    options = {"precombine": None}
+    route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "city": "oslo", "fare": 1.0},
+                            {"trip_id": "b", "ts": 1, "city": "oslo", "fare": 1.0},
+                            {"trip_id": "c", "ts": 1, "rider": "r", "city": "oslo",
+                             "fare": 1.0}], 0, **options)
+    route(tmp_path, WRONG, [{"trip_id": "a", "ts": 2, "rider": "r", "city": "oslo",
+                             "fare": 2.0}], 3, **options)
+    result = replay_errors(fixed_sink(tmp_path, **options))
+    assert (result.replayed, result.late) == (2, 1)
+    assert table_rows(tmp_path / "trips") == {
+        "a": ("a", 2, "r", "oslo", 2.0), "b": ("b", 1, None, "oslo", 1.0),
+        "c": ("c", 1, "r", "oslo", 1.0)}
+    data = Table.open(str(tmp_path / "trips"))
+    timeline = Timeline.load(data.storage, data.config)
+    last = timeline.commit_metadata(timeline.completed_data_instants[-1]).extra_metadata
+    assert last[REPLAY_ID_KEY] == result.replay_id  # the replay's commit, with its id
+
+
+def test_replay_global_state_index_refused_naming_index_type(tmp_path: Path) -> None:
+    """The GLOBAL_STATE index keeps keys in the job's state: a replay is refused."""
+    route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "city": "oslo", "fare": 1.0}], 0)
+    with pytest.raises(InvalidOptionError, match=r"index\.type"):
+        replay_errors(fixed_sink(tmp_path, index="GLOBAL_STATE"))
