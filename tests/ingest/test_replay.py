@@ -48,12 +48,13 @@ CITIES = ("oslo", "lima")
 
 
 def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: str = "t",
-             precombine: str | None = "ts", index: str = "BUCKET") -> dict[str, Any]:
+             precombine: str | None = "ts", index: str = "BUCKET",
+             key_format: str = "string") -> dict[str, Any]:
     """A job writing ``work/trips`` (error table ``work/trips_errors``) with ``schema``."""
     found = {
         "source.bootstrap_servers": bootstrap, "source.topics": [topic],
         "source.max_offsets_per_trigger": 200,
-        "decode.schema": schema,
+        "decode.schema": schema, "decode.key_format": key_format,
         "table.path": str(work / "trips"), "table.name": "trips",
         "table.type": "MERGE_ON_READ", "table.record_key": "trip_id",
         "table.partition_by": "city", "index.type": index, "index.num_buckets": 2,
@@ -111,8 +112,11 @@ def fixed_oracle(sent: list[dict[str, Any] | bytes]) -> dict[str, tuple[Any, ...
     return rows_by_key(oracle.snapshot(), "trip_id", COLUMNS)
 
 
-def value(record: dict[str, Any] | bytes) -> bytes:
-    return record if isinstance(record, bytes) else json.dumps(record).encode()
+def value(record: dict[str, Any] | bytes) -> bytes | None:
+    """The Kafka value of ``record``: None for a tombstone (``{"trip_id": k, "tombstone": 1}``)."""
+    if isinstance(record, bytes):
+        return record
+    return None if record.get("tombstone") else json.dumps(record).encode()
 
 
 def key(record: dict[str, Any] | bytes, i: int) -> bytes:
@@ -281,6 +285,28 @@ def test_replay_commit_time_table_record_older_than_stored_version_changes_nothi
     timeline = Timeline.load(data.storage, data.config)
     last = timeline.commit_metadata(timeline.completed_data_instants[-1]).extra_metadata
     assert last[REPLAY_ID_KEY] == result.replay_id  # the replay's commit, with its id
+
+
+def test_replay_tombstone_deletes_live_key_and_late_one_leaves_later_version(
+        tmp_path: Path) -> None:
+    """Tombstones whose string keys a json key format could not read: replayed with the key
+    format fixed, one deletes its key (live at ts 1: deleted at that ordering value); the
+    other is late — its key got a version in a later micro-batch — and changes nothing."""
+    json_keys = {"key_format": "json"}
+    route(tmp_path, FIXED, [{"trip_id": "a", "ts": 1, "rider": "r", "city": "oslo", "fare": 1.0},
+                            {"trip_id": "b", "ts": 1, "rider": "r", "city": "lima", "fare": 1.0}],
+          0, **json_keys)
+    route(tmp_path, FIXED, [{"trip_id": "a", "tombstone": 1}, {"trip_id": "b", "tombstone": 1}],
+          2, **json_keys)
+    route(tmp_path, FIXED, [{"trip_id": "b", "ts": 5, "rider": "r", "city": "lima",
+                             "fare": 5.0}], 4, **json_keys)
+    errors = Table.open(str(tmp_path / "trips_errors")).read().to_pylist()
+    assert [r["reason"].split(":")[0] for r in errors] == ["tombstone key does not decode"] * 2
+    result = replay_errors(fixed_sink(tmp_path))
+    assert (result.replayed, result.late, result.still_failing) == (2, 1, 0)
+    assert table_rows(tmp_path / "trips") == {"b": ("b", 5, "r", "lima", 5.0)}
+    assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS) == {
+        "b": ("b", 5, "r", "lima", 5.0)}
 
 
 def test_replay_global_state_index_refused_naming_index_type(tmp_path: Path) -> None:
