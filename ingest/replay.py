@@ -52,10 +52,12 @@ from engine.errors import InvalidOptionError
 from engine.merge.resolve import field_ordering, ordering_column, resolve
 from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
-from engine.timeline.active import Timeline
+from engine.timeline.active import DATA_ACTION_NAMES, Timeline
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
+from ingest.checkpoint import STREAMER_CHECKPOINT_KEY
 from ingest.error_table import ERROR_SCHEMA
+from ingest.kafka_offsets import parse_hudi_checkpoint
 from ingest.prepare import (
     DELETE,
     ERROR,
@@ -187,6 +189,42 @@ def _coordinates(rows: pa.Table, topic: str = "topic", partition: str = "partiti
                     rows.column(offset).to_pylist(), strict=True))
 
 
+def _arrivals(table: Table, coordinates: Iterable[Coordinates]) -> dict[Coordinates, str]:
+    """For each record, the data commit that recorded its offset as read (the first whose
+    Kafka checkpoint, ``streamer.checkpoint.key``, is past it): the commit of the micro-batch
+    that took the record (its time is when that batch's data instant started). Records no
+    commit covers (their micro-batch wrote nothing to the table) are left out. Archived
+    commits are read too, oldest first."""
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in coordinates:
+        wanted.setdefault((topic, partition), []).append(offset)
+    if not wanted or not table.exists:
+        return {}
+    for offsets in wanted.values():
+        offsets.sort()
+    timeline = Timeline.load(table.storage, table.config)
+    history = [(row.requested_time, lambda row=row: timeline.archived_commit_metadata(row))
+               for row in timeline.archived() if row.action in DATA_ACTION_NAMES]
+    active = [(i.requested_time, lambda i=i: timeline.commit_metadata(i))
+              for i in timeline.completed_data_instants]
+    found: dict[Coordinates, str] = {}
+    for instant_time, metadata in sorted(history + active, key=lambda item: item[0]):
+        text = metadata().extra_metadata.get(STREAMER_CHECKPOINT_KEY)
+        if not text:
+            continue
+        try:
+            recorded = parse_hudi_checkpoint(text)
+        except ValueError:
+            continue  # not ours to judge here; the job reports it
+        for (topic, partition), offsets in wanted.items():
+            end = recorded.get(topic, {}).get(partition)
+            while offsets and end is not None and offsets[0] < end:
+                found[(topic, partition, offsets.pop(0))] = instant_time
+        if not any(wanted.values()):
+            break
+    return found
+
+
 def _stored(table: Table, keys: list[str], ordering: str | None) -> pa.Table:
     """Key, partition, commit time (and ordering value) of the stored versions of ``keys``."""
     empty = pa.table({RECORD_KEY: pa.array([], pa.string()),
@@ -309,7 +347,11 @@ def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates
                          stored.column(COMMIT_TIME).to_pylist(), strict=True):
         newest[key] = max(newest.get(key, ""), when)
     coordinates = _coordinates(rows, TOPIC, KAFKA_PARTITION, OFFSET)
-    taken = [str(by_coordinates[c][COMMIT_TIME]) for c in coordinates]
+    # When the record arrived: its micro-batch's data commit, else (that batch wrote no data)
+    # the error-table commit that took it, which a later update of its row moves later.
+    covered = _arrivals(table, [c for c, u in zip(coordinates, unordered, strict=True) if u])
+    taken = [min(covered.get(c, str(by_coordinates[c][COMMIT_TIME])),
+                 str(by_coordinates[c][COMMIT_TIME])) for c in coordinates]
     late = np.array([bool(u) and newest.get(k, "") > t
                      for k, u, t in zip(keys, unordered, taken, strict=True)], dtype=bool)
     return (rows.filter(pa.array(~late)),

@@ -27,6 +27,7 @@ import ingest.replay as replay_module
 from engine import Table
 from engine.errors import InvalidOptionError
 from engine.timeline.active import Timeline
+from ingest.checkpoint import checkpoint_metadata
 from ingest.error_table import ERROR_SCHEMA, error_rows
 from ingest.kafka_produce import create_topic, produce
 from ingest.prepare import DELETE, OP, UPSERT, prepare_batch
@@ -202,7 +203,7 @@ def route(work: Path, schema: str, records: list[dict[str, Any] | bytes], first_
           **options: Any) -> None:
     """What the job does with one micro-batch of ``records`` (Kafka partition 0 from
     ``first_offset``): bad rows into the error table (committed first), good ones into the
-    table."""
+    table, whose commit records the offsets read (as the job's)."""
     config = load(None, settings(work, schema, **options))
     sink = build_sink(config, build_decoder(config))
     n = len(records)
@@ -221,7 +222,9 @@ def route(work: Path, schema: str, records: list[dict[str, Any] | bytes], first_
             sink.table.materialize()
         data = good.select([f.name for f in sink.data_schema])
         marker = pc.equal(good.column(OP), DELETE)  # marker deletes: Table.upsert deletes them
-        sink.table.upsert(data.append_column("_hoodie_is_deleted", marker))
+        offsets = {"t": {0: first_offset + n}}
+        sink.table.upsert(data.append_column("_hoodie_is_deleted", marker),
+                          extra_metadata=checkpoint_metadata("job", 0, None, offsets))
 
 
 def fixed_sink(work: Path, **options: Any) -> Any:
@@ -285,6 +288,29 @@ def test_replay_commit_time_table_record_older_than_stored_version_changes_nothi
     timeline = Timeline.load(data.storage, data.config)
     last = timeline.commit_metadata(timeline.completed_data_instants[-1]).extra_metadata
     assert last[REPLAY_ID_KEY] == result.replay_id  # the replay's commit, with its id
+
+
+def test_replay_late_record_judged_by_its_batch_not_by_its_error_row_updates(
+        tmp_path: Path) -> None:
+    """Commit-time ordering: a record that still failed a first replay (its error row
+    rewritten with the new reason after its key got a later version) is judged by when its
+    micro-batch committed when a second fix lets it decode: late, it leaves the later
+    version."""
+    options: dict[str, Any] = {"precombine": None}
+    two = WRONG.replace("fare DOUBLE", "fare DOUBLE NOT NULL")
+    route(tmp_path, two, [{"trip_id": "a", "ts": 1, "city": "oslo"},
+                          {"trip_id": "c", "ts": 1, "rider": "r", "city": "oslo", "fare": 1.0}],
+          0, **options)
+    route(tmp_path, two, [{"trip_id": "a", "ts": 2, "rider": "r", "city": "oslo", "fare": 2.0}],
+          2, **options)
+    config = load(None, settings(tmp_path, two.replace("rider STRING NOT NULL", "rider STRING"),
+                                 **options))
+    first = replay_errors(build_sink(config, build_decoder(config)))
+    assert (first.replayed, first.reasons) == (
+        0, {"cannot decode the value: field 'fare': missing or null": 1})
+    second = replay_errors(fixed_sink(tmp_path, **options))
+    assert (second.replayed, second.late) == (1, 1)
+    assert table_rows(tmp_path / "trips")["a"] == ("a", 2, "r", "oslo", 2.0)
 
 
 def test_replay_tombstone_deletes_live_key_and_late_one_leaves_later_version(
