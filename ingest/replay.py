@@ -384,6 +384,7 @@ def _write(sink: HudiStreamingSink, rows: pa.Table, replay_id: str,
     resolved = resolve(rows, columns=VERSIONS, event_time=event_time, policy=POLICY,
                        stored=live)
     client = WriteClient(table.storage, table.config, table.write_config)
+    client.delete_policy = POLICY  # a moved key's old copy: deleted as the sink deletes it
     data_names = [f.name for f in sink.data_schema]
     upserts = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
     deletes = _deletes(resolved.deletes, where, spec, ordering)

@@ -335,6 +335,22 @@ def test_replay_tombstone_deletes_live_key_and_late_one_leaves_later_version(
         "b": ("b", 5, "r", "lima", 5.0)}
 
 
+def test_replay_record_index_key_moving_partition_is_stored_once(tmp_path: Path) -> None:
+    """RECORD_INDEX: a replayed version of a key in another partition (city) moves the key:
+    stored once, in its new partition, for our reader and hudi-rs; an older replayed version
+    of another key loses to the stored one."""
+    rli = {"index": "RECORD_INDEX"}
+    route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "rider": "r", "city": "oslo", "fare": 1.0},
+                            {"trip_id": "b", "ts": 2, "city": "lima", "fare": 2.0},
+                            {"trip_id": "b", "ts": 3, "rider": "r", "city": "lima", "fare": 3.0},
+                            {"trip_id": "a", "ts": 4, "city": "lima", "fare": 4.0}], 0, **rli)
+    result = replay_errors(fixed_sink(tmp_path, **rli))
+    assert (result.replayed, result.late) == (2, 0)
+    want = {"a": ("a", 4, None, "lima", 4.0), "b": ("b", 3, "r", "lima", 3.0)}
+    assert table_rows(tmp_path / "trips") == want
+    assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS, once=True) == want
+
+
 def test_replay_global_state_index_refused_naming_index_type(tmp_path: Path) -> None:
     """The GLOBAL_STATE index keeps keys in the job's state: a replay is refused."""
     route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "city": "oslo", "fare": 1.0}], 0)
