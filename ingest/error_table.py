@@ -11,6 +11,11 @@ partitioned, BUCKET index. It holds the raw key and value bytes, the Kafka coord
 batch id and the reason. The sink writes a batch's error rows *before* the main commit, as an
 instant of their own; a replay rewrites the same keys with the same content (upsert), and is
 skipped outright when the error table already has that batch's commit.
+
+``tidelake errors replay`` (:mod:`ingest.replay`) decodes the rows again with the job's current
+settings, writes what now decodes into the table and marks those rows: their ``reason`` then
+starts with ``replayed into`` (:func:`ingest.replay.is_replayed`); the rest get their new
+reason.
 """
 
 from __future__ import annotations
