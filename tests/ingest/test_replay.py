@@ -14,7 +14,9 @@ and the good ones into the table.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import zlib
 from pathlib import Path
 from typing import Any
@@ -265,6 +267,52 @@ def test_replay_killed_between_data_commit_and_marking_rerun_writes_nothing_twic
     assert table_rows(table) == fixed_oracle(sent)
     again = replay_errors(fixed_sink(tmp_path))
     assert (again.recovered, again.replayed, again.already_replayed) == (0, 0, len(riderless))
+
+
+KILL_IN_MARKING = """
+import os, signal, sys
+import ingest.replay as replay
+from engine.write.write_client import WriteClient
+from jobs.ingest_job import build_decoder, build_sink
+from jobs.job_config import load
+
+def killed(errors, updates, replay_id):  # the error table's instant starts, then SIGKILL
+    WriteClient(errors.storage, errors.config, errors.write_config).begin()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+replay._mark = killed
+config = load(sys.argv[1])
+replay.replay_errors(build_sink(config, build_decoder(config)))
+"""
+
+
+def test_replay_sigkilled_inside_marking_commit_rerun_rolls_back_and_marks_once(
+        tmp_path: Path) -> None:
+    """A replay process SIGKILLed while its error-table instant is inflight (after its data
+    commit): the rerun rolls that instant back (its writer provably ended), marks the rows
+    from the data commit's record list, writes no second data commit."""
+    import subprocess
+    import sys
+
+    sent = events(seed=5, count=60)
+    route(tmp_path, WRONG, sent, 0)
+    table, errors = tmp_path / "trips", tmp_path / "trips_errors"
+    before = commits(table)
+    job = write_job(tmp_path / "job.toml", settings(tmp_path, FIXED))
+    repo = Path(__file__).resolve().parents[2]
+    child = subprocess.run([sys.executable, "-c", KILL_IN_MARKING, str(job)], cwd=repo,
+                           env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
+    assert child.returncode == -signal.SIGKILL
+    assert len(commits(table)) == len(before) + 1
+    assert [e.state for e in Table.open(str(errors)).timeline()][-1] != "completed"
+
+    result = replay_errors(fixed_sink(tmp_path))
+    assert (result.recovered, result.replayed, result.instant_time) == (
+        sum(isinstance(r, dict) and "rider" not in r and r.get("fare") != "n/a"
+            for r in sent), 0, None)
+    assert len(commits(table)) == len(before) + 1
+    assert all(e.state == "completed" for e in Table.open(str(errors)).timeline())
+    assert table_rows(table) == fixed_oracle(sent)
 
 
 def test_replay_commit_time_table_record_older_than_stored_version_changes_nothing(
