@@ -71,14 +71,14 @@ def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: 
     return found
 
 
-def events(seed: int, count: int) -> list[dict[str, Any] | bytes]:
+def events(seed: int, count: int, first: int = 0) -> list[dict[str, Any] | bytes]:
     """Trip events with increasing ``ts``: inserts, updates and marker deletes, a quarter of
     them without a rider (bad under ``WRONG`` only), some of those with a fare that is not a
     number (bad under both, for another reason), and a few values that are not JSON."""
     rng = random.Random(seed)
     live: dict[str, str] = {}
     out: list[dict[str, Any] | bytes] = []
-    for i in range(count):
+    for i in range(first, first + count):
         ts = 1_000 + i
         roll = rng.random()
         if roll < 0.03:
@@ -149,7 +149,8 @@ def test_replay_after_schema_fix_table_equals_oracle_and_second_replay_commits_n
     """The job with rider NOT NULL routes riderless records to the error table; replayed
     with the schema fixed, the table equals the oracle of every record (our reader and
     hudi-rs), replayed rows are marked, records that still fail keep their new reason, and a
-    second replay writes no commit to either table."""
+    second replay writes no commit to either table; the job then goes on from its
+    checkpoint."""
     topic = unique_topic("replay")
     create_topic(kafka_bootstrap, topic, 2)
     sent = events(seed=3, count=400)
@@ -196,6 +197,15 @@ def test_replay_after_schema_fix_table_equals_oracle_and_second_replay_commits_n
     assert f"already replayed before: {replayable} record(s)" in capsys.readouterr().out
     assert (commits(table), commits(errors)) == after  # nothing new: no commit
     assert table_rows(table) == want
+
+    # The job goes on from its checkpoint with the fixed schema, beside the replay's commit.
+    more = events(seed=4, count=60, first=400)
+    produce(kafka_bootstrap, topic, [(key(r, i), value(r), zlib.crc32(key(r, i)) % 2)
+                                     for i, r in enumerate(more, start=400)])
+    _, sink, query = start(load(None, settings(tmp_path, FIXED, bootstrap=kafka_bootstrap,
+                                               topic=topic)), spark)
+    assert watch(query, sink).records == len(more)
+    assert table_rows(table) == fixed_oracle(sent + more)
 
 
 # --- without Spark: the job's routing played by its prepare step ---------------------------
