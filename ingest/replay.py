@@ -36,11 +36,12 @@ nothing new writes no commit at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ from engine.merge.resolve import field_ordering, ordering_column, resolve
 from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
 from engine.timeline.active import DATA_ACTION_NAMES, Timeline
+from engine.timeline.commit_metadata import CommitMetadata
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY
@@ -158,17 +160,26 @@ def decode_records(text: str) -> set[Coordinates]:
     return out
 
 
+def _data_commits(timeline: Timeline) -> list[tuple[str, Callable[[], CommitMetadata]]]:
+    """Every completed data commit, archived ones included, oldest first: its instant time
+    and how to read its metadata."""
+    history = [(row.requested_time, functools.partial(timeline.archived_commit_metadata, row))
+               for row in timeline.archived() if row.action in DATA_ACTION_NAMES]
+    active = [(i.requested_time, functools.partial(timeline.commit_metadata, i))
+              for i in timeline.completed_data_instants]
+    return sorted(history + active, key=lambda item: item[0])
+
+
 def replayed_records(table: Table) -> dict[Coordinates, str]:
-    """Every record a completed replay commit of ``table`` (active timeline) wrote, and that
-    commit's instant time."""
+    """Every record a completed replay commit of ``table`` wrote (archived commits
+    included), and that commit's instant time."""
     timeline = Timeline.load(table.storage, table.config)
     found: dict[Coordinates, str] = {}
-    for instant in timeline.completed_data_instants:
-        extra = timeline.commit_metadata(instant).extra_metadata
-        text = extra.get(REPLAY_RECORDS_KEY)
+    for instant_time, metadata in _data_commits(timeline):
+        text = metadata().extra_metadata.get(REPLAY_RECORDS_KEY)
         if text:
             for record in decode_records(text):
-                found[record] = instant.requested_time
+                found[record] = instant_time
     return found
 
 
@@ -202,13 +213,8 @@ def _arrivals(table: Table, coordinates: Iterable[Coordinates]) -> dict[Coordina
         return {}
     for offsets in wanted.values():
         offsets.sort()
-    timeline = Timeline.load(table.storage, table.config)
-    history = [(row.requested_time, lambda row=row: timeline.archived_commit_metadata(row))
-               for row in timeline.archived() if row.action in DATA_ACTION_NAMES]
-    active = [(i.requested_time, lambda i=i: timeline.commit_metadata(i))
-              for i in timeline.completed_data_instants]
     found: dict[Coordinates, str] = {}
-    for instant_time, metadata in sorted(history + active, key=lambda item: item[0]):
+    for instant_time, metadata in _data_commits(Timeline.load(table.storage, table.config)):
         text = metadata().extra_metadata.get(STREAMER_CHECKPOINT_KEY)
         if not text:
             continue
