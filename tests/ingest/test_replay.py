@@ -52,14 +52,15 @@ CITIES = ("oslo", "lima")
 
 def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: str = "t",
              precombine: str | None = "ts", index: str = "BUCKET",
-             key_format: str = "string") -> dict[str, Any]:
+             key_format: str = "string", table_type: str = "MERGE_ON_READ",
+             table_options: dict[str, str] | None = None) -> dict[str, Any]:
     """A job writing ``work/trips`` (error table ``work/trips_errors``) with ``schema``."""
     found = {
         "source.bootstrap_servers": bootstrap, "source.topics": [topic],
         "source.max_offsets_per_trigger": 200,
         "decode.schema": schema, "decode.key_format": key_format,
         "table.path": str(work / "trips"), "table.name": "trips",
-        "table.type": "MERGE_ON_READ", "table.record_key": "trip_id",
+        "table.type": table_type, "table.record_key": "trip_id",
         "table.partition_by": "city", "index.type": index, "index.num_buckets": 2,
         "services.enabled": False, "trigger.available_now": True,
         "checkpoint.location": str(work / "checkpoint"),
@@ -68,6 +69,7 @@ def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: 
     }
     if precombine:
         found["table.precombine"] = precombine
+    found.update({f"table.options.{k}": v for k, v in (table_options or {}).items()})
     return found
 
 
@@ -294,6 +296,36 @@ replay._mark = killed
 config = load(sys.argv[1])
 replay.replay_errors(build_sink(config, build_decoder(config)))
 """
+
+
+def test_replay_recovers_marking_after_its_data_commit_was_archived(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay killed before its marking, and the job's later commits archive its data
+    commit: the rerun finds its record list in the timeline's history and writes nothing
+    again."""
+    keep = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
+            "hoodie.cleaner.commits.retained": "1"}
+    cow = {"table_type": "COPY_ON_WRITE"}  # a MERGE_ON_READ table keeps uncompacted ones
+    sent = events(seed=9, count=40)
+    route(tmp_path, WRONG, sent, 0, **cow)
+    monkeypatch.setattr(replay_module, "_mark", lambda *args: (_ for _ in ()).throw(Killed))
+    with pytest.raises(Killed):
+        replay_errors(fixed_sink(tmp_path, **cow))
+    monkeypatch.undo()
+    replay_commit = commits(tmp_path / "trips")[-1]
+    more: list[dict[str, Any] | bytes] = []
+    for n in range(5):
+        batch = events(seed=10 + n, count=8, first=100 + 10 * n)
+        batch = [r for r in batch if isinstance(r, dict) and "rider" in r]
+        route(tmp_path, WRONG, batch, 40 + 10 * n, table_options=keep, **cow)
+        more += batch
+    data = Table.open(str(tmp_path / "trips"), keep)
+    data.archive()
+    archived = Timeline.load(data.storage, data.config).archived()
+    assert replay_commit in {row.requested_time for row in archived}
+    result = replay_errors(fixed_sink(tmp_path, **cow))
+    assert result.recovered and (result.replayed, result.instant_time) == (0, None)
+    assert table_rows(tmp_path / "trips") == fixed_oracle(sent + more)
 
 
 def test_replay_sigkilled_inside_marking_commit_rerun_rolls_back_and_marks_once(
