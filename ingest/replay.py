@@ -131,10 +131,12 @@ def is_replayed(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith(REPLAYED_PREFIX)
 
 
-def _marked(reason: str, table_name: str, instant: str | None) -> str:
-    """The ``reason`` of a replayed row: where it went (``instant`` None: it changed
-    nothing, a later version is stored), and its old reason."""
-    where = f"at {instant}" if instant else "(superseded: a later version is stored)"
+def _marked(reason: str, table_name: str, instant: str | None, *, late: bool = False) -> str:
+    """The ``reason`` of a replayed row: the commit it went in (``late``: none, a later
+    version is stored; ``instant`` None: the replay had nothing to write), and its old
+    reason."""
+    where = ("(late: a later version is stored)" if late
+             else f"at {instant}" if instant else "(nothing to change)")
     return f"{REPLAYED_PREFIX}{table_name} {where}; was: {reason}"
 
 
@@ -322,8 +324,8 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
             instant_time = _write(sink, writable, replay_id, replayed_coords, errors.path)
         for coords in replayed_coords:
             row = by_coordinates[coords]
-            updates.append({**row, "reason": _marked(
-                row["reason"], name, None if coords in late else instant_time)})
+            updates.append({**row, "reason": _marked(row["reason"], name, instant_time,
+                                                     late=coords in late)})
     error_instant = None
     if updates and not dry_run:
         error_instant = _mark(errors, updates, replay_id)
