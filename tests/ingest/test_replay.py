@@ -41,6 +41,7 @@ from tests.helpers import Oracle, hudi_rs_read, rows_by_key
 from tests.ingest.helpers import KAFKA
 from tests.ingest.job_harness import write_job
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.s3 import S3Location
 from tests.spark_session import spark  # noqa: F401
 
 WRONG = ("trip_id STRING, ts BIGINT, rider STRING NOT NULL, city STRING, fare DOUBLE, "
@@ -53,8 +54,10 @@ CITIES = ("oslo", "lima")
 def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: str = "t",
              precombine: str | None = "ts", index: str = "BUCKET",
              key_format: str = "string", table_type: str = "MERGE_ON_READ",
-             table_options: dict[str, str] | None = None) -> dict[str, Any]:
-    """A job writing ``work/trips`` (error table ``work/trips_errors``) with ``schema``."""
+             table_options: dict[str, str] | None = None,
+             store: S3Location | None = None) -> dict[str, Any]:
+    """A job writing ``work/trips`` (error table ``work/trips_errors``) with ``schema``; in
+    ``store``'s bucket when given."""
     found = {
         "source.bootstrap_servers": bootstrap, "source.topics": [topic],
         "source.max_offsets_per_trigger": 200,
@@ -70,6 +73,10 @@ def settings(work: Path, schema: str, *, bootstrap: str = "127.0.0.1:9", topic: 
     if precombine:
         found["table.precombine"] = precombine
     found.update({f"table.options.{k}": v for k, v in (table_options or {}).items()})
+    if store is not None:
+        found.update({"table.path": store.uri("trips"),
+                      "errors.table_path": store.uri("trips_errors")})
+        found.update({f"table.storage.{k}": v for k, v in store.storage_options.items()})
     return found
 
 
@@ -439,6 +446,26 @@ def test_replay_record_index_key_moving_partition_is_stored_once(tmp_path: Path)
     want = {"a": ("a", 4, None, "lima", 4.0), "b": ("b", 3, "r", "lima", 3.0)}
     assert table_rows(tmp_path / "trips") == want
     assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS, once=True) == want
+
+
+def test_replay_on_object_store_table_equals_oracle_and_no_secret_stored(
+        tmp_path: Path, s3: S3Location) -> None:
+    """Table and error table on an S3-protocol server (the job's [table.storage] options):
+    the replay writes and marks there, the table equals the oracle for our reader and
+    hudi-rs, and the secret key is in no object of either table."""
+    sent = events(seed=12, count=40)
+    route(tmp_path, WRONG, sent, 0, store=s3)
+    result = replay_errors(fixed_sink(tmp_path, store=s3))
+    assert result.instant_time and result.error_instant_time
+    want = fixed_oracle(sent)
+    data = Table.open(s3.uri("trips"), storage_options=s3.storage_options)
+    assert rows_by_key(data.read(columns=list(COLUMNS)), "trip_id", COLUMNS, once=True) == want
+    assert rows_by_key(hudi_rs_read(s3.uri("trips"), storage_options=s3.storage_options),
+                       "trip_id", COLUMNS) == want
+    secret = s3.storage_options["aws_secret_access_key"].encode()
+    stored = s3.server.objects(s3.bucket)
+    assert any(".hoodie/timeline/" in name for name in stored)
+    assert not [name for name, body in stored.items() if secret in body]
 
 
 def test_replay_global_state_index_refused_naming_index_type(tmp_path: Path) -> None:
