@@ -16,10 +16,13 @@ stored ones as every writer of the table does.
 replayed version wins unless its ordering value is below the stored one's. A record without
 one to compare — any record of a table without an ordering field (commit-time ordering),
 and a tombstone — is *late* when its key's stored version was written by a commit newer
-than the error-table commit that took the record (that commit comes after the data instant
-of the record's own micro-batch starts and before the next one's): that version arrived later
-through Kafka, and the late record changes nothing. (A stored version of the record's own
-micro-batch is taken as earlier: their Kafka order is not recorded.)
+than the one of the record's own micro-batch (the first data commit whose Kafka checkpoint
+is past the record's offset; for a micro-batch that wrote no data, the error-table commit
+that took the record): that version arrived later through Kafka, and the late record changes
+nothing. (A stored version of the record's own micro-batch is taken as earlier: their Kafka
+order is not recorded.) A delete that arrived while its key was not stored at all (its
+earlier versions all in the error table) left nothing to compare with: replaying those
+versions brings the key back.
 
 **Exactly once.** Each run has an id. The data commit's extra metadata records it
 (:data:`REPLAY_ID_KEY`) and the Kafka coordinates of every record it replayed
