@@ -282,11 +282,19 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 def run_replay(args: argparse.Namespace) -> int:
     """``tidelake errors replay JOB.toml [--dry-run] [--section.key VALUE ...]``."""
+    from engine.errors import TableNotFoundError
     from ingest.replay import replay_errors
-    from jobs.ingest_job import build_decoder, build_sink
+    from ingest.sink import HudiStreamingSink
+    from jobs.ingest_job import build_decoder, sink_config
 
     config = load(args.config, overrides_from(args))
-    sink = build_sink(config, build_decoder(config))
+    settings = sink_config(config, build_decoder(config))
+    try:  # the sink would create a missing error table
+        Table.open(str(settings.error_table_path), storage_options=settings.storage_options)
+    except TableNotFoundError:
+        print(f"no error table at {settings.error_table_path}: nothing to replay")
+        return 0
+    sink = HudiStreamingSink(settings)
     errors = sink.error_table
     where = errors.path if errors is not None else "(no error table)"
     would = "would replay" if args.dry_run else "replayed"

@@ -493,3 +493,17 @@ def test_replay_global_state_index_refused_naming_index_type(tmp_path: Path) -> 
     route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "city": "oslo", "fare": 1.0}], 0)
     with pytest.raises(InvalidOptionError, match=r"index\.type"):
         replay_errors(fixed_sink(tmp_path, index="GLOBAL_STATE"))
+
+
+def test_replay_cli_without_error_table_creates_nothing_and_global_state_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tidelake errors replay`` of a job whose error table does not exist says so and
+    creates nothing; on a GLOBAL_STATE job it fails with one line naming index.type."""
+    job = write_job(tmp_path / "job.toml", settings(tmp_path, FIXED))
+    assert main(["errors", "replay", str(job)]) == 0
+    assert "no error table at" in capsys.readouterr().out
+    assert not (tmp_path / "trips_errors").exists() and not (tmp_path / "trips").exists()
+    route(tmp_path, WRONG, [{"trip_id": "a", "ts": 1, "city": "oslo", "fare": 1.0}], 0)
+    state = write_job(tmp_path / "state.toml", settings(tmp_path, FIXED, index="GLOBAL_STATE"))
+    assert main(["errors", "replay", str(state)]) == 2
+    assert "option 'index.type'" in capsys.readouterr().err
