@@ -5,8 +5,8 @@ The end-to-end test runs the job (real broker, the shared local Spark session,
 records without a rider go to the error table; the schema is then fixed in the job file and
 the CLI replays the error table. The table must then equal the oracle of everything produced
 (a dict applying each record by its ``ts``), for our reader and hudi-rs, and a second replay
-must commit nothing (slow: ~100 s at load 10-13 on 2 cores, mostly the job's Spark start and
-its two micro-batches). The other tests need no Spark: the job's routing of a micro-batch is
+must commit nothing, and the job then goes on (slow: ~90 s at load 8-13 on 2 cores, the two
+job runs). The other tests need no Spark: the job's routing of a micro-batch is
 played by its prepare step on Kafka-shaped rows, the bad rows upserted into the error table
 and the good ones into the table.
 """
@@ -265,6 +265,11 @@ class Killed(BaseException):
     """Stands for the replay process dying (nothing of the replay catches it)."""
 
 
+def die(*args: Any) -> str:
+    """A replay's marking step that never returns: the process died first."""
+    raise Killed
+
+
 def test_replay_killed_between_data_commit_and_marking_rerun_writes_nothing_twice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A replay that dies after its data commit, before the error table marks its rows:
@@ -274,9 +279,6 @@ def test_replay_killed_between_data_commit_and_marking_rerun_writes_nothing_twic
     route(tmp_path, WRONG, sent, 0)
     table = tmp_path / "trips"
     before = commits(table)
-
-    def die(*args: Any, **kwargs: Any) -> str:
-        raise Killed
 
     monkeypatch.setattr(replay_module, "_mark", die)
     with pytest.raises(Killed):
@@ -323,7 +325,7 @@ def test_replay_recovers_marking_after_its_data_commit_was_archived(
     cow = {"table_type": "COPY_ON_WRITE"}  # a MERGE_ON_READ table keeps uncompacted ones
     sent = events(seed=9, count=40)
     route(tmp_path, WRONG, sent, 0, **cow)
-    monkeypatch.setattr(replay_module, "_mark", lambda *args: (_ for _ in ()).throw(Killed))
+    monkeypatch.setattr(replay_module, "_mark", die)
     with pytest.raises(Killed):
         replay_errors(fixed_sink(tmp_path, **cow))
     monkeypatch.undo()
