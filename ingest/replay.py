@@ -343,7 +343,7 @@ def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates
                event_time: bool) -> tuple[pa.Table, set[Coordinates]]:
     """``rows`` less the late ones (see the module doc): those without an ordering value to
     compare (every row without event time, tombstones with it) whose key's stored version
-    was committed after the error-table commit that took the row."""
+    was committed after the row's micro-batch (:func:`_arrivals`)."""
     ops = rows.column(OP).to_numpy()
     if event_time:
         unordered = (ops == DELETE) & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)
