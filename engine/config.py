@@ -437,6 +437,12 @@ class WriteConfig:
         "Combine records with the same key within one write by the merge mode: on (key, partition "
         "path) with `SIMPLE`, `BLOOM` and `BUCKET`, on the key alone with `GLOBAL_SIMPLE` and "
         "`GLOBAL_BLOOM` (as Hudi).")
+    set_null_for_missing_columns: bool = option(
+        "hoodie.write.set.null.for.missing.columns", _parse_bool, False,
+        "A write whose input lacks columns of the table schema writes nulls for them (the "
+        "table keeps them); off, such a write is refused naming the column, as Hudi refuses "
+        "it. New input columns and widened types evolve the table either way "
+        "(docs/engine.md, \"Schema evolution\").")
     write_bloom_filter: bool = option(
         "hoodie.bloom.filter.enable", _parse_bool, True,
         "Write Hudi's bloom filter and min/max record key into base file footers (used by the "

@@ -33,6 +33,15 @@ class InvalidRecordError(TerminalError, ValueError):
     """Input rows miss a record key or ordering value, or carry a value that cannot be stored."""
 
 
+class SchemaEvolutionError(InvalidRecordError):
+    """The input's schema is no evolution of the table's that Hudi allows on write (a column
+    dropped or renamed, a type narrowed or changed); ``column`` names the column."""
+
+    def __init__(self, column: str, message: str) -> None:
+        super().__init__(message)
+        self.column = column
+
+
 class TableNotFoundError(TerminalError):
     """No Hudi table at the given path (no ``.hoodie/hoodie.properties``)."""
 

@@ -102,3 +102,132 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+# --- schema evolution on write (Hudi's rules: docs/engine.md, "Schema evolution") -----------
+
+_INT_BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64,
+             pa.uint8(): 9, pa.uint16(): 17, pa.uint32(): 33, pa.uint64(): 65}
+"""Integer types by the signed width that holds all their values (storage is signed)."""
+
+WIDENINGS = frozenset({(pa.int32(), pa.int64()), (pa.int32(), pa.float64()),
+                       (pa.int64(), pa.float64()), (pa.float32(), pa.float64())})
+"""(table type, input type) pairs a write widens a table column by: int → long,
+int/long → double, float → double (the Avro promotions hudi-rs and Spark read back)."""
+
+
+def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether the table column type ``old`` may widen to ``new``."""
+    return (old, new) in WIDENINGS
+
+
+def _promotes(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether input of type ``src`` is stored in a table column of type ``dst`` as it is
+    (cast, the table type unchanged): Hudi's canonicalization of the incoming schema
+    (``AvroSchemaEvolutionUtils.reconcileSchemaRequirements`` with
+    ``SchemaChangeUtils.isTypeUpdateAllow``), plus Arrow's forms of one Avro type (narrow
+    integers, timestamp units, dictionaries)."""
+    if src.equals(dst) or pa.types.is_null(src):
+        return True
+    if pa.types.is_dictionary(src):
+        return _promotes(src.value_type, dst)
+    if pa.types.is_integer(src):
+        if pa.types.is_integer(dst):
+            return _INT_BITS[src] <= _INT_BITS[dst]
+        return (pa.types.is_floating(dst) or pa.types.is_decimal(dst)
+                or pa.types.is_string(dst) or pa.types.is_large_string(dst))
+    if pa.types.is_floating(src):
+        return ((pa.types.is_floating(dst) and src.bit_width <= dst.bit_width)
+                or pa.types.is_decimal(dst) or pa.types.is_string(dst))
+    if pa.types.is_decimal(src):
+        return pa.types.is_decimal(dst) or pa.types.is_string(dst)
+    if pa.types.is_string(src) or pa.types.is_large_string(src):
+        return (pa.types.is_string(dst) or pa.types.is_date(dst) or pa.types.is_decimal(dst)
+                or pa.types.is_binary(dst))
+    if pa.types.is_date(src) or pa.types.is_binary(src) or pa.types.is_large_binary(src):
+        return pa.types.is_string(dst) or pa.types.is_binary(dst)
+    if pa.types.is_timestamp(src):
+        return pa.types.is_timestamp(dst)
+    return False
+
+
+def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
+                  set_null_for_missing: bool = False) -> pa.Schema:
+    """The table's data schema after a write of ``incoming`` columns (both without meta
+    fields): Hudi's schema evolution on write (``HoodieSchemaUtils.deduceWriterSchema``
+    without reconciliation, its default).
+
+    - a column new to the table is added, nullable, after the table's columns (in the
+      input's order); old files read null for it;
+    - a column whose input type is a widening of the table's (:data:`WIDENINGS`) takes
+      the input's type; old files read their values widened;
+    - a column whose input type the table's type holds (an int for a long column, a long
+      for a double one: Hudi's canonicalization) keeps the table's type;
+    - a table column the input lacks: written as nulls with ``set_null_for_missing``
+      (``hoodie.write.set.null.for.missing.columns``), else refused — as is any other type
+      change (narrowing, or another type): :class:`~engine.errors.SchemaEvolutionError`
+      naming the column.
+
+    ``table`` None (a table without a recorded schema) takes the input's storage types.
+    """
+    incoming = normalize_input_schema(incoming)
+    if table is None:
+        return incoming
+    fields = []
+    for f in table:
+        if f.name not in incoming.names:
+            if not set_null_for_missing:
+                from engine.errors import SchemaEvolutionError
+
+                raise SchemaEvolutionError(
+                    f.name, f"input lacks column {f.name!r} of the table schema: a column "
+                    "is never dropped or renamed on write (set "
+                    "hoodie.write.set.null.for.missing.columns=true to write nulls for it)")
+            fields.append(f)
+            continue
+        given = incoming.field(f.name).type
+        if is_widening(f.type, given):
+            fields.append(pa.field(f.name, given, nullable=True))
+        elif _promotes(given, f.type):
+            fields.append(f)
+        else:
+            from engine.errors import SchemaEvolutionError
+
+            raise SchemaEvolutionError(
+                f.name, f"column {f.name!r}: input type {given} cannot be written to the "
+                f"table's {f.type} (the table's types only widen on write: int to long, "
+                "int or long to double, float to double)")
+    fields += [f for f in incoming if f.name not in table.names]
+    return pa.schema(fields)
+
+
+def evolve_columns(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
+    """Rows a file wrote under an older table schema, as ``schema`` has them now: columns
+    of ``schema`` the file lacks come back null, columns the table widened since are cast;
+    every other column stays as read (dictionary-encoded meta columns too), columns of the
+    file that ``schema`` lacks stay after them. None leaves ``data`` as it is."""
+    if schema is None:
+        return data
+    names = data.column_names
+    if all(f.name in names and (not is_widening(data.schema.field(f.name).type, f.type))
+           for f in schema):
+        return data
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    fields = []
+    for f in schema:
+        if f.name not in names:
+            columns.append(pa.nulls(data.num_rows, f.type))
+            fields.append(pa.field(f.name, f.type, nullable=True))
+            continue
+        have = data.schema.field(f.name)
+        if is_widening(have.type, f.type):
+            columns.append(data.column(f.name).cast(f.type))
+            fields.append(pa.field(f.name, f.type, nullable=True))
+        else:
+            columns.append(data.column(f.name))
+            fields.append(have)
+    for name in names:
+        if name not in schema.names:
+            columns.append(data.column(name))
+            fields.append(data.schema.field(name))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=data.schema.metadata))

@@ -207,6 +207,8 @@ def read_base_file(
 
     ``filters`` is a pyarrow expression or a DNF list as :func:`pyarrow.parquet.read_table`
     takes it. No partition columns are inferred from the file's folder names.
+    A column of ``columns`` the file lacks (one added to the table after the file was
+    written) is left out: :func:`engine.schema.evolve_columns` adds it as nulls.
     ``dictionary_columns`` come back as ``dictionary<string>`` (much faster for columns
     with few distinct values, such as the commit time or file name). ``use_threads=False``
     decodes on the calling thread alone, for callers that read several files at once
@@ -216,20 +218,25 @@ def read_base_file(
     dictionary = list(dictionary_columns) if dictionary_columns else None
     if filters is None:
         # One file, no filter: ParquetFile skips the dataset layer (~20% faster on a
-        # 25,000-row file); a column the file lacks still fails as read_table fails.
+        # 25,000-row file).
         with pq.ParquetFile(path, read_dictionary=dictionary) as file:
             names = set(file.schema_arrow.names)
-            if columns is None or all(c in names for c in columns):
-                return file.read(columns=list(columns) if columns is not None else None,
-                                 use_threads=use_threads)
-    return pq.read_table(
-        path,
-        columns=list(columns) if columns is not None else None,
-        filters=filters,
-        partitioning=None,
-        read_dictionary=dictionary,
-        use_threads=use_threads,
-    )
+            return file.read(columns=[c for c in columns if c in names]
+                             if columns is not None else None, use_threads=use_threads)
+    try:
+        return pq.read_table(path, columns=list(columns) if columns is not None else None,
+                             filters=filters, partitioning=None, read_dictionary=dictionary,
+                             use_threads=use_threads)
+    except pa.ArrowInvalid:
+        if columns is None:
+            raise
+        # A column the file lacks (the table's schema gained it since): read without it.
+        names = set(pq.read_schema(path).names)
+        if all(c in names for c in columns):
+            raise
+    return pq.read_table(path, columns=[c for c in columns if c in names], filters=filters,
+                         partitioning=None, read_dictionary=dictionary,
+                         use_threads=use_threads)
 
 
 def read_base_file_keys(
@@ -252,11 +259,11 @@ def read_base_file_keys(
     dictionary = list(dictionary_columns) if dictionary_columns else None
     with pq.ParquetFile(path, read_dictionary=dictionary) as file:
         names = file.schema_arrow.names
-        if (file.metadata.num_row_groups > 1 and _RECORD_KEY in names
-                and (columns is None or all(c in names for c in columns))):
+        if file.metadata.num_row_groups > 1 and _RECORD_KEY in names:
             holding = _row_groups_holding(file, names.index(_RECORD_KEY), value_set,
                                           use_threads)
-            wanted = list(columns) if columns is not None else None
+            # a column the file lacks is left out (as read_base_file leaves it out)
+            wanted = [c for c in columns if c in names] if columns is not None else None
             if not holding:
                 schema = file.schema_arrow
                 if wanted is not None:

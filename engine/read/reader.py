@@ -43,6 +43,7 @@ from engine.schema import (
     LOW_CARDINALITY_META,
     META_FIELDS,
     RECORD_KEY,
+    evolve_columns,
     table_schema,
 )
 from engine.storage import Storage
@@ -182,7 +183,11 @@ class SliceReader:
                     key_filter = pc.field(RECORD_KEY).isin(keys) if keys is not None else None
                     base = read_base_file(source, columns=columns, dictionary_columns=wanted,
                                           filters=key_filter, use_threads=self.use_threads)
-        schema = base.schema if base is not None else self.schema
+        if base is not None:
+            # A file written before the table's schema evolved: null for the columns added
+            # since, widened values (the log blocks below decode into this schema too).
+            base = evolve_columns(base, self._wanted(columns))
+        schema = base.schema if base is not None else self._wanted(columns)
         if read_optimized or not slc.log_files:
             if base is None:
                 return (schema or pa.schema([])).empty_table()
@@ -205,6 +210,12 @@ class SliceReader:
             schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
         return merge_layers(base, layers, mode=self.config.merge_mode,
                             ordering_field=self.config.precombine_field, schema=schema)
+
+    def _wanted(self, columns: Sequence[str] | None) -> pa.Schema | None:
+        """The table schema's fields a read of ``columns`` returns (None: all of them)."""
+        if self.schema is None or columns is None:
+            return self.schema
+        return pa.schema([f for f in self.schema if f.name in columns])
 
     def log_layers(self, slc: FileSlice, schema: pa.Schema | None) -> list[Layer]:
         """The slice's log blocks as merge layers, in the slice's log order (rolled-back
@@ -232,8 +243,9 @@ class SliceReader:
             if block.block_type is BlockType.AVRO_DATA:
                 layers.append(DataLayer(decode_avro_data_block(block, schema)))
             elif block.block_type is BlockType.PARQUET_DATA:
-                layers.append(DataLayer(decode_parquet_data_block(
-                    block, use_threads=self.use_threads, dictionary_columns=dictionary)))
+                layers.append(DataLayer(evolve_columns(decode_parquet_data_block(
+                    block, use_threads=self.use_threads, dictionary_columns=dictionary),
+                    schema)))
             elif block.block_type is BlockType.DELETE:
                 keys, ordering = delete_columns(block)
                 layers.append(DeleteLayer(keys, ordering))

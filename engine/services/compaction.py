@@ -55,6 +55,7 @@ from engine.schema import (
     RECORD_KEY,
     arrow_from_avro_json,
     conform,
+    evolve_columns,
 )
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
@@ -274,6 +275,7 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     if base_file is not None:
         with storage.open_input(base_file.path) as source:
             base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
+        base = evolve_columns(base, schema)  # rows of an older schema: nulls, widened types
     layers = reader.log_layers(slc, base.schema if base is not None else plain)
     merged = merge_layers(base, layers, mode=config.merge_mode,
                           ordering_field=config.precombine_field,

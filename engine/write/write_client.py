@@ -55,7 +55,7 @@ from engine.schema import (
     avro_data_schema,
     avro_full_schema,
     data_schema_of,
-    normalize_input_schema,
+    evolve_schema,
 )
 from engine.services.base import TaskRunner
 from engine.services.rollback import reverted_since, rollback_failed_writes, rollback_instant
@@ -188,7 +188,10 @@ class WriteClient:
         return data_schema_of(arrow_from_avro_json(schema_json))
 
     def _conform_input(self, data: pa.Table, schema: pa.Schema | None) -> pa.Table:
-        """Cast input to the table's data schema; new tables take the input's schema.
+        """The input as the table stores it after this write: its schema evolved by Hudi's
+        rules (:func:`~engine.schema.evolve_schema`: new columns added, types widened,
+        missing columns null with ``hoodie.write.set.null.for.missing.columns``, anything
+        else refused naming the column), every column cast to its stored type.
 
         ``_hoodie_*`` columns are dropped unless the table's schema has them (a table
         written by Java may store ``_hoodie_is_deleted``).
@@ -197,27 +200,9 @@ class WriteClient:
                      and (schema is None or c not in schema.names)]
         if meta_cols:
             data = data.drop_columns(meta_cols)
-        target = schema or normalize_input_schema(data.schema)
-        missing = [f.name for f in target if f.name not in data.column_names]
-        if missing:
-            raise InvalidRecordError(f"input lacks column {missing[0]!r} of the table schema")
-        extra = [c for c in data.column_names if c not in target.names]
-        if extra:
-            raise InvalidRecordError(
-                f"input column {extra[0]!r} is not in the table schema "
-                f"({', '.join(target.names)})")
-        columns = []
-        for f in target:
-            col = data.column(f.name)
-            if not col.type.equals(f.type):
-                try:
-                    col = col.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise InvalidRecordError(
-                        f"column {f.name!r} of type {col.type} cannot be stored as "
-                        f"{f.type}: {exc}") from None
-            columns.append(col)
-        return pa.Table.from_arrays(columns, schema=target)
+        target = evolve_schema(schema, data.schema,
+                               set_null_for_missing=self.write_config.set_null_for_missing_columns)
+        return _cast_to(data, target)
 
     # -- planning --------------------------------------------------------------------------
 
@@ -295,8 +280,17 @@ class WriteClient:
         """Tag and place every record and delete; one task per touched file group."""
         view = TableView(self.storage, timeline)
         data_schema = self._table_data_schema(timeline)
-        if data_schema is None and records is not None:
-            data_schema = records.drop_columns([RECORD_KEY, PARTITION_PATH]).schema
+        if records is not None:
+            # The schema as of this instant's start: another writer may have evolved it
+            # since the records were prepared (checked again, still before any file).
+            given = records.drop_columns([RECORD_KEY, PARTITION_PATH])
+            data_schema = evolve_schema(
+                data_schema, given.schema,
+                set_null_for_missing=self.write_config.set_null_for_missing_columns)
+            if not given.schema.equals(data_schema):
+                records = _cast_to(given, data_schema).append_column(
+                    RECORD_KEY, records.column(RECORD_KEY)).append_column(
+                    PARTITION_PATH, records.column(PARTITION_PATH))
         if data_schema is None:
             data_schema = pa.schema([])
         reader = view.slice_reader()
@@ -857,6 +851,26 @@ def _key_columns_as_stored(data: pa.Table, schema: pa.Schema | None,
                 f"column {name!r} of type {column.type} cannot be stored as {wanted}") from None
         data = data.set_column(data.column_names.index(name), pa.field(name, wanted), cast)
     return data
+
+
+def _cast_to(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with exactly ``schema``'s columns (those it lacks null), each cast to its
+    type; a value that does not fit raises :class:`~engine.errors.InvalidRecordError`."""
+    columns = []
+    for f in schema:
+        if f.name not in data.column_names:
+            columns.append(pa.nulls(data.num_rows, f.type))
+            continue
+        col = data.column(f.name)
+        if not col.type.equals(f.type):
+            try:
+                col = col.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidRecordError(
+                    f"column {f.name!r} of type {col.type} cannot be stored as "
+                    f"{f.type}: {exc}") from None
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _split_by_group(located: pa.Table) -> list[tuple[tuple[str, str], pa.Table]]:

@@ -42,6 +42,7 @@ from engine.schema import (
     META_FIELDS,
     PARTITION_PATH,
     RECORD_KEY,
+    evolve_columns,
 )
 from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
@@ -209,6 +210,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     if task.kind == MERGE and task.base_file:
         with storage.open_input(task.base_file) as source:
             base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
+        base = evolve_columns(base, schema)  # rows of an older schema: nulls, widened types
         base_keys = base.column(RECORD_KEY).combine_chunks()
         layers: list[Layer] = []
         new_keys = None
