@@ -1,0 +1,122 @@
+"""Schema evolution on write (docs/engine.md, "Schema evolution"): new nullable columns and
+widened types evolve the table, old files read nulls and widened values — ours and hudi-rs's
+reads, through copy-on-write rewrites, merge-on-read logs, compaction, clustering and data
+skipping — and every other change is refused naming the column before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from engine import SchemaEvolutionError, Table
+from engine.timeline.active import Timeline
+from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+
+COLUMNS = ["key", "ts", "part", "qty", "price", "note"]
+V1 = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("part", pa.string()),
+                ("qty", pa.int32()), ("price", pa.float32())])
+V2 = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("part", pa.string()),
+                ("qty", pa.int64()), ("price", pa.float64()), ("note", pa.string())])
+OPTIONS = {"hoodie.metadata.index.column.stats.enable": "true",
+           "hoodie.parquet.small.file.limit": "1"}  # inserts open new groups: old files stay
+
+
+def _v1_rows(keys: range, ts: int) -> list[dict[str, Any]]:
+    return [{"key": f"k{i:02d}", "ts": ts, "part": f"p{i % 3}", "qty": i,
+             "price": i + 0.5} for i in keys]
+
+
+def _write(table: Table, oracle: Oracle, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
+    instant = table.upsert(pa.Table.from_pylist(rows, schema=schema))
+    oracle.upsert([{"note": None, **row} for row in rows], instant)
+    return instant
+
+
+def _recorded_schema(table: Table) -> dict[str, Any]:
+    timeline = Timeline.load(table.storage, table.config)
+    return {f["name"]: f["type"] for f in json.loads(timeline.latest_schema() or "{}")["fields"]}
+
+
+def _check(table: Table, oracle: Oracle) -> None:
+    expected = sorted_rows(oracle.snapshot(), COLUMNS)
+    ours = table.read()
+    assert ours.schema.field("qty").type == pa.int64()
+    assert ours.schema.field("price").type == pa.float64()
+    assert sorted_rows(ours, COLUMNS) == expected
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
+    # Data skipping on the new and the widened columns keeps the old files' rows.
+    for filters, wanted in (([("note", "=", "n5")], lambda r: r["note"] == "n5"),
+                            ([("qty", ">", 2**31)], lambda r: r["qty"] > 2**31),
+                            ([("qty", "<", 4)], lambda r: r["qty"] < 4)):
+        assert sorted_rows(table.read(filters=filters), COLUMNS) == \
+            [r for r in expected if wanted(r)], filters
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_schema_evolution_added_column_and_widened_types_read_as_oracle_and_hudi_rs(
+        tmp_path: Path, table_type: str) -> None:
+    table = Table.create(str(tmp_path / "t"), name="evolve", table_type=table_type,
+                         record_key="key", precombine="ts", partition_by="part",
+                         options=OPTIONS)
+    oracle = Oracle()
+    _write(table, oracle, _v1_rows(range(12), 1), V1)
+    # v2: a new column, qty int → long (a value past int), price float → double; updates in
+    # p0 and p1 only, so p2's files stay as v1 wrote them.
+    v2 = [{"key": f"k{i:02d}", "ts": 2, "part": f"p{i % 3}", "qty": 2**33 + i,
+           "price": i + 0.25, "note": f"n{i}"} for i in (0, 1, 3, 4)]
+    v2 += [{"key": f"k{i:02d}", "ts": 2, "part": f"p{i % 3}", "qty": i, "price": 0.125,
+            "note": f"n{i}"} for i in (12, 13, 15)]
+    _write(table, oracle, v2, V2)
+    assert _recorded_schema(table) == {
+        "key": ["null", "string"], "ts": ["null", "long"], "part": ["null", "string"],
+        "qty": ["null", "long"], "price": ["null", "double"], "note": ["null", "string"]}
+    _check(table, oracle)
+
+    # A write in the old shape again: int and float are cast up (the table never narrows),
+    # the missing column is refused until nulls are asked for.
+    old_shape = _v1_rows(range(5, 7), 3)
+    with pytest.raises(SchemaEvolutionError, match="'note'") as refused:
+        table.upsert(pa.Table.from_pylist(old_shape, schema=V1))
+    assert refused.value.column == "note"
+    nulls = Table.open(table.path, {"hoodie.write.set.null.for.missing.columns": "true"})
+    _write(nulls, oracle, old_shape, V1)
+    assert _recorded_schema(table)["qty"] == ["null", "long"]
+    _check(table, oracle)
+
+    # Table services rewrite old and new files into the evolved schema.
+    if table_type == "MERGE_ON_READ":
+        assert table.compact().did_something
+    else:
+        assert Table.open(table.path, {"hoodie.clustering.plan.strategy.small.file.limit":
+                                       str(10**9)}).cluster().did_something
+    _check(table, oracle)
+    assert Timeline.load(table.storage, table.config).pending() == []
+
+
+def test_schema_evolution_refused_changes_name_the_column_and_write_nothing(
+        tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path / "t"), name="refuse", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by="part")
+    oracle = Oracle()
+    _write(table, oracle, _v1_rows(range(6), 1), V2.remove(V2.get_field_index("note")))
+    files = sorted(p for p in Path(table.path).rglob("*") if p.is_file())
+    base = pa.Table.from_pylist(_v1_rows(range(2), 2))
+    changes = {
+        # narrowed: the long column given as float (int and long are cast up instead)
+        "qty": base.set_column(3, "qty", base.column("qty").cast(pa.float32())),
+        # another type
+        "price": base.set_column(4, "price", pa.array(["cheap", "dear"])),
+        # dropped, and renamed (a drop and an add)
+        "ts": base.drop_columns(["ts"]).append_column("event_ts", base.column("ts")),
+    }
+    for column, data in changes.items():
+        with pytest.raises(SchemaEvolutionError, match=f"'{column}'") as refused:
+            table.upsert(data)
+        assert refused.value.column == column
+    assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
+    assert Timeline.load(table.storage, table.config).pending() == []
+    assert sorted_rows(table.read(), COLUMNS[:5]) == sorted_rows(oracle.snapshot(), COLUMNS[:5])
