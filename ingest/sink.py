@@ -63,18 +63,19 @@ from engine.errors import (
     InvalidOptionError,
     InvalidRecordError,
     LockTimeoutError,
+    SchemaEvolutionError,
     TableExistsError,
     TableNotFoundError,
     TerminalError,
     WriteConflictError,
 )
 from engine.layout.keygen import check_field_types
-from engine.schema import data_schema_of, normalize_input_schema, table_schema
+from engine.schema import data_schema_of, evolve_schema, normalize_input_schema, table_schema
 from engine.storage import is_local
 from engine.table import Table
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import WriteStat
-from engine.write.write_client import WriteClient
+from engine.write.write_client import DELETE_MARKER, WriteClient
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     batch_end_offsets,
@@ -399,15 +400,10 @@ class HudiStreamingSink:
         fields the engine stores; ``full``: all of them, for tables that stored a
         ``_hoodie_is_deleted`` column)."""
         config = self.table.config
-        recorded = table_schema(Timeline.load(self.table.storage, config))
-        if recorded is not None:
-            stored = data_schema_of(recorded)
-            if not (_same_fields(stored, decoded) or _same_fields(stored, full)):
-                raise ValueError(f"decoder: its schema ({decoded}) differs from the table's "
-                                 f"({stored}); schema evolution is not supported here")
-            schema = stored
-        else:
-            schema = decoded
+        timeline = Timeline.load(self.table.storage, config)
+        recorded = table_schema(timeline)
+        stores_marker = recorded is not None and DELETE_MARKER in recorded.names
+        schema = self._evolved(timeline, full if stores_marker else decoded)
         for name in (*config.record_key_fields, *config.partition_fields):
             if name not in schema.names:
                 raise ValueError(f"decoder: the schema has no field {name!r} (a key or "
@@ -421,6 +417,32 @@ class HudiStreamingSink:
             check_ordering_type(config.precombine_field,
                                 schema.field(config.precombine_field).type)
         return schema
+
+    def _evolved(self, timeline: Timeline, decoded: pa.Schema) -> pa.Schema:
+        """The table's data schema once the decoder's rows are written: the engine's rule
+        (:func:`engine.schema.evolve_schema`: new fields added, types widened, anything else
+        refused with :class:`~engine.errors.SchemaEvolutionError` naming the column)."""
+        recorded = table_schema(timeline)
+        return evolve_schema(
+            data_schema_of(recorded) if recorded is not None else None, decoded,
+            set_null_for_missing=self.table.write_config.set_null_for_missing_columns)
+
+    def _check_table_schema(self, timeline: Timeline) -> None:
+        """Before a batch starts its instant: the table's schema must still evolve to the one
+        this job writes; another writer that evolved it since fails the batch, naming the
+        first column that differs (nothing is written; restart the job with a decoder of the
+        table's schema)."""
+        now = self._evolved(timeline, self.data_schema)
+        if now.equals(self.data_schema):
+            return
+        column = next((f.name for f in now if f.name not in self.data_schema.names
+                       or not f.type.equals(self.data_schema.field(f.name).type)),
+                      now.names[-1])
+        raise SchemaEvolutionError(
+            column, f"column {column!r}: the table's schema changed since this job started "
+            f"(another writer evolved it); the job writes {self.data_schema}, the table "
+            "would now need another schema: restart the job with a decoder of the table's "
+            "current schema")
 
     # -- the streaming plan (driver) -------------------------------------------------------
 
@@ -487,6 +509,7 @@ class HudiStreamingSink:
             self._done(BatchResult(batch_id, skipped=True,
                                    seconds=time.monotonic() - started))
             return
+        self._check_table_schema(timeline)
         result = self._write_with_retries(self._prepared(df), batch_id, query_id, timeline)
         self._done(replace(result, seconds=time.monotonic() - started))
         if result.instant_time is not None:
@@ -792,10 +815,6 @@ def key_decoder(key_format: str, key_schema: Any, config: Any,
         names = [*config.record_key_fields, *config.partition_fields]
         key_schema = pa.schema([data_schema.field(n) for n in dict.fromkeys(names)])
     return JsonDecoder(key_schema)
-
-
-def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
-    return a.names == b.names and all(x.type.equals(y.type) for x, y in zip(a, b, strict=True))
 
 
 def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,

@@ -41,13 +41,14 @@ def _recorded_schema(table: Table) -> dict[str, Any]:
     return {f["name"]: f["type"] for f in json.loads(timeline.latest_schema() or "{}")["fields"]}
 
 
-def _check(table: Table, oracle: Oracle) -> None:
+def _check(table: Table, oracle: Oracle, *, hudi_rs: bool = True) -> None:
     expected = sorted_rows(oracle.snapshot(), COLUMNS)
     ours = table.read()
     assert ours.schema.field("qty").type == pa.int64()
     assert ours.schema.field("price").type == pa.float64()
     assert sorted_rows(ours, COLUMNS) == expected
-    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
+    if hudi_rs:
+        assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == expected
     # Data skipping on the new and the widened columns keeps the old files' rows.
     for filters, wanted in (([("note", "=", "n5")], lambda r: r["note"] == "n5"),
                             ([("qty", ">", 2**31)], lambda r: r["qty"] > 2**31),
@@ -64,31 +65,36 @@ def test_schema_evolution_added_column_and_widened_types_read_as_oracle_and_hudi
                          options=OPTIONS)
     oracle = Oracle()
     _write(table, oracle, _v1_rows(range(12), 1), V1)
+    _write(table, oracle, _v1_rows(range(0, 12, 4), 2), V1)  # MOR: log blocks of v1
     # v2: a new column, qty int → long (a value past int), price float → double; updates in
     # p0 and p1 only, so p2's files stay as v1 wrote them.
-    v2 = [{"key": f"k{i:02d}", "ts": 2, "part": f"p{i % 3}", "qty": 2**33 + i,
+    v2 = [{"key": f"k{i:02d}", "ts": 3, "part": f"p{i % 3}", "qty": 2**33 + i,
            "price": i + 0.25, "note": f"n{i}"} for i in (0, 1, 3, 4)]
-    v2 += [{"key": f"k{i:02d}", "ts": 2, "part": f"p{i % 3}", "qty": i, "price": 0.125,
+    v2 += [{"key": f"k{i:02d}", "ts": 3, "part": f"p{i % 3}", "qty": i, "price": 0.125,
             "note": f"n{i}"} for i in (12, 13, 15)]
     _write(table, oracle, v2, V2)
     assert _recorded_schema(table) == {
         "key": ["null", "string"], "ts": ["null", "long"], "part": ["null", "string"],
         "qty": ["null", "long"], "price": ["null", "double"], "note": ["null", "string"]}
-    _check(table, oracle)
+    # hudi-rs 0.5.0 fails on a log block that both lacks a column and holds a narrower type
+    # than the table's ("partial-update column 'qty' has type Int32 but the table schema
+    # expects Int64"): merge-on-read is checked with it once compaction rewrote those blocks.
+    mor = table_type == "MERGE_ON_READ"
+    _check(table, oracle, hudi_rs=not mor)
 
     # A write in the old shape again: int and float are cast up (the table never narrows),
     # the missing column is refused until nulls are asked for.
-    old_shape = _v1_rows(range(5, 7), 3)
+    old_shape = _v1_rows(range(5, 7), 4)
     with pytest.raises(SchemaEvolutionError, match="'note'") as refused:
         table.upsert(pa.Table.from_pylist(old_shape, schema=V1))
     assert refused.value.column == "note"
     nulls = Table.open(table.path, {"hoodie.write.set.null.for.missing.columns": "true"})
     _write(nulls, oracle, old_shape, V1)
     assert _recorded_schema(table)["qty"] == ["null", "long"]
-    _check(table, oracle)
+    _check(table, oracle, hudi_rs=not mor)
 
     # Table services rewrite old and new files into the evolved schema.
-    if table_type == "MERGE_ON_READ":
+    if mor:
         assert table.compact().did_something
     else:
         assert Table.open(table.path, {"hoodie.clustering.plan.strategy.small.file.limit":
