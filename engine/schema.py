@@ -231,3 +231,22 @@ def evolve_columns(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
             columns.append(data.column(name))
             fields.append(data.schema.field(name))
     return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=data.schema.metadata))
+
+
+def commit_schema(latest_json: str | None, own_json: str | None, table_name: str) -> str:
+    """The schema a commit records (``extraMetadata.schema``), under the table lock right
+    before its commit point: its own, joined with the table's schema as it is now
+    (``latest_json``) when another writer evolved it since this one started — so a writer
+    that started before an evolution and completes after it never takes the table's schema
+    back (readers take the latest completed commit's). Its files read null for the columns
+    they lack and widened values, as any file of an older schema."""
+    if not latest_json or not own_json or latest_json == own_json:
+        return own_json or latest_json or ""
+    latest = data_schema_of(arrow_from_avro_json(latest_json))
+    own = data_schema_of(arrow_from_avro_json(own_json))
+    joined = evolve_schema(latest, own, set_null_for_missing=True)
+    if joined.equals(own):
+        return own_json
+    if joined.equals(latest):
+        return latest_json
+    return json.dumps(avro_data_schema(joined, table_name), separators=(",", ":"))

@@ -54,6 +54,7 @@ from engine.schema import (
     LOW_CARDINALITY_META,
     RECORD_KEY,
     arrow_from_avro_json,
+    commit_schema,
     conform,
     evolve_columns,
 )
@@ -391,7 +392,8 @@ def _execute(client: WriteClient, instant_time: str,
             attempt.check_owner(now)
             extra = {**plan.extra_metadata,
                      **now.rolling_metadata(client.write_config.rolling_metadata_keys),
-                     "schema": schema_json}
+                     "schema": commit_schema(now.latest_schema(), schema_json,
+                                             client.config.name)}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
             done = now.complete(attempt.instant, meta.to_avro_bytes(),

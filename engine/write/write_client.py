@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +54,7 @@ from engine.schema import (
     arrow_from_avro_json,
     avro_data_schema,
     avro_full_schema,
+    commit_schema,
     data_schema_of,
     evolve_schema,
 )
@@ -719,6 +720,12 @@ class WriteClient:
             with self.lock:
                 now = Timeline.load(self.storage, self.config)
                 _check_still_inflight(now, instant)
+                schema = commit_schema(now.latest_schema(), extra_metadata.get("schema"),
+                                       self.config.name)
+                if schema != extra_metadata.get("schema", schema):
+                    # another writer evolved the schema since this one started
+                    meta = replace(meta, extra_metadata={**extra_metadata, "schema": schema})
+                    content = meta.to_avro_bytes()
                 self._check_own_heartbeat(now, instant)
                 # A single writer still runs beside its own table services: a clustering
                 # that replaced a group this write touched makes it a conflict too.

@@ -126,3 +126,28 @@ def test_schema_evolution_refused_changes_name_the_column_and_write_nothing(
     assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
     assert Timeline.load(table.storage, table.config).pending() == []
     assert sorted_rows(table.read(), COLUMNS[:5]) == sorted_rows(oracle.snapshot(), COLUMNS[:5])
+
+
+def test_schema_evolution_writer_started_before_an_evolution_keeps_it_at_commit(
+        tmp_path: Path) -> None:
+    """A writer that began under the old schema and commits after another writer evolved it
+    records the evolved schema (readers take the latest commit's), not its own older one."""
+    from engine.write.write_client import UPSERT, WriteClient
+
+    table = Table.create(str(tmp_path / "t"), name="race", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by="part")
+    oracle = Oracle()
+    _write(table, oracle, _v1_rows(range(6), 1), V1)
+    slow = WriteClient(table.storage, table.config, table.write_config)
+    timeline, inflight = slow.begin()
+    late = [{"key": "k90", "ts": 2, "part": "p9", "qty": 90, "price": 9.5}]
+    records, _ = slow.prepare(pa.Table.from_pylist(late, schema=V1), timeline, dedupe=True)
+    plan = slow.plan(timeline, inflight, UPSERT, records, None)
+    stats = slow.execute_local(plan)
+    _write(table, oracle, [{"key": "k00", "ts": 3, "part": "p0", "qty": 2**33, "price": 0.5,
+                            "note": "new"}], V2)
+    slow.commit(timeline, plan, stats)
+    oracle.upsert([{"note": None, **row} for row in late])
+    assert _recorded_schema(table)["note"] == ["null", "string"]
+    assert _recorded_schema(table)["qty"] == ["null", "long"]
+    _check(table, oracle)
