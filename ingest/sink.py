@@ -432,17 +432,18 @@ class HudiStreamingSink:
         this job writes; another writer that evolved it since fails the batch, naming the
         first column that differs (nothing is written; restart the job with a decoder of the
         table's schema)."""
-        now = self._evolved(timeline, self.data_schema)
+        restart = ("the table's schema changed since this job started (another writer "
+                   "evolved it): restart the job with a decoder of the table's schema")
+        try:
+            now = self._evolved(timeline, self.data_schema)
+        except SchemaEvolutionError as exc:
+            raise SchemaEvolutionError(exc.column, f"{exc}; {restart}") from None
         if now.equals(self.data_schema):
             return
         column = next((f.name for f in now if f.name not in self.data_schema.names
                        or not f.type.equals(self.data_schema.field(f.name).type)),
                       now.names[-1])
-        raise SchemaEvolutionError(
-            column, f"column {column!r}: the table's schema changed since this job started "
-            f"(another writer evolved it); the job writes {self.data_schema}, the table "
-            "would now need another schema: restart the job with a decoder of the table's "
-            "current schema")
+        raise SchemaEvolutionError(column, f"column {column!r}: {restart}")
 
     # -- the streaming plan (driver) -------------------------------------------------------
 

@@ -104,11 +104,13 @@ def test_upsert_missing_key_or_ordering_rejected_before_writing(tmp_path: Path,
     assert len(table.timeline()) == 1
 
 
-def test_upsert_unknown_column_rejected_with_its_name(tmp_path: Path) -> None:
+def test_upsert_unknown_column_added_to_the_schema_older_rows_null(tmp_path: Path) -> None:
+    """As Hudi evolves the schema on write (docs/engine.md, "Schema evolution")."""
     table = _table(tmp_path)
     table.upsert(_data(["a"]))
-    with pytest.raises(InvalidRecordError, match="'surprise'"):
-        table.upsert(_data(["b"]).append_column("surprise", pa.array([1])))
+    table.upsert(_data(["b"]).append_column("surprise", pa.array([1])))
+    rows = table.read().sort_by("id")
+    assert rows.column("surprise").to_pylist() == [None, 1]
 
 
 def test_read_bad_arguments_name_argument(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import pytest
 
 from engine import Table
 from engine.config import MergeMode
-from engine.errors import CorruptTableError, TableNotFoundError
+from engine.errors import CorruptTableError, SchemaEvolutionError, TableNotFoundError
 from engine.index.bucket import bucket_id
 from engine.merge.policy import LIVE, KeyState, resolve_key
 from engine.merge.record_merger import dedupe_batch
@@ -229,6 +229,34 @@ def test_sink_on_table_with_corrupt_recorded_schema_raises_naming_the_file(
     with pytest.raises(CorruptTableError, match=r"\.hoodie/timeline/\d+_\d+\.deltacommit: "
                        "the table schema it records cannot be parsed"):
         HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts"))
+
+
+def test_sink_schema_evolves_the_table_and_refuses_named_changes(tmp_path: Path) -> None:
+    """A decoder with a new field and a wider type evolves the table's schema (the engine's
+    rule); one that would change a type otherwise is refused naming the column; a batch of a
+    job whose table another writer evolved since it started fails naming the column."""
+    path = str(tmp_path / "t")
+    table = Table.create(path, name="t", record_key="id", precombine="ts",
+                         options={"hoodie.index.type": "BUCKET"})
+    table.upsert(pa.table({"id": ["a"], "ts": [1], "qty": pa.array([1], pa.int32())}))
+
+    def sink(ddl: str) -> HudiStreamingSink:
+        return HudiStreamingSink(SinkConfig(path, decoder=JsonDecoder(ddl), record_key="id",
+                                            precombine="ts"))
+
+    evolved = sink("id STRING, ts BIGINT, qty BIGINT, note STRING")
+    assert evolved.data_schema.names == ["id", "ts", "qty", "note"]
+    assert evolved.data_schema.field("qty").type == pa.int64()
+    with pytest.raises(SchemaEvolutionError, match="'qty'"):
+        sink("id STRING, ts BIGINT, qty FLOAT")
+    with pytest.raises(SchemaEvolutionError, match="'qty'"):
+        sink("id STRING, ts BIGINT")
+    running = sink("id STRING, ts BIGINT, qty INT")
+    running._check_table_schema(Timeline.load(table.storage, table.config))
+    table.upsert(pa.table({"id": ["b"], "ts": [2], "qty": [2], "city": ["oslo"]}))
+    with pytest.raises(SchemaEvolutionError, match=r"'city'.*restart the job") as refused:
+        running._check_table_schema(Timeline.load(table.storage, table.config))
+    assert refused.value.column == "city"
 
 
 def test_packed_rows_hold_each_file_group_once_and_unpack_to_the_same_rows(
