@@ -403,15 +403,18 @@ class HudiStreamingSink:
         timeline = Timeline.load(self.table.storage, config)
         recorded = table_schema(timeline)
         stores_marker = recorded is not None and DELETE_MARKER in recorded.names
-        schema = self._evolved(timeline, full if stores_marker else decoded)
+        produced = full if stores_marker else decoded
+        schema = self._evolved(timeline, produced)
+        # Checked on the decoder's own fields: a table column the decoder lacks is kept (as
+        # nulls) with hoodie.write.set.null.for.missing.columns, but no key may be null.
         for name in (*config.record_key_fields, *config.partition_fields):
-            if name not in schema.names:
+            if name not in produced.names:
                 raise ValueError(f"decoder: the schema has no field {name!r} (a key or "
                                  "partition field of the table)")
         # A key or partition type with no Java text would fail every batch: refuse it now.
         check_field_types(schema, (*config.record_key_fields, *config.partition_fields))
         if config.precombine_field:
-            if config.precombine_field not in schema.names:
+            if config.precombine_field not in produced.names:
                 raise ValueError(f"decoder: the schema has no ordering field "
                                  f"{config.precombine_field!r}")
             check_ordering_type(config.precombine_field,

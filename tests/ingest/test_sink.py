@@ -251,6 +251,14 @@ def test_sink_schema_evolves_the_table_and_refuses_named_changes(tmp_path: Path)
         sink("id STRING, ts BIGINT, qty FLOAT")
     with pytest.raises(SchemaEvolutionError, match="'qty'"):
         sink("id STRING, ts BIGINT")
+    nulls = HudiStreamingSink(SinkConfig(
+        path, decoder=JsonDecoder("id STRING, ts BIGINT"), record_key="id", precombine="ts",
+        options={"hoodie.write.set.null.for.missing.columns": "true"}))
+    assert nulls.data_schema.names == ["id", "ts", "qty"]  # written as nulls
+    with pytest.raises(ValueError, match="ordering field 'ts'"):  # never a null key or ordering
+        HudiStreamingSink(SinkConfig(
+            path, decoder=JsonDecoder("id STRING, qty INT"), record_key="id", precombine="ts",
+            options={"hoodie.write.set.null.for.missing.columns": "true"}))
     running = sink("id STRING, ts BIGINT, qty INT")
     running._check_table_schema(Timeline.load(table.storage, table.config))
     table.upsert(pa.table({"id": ["b"], "ts": [2], "qty": [2], "city": ["oslo"]}))
