@@ -169,7 +169,8 @@ def record_keys(table: pa.Table, config: TableConfig) -> pa.Array:
     parts = []
     for name in fields:
         arr = field_strings(table.column(name), name)
-        bad = arr.null_count + pc.sum(pc.equal(pc.utf8_length(arr), 0)).as_py() \
+        # (the sum of an all-null column is null: every row is then bad already)
+        bad = arr.null_count + (pc.sum(pc.equal(pc.utf8_length(arr), 0)).as_py() or 0) \
             if len(arr) else 0
         if bad:
             raise InvalidRecordError(

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engine import SchemaEvolutionError, Table
+from engine import InvalidRecordError, SchemaEvolutionError, Table
 from engine.timeline.active import Timeline
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
@@ -128,6 +128,11 @@ def test_schema_evolution_refused_changes_name_the_column_and_write_nothing(
         with pytest.raises(SchemaEvolutionError, match=f"'{column}'") as refused:
             table.upsert(data)
         assert refused.value.column == column
+    # Nulls for missing columns never make a key or an ordering value null.
+    nulls = Table.open(table.path, {"hoodie.write.set.null.for.missing.columns": "true"})
+    for column in ("key", "ts"):
+        with pytest.raises(InvalidRecordError, match=f"'{column}'"):
+            nulls.upsert(base.drop_columns([column]))
     assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
     assert Timeline.load(table.storage, table.config).pending() == []
     assert sorted_rows(table.read(), COLUMNS[:5]) == sorted_rows(oracle.snapshot(), COLUMNS[:5])

@@ -91,6 +91,8 @@ def test_create_or_open_unsupported_uri_refused_naming_it(
     pa.table({"id": ["a", None], "ts": [1, 2], "city": ["x", "y"], "fare": [1.0, 2.0]}),
     pa.table({"id": ["a", "b"], "ts": [1, None], "city": ["x", "y"], "fare": [1.0, 2.0]}),
     pa.table({"id": ["a", ""], "ts": [1, 2], "city": ["x", "y"], "fare": [1.0, 2.0]}),
+    pa.table({"id": pa.array([None, None], pa.string()), "ts": [1, 2], "city": ["x", "y"],
+              "fare": [1.0, 2.0]}),
     pa.table({"ts": [1], "city": ["x"], "fare": [1.0]}),
 ])
 def test_upsert_missing_key_or_ordering_rejected_before_writing(tmp_path: Path,
