@@ -76,7 +76,8 @@ class TaskRule:
             base_instant=existing.base_instant if existing else None,
             task_partition=task_partition, stage=stage, attempt=attempt,
             num_updates=num_updates, located_keys=located_keys,
-            log_files=tuple(log.name for log in existing.log_files) if existing else ())
+            log_files=tuple(log.name for log in existing.log_files) if existing else (),
+            partition_exists=existing is not None or bool(view.latest_in_partition(partition)))
 
 
 @dataclass(frozen=True)

@@ -639,15 +639,29 @@ class WriteClient:
     # -- executing and committing -----------------------------------------------------------
 
     def execute_local(self, plan: WritePlan) -> list[WriteStat]:
-        """Run every task of the plan in this process (two threads: I/O and Arrow overlap)."""
-        if len(plan.tasks) < 2:
-            return [execute(plan.context, task) for task in plan.tasks]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return list(pool.map(lambda task: execute(plan.context, task), plan.tasks))
+        """Run every task of the plan in this process (two threads: I/O and Arrow overlap).
 
-    def commit(self, timeline: Timeline, plan: WritePlan, stats: Sequence[WriteStat]) -> Instant:
-        """Complete the instant with the tasks' stats: the commit point."""
-        return self.finish(timeline, plan.instant, stats, plan.operation, plan.extra_metadata)
+        The tasks do not read the timeline after publishing (a Spark task does, since it may
+        outlive its driver): this returns only once every task has ended, so the writer's
+        own check under the lock before the commit point (:meth:`finish`) sees any rollback
+        of the instant that a task's check would have seen, and the write is then rolled
+        back with every file its tasks published (:meth:`abort`). Saves one timeline listing
+        per task."""
+        context = replace(plan.context, timeline_folder=None)
+        if len(plan.tasks) < 2:
+            return [execute(context, task) for task in plan.tasks]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return list(pool.map(lambda task: execute(context, task), plan.tasks))
+
+    def commit(self, timeline: Timeline, plan: WritePlan, stats: Sequence[WriteStat], *,
+               in_process: bool = True) -> Instant:
+        """Complete the instant with the tasks' stats: the commit point.
+
+        ``in_process``: the tasks ran in this process, each once (:meth:`execute_local`), so
+        no failed task attempt left a file and nothing was staged in the instant's scratch
+        folder: :meth:`finish` lists neither the written partitions nor that folder."""
+        return self.finish(timeline, plan.instant, stats, plan.operation, plan.extra_metadata,
+                           attempts=not in_process)
 
     # -- the instant lifecycle, for writers that run tasks elsewhere (Spark) ----------------
 
@@ -698,7 +712,8 @@ class WriteClient:
                             self.write_config.heartbeat_expiry_seconds)
 
     def finish(self, timeline: Timeline, instant: Instant, stats: Sequence[WriteStat],
-               operation: str, extra_metadata: Mapping[str, str]) -> Instant:
+               operation: str, extra_metadata: Mapping[str, str], *,
+               attempts: bool = True) -> Instant:
         """Remove files of failed task attempts, then complete the instant: the commit
         point. Driver only.
 
@@ -709,9 +724,14 @@ class WriteClient:
         that completed since ``timeline`` was loaded may have touched its file groups;
         otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
         raised.
+
+        ``attempts=False``: the tasks ran once each in this process (:meth:`commit`), so
+        there is no such file and the written partitions are not listed; nor is the scratch
+        folder deleted, which only tasks elsewhere fill.
         """
-        delete_unreferenced(self.storage, instant.requested_time,
-                            (stat.path for stat in stats))
+        if attempts:
+            delete_unreferenced(self.storage, instant.requested_time,
+                                (stat.path for stat in stats))
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
@@ -739,7 +759,8 @@ class WriteClient:
             self.abort(instant)
             raise
         self._stop_heartbeat(instant.requested_time)
-        self.storage.delete_tree(temp_folder(instant.requested_time))
+        if attempts:
+            self.storage.delete_tree(temp_folder(instant.requested_time))
         return done
 
     def _check_own_heartbeat(self, now: Timeline, instant: Instant) -> None:
@@ -780,7 +801,7 @@ class WriteClient:
         try:
             plan = self.plan(timeline, inflight, operation, records, deletes, extra_metadata)
             stats = (run or self.execute_local)(plan)
-            done = self.commit(timeline, plan, stats)
+            done = self.commit(timeline, plan, stats, in_process=run is None)
         except BaseException:
             self.abort(inflight)
             raise

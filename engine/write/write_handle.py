@@ -72,7 +72,9 @@ class WriteContext:
     bloom_sizing: BloomSizing = field(default_factory=BloomSizing)
     timeline_folder: str | None = None
     """Where a task checks, after publishing, that its instant was not rolled back (None:
-    no check, for handles run outside an instant's lifecycle)."""
+    no check, for handles run outside an instant's lifecycle, and for tasks the committing
+    writer runs in its own process and waits for: its check under the lock before the
+    commit point covers them, :meth:`~engine.write.write_client.WriteClient.execute_local`)."""
     metadata_partitions: tuple[str, ...] = ()
     """The metadata table's index partitions the table keeps (declared when the instant
     began): a handle puts what its file adds to them in its stat's ``metadata``."""
@@ -109,6 +111,10 @@ class WriteTask:
     planner tagged every record (an upsert by key lookup); None when not known. An append of
     records alone then keeps the record_index without reading the slice: the other keys
     enter the group."""
+    partition_exists: bool = False
+    """The view holds committed files in the partition, so its
+    ``.hoodie_partition_metadata`` exists (every handle writes it before its data file): the
+    handle does not look for it (one ``HEAD`` per task on an object store)."""
 
     @property
     def write_token(self) -> str:
@@ -178,7 +184,8 @@ def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteS
     driver cannot flush.
     """
     storage = ctx.storage
-    write_partition_metadata(storage, task.partition_path, ctx.instant_time)
+    if not task.partition_exists:
+        write_partition_metadata(storage, task.partition_path, ctx.instant_time)
     if task.kind == APPEND:
         stat = _append(ctx, task, storage, sync)
     elif task.kind in (CREATE, MERGE):
