@@ -215,8 +215,12 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     bloom = None
     base_keys = None
     if task.kind == MERGE and task.base_file:
+        old_bloom = None
         with storage.open_input(task.base_file) as source:
             base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
+            if ctx.write_bloom_filter:  # from the bytes just read: no second fetch
+                source.seek(0)
+                old_bloom = read_footer_keys(source).bloom
         base = evolve_columns(base, schema)  # rows of an older schema: nulls, widened types
         base_keys = base.column(RECORD_KEY).combine_chunks()
         layers: list[Layer] = []
@@ -238,16 +242,13 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         merged = merged.set_column(index, schema.field(FILE_NAME),
                                    _constant(name, merged.num_rows, True))
         out = merged
-        if ctx.write_bloom_filter:
+        if old_bloom is not None:
             # The old filter plus the new keys: a superset of this file's keys, far cheaper
             # than hashing every key again (deleted keys only add false positives), while
             # it stays sized for the file (BloomSizing.extend); else one built anew.
-            with storage.open_input(task.base_file, whole=False) as source:
-                old = read_footer_keys(source).bloom
-            if old is not None:
-                bloom = ctx.bloom_sizing.extend(
-                    old, new_keys if new_keys is not None else pa.array([], pa.string()),
-                    out.num_rows)
+            bloom = ctx.bloom_sizing.extend(
+                old_bloom, new_keys if new_keys is not None else pa.array([], pa.string()),
+                out.num_rows)
     else:
         out = incoming if incoming is not None else schema.empty_table()
     result = write_base_file(rel, out, bloom=ctx.write_bloom_filter,
