@@ -282,6 +282,11 @@ class Storage:
         """Last modification time of a file (seconds since the epoch); None if missing."""
         raise NotImplementedError
 
+    def stat(self, rel: str) -> tuple[int, float]:
+        """Size in bytes and modification time of a file, of the same version (one ``HEAD``
+        on an object store); :class:`FileNotFoundError` if missing."""
+        raise NotImplementedError
+
     def read_with_mtime(self, rel: str) -> tuple[bytes, float] | None:
         """Content and modification time of one file, both of the same version; None if
         the file is missing."""
@@ -459,6 +464,10 @@ class LocalStorage(Storage):
             return os.stat(self.full(rel)).st_mtime
         except FileNotFoundError:
             return None
+
+    def stat(self, rel: str) -> tuple[int, float]:
+        found = os.stat(self.full(rel))
+        return found.st_size, found.st_mtime
 
     def list_dir(self, rel: str) -> list[FileStatus]:
         """Files (not folders) directly in ``rel``; empty if the folder is missing."""
@@ -698,6 +707,12 @@ class ObjectStorage(Storage):
     def modified(self, rel: str) -> float | None:
         meta = self._head(rel)
         return None if meta is None else float(meta["last_modified"].timestamp())
+
+    def stat(self, rel: str) -> tuple[int, float]:
+        meta = self._head(rel)
+        if meta is None:
+            raise FileNotFoundError(self.full(rel))
+        return int(meta["size"]), float(meta["last_modified"].timestamp())
 
     def read_with_mtime(self, rel: str) -> tuple[bytes, float] | None:
         found = self._get_with_meta(rel)

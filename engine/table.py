@@ -314,10 +314,12 @@ class Table:
         timeline = Timeline.load(self.storage, self.config)
         if operation == DELETE:
             deletes = client.prepare_deletes(data, timeline)
-            instant = client.write(DELETE, None, deletes, extra_metadata=extra_metadata)
+            instant = client.write(DELETE, None, deletes, extra_metadata=extra_metadata,
+                                   seen=timeline)
         else:
             records, deletes = client.prepare(data, timeline, dedupe=True)
-            instant = client.write(operation, records, deletes, extra_metadata=extra_metadata)
+            instant = client.write(operation, records, deletes, extra_metadata=extra_metadata,
+                                   seen=timeline)
         from engine.services.table_services import run_inline
         run_inline(client)  # compaction, clustering, cleaning, archival, as options say
         return instant

@@ -19,8 +19,9 @@ from engine.metadata.table import (
     FILES,
     MetadataTable,
     completed_mdt_instants,
-    declared_partitions,
     is_metadata_storage,
+    snapshot_declared,
+    snapshot_metadata_timeline,
 )
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
@@ -65,14 +66,16 @@ def metadata_listing(storage: Storage, data_timeline: Timeline) -> TableFiles | 
     MDT is not declared, missing, or misses a data action (then list storage)."""
     if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
         return None
-    if FILES not in declared_partitions(storage):
+    # hoodie.properties and the MDT timeline as read along with the snapshot (a writer's
+    # start read them under the lock already)
+    if FILES not in snapshot_declared(data_timeline):
         return None
     mdt = MetadataTable(storage, data_timeline.config)
-    if not mdt.exists:
+    mdt_timeline = snapshot_metadata_timeline(data_timeline)
+    if mdt_timeline is None:
         _log.warning("%s declares a metadata table but has none; listing storage",
                      storage.base_path)
         return None
-    mdt_timeline = mdt.timeline()
     missing = missing_deltacommits(mdt_timeline, data_timeline)
     if missing:
         _log.warning("the metadata table of %s misses the data instants %s; listing storage "

@@ -155,9 +155,9 @@ _Kept = TypeVar("_Kept")
 def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: int,
           storage: Storage, path: str, build: Callable[[int], _Kept]) -> _Kept:
     """What ``build(size)`` makes of the file ``path``, kept in ``cache`` (least recently
-    used first out beyond ``limit``) by location, size and mtime."""
-    size = storage.size(path)
-    key = (storage.base_path, path, size, storage.modified(path))
+    used first out beyond ``limit``) by location, size and mtime (one ``HEAD``)."""
+    size, mtime = storage.stat(path)
+    key = (storage.base_path, path, size, mtime)
     with _READERS_LOCK:
         known = cache.get(key)
         if known is not None:

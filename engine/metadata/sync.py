@@ -16,6 +16,7 @@ before it writes (:func:`rebuild`), never trusting a stale one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from engine.layout.file_group import TableFiles, list_table_files, visible_instants
@@ -26,12 +27,15 @@ from engine.metadata.table import (
     BOOTSTRAP_PREFIX,
     FILES,
     METADATA_FOLDER,
-    PROPERTIES,
     MetadataTable,
     completed_mdt_instants,
     declared_partitions,
+    forget_metadata,
     is_metadata_storage,
     set_declared_partitions,
+    snapshot_declared,
+    snapshot_metadata_timeline,
+    snapshot_properties,
 )
 from engine.metadata.writer import (
     MAX_DELTA_COMMITS,
@@ -73,6 +77,7 @@ def initialize(storage: Storage, data_timeline: Timeline) -> MetadataTable:
         tuple(f for f in listed.log_files if f.instant_time in visible),
         listed.partitions)
     initialize_partition(mdt, FILES, 1, listing_of(committed))
+    forget_metadata(data_timeline)
     return mdt
 
 
@@ -125,33 +130,57 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
     """A writer's start (hold the lock; ``data_timeline`` loaded under it): initialize the
     MDT if the writer keeps one and it is not there, delete it if the writer does not; then
     build the index partitions the writer wants (``write_config``) and the table lacks, and
-    drop declared ones it does not want."""
-    if (is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2
-            or not storage.exists(PROPERTIES)):
+    drop declared ones it does not want.
+
+    Reads ``hoodie.properties`` and the MDT's timeline once, through ``data_timeline``
+    (:func:`~engine.metadata.table.snapshot_properties`), so the plan made from that
+    snapshot reads neither again; anything this changes drops them from it."""
+    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
+        return
+    if snapshot_properties(data_timeline) is None:
         # (a table the streaming sink defines is written to storage with its first commit;
         # its next writer's start initializes the MDT from that commit's files)
         return
-    declared = FILES in declared_partitions(storage)
+    try:
+        changed = _prepare(storage, data_timeline, enabled=enabled,
+                           write_config=write_config)
+    except BaseException:
+        forget_metadata(data_timeline)
+        raise
+    if changed:
+        forget_metadata(data_timeline)
+
+
+def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
+             write_config: WriteConfig | None) -> bool:
+    """:func:`prepare`'s work; True if it changed the MDT or ``hoodie.properties``."""
+    changed = False
+    declared = FILES in snapshot_declared(data_timeline)
     if enabled and declared and _out_of_step(storage, data_timeline):
         # Never tag or write against a stale MDT (the record index would miss keys).
         rebuild(storage, data_timeline, write_config)
+        changed = True
     if enabled and not declared:
         initialize(storage, data_timeline)
+        changed = True
     elif not enabled and declared:
         disable(storage)
         _log.warning("hoodie.metadata.enable=false: deleted the metadata table of %s",
                      storage.base_path)
+        return True
     if not enabled or write_config is None:
-        return
+        return changed
     from engine.layout.view import TableView
     from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
 
     wanted = wanted_partitions(write_config)
-    have = set(declared_partitions(storage)) - {FILES}
+    have = set(declared_partitions(storage) if changed
+               else snapshot_declared(data_timeline)) - {FILES}
     mdt = MetadataTable(storage, data_timeline.config)
     for name in sorted(n for n in have if wanted.get(n) is False):
         set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
         mdt.storage.delete_tree(name)
+        changed = True
         _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
                      "writer's options)", storage.base_path, name)
     missing = [INDEX_PARTITIONS[n] for n, want in wanted.items() if want and n not in have]
@@ -163,19 +192,23 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         _log.warning("the metadata table of %s: building %s waits for the instants in flight "
                      "(%s)", storage.base_path, ", ".join(p.name for p in missing),
                      ", ".join(busy[:5]))
-        return
+        return changed
     if missing:
+        forget_metadata(data_timeline)  # the view below lists through the MDT
         view = TableView(storage, data_timeline)
         for partition in missing:
             initialize_partition(mdt, partition.name,
                                  partition.file_groups(view, write_config),
                                  partition.build(view, write_config))
+        changed = True
+    return changed
 
 
 def _out_of_step(storage: Storage, data_timeline: Timeline) -> bool:
-    """True if the declared MDT is missing, or misses a completed data action (logged)."""
-    mdt = MetadataTable(storage, data_timeline.config)
-    missing = (missing_deltacommits(mdt.timeline(), data_timeline) if mdt.exists
+    """True if the declared MDT is missing, or misses a completed data action (logged).
+    Reads the MDT's timeline through ``data_timeline`` (once per snapshot)."""
+    mdt_timeline = snapshot_metadata_timeline(data_timeline)
+    missing = (missing_deltacommits(mdt_timeline, data_timeline) if mdt_timeline is not None
                else ["(no metadata table)"])
     if missing:
         _log.warning("the metadata table of %s is out of step (missing %s): rebuilding it",
@@ -192,13 +225,32 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     completion time, or None when the table keeps no MDT. Called by ``Timeline.complete``
     under the table lock."""
     storage = data_timeline.storage
-    if (is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2
-            or not syncs(instant) or FILES not in declared_partitions(storage)):
+    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2 \
+            or not syncs(instant):
+        return None
+    try:
+        return _sync_instant(data_timeline, instant, content, update)
+    finally:
+        forget_metadata(data_timeline)  # the MDT has a new deltacommit (or was rebuilt)
+
+
+def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
+                  update: MetadataUpdate | None) -> str | None:
+    """:func:`sync_instant`'s work: ``hoodie.properties`` read once and the MDT timeline
+    listed once (through ``data_timeline``, loaded under the lock the caller holds), the MDT
+    deltacommit completed without listing its timeline again."""
+    storage = data_timeline.storage
+    forget_metadata(data_timeline)  # read both under the lock held now
+    declared = snapshot_declared(data_timeline)
+    if FILES not in declared:
         return None
     mdt = MetadataTable(storage, data_timeline.config)
-    if _out_of_step(storage, data_timeline):
+    in_step = not _out_of_step(storage, data_timeline)
+    mdt_timeline = snapshot_metadata_timeline(data_timeline) if in_step else None
+    if mdt_timeline is None:
         mdt = rebuild(storage, data_timeline)
-    mdt_timeline = mdt.timeline()
+        declared = declared_partitions(storage)
+        mdt_timeline = mdt.timeline()
     t = instant.requested_time
     if mdt.remove_instant(mdt_timeline, t):  # a dead attempt's leftovers
         mdt_timeline = mdt.timeline()
@@ -214,17 +266,16 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
         full.extend(removal_updates(change.removed, t))
     if update is not None:
         full.extend(update)
-    _sync_index_partitions(data_timeline, instant, content, full)
-    return write_deltacommit(mdt, mdt_timeline, t, full)
+    _sync_index_partitions(data_timeline, instant, content, full, declared)
+    return write_deltacommit(mdt, mdt_timeline, t, full, declared=declared)
 
 
 def _sync_index_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
-                           full: MetadataUpdate) -> None:
+                           full: MetadataUpdate, declared: Collection[str]) -> None:
     """Add what each declared index partition derives from the action (its ``sync``)."""
     from engine.metadata.indexes import INDEX_PARTITIONS, _load
 
     _load()
-    declared = set(declared_partitions(data_timeline.storage))
     for partition in INDEX_PARTITIONS.values():
         if partition.sync is not None and partition.name in declared:
             more = partition.sync(data_timeline, instant, content, full)

@@ -62,7 +62,56 @@ def declared_partitions(storage: Storage) -> tuple[str, ...]:
         props = read_data_properties(storage)
     except FileNotFoundError:
         return ()
+    return _declared(props)
+
+
+def _declared(props: dict[str, str]) -> tuple[str, ...]:
     return tuple(p for p in props.get(P_PARTITIONS, "").split(",") if p)
+
+
+# -- what one data-timeline snapshot reads of the MDT, once ----------------------------------
+
+_PROPERTIES_MEMO = "data_properties"
+_MDT_TIMELINE_MEMO = "metadata_timeline"
+
+
+def snapshot_properties(data_timeline: Timeline) -> dict[str, str] | None:
+    """The data table's ``hoodie.properties`` as read along with ``data_timeline`` (one
+    ``GET`` per snapshot, :attr:`Timeline.memo`); None if the file is missing."""
+    memo = data_timeline.memo
+    if _PROPERTIES_MEMO not in memo:
+        try:
+            memo[_PROPERTIES_MEMO] = read_data_properties(data_timeline.storage)
+        except FileNotFoundError:
+            memo[_PROPERTIES_MEMO] = None
+    props: dict[str, str] | None = memo[_PROPERTIES_MEMO]
+    return props
+
+
+def snapshot_declared(data_timeline: Timeline) -> tuple[str, ...]:
+    """:func:`declared_partitions` as read along with ``data_timeline`` (once per
+    snapshot)."""
+    return _declared(snapshot_properties(data_timeline) or {})
+
+
+def snapshot_metadata_timeline(data_timeline: Timeline) -> Timeline | None:
+    """The MDT's timeline, loaded after ``data_timeline`` and kept with it (one ``HEAD`` of
+    the MDT's ``hoodie.properties`` and one listing per snapshot); None if the MDT is
+    missing. Valid as long as nobody writes the MDT through this snapshot
+    (:func:`forget_metadata`)."""
+    memo = data_timeline.memo
+    if _MDT_TIMELINE_MEMO not in memo:
+        mdt = MetadataTable(data_timeline.storage, data_timeline.config)
+        memo[_MDT_TIMELINE_MEMO] = mdt.timeline() if mdt.exists else None
+    found: Timeline | None = memo[_MDT_TIMELINE_MEMO]
+    return found
+
+
+def forget_metadata(data_timeline: Timeline) -> None:
+    """Drop what ``data_timeline`` kept of ``hoodie.properties`` and the MDT: the caller
+    changed them (initialized, rebuilt, synced or dropped the MDT)."""
+    data_timeline.memo.pop(_PROPERTIES_MEMO, None)
+    data_timeline.memo.pop(_MDT_TIMELINE_MEMO, None)
 
 
 def set_declared_partitions(storage: Storage, partitions: Iterable[str],

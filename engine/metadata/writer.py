@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.layout.partition import write_partition_metadata
@@ -120,10 +120,14 @@ def _indexes(keys: list[str], groups: int) -> list[int]:
 
 
 def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: str,
-                      update: MetadataUpdate) -> str:
+                      update: MetadataUpdate, *,
+                      declared: Collection[str] | None = None) -> str:
     """One MDT deltacommit at ``instant_time`` (see the module docstring); returns its
-    completion time."""
-    declared = set(declared_partitions(mdt.data_storage))
+    completion time. ``mdt_timeline``: loaded under the table lock the caller holds (no
+    MDT writer works without it), so the completion time is taken from it without
+    listing the timeline again; ``declared``: the data table's declared MDT partitions
+    (read from ``hoodie.properties`` if None)."""
+    declared = set(declared_partitions(mdt.data_storage) if declared is None else declared)
     requested = mdt_timeline.create_requested(Action.DELTA_COMMIT, instant_time)
     inflight = mdt_timeline.transition_to_inflight(requested)
     stats: list[WriteStat] = []
@@ -159,7 +163,8 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
                 num_deletes=len(deletes.get(index, ())), total_write_bytes=len(data),
                 file_size_in_bytes=len(data), base_file="", log_files=(name,),
                 total_log_blocks=1, total_log_records=count))
-    done = mdt_timeline.complete(inflight, _commit_meta(stats, "UPSERT_PREPPED"))
+    done = mdt_timeline.complete(inflight, _commit_meta(stats, "UPSERT_PREPPED"),
+                                 listed=True)
     return done.completion_time or done.requested_time
 
 

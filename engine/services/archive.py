@@ -238,19 +238,21 @@ def history_row(storage: Storage, folder: str,
                            data.get(State.COMPLETED) or None, plan or None)
 
 
-def run_archive(client: WriteClient) -> ServiceRun:
+def run_archive(client: WriteClient, *, seen: Timeline | None = None) -> ServiceRun:
     """Archive old instants into the LSM history if due (under the table lock).
 
     ``completed`` lists the requested times of the instants archived (removed from the
     active timeline); ``details``: ``instants_archived``, ``commits_archived``,
-    ``history_rows_written``, ``history_merges``.
+    ``history_rows_written``, ``history_merges``. ``seen``: a recent snapshot to judge
+    whether archival is due from (the timeline is listed if None); what is archived is
+    chosen under the lock from the timeline as it is then.
     """
     storage, config = client.storage, client.config
     if config.timeline_layout < 2:
         from engine.errors import UnsupportedTableError
         raise UnsupportedTableError("archival writes the v8 LSM history; this table has "
                                     f"timeline layout {config.timeline_layout}")
-    active_commits = Timeline.load(storage, config).completed_data_instants
+    active_commits = (seen or Timeline.load(storage, config)).completed_data_instants
     if len(active_commits) <= client.write_config.keep_max_commits:
         return ServiceRun(SERVICE)  # not due: no lock taken (the common case after a write)
     with client.lock:

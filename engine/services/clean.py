@@ -455,24 +455,33 @@ def _find_clean(timeline: Timeline, instant_time: str) -> Instant | None:
 
 def run_clean(client: WriteClient, *, schedule_only: bool = False,
               runner: TaskRunner | None = None,
-              now: _dt.datetime | None = None) -> ServiceRun:
+              now: _dt.datetime | None = None, seen: Timeline | None = None) -> ServiceRun:
     """Finish pending cleans, then plan a clean and (unless ``schedule_only``) execute it.
 
     Driver side. ``runner`` executes the per-partition deletions (default: this process).
     ``now``: the clock for KEEP_LATEST_BY_HOURS (tests). Safe to call concurrently: a plan is
-    written only when no clean is pending, and a clean completes once.
+    written only when no clean is pending, and a clean completes once. ``seen``: a recent
+    snapshot (the write's own commit) to find pending cleans and rollbacks in and to judge
+    whether a clean is due (the timeline is listed once if None); a clean is planned under
+    the lock from the timeline as it is then, and not at all, without the lock, when the
+    snapshot has no commit to retain yet (Java's early exit of ``CleanPlanner``).
     """
     run = runner or local_runner
     completed: list[str] = []
     deleted = 0
+    timeline = seen or Timeline.load(client.storage, client.config)
     if not schedule_only:
-        if _rolled_back_since_last_clean(Timeline.load(client.storage, client.config)):
+        if _rolled_back_since_last_clean(timeline):
             deleted += len(remove_orphan_files(client.storage, client.config))
-        for pending in Timeline.load(client.storage, client.config).pending([Action.CLEAN]):
+        for pending in timeline.pending([Action.CLEAN]):
             n = _execute(client, pending, run)
             if n is not None:
                 completed.append(pending.requested_time)
                 deleted += n
+    if (not completed and client.write_config.cleaner_policy
+            is not CleanerPolicy.KEEP_LATEST_FILE_VERSIONS
+            and earliest_commit_to_retain(timeline, client.write_config, now=now) is None):
+        return ServiceRun("clean", None, (), {"files_deleted": deleted})
     scheduled: Instant | None = None
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)

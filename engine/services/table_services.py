@@ -49,15 +49,18 @@ def pending_plans(storage: Storage, config: TableConfig, services: Sequence[str]
 
 def schedule_due(client: WriteClient, *, compaction: bool, clustering: bool,
                  clustering_inline: bool = False,
-                 now: _dt.datetime | None = None) -> list[tuple[str, str]]:
+                 now: _dt.datetime | None = None,
+                 timeline: Timeline | None = None) -> list[tuple[str, str]]:
     """Schedule a compaction and/or clustering plan if its trigger says one is due; returns
     (service, instant) of each plan written. Cheap when nothing is due (one timeline
-    listing)."""
+    listing; none given ``timeline``, a recent snapshot the triggers are judged from:
+    a plan is made under the lock from the timeline as it is then)."""
     from engine.services.clustering import clustering_due, schedule_clustering
     from engine.services.compaction import compaction_due, schedule_compaction
 
     scheduled: list[tuple[str, str]] = []
-    timeline = Timeline.load(client.storage, client.config)
+    if timeline is None:
+        timeline = Timeline.load(client.storage, client.config)
     if compaction and client.config.is_mor and compaction_due(timeline, client.write_config,
                                                                now):
         instant = schedule_compaction(client)
@@ -71,9 +74,11 @@ def schedule_due(client: WriteClient, *, compaction: bool, clustering: bool,
 
 
 def execute_pending(client: WriteClient, service: str, *,
-                    runner: TaskRunner = local_runner) -> ServiceRun:
+                    runner: TaskRunner = local_runner,
+                    timeline: Timeline | None = None) -> ServiceRun:
     """Run one service: execute every pending compaction or clustering plan, or clean, or
-    archive."""
+    archive. ``timeline``: a recent snapshot that cleaning and archival judge whether they
+    are due from (listed now if None); compaction and clustering list the timeline."""
     if service == COMPACTION:
         from engine.services.compaction import run_compaction
 
@@ -85,27 +90,35 @@ def execute_pending(client: WriteClient, service: str, *,
     if service == CLEAN:
         from engine.services.clean import run_clean
 
-        return run_clean(client)
+        return run_clean(client, seen=timeline)
     if service == ARCHIVE:
         from engine.services.archive import run_archive
 
-        return run_archive(client)
+        return run_archive(client, seen=timeline)
     raise ValueError(f"service: expected compaction, clustering, clean or archive, got "
                      f"{service!r}")
 
 
 def run_inline(client: WriteClient) -> list[ServiceRun]:
     """The services a write runs after its commit, as its options say (see the module doc).
-    Failures are logged, not raised: the write is committed whatever happens here."""
+    Failures are logged, not raised: the write is committed whatever happens here.
+
+    What is due is judged from the timeline as the write's commit left it
+    (:attr:`WriteClient.committed`) until a service changes the table: cleaning and
+    archival that are not due then list nothing and take no lock; whatever they write,
+    they decide under the lock from the timeline as it is then."""
     wc = client.write_config
     runs: list[ServiceRun] = []
+    seen = client.committed
     compaction = client.config.is_mor and (wc.compact_inline or wc.compact_schedule_inline)
     clustering = wc.clustering_inline or wc.clustering_schedule_inline
     if compaction or clustering:
         try:
-            schedule_due(client, compaction=compaction, clustering=clustering,
-                         clustering_inline=True)
+            if schedule_due(client, compaction=compaction, clustering=clustering,
+                            clustering_inline=True, timeline=seen):
+                seen = None
         except Exception:
+            seen = None
             log.exception("%s: scheduling table services after the write failed; the next "
                           "write tries again", client.storage.base_path)
     steps = ((COMPACTION, client.config.is_mor and wc.compact_inline),
@@ -115,11 +128,13 @@ def run_inline(client: WriteClient) -> list[ServiceRun]:
         if not wanted:
             continue
         try:
-            run = execute_pending(client, service)
+            run = execute_pending(client, service, timeline=seen)
         except Exception:
+            seen = None
             log.exception("%s: %s after the write failed; the write is committed, the next "
                           "write tries again", client.storage.base_path, service)
             continue
         if run.did_something:
             runs.append(run)
+            seen = None  # the table changed: the next service lists it anew
     return runs

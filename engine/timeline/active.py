@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.config import TableConfig
 from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
@@ -46,6 +46,11 @@ class Timeline:
         self.instants: tuple[Instant, ...] = tuple(sorted(instants))
         self._metadata_cache: dict[str, CommitMetadata] = {}
         self._archived: ArchivedTimeline | None = None
+        self.memo: dict[str, Any] = {}
+        """What was read from storage along with this snapshot and holds for it (the data
+        table's ``hoodie.properties``, the metadata table's timeline:
+        :mod:`engine.metadata.table`), read on first use and kept, so that one commit
+        phase reads each once; whoever changes them through this snapshot drops them."""
 
     # -- loading -------------------------------------------------------------------------
 
@@ -57,11 +62,14 @@ class Timeline:
         return HOODIE
 
     @classmethod
-    def load(cls, storage: Storage, config: TableConfig) -> Timeline:
+    def load(cls, storage: Storage, config: TableConfig, *,
+             reuse: Timeline | None = None) -> Timeline:
         """List the timeline folder; each instant appears once, in its furthest state.
 
         A savepoint carries the requested time of the commit it savepoints (Hudi's layout),
-        so it is an instant of its own beside that commit."""
+        so it is an instant of its own beside that commit. ``reuse``: an earlier snapshot
+        whose parsed commit metadata is kept for the instants completed in both (a
+        completed instant's file never changes), so it is not read again."""
         best: dict[tuple[str, bool], Instant] = {}
         for status in storage.list_dir(cls.folder_for(config)):
             instant = Instant.parse(status.name)
@@ -76,7 +84,27 @@ class Timeline:
                     instant = Instant(instant.requested_time, instant.action,
                                       State.COMPLETED, instant.completion_time)
                 best[key] = instant
-        return cls(storage, config, best.values())
+        loaded = cls(storage, config, best.values())
+        if reuse is not None and reuse._metadata_cache:
+            before = {(i.requested_time, i.completion_time)
+                      for i in reuse.completed_data_instants}
+            for instant in loaded.completed_data_instants:
+                parsed = reuse._metadata_cache.get(instant.requested_time)
+                if parsed is not None and (instant.requested_time,
+                                           instant.completion_time) in before:
+                    loaded._metadata_cache[instant.requested_time] = parsed
+        return loaded
+
+    def after_completing(self, done: Instant) -> Timeline:
+        """This snapshot with ``done``, one of its pending instants, completed: what the
+        writer that just completed it knows without listing the timeline again (parsed
+        commit metadata and the history kept)."""
+        kept = [i for i in self.instants if not (
+            i.requested_time == done.requested_time and i.action is not Action.SAVEPOINT)]
+        after = Timeline(self.storage, self.config, [*kept, done])
+        after._metadata_cache = self._metadata_cache
+        after._archived = self._archived
+        return after
 
     @property
     def folder(self) -> str:
@@ -282,20 +310,25 @@ class Timeline:
         return inflight
 
     def complete(self, instant: Instant, content: bytes,
-                 metadata: MetadataUpdate | None = None) -> Instant:
+                 metadata: MetadataUpdate | None = None, *, listed: bool = False) -> Instant:
         """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point.
 
         A data action that changes the file listing first writes its metadata-table
         deltacommit at the same instant (:func:`engine.metadata.sync.sync_instant`), with
         ``metadata`` (what the action adds to the MDT's index partitions), so the MDT never
-        misses a completed data action. Hold the table lock."""
+        misses a completed data action. Hold the table lock.
+
+        The completion time is later than every time on the timeline: the timeline folder
+        is listed again for it, unless ``listed`` says this snapshot was loaded under the
+        lock the caller still holds (every instant is started and completed under it, so
+        nothing newer can be on storage; the caller's own files since are counted)."""
         if instant.state is not State.INFLIGHT:
             raise InstantStateError(f"{instant} is not inflight")
         from engine.metadata.sync import sync_instant  # the MDT is built on this module
 
         synced = sync_instant(self, instant, content, metadata)
         floor = max(self.latest_instant_time(), instant.requested_time,
-                    self._latest_on_storage(), synced or "")
+                    "" if listed else self._latest_on_storage(), synced or "")
         completion = new_instant_time(floor)
         done = instant.with_state(State.COMPLETED, completion)
         self._write(done, content, exclusive=True)

@@ -45,7 +45,7 @@ from engine.merge.record_merger import dedupe_batch
 from engine.merge.resolve import VersionColumns
 from engine.metadata import sync as metadata
 from engine.metadata.indexes import build_runner
-from engine.metadata.table import FILES, declared_partitions
+from engine.metadata.table import FILES, declared_partitions, snapshot_declared
 from engine.metadata.writer import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
@@ -161,6 +161,11 @@ class WriteClient:
                 "the metadata table, which this writer would not keep")
         self.lock = table_lock(storage, write_config)
         self._heartbeats: dict[str, Heartbeat] = {}
+        self.committed: Timeline | None = None
+        """The timeline as this writer's last commit left it (loaded under the lock at its
+        commit point, with the instant completed): what is due right after the commit
+        (:func:`engine.services.table_services.run_inline`) is judged from it without
+        listing the timeline again."""
         self.task_runner: TaskRunner | None = None
         """Runs the tasks of work this writer splits (building a metadata-table index over
         the table): Spark tasks when the streaming job drives it, this process if None."""
@@ -345,7 +350,8 @@ class WriteClient:
                                            else pa.array([], pa.string())) if tagged else None)
             if task is not None:
                 tasks.append(task)
-        return WritePlan(instant, self.write_context(instant, data_schema), tasks, operation,
+        return WritePlan(instant, self.write_context(instant, data_schema, timeline), tasks,
+                         operation,
                          self.commit_extra(data_schema, extra_metadata or {}))
 
     # -- what one instant's tasks write (the Spark write tasks ask the same) ----------------
@@ -368,9 +374,14 @@ class WriteClient:
         rollback)."""
         return self.storage.full(temp_folder(instant.requested_time))
 
-    def write_context(self, instant: Instant, data_schema: pa.Schema) -> WriteContext:
+    def write_context(self, instant: Instant, data_schema: pa.Schema,
+                      timeline: Timeline | None = None) -> WriteContext:
         """The context every write task of ``instant`` shares, for the table's data schema
-        (data columns only)."""
+        (data columns only). ``timeline``: the snapshot the instant began with, whose
+        ``hoodie.properties`` says which metadata-table partitions the table keeps (read
+        anew if None)."""
+        declared = (snapshot_declared(timeline) if timeline is not None
+                    else declared_partitions(self.storage))
         ordering_type = None
         if self.config.precombine_field and self.config.precombine_field in data_schema.names:
             ordering_type = ordering_kind(data_schema.field(self.config.precombine_field).type)
@@ -387,22 +398,27 @@ class WriteClient:
                                      self.write_config.bloom_fpp,
                                      self.write_config.bloom_max_entries),
             timeline_folder=Timeline.folder_for(self.config),
-            metadata_partitions=self.metadata_index_partitions(),
-            column_stats_columns=self._column_stats_columns(data_schema),
+            metadata_partitions=self.metadata_index_partitions(declared),
+            column_stats_columns=self._column_stats_columns(data_schema, declared),
         )
 
-    def metadata_index_partitions(self) -> tuple[str, ...]:
-        """The metadata table's index partitions the table declares, when this writer keeps
-        the MDT (what write tasks put in their stats' ``metadata``)."""
+    def metadata_index_partitions(self, declared: Sequence[str] | None = None,
+                                  ) -> tuple[str, ...]:
+        """The metadata table's index partitions the table declares (``declared``, read
+        from ``hoodie.properties`` if None), when this writer keeps the MDT (what write
+        tasks put in their stats' ``metadata``)."""
         if not self.keeps_metadata:
             return ()
-        return tuple(p for p in declared_partitions(self.storage) if p != FILES)
+        if declared is None:
+            declared = declared_partitions(self.storage)
+        return tuple(p for p in declared if p != FILES)
 
-    def _column_stats_columns(self, data_schema: pa.Schema) -> tuple[str, ...]:
+    def _column_stats_columns(self, data_schema: pa.Schema,
+                              declared: Sequence[str]) -> tuple[str, ...]:
         """Columns a write task keeps stats of (none unless the table keeps column_stats)."""
         from engine.metadata.column_stats import COLUMN_STATS, configured_columns
 
-        if not self.keeps_metadata or COLUMN_STATS not in declared_partitions(self.storage):
+        if not self.keeps_metadata or COLUMN_STATS not in declared:
             return ()
         return configured_columns(data_schema, self.write_config,
                                   self.config.populate_meta_fields)
@@ -665,13 +681,15 @@ class WriteClient:
 
     # -- the instant lifecycle, for writers that run tasks elsewhere (Spark) ----------------
 
-    def begin(self) -> tuple[Timeline, Instant]:
+    def begin(self, *, seen: Timeline | None = None) -> tuple[Timeline, Instant]:
         """Start an instant (requested → inflight) under the table lock, after rolling back
         failed writes. Returns the timeline the write plans from, and the instant. Driver
-        only; the instant's heartbeat beats until :meth:`finish` or :meth:`abort`."""
+        only; the instant's heartbeat beats until :meth:`finish` or :meth:`abort`.
+        ``seen``: the snapshot the caller prepared the batch with (its parsed commit
+        metadata is reused)."""
         action = Action.DELTA_COMMIT if self.config.is_mor else Action.COMMIT
         with self.lock:
-            timeline = Timeline.load(self.storage, self.config)
+            timeline = Timeline.load(self.storage, self.config, reuse=seen)
             if timeline.pending() and rollback_failed_writes(self.storage, timeline,
                                                              self._is_failed):
                 timeline = Timeline.load(self.storage, self.config)
@@ -754,7 +772,8 @@ class WriteClient:
                     and not any(_is_base_file(stat.path) for stat in stats)),
                     replaced_only=self.mode is ConcurrencyMode.SINGLE_WRITER)
                 self.lock.verify()
-                done = now.complete(instant, content, collect_updates(stats))
+                done = now.complete(instant, content, collect_updates(stats), listed=True)
+                self.committed = now.after_completing(done)
         except WriteConflictError:
             self.abort(instant)
             raise
@@ -795,9 +814,11 @@ class WriteClient:
 
     def write(self, operation: str, records: pa.Table | None, deletes: pa.Table | None,
               *, extra_metadata: Mapping[str, str] | None = None,
-              run: Callable[[WritePlan], list[WriteStat]] | None = None) -> str:
-        """Plan, execute and commit one instant; on any failure it is rolled back at once."""
-        timeline, inflight = self.begin()
+              run: Callable[[WritePlan], list[WriteStat]] | None = None,
+              seen: Timeline | None = None) -> str:
+        """Plan, execute and commit one instant; on any failure it is rolled back at once.
+        ``seen``: the snapshot the batch was prepared with (:meth:`begin`)."""
+        timeline, inflight = self.begin(seen=seen)
         try:
             plan = self.plan(timeline, inflight, operation, records, deletes, extra_metadata)
             stats = (run or self.execute_local)(plan)
