@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-_REQUEST = re.compile(r'"(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
 
 
 class _Counter(logging.Handler):

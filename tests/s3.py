@@ -8,15 +8,20 @@ assert that they never appear in anything the engine writes or raises.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 ACCESS_KEY_ID = "AKIATIDELAKETESTKEY7"
 SECRET_ACCESS_KEY = "tidelake-test-secret-Zq9vX3mK"
 REGION = "us-east-1"
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
 
 
 @dataclass
@@ -54,6 +59,40 @@ class S3Server:
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
                             aws_access_key_id=ACCESS_KEY_ID,
                             aws_secret_access_key=SECRET_ACCESS_KEY)
+
+    @contextlib.contextmanager
+    def requests(self, bucket: str) -> Iterator[list[tuple[str, str]]]:
+        """The requests the server receives for ``bucket`` while the block runs, from its own
+        request log: (``LIST``, the listed prefix) for a listing, else (method, key)."""
+        seen: list[tuple[str, str]] = []
+
+        class Counter(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                match = _REQUEST.search(record.getMessage())
+                if match is None:
+                    return
+                method, target = match.groups()
+                path, _, query = target.partition("?")
+                parts = path.lstrip("/").split("/", 1)
+                if parts[0] != bucket:
+                    return
+                args = parse_qs(query)
+                if method == "GET" and "list-type" in args:
+                    seen.append(("LIST", unquote(args.get("prefix", [""])[0])))
+                else:
+                    seen.append((method, unquote(parts[1]) if len(parts) > 1 else ""))
+
+        werkzeug = logging.getLogger("werkzeug")
+        handler, level, propagate = Counter(), werkzeug.level, werkzeug.propagate
+        werkzeug.addHandler(handler)
+        werkzeug.setLevel(logging.INFO)
+        werkzeug.propagate = False
+        try:
+            yield seen
+        finally:
+            werkzeug.removeHandler(handler)
+            werkzeug.setLevel(level)
+            werkzeug.propagate = propagate
 
     def new_bucket(self) -> str:
         name = f"t{next(self._count)}-{uuid.uuid4().hex[:8]}"

@@ -177,3 +177,35 @@ def test_s3_base_file_footer_by_ranges_equals_footer_of_whole_file(s3: S3Locatio
     with storage.open_input(f"p/{name}") as source:
         assert read_base_file(source, columns=["v"]).column(0).to_pylist() == \
             list(range(len(keys)))
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_s3_upsert_with_metadata_table_lists_timelines_only_counted_at_server(
+        s3: S3Location, table_type: str) -> None:
+    """With the metadata table a commit lists no data partition; it lists the timeline at
+    its start (before and under the lock) and at its commit point, and the MDT's timeline
+    once in each locked step; no task looks for partition metadata that the view shows."""
+    table = Table.create(s3.uri(), name="trips", table_type=table_type, record_key="key",
+                         precombine="ts", partition_by="region",
+                         options={"hoodie.metadata.enable": "true",
+                                  "hoodie.index.type": "BUCKET",
+                                  "hoodie.bucket.index.num.buckets": "2"},
+                         storage_options=s3.storage_options)
+    oracle = Oracle()
+    for keys, ts in ((range(40), 1), (range(20, 60), 2)):
+        batch = _rows(keys, ts)
+        table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+        oracle.upsert(batch)
+    batch = _rows(range(30, 70), 3)
+    with s3.server.requests(s3.bucket) as seen:
+        table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch)
+    listed = [prefix for method, prefix in seen if method == "LIST"]
+    assert listed.count("t/.hoodie/timeline/") == 3
+    assert listed.count("t/.hoodie/metadata/.hoodie/timeline/") == 2
+    data = [p for p in listed if not p.startswith("t/.hoodie/")]
+    assert data == []
+    assert not [key for method, key in seen
+                if method == "HEAD" and key.endswith(".hoodie_partition_metadata")]
+    _check(table, oracle, s3)
+    assert table.validate_metadata().ok
