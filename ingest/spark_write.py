@@ -543,7 +543,8 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     broadcast = spark.sparkContext.broadcast(plan.view)
     config = plan.table.config
     writer = plan.client.group_writer(plan.instant, plan.data_schema, columns=VERSIONS,
-                                      event_time=event_time, policy=POLICY)
+                                      event_time=event_time, policy=POLICY,
+                                      timeline=plan.timeline)
     spec = WriteSpec(writer, config.name,
                      config.num_buckets or plan.table.write_config.num_buckets,
                      plan.table.write_config.index_type, attach, errors, decided)

@@ -363,11 +363,12 @@ class WriteClient:
 
     def group_writer(self, instant: Instant, data_schema: pa.Schema, *,
                      columns: VersionColumns, event_time: bool,
-                     policy: DeletePolicy) -> GroupWriter:
+                     policy: DeletePolicy, timeline: Timeline | None = None) -> GroupWriter:
         """The writer of one file group's versions in the write tasks of ``instant``, for the
-        table's data schema (:meth:`write_context`; picklable: Spark tasks carry it)."""
-        return GroupWriter(self.write_context(instant, data_schema), self.task_rule, columns,
-                           event_time, policy)
+        table's data schema (:meth:`write_context`, with the snapshot ``timeline`` the
+        instant began with; picklable: Spark tasks carry it)."""
+        return GroupWriter(self.write_context(instant, data_schema, timeline), self.task_rule,
+                           columns, event_time, policy)
 
     def scratch_folder(self, instant: Instant) -> str:
         """Absolute path of ``instant``'s scratch folder (deleted by its commit or
