@@ -462,9 +462,11 @@ def run_clean(client: WriteClient, *, schedule_only: bool = False,
     ``now``: the clock for KEEP_LATEST_BY_HOURS (tests). Safe to call concurrently: a plan is
     written only when no clean is pending, and a clean completes once. ``seen``: a recent
     snapshot (the write's own commit) to find pending cleans and rollbacks in and to judge
-    whether a clean is due (the timeline is listed once if None); a clean is planned under
-    the lock from the timeline as it is then, and not at all, without the lock, when the
-    snapshot has no commit to retain yet (Java's early exit of ``CleanPlanner``).
+    whether a clean is due (the timeline is listed once if None). Nothing is planned, and
+    the lock not taken, when that snapshot has no commit to retain yet (Java's early exit of
+    ``CleanPlanner``) or, given ``seen``, when a plan made from it deletes nothing; a plan is
+    written under the lock, made from the timeline as it is then (the plan made from
+    ``seen`` when the timeline holds the same instants: the same plan).
     """
     run = runner or local_runner
     completed: list[str] = []
@@ -478,18 +480,25 @@ def run_clean(client: WriteClient, *, schedule_only: bool = False,
             if n is not None:
                 completed.append(pending.requested_time)
                 deleted += n
+    nothing = ServiceRun("clean", None, (), {"files_deleted": deleted})
     if (not completed and client.write_config.cleaner_policy
             is not CleanerPolicy.KEEP_LATEST_FILE_VERSIONS
             and earliest_commit_to_retain(timeline, client.write_config, now=now) is None):
-        return ServiceRun("clean", None, (), {"files_deleted": deleted})
+        return nothing
+    early: CleanerPlan | None = None
+    if seen is not None and not completed and not timeline.pending([Action.CLEAN]):
+        early = plan_clean(client.storage, timeline, client.write_config, now=now)
+        if early is None:
+            return nothing
     scheduled: Instant | None = None
     with client.lock:
-        timeline = Timeline.load(client.storage, client.config)
-        if not timeline.pending([Action.CLEAN]):
-            plan = plan_clean(client.storage, timeline, client.write_config, now=now)
+        latest = Timeline.load(client.storage, client.config)
+        if not latest.pending([Action.CLEAN]):
+            plan = (early if early is not None and latest.instants == timeline.instants
+                    else plan_clean(client.storage, latest, client.write_config, now=now))
             if plan is not None:
                 client.lock.verify()
-                scheduled = timeline.create_requested(
+                scheduled = latest.create_requested(
                     Action.CLEAN, content=plan.to_avro_bytes(client.storage))
     if scheduled is not None and not schedule_only:
         n = _execute(client, scheduled, run)
