@@ -275,6 +275,11 @@ def read_base_file_keys(
                           dictionary_columns=dictionary_columns, use_threads=use_threads)
 
 
+FEW_KEYS = 8
+"""Up to this many keys, a read by key looks for them a row group at a time and stops once
+every key was seen."""
+
+
 def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
                         use_threads: bool) -> list[int]:
     """Row groups of ``file`` holding one of ``keys``: those whose key statistics may hold
@@ -291,6 +296,21 @@ def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
         candidates.append(group)
     if not candidates:
         return []
+    if len(keys) <= FEW_KEYS:
+        # A key lives once in a base file: read the groups' keys one group at a time and
+        # stop once every key was seen (a point lookup decodes half the groups on average).
+        wanted = set(keys.to_pylist())
+        holding = []
+        for group in candidates:
+            found = file.read_row_groups([group], columns=[_RECORD_KEY],
+                                         use_threads=use_threads).column(0)
+            hit = pc.filter(found, pc.is_in(found, value_set=keys))
+            if len(hit):
+                holding.append(group)
+                wanted.difference_update(hit.to_pylist())
+                if not wanted:
+                    break
+        return holding
     found = file.read_row_groups(candidates, columns=[_RECORD_KEY],
                                  use_threads=use_threads).column(0)
     hits = np.flatnonzero(pc.is_in(found, value_set=keys).to_numpy(zero_copy_only=False))

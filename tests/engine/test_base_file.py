@@ -301,3 +301,10 @@ def test_read_base_file_keys_many_row_groups_equals_filtered_full_read(tmp_path)
         assert got.num_rows == 9
         assert got.sort_by("v").to_pylist() == expected.sort_by("v").to_pylist()
     assert read_base_file_keys(path, pa.array(["absent"])).num_rows == 0
+    # A few keys are looked for a row group at a time (stopping once all were seen): the
+    # same rows, whichever groups hold them.
+    for few in ([keys[0]], [keys[-1]], [keys[2500], "absent"], rng.sample(keys, 8)):
+        got = read_base_file_keys(path, pa.array(few))
+        expected = oracle.filter(pc.is_in(oracle.column("_hoodie_record_key"),
+                                          value_set=pa.array(few)))
+        assert got.sort_by("v").to_pylist() == expected.sort_by("v").to_pylist()
