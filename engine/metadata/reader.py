@@ -125,12 +125,44 @@ def read_slice(storage: Storage, piece: GroupSlice) -> dict[str, MetadataRecord]
     ``storage`` is rooted at the MDT. Executor-safe."""
     merged: dict[str, MetadataRecord] = {}
     if piece.base_path is not None:
-        for record in read_base_file(storage.read(piece.base_path)):
+        for record in _parsed(storage, piece.base_path, _BASES, _base_entries):
             merged[record.key] = record
     for path in piece.log_paths:
-        for key, newer in read_log_file(storage.read(path)):
+        for key, newer in _parsed(storage, path, _LOG_ENTRIES, _log_entries):
             _merge(merged, key, newer)
     return merged
+
+
+PARSED_KEPT_BYTES = 256 * 1024
+"""MDT files up to this size are kept parsed per process (:func:`read_slice`): the ``files``
+partition's base and logs, read whole by every listing through the MDT (a point lookup in a
+process that answers many pays for them once). Records are immutable; larger files (a
+record index read whole by a compaction) are parsed anew each time."""
+
+_Entries = TypeVar("_Entries")
+_BASES: OrderedDict[tuple[str, str, int, float | None], list[MetadataRecord]] = OrderedDict()
+_LOG_ENTRIES: OrderedDict[tuple[str, str, int, float | None],
+                          list[tuple[str, MetadataRecord | None]]] = OrderedDict()
+
+
+def _base_entries(data: bytes) -> list[MetadataRecord]:
+    return read_base_file(data)
+
+
+def _log_entries(data: bytes) -> list[tuple[str, MetadataRecord | None]]:
+    return list(read_log_file(data))
+
+
+def _parsed(storage: Storage, path: str,
+            cache: OrderedDict[tuple[str, str, int, float | None], _Entries],
+            parse: Callable[[bytes], _Entries]) -> _Entries:
+    """``parse`` of the file ``path``, kept per process when it is small
+    (:data:`PARSED_KEPT_BYTES`)."""
+    size, mtime = storage.stat(path)
+    if size > PARSED_KEPT_BYTES:
+        return parse(storage.read(path))
+    return _kept(cache, READERS_KEPT, storage, path, lambda _size: parse(storage.read(path)),
+                 stat=(size, mtime))
 
 
 _READERS: OrderedDict[tuple[str, str, int, float | None], HFileReader] = OrderedDict()
@@ -153,10 +185,12 @@ _Kept = TypeVar("_Kept")
 
 
 def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: int,
-          storage: Storage, path: str, build: Callable[[int], _Kept]) -> _Kept:
+          storage: Storage, path: str, build: Callable[[int], _Kept], *,
+          stat: tuple[int, float] | None = None) -> _Kept:
     """What ``build(size)`` makes of the file ``path``, kept in ``cache`` (least recently
-    used first out beyond ``limit``) by location, size and mtime (one ``HEAD``)."""
-    size, mtime = storage.stat(path)
+    used first out beyond ``limit``) by location, size and mtime (one ``HEAD``, unless the
+    caller has them: ``stat``)."""
+    size, mtime = stat if stat is not None else storage.stat(path)
     key = (storage.base_path, path, size, mtime)
     with _READERS_LOCK:
         known = cache.get(key)
