@@ -125,7 +125,7 @@ def read_slice(storage: Storage, piece: GroupSlice) -> dict[str, MetadataRecord]
     ``storage`` is rooted at the MDT. Executor-safe."""
     merged: dict[str, MetadataRecord] = {}
     if piece.base_path is not None:
-        for record in _parsed(storage, piece.base_path, _BASES, _base_entries):
+        for record in _parsed(storage, piece.base_path, _BASES, read_base_file):
             merged[record.key] = record
     for path in piece.log_paths:
         for key, newer in _parsed(storage, path, _LOG_ENTRIES, _log_entries):
@@ -143,10 +143,6 @@ _Entries = TypeVar("_Entries")
 _BASES: OrderedDict[tuple[str, str, int, float | None], list[MetadataRecord]] = OrderedDict()
 _LOG_ENTRIES: OrderedDict[tuple[str, str, int, float | None],
                           list[tuple[str, MetadataRecord | None]]] = OrderedDict()
-
-
-def _base_entries(data: bytes) -> list[MetadataRecord]:
-    return read_base_file(data)
 
 
 def _log_entries(data: bytes) -> list[tuple[str, MetadataRecord | None]]:
