@@ -94,12 +94,15 @@ class TableFiles:
     partitions: tuple[str, ...]
 
 
-def list_table_files(storage: Storage) -> TableFiles:
-    """Walk the table folder (skipping ``.hoodie``) and parse every data file name."""
+def list_table_files(storage: Storage, folders: Iterable[str] | None = None) -> TableFiles:
+    """Walk the table folder (skipping ``.hoodie``) and parse every data file name
+    (``folders``: walk only those folders and what is below them)."""
     bases: list[BaseFile] = []
     logs: list[LogFile] = []
     partitions: list[str] = []
-    for folder, files in storage.walk_files("", skip=(HOODIE,)):
+    walks = ([storage.walk_files("", skip=(HOODIE,))] if folders is None
+             else [storage.walk_files(folder) for folder in sorted(set(folders))])
+    for folder, files in (found for walk in walks for found in walk):
         found = False
         for status in files:
             base = parse_base_file(status.name)

@@ -81,7 +81,7 @@ def file_slices(mdt: MetadataTable, mdt_timeline: Timeline, valid: Validity,
     visible: Mapping[str, str] = {
         i.requested_time: completion_key(i)
         for i in completed_mdt_instants(mdt_timeline) if valid(i)}
-    listed = list_table_files(mdt.storage)
+    listed = list_table_files(mdt.storage, wanted)
     files = TableFiles(tuple(f for f in listed.base_files if f.partition_path in wanted),
                        tuple(f for f in listed.log_files if f.partition_path in wanted),
                        tuple(p for p in listed.partitions if p in wanted))

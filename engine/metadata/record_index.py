@@ -37,7 +37,7 @@ from engine.metadata.indexes import IndexPartition, register, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 from engine.metadata.reader import GroupSlice, latest_group_slices, lookup_slice, route, validity
 from engine.metadata.records import MetadataRecord, RecordIndexInfo, record_index_record
-from engine.metadata.table import MetadataTable, declared_partitions
+from engine.metadata.table import MetadataTable, declared_partitions, snapshot_metadata_timeline
 from engine.read.skipping import KEY_PRUNERS
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
@@ -328,8 +328,11 @@ def is_kept(storage: Storage) -> bool:
 def group_slices(storage: Storage, data_timeline: Timeline) -> list[GroupSlice]:
     """The latest slice of every record_index file group trusted against ``data_timeline``,
     in file id order (their count is the routing modulus). Driver side; picklable."""
+    mdt_timeline = snapshot_metadata_timeline(data_timeline)
+    if mdt_timeline is None:
+        return []
     mdt = MetadataTable(storage, data_timeline.config)
-    return latest_group_slices(mdt, mdt.timeline(), validity(data_timeline), RECORD_INDEX)
+    return latest_group_slices(mdt, mdt_timeline, validity(data_timeline), RECORD_INDEX)
 
 
 def locations_of(records: Iterable[MetadataRecord]) -> pa.Table:

@@ -15,6 +15,8 @@ a crashed writer is rolled back by the first writer after its heartbeat expired
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,14 @@ HOODIE = ".hoodie"
 DATA_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 DATA_ACTION_NAMES = frozenset(a.value for a in DATA_ACTIONS)
 HISTORY = "history"
+
+COMMITS_KEPT = 256
+"""Parsed commit metadata a process keeps, by table and timeline file name: a completed
+instant's file is never written again, and from timeline layout 2 on its name holds the
+completion time, so a name read once always means the same content (a point lookup opens
+the table anew and needs the latest commit's schema)."""
+_COMMITS: OrderedDict[tuple[str, str], CommitMetadata] = OrderedDict()
+_COMMITS_LOCK = threading.Lock()
 
 
 class Timeline:
@@ -220,19 +230,39 @@ class Timeline:
         return latest
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
-        """Parsed metadata of a completed data instant (cached)."""
+        """Parsed metadata of a completed data instant (cached with this snapshot, and per
+        process by file name when the name holds the completion time:
+        :data:`COMMITS_KEPT`)."""
         key = instant.requested_time
         if key not in self._metadata_cache:
             rel = f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
-            try:
-                data = self.storage.read(rel)
-            except FileNotFoundError as exc:
-                raise CorruptTableError(f"timeline file {rel} vanished") from exc
-            try:
-                self._metadata_cache[key] = CommitMetadata.from_bytes(data)
-            except CorruptTableError as exc:
-                raise CorruptTableError(f"timeline file {rel}: {exc}") from exc
+            named = ((self.storage.base_path, rel) if self.config.timeline_layout >= 2
+                     and instant.completion_time else None)
+            parsed = None
+            if named is not None:
+                with _COMMITS_LOCK:
+                    parsed = _COMMITS.get(named)
+                    if parsed is not None:
+                        _COMMITS.move_to_end(named)
+            if parsed is None:
+                parsed = self._parse_commit(rel)
+                if named is not None:
+                    with _COMMITS_LOCK:
+                        _COMMITS[named] = parsed
+                        while len(_COMMITS) > COMMITS_KEPT:
+                            _COMMITS.popitem(last=False)
+            self._metadata_cache[key] = parsed
         return self._metadata_cache[key]
+
+    def _parse_commit(self, rel: str) -> CommitMetadata:
+        try:
+            data = self.storage.read(rel)
+        except FileNotFoundError as exc:
+            raise CorruptTableError(f"timeline file {rel} vanished") from exc
+        try:
+            return CommitMetadata.from_bytes(data)
+        except CorruptTableError as exc:
+            raise CorruptTableError(f"timeline file {rel}: {exc}") from exc
 
     def latest_schema(self) -> str | None:
         """Avro schema JSON of the latest completed commit that recorded one."""
