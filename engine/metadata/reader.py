@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from engine.format.delete_block import decode_delete_block
 from engine.format.hfile import HFileReader
-from engine.format.log_block import BlockFrame, BlockType, LogBlock, scan_frames
+from engine.format.log_block import BlockFrame, BlockType, LogBlock, iter_blocks, scan_frames
 from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
 from engine.metadata.codec import CellDecoder, read_base_file, read_log_file
 from engine.metadata.keys import file_group_indexes
@@ -221,6 +221,44 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
             if key in wanted:
                 _merge(merged, key, newer)
     return merged
+
+
+def lookup_values(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
+                  ) -> dict[bytes, bytes | None]:
+    """Row → the newest value bytes of ``rows`` (UTF-8 keys, sorted) in one group slice, None
+    for a key whose newest entry is a delete: :func:`lookup_slice` for a partition whose
+    newer entry simply replaces the older (``record_index``), with no record decoded, so a
+    caller decodes each distinct value once. Executor-safe."""
+    found: dict[bytes, bytes | None] = {}
+    if not rows:
+        return found
+    if piece.base_path is not None:
+        found.update(base_reader(storage, piece.base_path).get_many(rows))
+    wanted = set(rows)
+    for path in piece.log_paths:
+        blocks = log_blocks(storage, path)
+        if blocks is None:  # a frame does not hold: read the log whole
+            for block in iter_blocks(storage.read(path)):
+                if block.block_type is BlockType.HFILE_DATA:
+                    found.update(HFileReader(block.content).get_many(rows))
+                elif block.block_type is BlockType.DELETE:
+                    _deleted(found, block, wanted)
+            continue
+        for frame, reader in blocks:
+            if reader is not None:
+                found.update(reader.get_many(rows))
+            elif frame.block_type is BlockType.DELETE:
+                _deleted(found, LogBlock(frame.block_type, frame.header, storage.read_range(
+                    path, frame.content_offset, frame.content_length)), wanted)
+    return found
+
+
+def _deleted(found: dict[bytes, bytes | None], block: LogBlock, wanted: set[bytes]) -> None:
+    """Mark the ``wanted`` keys a delete block deletes (None) in ``found``."""
+    for deleted in decode_delete_block(block):
+        row = str(deleted.record_key).encode("utf-8")
+        if row in wanted:
+            found[row] = None
 
 
 SMALL_LOG_BLOCK = 256 * 1024

@@ -14,7 +14,7 @@ live record key → the data partition and file group holding it (``hudi-metadat
   file ids and emits nothing; a rolled-back instant's MDT deltacommit is taken back whole.
 * **Looked up** by the ``RECORD_INDEX`` index (:func:`lookup_locations`): a batch's keys are
   routed to the MDT file groups they hash to and only those groups are read
-  (:func:`engine.metadata.reader.lookup_slice`: the base HFile through its block index).
+  (:func:`engine.metadata.reader.lookup_values`: the base HFile through its block index).
   :func:`group_slices` and :func:`lookup_group` are the same lookup split for executor tasks.
 * **Read through** by key-equality filters (:func:`groups_holding`, registered in
   :data:`engine.read.skipping.KEY_PRUNERS`): a snapshot read whose filter pins record keys
@@ -33,10 +33,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
+from engine.errors import CorruptTableError
 from engine.metadata.indexes import IndexPartition, register, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
-from engine.metadata.reader import GroupSlice, latest_group_slices, lookup_slice, route, validity
-from engine.metadata.records import MetadataRecord, RecordIndexInfo, record_index_record
+from engine.metadata.reader import (
+    GroupSlice,
+    latest_group_slices,
+    lookup_values,
+    route,
+    validity,
+)
+from engine.metadata.records import (
+    MetadataRecord,
+    RecordIndexInfo,
+    decode_metadata_value,
+    record_index_record,
+)
 from engine.metadata.table import MetadataTable, declared_partitions, snapshot_metadata_timeline
 from engine.read.skipping import KEY_PRUNERS
 from engine.schema import RECORD_KEY
@@ -350,8 +362,29 @@ def locations_of(records: Iterable[MetadataRecord]) -> pa.Table:
 
 def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str]) -> pa.Table:
     """Locations of ``keys`` (all routed to ``piece``'s group) found in that group.
-    Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``."""
-    return locations_of(lookup_slice(mdt_storage, piece, keys).values())
+    Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``.
+
+    Entries are read as value bytes (:func:`~engine.metadata.reader.lookup_values`) and each
+    distinct value is decoded once: every key of one data file group shares its value."""
+    found = lookup_values(mdt_storage, piece, sorted({k.encode("utf-8") for k in keys}))
+    where: dict[bytes, tuple[str, str]] = {}
+    rows, parts, files = [], [], []
+    for row, value in found.items():
+        if value is None:
+            continue
+        location = where.get(value)
+        if location is None:
+            info = decode_metadata_value(row, value).payload
+            if not isinstance(info, RecordIndexInfo):
+                raise CorruptTableError(f"record_index group {piece.file_id} holds a "
+                                        f"{type(info).__name__} entry for {row!r}")
+            location = where[value] = (info.partition_name or "", info.location_file_id)
+        rows.append(row)
+        parts.append(location[0])
+        files.append(location[1])
+    return pa.table([pa.array(rows, pa.binary()).cast(pa.string()),
+                     pa.array(parts, pa.string()), pa.array(files, pa.string())],
+                    schema=LOCATION_SCHEMA)
 
 
 @dataclass(frozen=True)
