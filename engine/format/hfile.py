@@ -501,8 +501,7 @@ class HFileReader:
             + trailer
         self._tail_start = load_on_open
         root, end = self._read_block(load_on_open, _ROOT)
-        self._index = self._parse_index(root, data_count, "data")
-        self._rows = [_row_of(key) for _, _, key in self._index]
+        self._offsets, self._sizes, self._rows = self._parse_data_index(root, data_count)
         meta_root, _ = self._read_block(end, _ROOT)
         self._meta = {e.key.decode("utf-8"): e for e in self._parse_index(
             meta_root, meta_count, "meta")}
@@ -546,6 +545,35 @@ class HFileReader:
         return raw, end
 
     @staticmethod
+    def _parse_data_index(raw: bytes, count: int) -> tuple[list[int], list[int], list[bytes]]:
+        """Offsets, on-disk sizes and first rows of the data blocks (the root data index: a
+        large file has a hundred thousand entries, so one tight pass, no object per entry)."""
+        offsets: list[int] = []
+        sizes: list[int] = []
+        rows: list[bytes] = []
+        head = _INDEX_HEAD.unpack_from
+        pos = 0
+        end = len(raw)
+        for _ in range(count):
+            offset, size = head(raw, pos)
+            length = raw[pos + 12]
+            if length < 0x80:  # a key length below 128: a one-byte vint
+                pos += 13
+            else:
+                length, pos = _read_vint(raw, pos + 12)
+            key_end = pos + length
+            row_end = pos + 2 + (raw[pos] << 8 | raw[pos + 1]) if length >= 2 else end + 1
+            if key_end > end or row_end > key_end:
+                raise HFileError(f"data index entry {len(rows)} runs past its block")
+            offsets.append(offset)
+            sizes.append(size)
+            rows.append(raw[pos + 2 : row_end])
+            pos = key_end
+        if pos != end:
+            raise HFileError(f"data index holds {end - pos} bytes past its {count} entries")
+        return offsets, sizes, rows
+
+    @staticmethod
     def _parse_index(raw: bytes, count: int, what: str) -> list[_IndexEntry]:
         entries = []
         pos = 0
@@ -584,12 +612,11 @@ class HFileReader:
     @property
     def block_count(self) -> int:
         """Number of data blocks."""
-        return len(self._index)
+        return len(self._offsets)
 
     def _block_cells(self, n: int) -> Iterator[tuple[bytes, bytes]]:
-        entry = self._index[n]
         try:
-            raw, _ = self._read_block(entry.offset, _DATA, entry.size)
+            raw, _ = self._read_block(self._offsets[n], _DATA, self._sizes[n])
             pos = 0
             while pos < len(raw):
                 key_len, value_len = _CELL_HEAD.unpack_from(raw, pos)
@@ -601,11 +628,11 @@ class HFileReader:
                 _, pos = _read_vint(raw, key_end + value_len)
                 yield row, value
         except (struct.error, IndexError) as exc:
-            raise HFileError(f"data block {n} at {entry.offset}: {exc}") from None
+            raise HFileError(f"data block {n} at {self._offsets[n]}: {exc}") from None
 
     def cells(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (row key, value) in file order."""
-        for n in range(len(self._index)):
+        for n in range(len(self._offsets)):
             yield from self._block_cells(n)
 
     def _first_block(self, row: bytes) -> int:
@@ -616,14 +643,14 @@ class HFileReader:
 
         Reads only the data block the root index points at (equal rows never span blocks).
         """
-        if not self._index:
+        if not self._offsets:
             return []
         return [value for r, value in self._block_cells(self._first_block(row)) if r == row]
 
     def get_many(self, rows: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
         """(row, value) of every cell whose row is one of ``rows``, in file order. Only the
         data blocks the root index points the rows at are decompressed, each once."""
-        if not self._index:
+        if not self._offsets:
             return
         by_block: dict[int, set[bytes]] = {}
         for row in rows:
@@ -636,23 +663,22 @@ class HFileReader:
         ranges as the file allows: blocks closer than :data:`RANGE_GAP` bytes share one read
         of at most :data:`RANGE_LIMIT` bytes (a lookup of many keys touches many blocks; one
         read each costs a system call, or a request on an object store)."""
-        index = self._index
+        offsets, sizes = self._offsets, self._sizes
         i = 0
         while i < len(blocks):
-            first = index[blocks[i]]
+            start = offsets[blocks[i]]
             j = i + 1
-            end = first.offset + first.size
+            end = start + sizes[blocks[i]]
             while j < len(blocks):
-                entry = index[blocks[j]]
-                if entry.offset - end > RANGE_GAP or entry.offset + entry.size - first.offset \
-                        > RANGE_LIMIT:
+                offset = offsets[blocks[j]]
+                if offset - end > RANGE_GAP or offset + sizes[blocks[j]] - start > RANGE_LIMIT:
                     break
-                end = entry.offset + entry.size
+                end = offset + sizes[blocks[j]]
                 j += 1
-            data = self._read(first.offset, end - first.offset)
+            data = self._read(start, end - start)
             for n in blocks[i:j]:
-                at = index[n].offset - first.offset
-                yield n, data[at : at + index[n].size]
+                at = offsets[n] - start
+                yield n, data[at : at + sizes[n]]
             i = j
 
     def _find_cells(self, n: int, wanted: set[bytes], data: bytes | None = None
@@ -665,9 +691,8 @@ class HFileReader:
         lengths lands on it, so bytes that merely look like a cell inside a value are never
         taken for one. The walk reads two lengths per cell and stops at the last candidate
         (a lookup touches a block for a few rows among dozens of cells)."""
-        entry = self._index[n]
         try:
-            raw, _ = self._read_block(entry.offset, _DATA, entry.size, data)
+            raw, _ = self._read_block(self._offsets[n], _DATA, self._sizes[n], data)
             size = len(raw)
             candidates = []
             find = raw.find
@@ -698,13 +723,13 @@ class HFileReader:
                     raise HFileError(f"cell at {pos} of data block {n} runs past the block")
                 yield row, raw[key_end : key_end + value_len]
         except (struct.error, IndexError) as exc:
-            raise HFileError(f"data block {n} at {entry.offset}: {exc}") from None
+            raise HFileError(f"data block {n} at {self._offsets[n]}: {exc}") from None
 
     def scan(self, start: bytes = b"", stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Cells with ``start <= row < stop`` (``stop`` None: to the end), in order."""
-        if not self._index:
+        if not self._offsets:
             return
-        for n in range(self._first_block(start), len(self._index)):
+        for n in range(self._first_block(start), len(self._offsets)):
             for row, value in self._block_cells(n):
                 if stop is not None and row >= stop:
                     return
