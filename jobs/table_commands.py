@@ -388,8 +388,10 @@ def run_metadata(args: argparse.Namespace) -> int:
     verdict = ("agrees with storage" if result.ok else
                f"{len(result.differences):,} differences (rebuild with `tidelake table "
                f"metadata rebuild {args.path}`)")
+    keys = (f", {result.keys_checked:,} record keys checked against the record_index"
+            if result.keys_checked else "")
     print(f"metadata table ({', '.join(result.declared)}): {result.files_checked:,} files "
-          f"checked, {verdict}", flush=True)
+          f"checked{keys}, {verdict}", flush=True)
     return 0 if result.ok else 1
 
 

@@ -3,18 +3,25 @@
 :func:`validate` compares the ``files`` partition, merged as a reader merges it, with a walk
 of the table folder restricted to files of completed data instants, and reports every
 difference (a file the MDT lacks, a file it lists that storage does not hold, a size that
-differs, a data action without its deltacommit). ``tidelake table metadata validate`` prints
-them; ``rebuild`` drops the MDT and builds it from storage under the table lock.
+differs, a data action without its deltacommit). When the table keeps the ``record_index``,
+every live record key of the latest snapshot is checked against it (a key the index lacks,
+an entry for a key no slice holds, an entry pointing at a group that does not hold the key):
+a wrong record index makes writers duplicate or lose records. ``tidelake table metadata
+validate`` prints them; ``rebuild`` drops the MDT and builds it from storage under the table
+lock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from engine.layout.file_group import TableFiles, list_table_files, visible_instants
 from engine.metadata.files import listing_of, live_files
 from engine.metadata.keys import ALL_PARTITIONS_KEY
 from engine.metadata.listing import missing_deltacommits, read_files_partition, validity
+from engine.metadata.record_index import RECORD_INDEX
 from engine.metadata.table import FILES, MetadataTable, declared_partitions
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -24,7 +31,7 @@ from engine.timeline.active import Timeline
 class Difference:
     """One way the MDT and storage disagree."""
 
-    kind: str  # "missing from the MDT" | "not on storage" | "size" | "deltacommit"
+    kind: str  # "missing from the MDT" | "not on storage" | "size" | "deltacommit" | "record index"
     partition: str
     name: str
     detail: str = ""
@@ -41,6 +48,8 @@ class Validation:
     declared: tuple[str, ...]
     files_checked: int
     differences: tuple[Difference, ...]
+    keys_checked: int = 0
+    """Record keys checked against the ``record_index`` (0 when the table keeps none)."""
 
     @property
     def ok(self) -> bool:
@@ -114,4 +123,54 @@ def validate(storage: Storage, timeline: Timeline) -> Validation:
         if key != ALL_PARTITIONS_KEY and live_files(expected[key]) and key not in listed:
             diffs.append(Difference("missing from the MDT", key, "(partition)",
                                     "not in __all_partitions__"))
-    return Validation(declared, checked, tuple(diffs))
+    keys_checked = 0
+    # The snapshot's slices come through the MDT listing: checked against storage above.
+    if RECORD_INDEX in declared and not diffs:
+        keys_checked = _check_record_index(storage, timeline, mdt, mdt_timeline, diffs)
+    return Validation(declared, checked, tuple(diffs), keys_checked)
+
+
+def _check_record_index(storage: Storage, timeline: Timeline, mdt: MetadataTable,
+                        mdt_timeline: Timeline, diffs: list[Difference]) -> int:
+    """Append a difference for every record key the ``record_index`` gets wrong against the
+    latest snapshot's slices; the number of keys checked. A key held by several groups
+    (``insert`` writes without a lookup) is right wherever the index points among them."""
+    from engine.layout.view import TableView
+    from engine.metadata.reader import latest_group_slices, read_slice
+    from engine.metadata.records import RecordIndexInfo
+    from engine.schema import RECORD_KEY
+
+    view = TableView(storage, timeline)
+    reader = view.slice_reader(use_threads=True)
+    held: dict[str, set[tuple[str, str]]] = {}
+    for slc in view.latest_file_slices():
+        keys = reader.read_slice(slc, columns=[RECORD_KEY]).column(RECORD_KEY)
+        where = (slc.partition_path, slc.file_id)
+        for key in keys.combine_chunks().cast(pa.string()).to_pylist():
+            held.setdefault(key, set()).add(where)
+    indexed: dict[str, tuple[str, str]] = {}
+    for piece in latest_group_slices(mdt, mdt_timeline, validity(timeline), RECORD_INDEX):
+        for key, record in read_slice(mdt.storage, piece).items():
+            info = record.payload
+            if isinstance(info, RecordIndexInfo):
+                indexed[key] = (info.partition_name or "", info.location_file_id)
+    for key in sorted(set(held) | set(indexed)):
+        if key not in indexed:
+            diffs.append(Difference(RECORD_INDEX_KIND, RECORD_INDEX, key,
+                                    "a live key the index lacks"))
+        elif key not in held:
+            diffs.append(Difference(RECORD_INDEX_KIND, RECORD_INDEX, key,
+                                    f"indexed at {_group(indexed[key])}, held by no slice"))
+        elif indexed[key] not in held[key]:
+            diffs.append(Difference(RECORD_INDEX_KIND, RECORD_INDEX, key, (
+                f"indexed at {_group(indexed[key])}, held by "
+                + ", ".join(_group(g) for g in sorted(held[key])))))
+    return len(held)
+
+
+RECORD_INDEX_KIND = "record index"
+
+
+def _group(where: tuple[str, str]) -> str:
+    partition, file_id = where
+    return f"{partition or '(no partition)'}/{file_id}"

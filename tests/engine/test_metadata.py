@@ -12,9 +12,13 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
+from engine.format.log_block import BlockType, HeaderKey, iter_blocks
+from engine.format.log_format import decode_hfile_data_block, encode_hfile_data_block
 from engine.layout.file_group import list_table_files
 from engine.layout.view import TableView
+from engine.metadata.codec import RECORD_INDEX_BLOCK_SIZE
 from engine.metadata.listing import metadata_listing
+from engine.metadata.schema import metadata_schema_json
 from engine.metadata.table import METADATA_FOLDER, MetadataTable, declared_partitions
 from engine.metadata.validate import committed_files
 from engine.metadata.writer import RETAINED_SLICES
@@ -190,6 +194,43 @@ def test_metadata_rebuild_and_validate_report_differences(tmp_path: Path) -> Non
     table.rebuild_metadata()
     _same_files(table)
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+
+
+def test_metadata_validate_checks_every_live_key_against_the_record_index(
+        tmp_path: Path) -> None:
+    """``validate`` reads every live key of the snapshot and the record_index: an entry for a
+    key no slice holds, and a live key without an entry, are both reported (a wrong record
+    index makes writers duplicate or lose records); a rebuild clears them."""
+    table = _create(tmp_path / "t", **{"hoodie.index.type": "RECORD_INDEX"})
+    oracle, rng, counter = Oracle(), random.Random(29), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    result = table.validate_metadata()
+    assert result.ok and result.keys_checked == len(oracle.snapshot())
+    # Rename one entry's key in a record_index log: its real key loses its entry, the new
+    # key names no record.
+    folder = Path(table.path) / METADATA_FOLDER / "record_index"
+    logs = [p for p in sorted(folder.iterdir()) if ".log." in p.name]
+    for log in logs:
+        blocks = list(iter_blocks(log.read_bytes()))
+        if len(blocks) == 1 and blocks[0].block_type is BlockType.HFILE_DATA:
+            cells = decode_hfile_data_block(blocks[0])
+            if cells:
+                break
+    else:
+        pytest.fail("no record_index log holds one HFile block of entries")
+    renamed = cells[0][0].decode()
+    cells = sorted([(b"no-such-record-key", cells[0][1]), *cells[1:]])
+    log.write_bytes(encode_hfile_data_block(
+        cells, metadata_schema_json(), blocks[0].header[HeaderKey.INSTANT_TIME],
+        block_size=RECORD_INDEX_BLOCK_SIZE))
+    result = table.validate_metadata()
+    found = {(d.kind, d.name, d.detail.split(",")[-1].strip()) for d in result.differences}
+    assert ("record index", "no-such-record-key", "held by no slice") in found
+    assert ("record index", renamed, "a live key the index lacks") in found
+    assert not result.ok
+    table.rebuild_metadata()
+    result = table.validate_metadata()
+    assert result.ok and result.keys_checked == len(oracle.snapshot())
 
 
 def test_metadata_view_lists_nothing_in_the_table_folder(tmp_path: Path,
