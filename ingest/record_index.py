@@ -22,9 +22,13 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    partitioner (:meth:`~engine.write.write_client.WriteClient.insert_buckets`: small file
    groups first, then new ones); a narrow step gives each insert its group
    (:func:`engine.write.partitioner.insert_file_ids`, a hash of its key: the same on replay);
-4. the write tasks write the tagged rows as decided (:func:`ingest.spark_write.write_rows`);
-   their write handles emit the record_index entries of the keys that entered or left a
-   group, and the commit writes them to the metadata table in the same instant.
+4. the write tasks write the tagged rows as decided (:func:`ingest.spark_write.write_rows`),
+   telling the engine which keys the lookup located in each group (:data:`LOCATED`,
+   :func:`located_keys`: the ``located_keys`` of
+   :meth:`engine.write.group_writer.GroupWriter.write`, as the write client's plan tells its
+   tasks); their write handles emit the record_index entries of the keys that entered or
+   left a group — a log append of upserts alone without reading the group's slice — and the
+   commit writes them to the metadata table in the same instant.
 
 The tagged rows are persisted between the count and the write, so Kafka is read once.
 """
@@ -76,10 +80,14 @@ if TYPE_CHECKING:
 
     from ingest.spark_write import InstantPlan
 
-__all__ = ["MDT_GROUP", "RecordIndexSpec", "TaggedBatch", "route_rows", "tag_batch", "tag_rows"]
+__all__ = ["LOCATED", "MDT_GROUP", "RecordIndexSpec", "TaggedBatch", "located_keys",
+           "route_rows", "tag_batch", "tag_rows", "tagged_schema"]
 
 MDT_GROUP = "_tl_mdt_group"
 """The record_index file group (index among the partition's groups) a row's key hashes to."""
+LOCATED = "_tl_located"
+"""Tagged rows: true for an upsert whose key the lookup located in the row's file group (an
+update in place), false for every other row (inserts, deletes, skipped versions, errors)."""
 _ROW = "_tl_row"
 
 
@@ -98,6 +106,27 @@ class RecordIndexSpec:
     @property
     def event_time(self) -> bool:
         return self.config.orders_by_event_time
+
+
+def tagged_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of prepared rows (``schema``) once tagged: with :data:`LOCATED`."""
+    return schema.append(pa.field(LOCATED, pa.bool_()))
+
+
+def located_keys(rows: pa.Table) -> pa.Array | None:
+    """The keys of ``rows`` (tagged rows of one file group) that the lookup located in the
+    group: what :meth:`engine.write.group_writer.GroupWriter.write` takes as
+    ``located_keys``; None for rows that were not tagged (no :data:`LOCATED`). Executor
+    side."""
+    if LOCATED not in rows.column_names:
+        return None
+    located = pc.and_(pc.fill_null(rows.column(LOCATED), False),
+                      pc.equal(rows.column(OP), UPSERT))
+    return rows.column(RECORD_KEY).filter(located).combine_chunks().cast(pa.string())
+
+
+def _flagged(rows: pa.Table, located: bool) -> pa.Table:
+    return rows.append_column(LOCATED, pa.array(np.full(rows.num_rows, located), pa.bool_()))
 
 
 def route_rows(rows: pa.Table, groups: int) -> pa.Table:
@@ -189,17 +218,18 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
              ) -> tuple[pa.Table, tuple[str, ...]]:
     """Tag prepared rows (all versions of their keys in the batch) against the record index:
     every input row comes back once with its Kafka coordinates — the winner of each key with
-    the file group it writes (:data:`FILE_ID`; null for an insert, placed later), the other
-    versions as ``SKIP`` — plus, without coordinates, the extra rows a write needs (the delete
-    of a moved key's old copy, a second copy of a key stored twice). Returns them and the
+    the file group it writes (:data:`FILE_ID`; null for an insert, placed later) and whether
+    the lookup located it there (:data:`LOCATED`), the other versions as ``SKIP`` — plus,
+    without coordinates, the extra rows a write needs (the delete of a moved key's old copy,
+    a second copy of a key stored twice). Returns them (:func:`tagged_schema`) and the
     record_index file groups read. Executor side."""
-    schema = rows.schema
+    schema = tagged_schema(rows.schema)
     ops = rows.column(OP).combine_chunks()
     work_mask = pc.is_in(ops, pa.array([UPSERT, DELETE], ops.type))
-    others = rows.filter(pc.invert(work_mask))
+    others = _flagged(rows.filter(pc.invert(work_mask)), False)
     work = rows.filter(work_mask)
     if not work.num_rows:
-        return rows, ()
+        return others, ()
     work = work.append_column(_ROW, pa.array(np.arange(work.num_rows, dtype=np.int64)))
     keys = pc.unique(work.column(RECORD_KEY).combine_chunks())
     found, read = _lookup(spec, view, work, keys)
@@ -207,15 +237,19 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
                        policy=POLICY, stored=_stored(found, spec.event_time))
     client = WriteClient(spec.storage, spec.config, spec.write_config)
     out: list[pa.Table] = []
+    in_place: list[bool] = []  # per table of out: updates the lookup located there
     if resolved.upserts.num_rows:
         tagged = client.tag_located(resolved.upserts, view.slice_reader(use_threads=False),
                                     view.latest_file_slices(), found)
         for (part, fid), piece in sorted(tagged.updates.items()):
             out.append(_written(piece, part, fid, UPSERT))
+            in_place.append(True)
         for (part, fid), piece in sorted(tagged.moved_out.items()):
             out.append(_moved_out(piece, part, fid, work.schema, spec))
+            in_place.append(False)
         if tagged.inserts.num_rows:
             out.append(_set(tagged.inserts, FILE_ID, pa.scalar(None, pa.string())))
+            in_place.append(False)
     deletes = resolved.deletes
     if deletes.num_rows:
         located = tag(deletes.column(RECORD_KEY).combine_chunks(),
@@ -226,8 +260,11 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
             piece = _set(piece, PARTITION_PATH, hit.column("loc_partition").combine_chunks())
             piece = _set(piece, FILE_ID, hit.column("loc_file_id").combine_chunks())
             out.append(piece)
-    written = pa.concat_tables([t.select(work.schema.names).cast(work.schema) for t in out]
-                               or [work.schema.empty_table()])
+            in_place.append(False)
+    written = pa.concat_tables(
+        [_flagged(t.select(work.schema.names).cast(work.schema), flag)
+         for t, flag in zip(out, in_place, strict=True)]
+        or [_flagged(work.schema.empty_table(), False)])
     # The first written row of a winner keeps its Kafka coordinates; every other version of
     # the batch is a SKIP row kept for its offset; extra rows carry none.
     ids = written.column(_ROW).to_numpy(zero_copy_only=False)
@@ -244,7 +281,7 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
                                                  pa.scalar(None, field.type)))
     skipped = work.filter(pc.invert(pc.is_in(work.column(_ROW),
                                              pa.array(sorted(seen), pa.int64()))))
-    skipped = _set(skipped, OP, pa.scalar(SKIP, pa.int8()))
+    skipped = _flagged(_set(skipped, OP, pa.scalar(SKIP, pa.int8())), False)
     tables = [t.drop_columns([_ROW]).select(schema.names).cast(schema)
               for t in (written, skipped)]
     return pa.concat_tables([others, *tables]), read
@@ -323,6 +360,7 @@ def tag_batch(rows: DataFrame, plan: InstantPlan, schema: pa.Schema, *,
     view = sc.broadcast(plan.view)
     read: Any = sc.accumulator([], _GroupsRead())  # type: ignore[arg-type]
     with_group = schema.append(pa.field(MDT_GROUP, pa.int32()))
+    out_schema = tagged_schema(schema)
     groups = len(pieces)
 
     def add_group(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -342,13 +380,13 @@ def tag_batch(rows: DataFrame, plan: InstantPlan, schema: pa.Schema, *,
     routed = rows.mapInArrow(add_group, spark_schema(with_group))
     shuffled = routed.repartition(parallelism, F.col(MDT_GROUP),
                                   F.when(F.col(OP) == ERROR, F.col(OFFSET)))
-    tagged = shuffled.mapInArrow(tag_task, spark_schema(schema)).persist()
+    tagged = shuffled.mapInArrow(tag_task, spark_schema(out_schema)).persist()
     try:
         counts = {r[PARTITION_PATH]: int(r["count"]) for r in
                   tagged.where((F.col(OP) == UPSERT) & F.col(FILE_ID).isNull())
                   .groupBy(PARTITION_PATH).count().collect()}
         buckets = plan.client.insert_buckets(plan.timeline, plan.view, "UPSERT", counts)
-        placed = tagged.mapInArrow(_place_inserts(_plain(buckets)), spark_schema(schema))
+        placed = tagged.mapInArrow(_place_inserts(_plain(buckets)), spark_schema(out_schema))
     except BaseException:
         tagged.unpersist()
         raise

@@ -83,6 +83,7 @@ from ingest.prepare import (
     spark_schema,
     unpack_rows,
 )
+from ingest.record_index import located_keys
 from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
@@ -380,14 +381,16 @@ class WriteResult:
 
 def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
-    """Write one file group's rows, in arrival order unless the global-state index decided
-    every key already, as the engine resolves and writes a group
-    (:meth:`engine.write.group_writer.GroupWriter.write`); None if nothing to write."""
+    """Write one file group's rows, in arrival order unless an index decided every key
+    already, as the engine resolves and writes a group
+    (:meth:`engine.write.group_writer.GroupWriter.write`; rows the record index tagged tell
+    it the keys their lookup located in the group: :func:`ingest.record_index.located_keys`);
+    None if nothing to write."""
     decided = spec.decided or spec.attach is not None
     task_partition, stage, attempt = token
     return spec.writer.write(view, partition, file_id, rows if decided else arrival_order(rows),
-                             decided=decided, task_partition=task_partition, stage=stage,
-                             attempt=attempt)
+                             decided=decided, located_keys=located_keys(rows),
+                             task_partition=task_partition, stage=stage, attempt=attempt)
 
 
 def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],

@@ -96,13 +96,16 @@ class GroupWriter:
     policy: DeletePolicy
 
     def write(self, view: TableView, partition: str, file_id: str, rows: pa.Table, *,
-              decided: bool = False, task_partition: int = 0, stage: int = 0,
-              attempt: int = 0) -> WriteStat | None:
+              decided: bool = False, located_keys: pa.Array | None = None,
+              task_partition: int = 0, stage: int = 0, attempt: int = 0) -> WriteStat | None:
         """Resolve ``rows`` (versions in arrival order, data columns plus the record key,
         partition path and :attr:`columns`) and write the winners to the group; None if
         nothing is to be written. ``decided``: an index applied the rules already (one row
-        per key). The task fsyncs the files it publishes (a driver's sync reaches only its
-        own host)."""
+        per key). ``located_keys``: the keys of ``rows`` a key lookup found in this group
+        (updates in place; every other upserted key is new to the group), as the write
+        client's plan tells its tasks (:attr:`~engine.write.write_handle.WriteTask.
+        located_keys`); None when not known. The task fsyncs the files it publishes (a
+        driver's sync reaches only its own host)."""
         existing = view.latest_slice(partition, file_id)
         if decided:
             resolved = resolve(rows, columns=self.columns, event_time=self.event_time,
@@ -117,8 +120,15 @@ class GroupWriter:
         data_names = [f.name for f in ctx.data_schema] + [RECORD_KEY, PARTITION_PATH]
         records = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
         deletes = self._deletes(resolved.deletes) if resolved.deletes.num_rows else None
+        num_updates = 0
+        if located_keys is not None:
+            located_keys = located_keys.cast(pa.string())
+            if records is not None:
+                num_updates = int(pc.sum(pc.is_in(records.column(RECORD_KEY).cast(pa.string()),
+                                                  value_set=located_keys)).as_py() or 0)
         task = self.rule.task(view, partition, file_id, records, deletes,
-                              task_partition=task_partition, stage=stage, attempt=attempt)
+                              task_partition=task_partition, stage=stage, attempt=attempt,
+                              num_updates=num_updates, located_keys=located_keys)
         if task is None:
             return None
         return execute(ctx, task, sync=True)
