@@ -9,9 +9,11 @@ live key at the file group hudi-rs reads it from, and hold no other key.
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from engine import Table
@@ -22,6 +24,7 @@ from engine.metadata.record_index import group_slices
 from engine.metadata.records import RecordIndexInfo
 from engine.metadata.table import MetadataTable
 from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import WriteTotals
 from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
 from tests.helpers import hudi_rs_read
 from tests.ingest.helpers import (
@@ -96,7 +99,7 @@ def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
     oracle = EventOracle()
     offsets: dict[int, int] = {}
     clock = [1_000]
-    for batch_id, events in enumerate(random_batches(rng, 4, 60, moves=True, tombstones=True,
+    for batch_id, events in enumerate(random_batches(rng, 3, 60, moves=True, tombstones=True,
                                                      clock=clock)):
         sink.process_batch(data_frame(spark, kafka_rows(events, "ev", offsets)), batch_id)
         oracle.apply(events)
@@ -109,10 +112,53 @@ def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
             # the next one's start builds it from the table, then every commit keeps it.
             assert result.index_groups_read
             assert _index_entries(path) == _data_locations(path), f"batch {batch_id} (index)"
+    # The write tasks know which keys the lookup located in their group (the engine's
+    # located_keys): they count those as updates and the others as inserts, as the engine's
+    # own upsert does, and keep the record_index right (a MERGE_ON_READ append of upserts
+    # alone without reading the slice). Updates in place (one key twice), a key moving to
+    # the partition of the updates, a tombstone, new keys:
+    by_city: dict[str, list[str]] = {}
+    for key, (city, _, _) in sorted(oracle.rows.items()):
+        by_city.setdefault(city, []).append(key)
+    here, there = sorted(by_city, key=lambda c: -len(by_city[c]))[:2]
+    ts = clock[0] + 1_000
+    events = [Event(k, ts, here, 2.0) for k in by_city[here][:5]]
+    events += [Event(by_city[here][0], ts + 1, here, 2.5), Event(by_city[there][0], ts, here, 3.0),
+               Event(by_city[there][1], tombstone=True)]
+    events += [Event(f"new{i}", ts, (here, there)[i % 2], 4.0) for i in range(4)]
+    engine_copy = tmp_path / "engine"
+    shutil.copytree(path, engine_copy)
+    sink.process_batch(data_frame(spark, kafka_rows(events, "ev", offsets)), 3)
+    oracle.apply(events)
+    result = sink.last_result
+    assert result is not None and result.errors == 0 and result.instant_time
+    assert table_rows(path) == oracle.rows
+    assert hudi_rs_rows(path) == oracle.rows
+    assert _index_entries(path) == _data_locations(path)
+    # 5 in place; 4 new and the moved key; the moved key's old copy and the tombstoned key
+    assert _totals(path, result.instant_time) == (5, 5, 2)
+    # The engine's upsert of the same winners (the tombstone aside) counts the same.
+    winners = {e.id: e for e in events if not e.tombstone}  # arrival order: the last wins
+    upserted = Table.open(str(engine_copy), OPTIONS).upsert(pa.table({
+        "id": list(winners), "ts": [e.ts for e in winners.values()],
+        "city": [e.city for e in winners.values()],
+        "fare": [e.fare for e in winners.values()]}))
+    assert _totals(str(engine_copy), upserted) == (5, 5, 1)
     # A replayed batch writes nothing.
     sink.process_batch(data_frame(spark, kafka_rows([Event("zz", 1, "oslo", 1.0)], "ev", {})),
                        3)
     assert sink.last_result is not None and sink.last_result.skipped
+
+
+def _totals(path: str, instant_time: str) -> tuple[int, int, int]:
+    """Updates, inserts and deletes a data commit of the table counts."""
+    table = Table.open(path)
+    timeline = Timeline.load(table.storage, table.config)
+    instant, = (i for i in timeline.completed_data_instants
+                if i.requested_time == instant_time)
+    totals = WriteTotals.of(timeline.commit_metadata(instant).write_stats)
+    return (totals.update_records_written, totals.insert_records_written,
+            totals.records_deleted)
 
 
 @pytest.mark.spark
