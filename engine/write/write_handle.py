@@ -108,7 +108,9 @@ class WriteTask:
     log_files: tuple[str, ...] = ()
     located_keys: pa.Array | None = None
     """The keys of ``records`` an index located in this group (updates in place), when the
-    planner tagged every record (an upsert by key lookup); None when not known. An append of
+    planner tagged every record (an upsert by key lookup: the write client's plan, or the
+    streaming job's record-index tasks through
+    :meth:`~engine.write.group_writer.GroupWriter.write`); None when not known. An append of
     records alone then keeps the record_index without reading the slice: the other keys
     enter the group."""
     partition_exists: bool = False
