@@ -27,6 +27,13 @@ Printed per run: CPU seconds (``time.process_time``) and wall seconds of the tag
 write tasks together and of the commit, and the record_index entries the commit wrote (both
 modes must write the same: the keys new to their group). Figures are of one process: on the
 job each part is spread over the Spark tasks.
+
+``--spark``: the same batch through the job itself instead
+(:meth:`ingest.sink.HudiStreamingSink.process_batch` on a ``local[2]`` session, table
+services off), ``--runs`` times, each on a fresh copy: the batch's seconds, its data
+instant's and its commit's (:class:`ingest.sink.BatchResult`), and the CPU seconds of the
+process tree (driver, JVM, Python workers; from ``/proc``). It runs whatever job the
+checkout holds, so the code before a change is measured by running it on that checkout.
 """
 
 from __future__ import annotations
@@ -135,6 +142,81 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     return out
 
 
+def tree_cpu() -> float:
+    """CPU seconds of this process and its descendants so far (Linux ``/proc``), reaped
+    children included."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15]) / ticks
+    tree, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return sum(times.get(pid, 0.0) for pid in tree)
+
+
+def run_spark(source: Path, work: Path, kafka: pa.Table, schema: pa.Schema,
+              runs: int) -> None:
+    """``runs`` batches through the job (one per fresh copy of ``source``)."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    from ingest.decode import JsonDecoder
+    from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    path_env = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep))])
+    os.environ["PYTHONPATH"] = path_env
+    spark = (SparkSession.builder.master("local[2]").appName("sink-record-index")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.executorEnv.PYTHONPATH", path_env).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    frame = spark.createDataFrame(kafka).cache()
+    frame.count()
+    rows = []
+    try:
+        for run in range(runs):
+            path = work / f"spark-{run}"
+            copy_table(source, path, keep_record_index=True, index_type="RECORD_INDEX")
+            sink = HudiStreamingSink(SinkConfig(
+                str(path), decoder=JsonDecoder(schema), record_key="key", precombine="ts",
+                partition_by=["partition"], table_type="MERGE_ON_READ", index=RECORD_INDEX,
+                services=False))
+            cpu = tree_cpu()
+            sink.process_batch(frame, 0)
+            cpu = tree_cpu() - cpu
+            result = sink.last_result
+            assert result is not None and result.instant_time and not result.errors
+            log(f"spark run {run}: batch {result.seconds:.2f} s, data instant "
+                f"{result.write_seconds:.2f} s, commit {result.commit_seconds:.2f} s, "
+                f"CPU {cpu:.2f} s")
+            rows.append([str(run), f"{result.seconds:.2f}", f"{result.write_seconds:.2f}",
+                         f"{result.commit_seconds:.2f}", f"{cpu:.2f}"])
+            shutil.rmtree(path)
+    finally:
+        spark.stop()
+    print(text_table(["run", "batch s", "data instant s", "commit s", "CPU s (all processes)"],
+                     rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("table", help="a bulk load of bench/indexes.py (loaded-<size>)")
@@ -142,6 +224,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="runs of each mode, alternating")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--work", help="folder for the copies (default: a temporary one)")
+    parser.add_argument("--spark", action="store_true",
+                        help="through the job on a local[2] Spark session instead")
     args = parser.parse_args()
     source = Path(args.table)
     size = int(source.name.rsplit("-", 1)[-1])
@@ -150,6 +234,13 @@ def main() -> None:
     data = make_rows(batches(size, 1, args.batch, args.seed)[0], 2, False, 4, rng)
     kafka = kafka_rows(data)
     work = Path(args.work or tempfile.mkdtemp(prefix="sink-rli-"))
+    if args.spark:
+        try:
+            run_spark(source, work, kafka, data.schema, args.runs)
+        finally:
+            if not args.work:
+                shutil.rmtree(work, ignore_errors=True)
+        return
     results: dict[str, list[dict[str, float]]] = {"unknown": [], "located": []}
     try:
         for run in range(args.runs):
