@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from engine.errors import InvalidOptionError, UnsupportedTableError
+from engine.timeline.version import WRITE_TABLE_VERSION, WRITE_VERSIONS, TableVersion, table_version
 
 T = TypeVar("T")
 
@@ -291,6 +292,15 @@ def _parse_port(key: str, raw: str) -> int:
     return value
 
 
+def _parse_write_version(key: str, raw: str) -> int:
+    text = str(raw).strip()
+    if text not in {str(v) for v in WRITE_VERSIONS}:
+        raise InvalidOptionError(
+            key, f"expected one of {', '.join(str(v) for v in WRITE_VERSIONS)} (the table "
+            f"version this writer stores the table in), got {raw!r}")
+    return int(text)
+
+
 def _enum_parser(enum_type: type[Enum]) -> Callable[[str, str], Any]:
     def parse(key: str, raw: str) -> Any:
         wanted = str(raw).strip()
@@ -471,6 +481,13 @@ class WriteConfig:
         "table's `bloom_filters` partition, and their min/max record keys from its "
         "`column_stats` partition, when the table keeps them (files without an entry: their "
         "footers), instead of opening every base file's footer.")
+    write_table_version: int = option(
+        WRITE_TABLE_VERSION, _parse_write_version, TABLE_VERSION,
+        "The table version a new table is created in: `8` (Hudi 1.0), or `6` (Hudi 0.14/0.15) "
+        "for readers that only read version 6 (Athena, older Trino, daft). On an existing table "
+        "it must name the table's version, or be left out: a table is never upgraded nor "
+        "downgraded. A version-6 table keeps no metadata table; see "
+        "[engine.md](engine.md#table-versions).")
     concurrency_mode: ConcurrencyMode | None = option(
         "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
         "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "
@@ -977,9 +994,14 @@ class TableConfig:
         return self.table_type is TableType.MERGE_ON_READ
 
     @property
+    def table_version(self) -> TableVersion:
+        """What the table's version means on disk (:mod:`engine.timeline.version`)."""
+        return table_version(self.version)
+
+    @property
     def timeline_layout(self) -> int:
         """Timeline layout version: 1 for tables before version 8, 2 from version 8 on."""
-        return 2 if self.version >= 8 else 1
+        return self.table_version.timeline_layout
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> TableConfig:
@@ -990,10 +1012,7 @@ class TableConfig:
                                    .replace("MOR", "MERGE_ON_READ"))
         except (KeyError, ValueError) as exc:
             raise UnsupportedTableError(f"hoodie.properties lacks a valid {exc}") from None
-        version = int(props.get(P_VERSION, "6"))
-        if version not in (6, 8, 9):
-            raise UnsupportedTableError(
-                f"table version {version} is not supported (only 6, 8 and 9)")
+        version = table_version(int(props.get(P_VERSION, "6"))).code
         precombine = props.get(P_PRECOMBINE) or props.get(P_ORDERING_V9) or None
         if precombine and "," in precombine:
             raise UnsupportedTableError(f"multiple ordering fields {precombine!r} not supported")
@@ -1014,10 +1033,12 @@ class TableConfig:
             P_NAME: self.name,
             P_TYPE: self.table_type.value,
             P_VERSION: str(self.version),
-            P_INITIAL_VERSION: str(self.version),
             P_LAYOUT: str(self.timeline_layout),
-            P_TIMELINE_PATH: self.timeline_path,
-            P_HISTORY_PATH: "history",
+        }
+        if self.table_version.initial_version_property:
+            props.update({P_INITIAL_VERSION: str(self.version),
+                          P_TIMELINE_PATH: self.timeline_path, P_HISTORY_PATH: "history"})
+        props.update({
             P_DATABASE: self.database,
             P_RECORD_KEYS: ",".join(self.record_key_fields),
             P_PARTITION_FIELDS: ",".join(self.partition_fields),
@@ -1033,7 +1054,7 @@ class TableConfig:
             P_TIMEZONE: "UTC",
             P_CDC: "false",
             P_MERGE_MODE: self.merge_mode.value,
-        }
+        })
         if self.precombine_field:
             props[P_PRECOMBINE] = self.precombine_field
         if self.merge_mode is MergeMode.EVENT_TIME_ORDERING:

@@ -48,6 +48,7 @@ from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from engine.timeline.instant import parse_instant_time
+from engine.timeline.version import WRITE_TABLE_VERSION
 from engine.write.write_client import (
     BULK_INSERT,
     DELETE,
@@ -94,6 +95,10 @@ def _check_bucket_engine(config: TableConfig) -> None:
     if config.consistent_hashing and not config.is_mor:
         raise InvalidOptionError(
             P_BUCKET_ENGINE, "CONSISTENT_HASHING needs a MERGE_ON_READ table (as in Hudi)")
+    if config.consistent_hashing and not config.table_version.clustering_action:
+        raise InvalidOptionError(
+            P_BUCKET_ENGINE, "CONSISTENT_HASHING resizes buckets by clustering, which "
+            f"tidelake writes on table version 8 only ({WRITE_TABLE_VERSION})")
 
 
 def _check_instant_arg(arg: str, value: str | None) -> None:
@@ -109,8 +114,8 @@ def _check_instant_arg(arg: str, value: str | None) -> None:
 
 
 class Table:
-    """A Hudi table (version 8) on local disk or an object store: create or open it, write,
-    read.
+    """A Hudi table (version 8, or 6 with ``hoodie.write.table.version=6``) on local disk or
+    an object store: create or open it, write, read.
 
     ``storage_options`` (every constructor) are the object store's settings and credentials
     (object_store keys such as ``aws_endpoint_url``, ``aws_region``, ``aws_access_key_id``,
@@ -200,7 +205,8 @@ class Table:
             create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
                                        separators=(",", ":"))
         config = TableConfig(
-            name=name, table_type=ttype, version=8, record_key_fields=keys,
+            name=name, table_type=ttype, version=write_config.write_table_version,
+            record_key_fields=keys,
             partition_fields=parts, precombine_field=precombine, merge_mode=mode,
             hive_style=created["hive_style"], url_encode=created["url_encode"],
             populate_meta_fields=True, create_schema=create_schema,
@@ -219,9 +225,11 @@ class Table:
         """Write the table's folders and ``hoodie.properties`` (the table exists from then
         on); :class:`~engine.errors.TableExistsError` if another writer created it first."""
         storage = self.storage
-        for folder in (HOODIE, f"{HOODIE}/timeline", f"{HOODIE}/timeline/history",
-                       f"{HOODIE}/.temp", f"{HOODIE}/.aux", f"{HOODIE}/.aux/.bootstrap",
-                       f"{HOODIE}/.schema", f"{HOODIE}/archived"):
+        timeline = Timeline.folder_for(self.config)
+        history = [f"{timeline}/history"] if self.config.table_version.lsm_history else []
+        for folder in (HOODIE, timeline, *history, f"{HOODIE}/.temp", f"{HOODIE}/.aux",
+                       f"{HOODIE}/.aux/.bootstrap", f"{HOODIE}/.schema",
+                       f"{HOODIE}/archived"):
             storage.makedirs(folder)
         text = dumps(self.config.to_properties(), last_key="hoodie.table.checksum")
         try:
@@ -275,6 +283,13 @@ class Table:
         if recorded_engine is not None:
             merged[P_BUCKET_ENGINE] = recorded_engine.value
         for key, value in (options or {}).items():
+            if key == WRITE_TABLE_VERSION and str(value).strip() != str(config.version):
+                WriteConfig.from_options({key: value})  # a malformed value: its own message
+                raise InvalidOptionError(
+                    key, f"the table at {path} is version {config.version}; writing it as "
+                    f"version {str(value).strip()} would change its format for every reader "
+                    "(tidelake neither upgrades nor downgrades tables: leave the option out "
+                    f"or set it to {config.version})")
             if (key == P_BUCKET_ENGINE and recorded_engine is not None
                     and str(value).strip().upper() != recorded_engine.value):
                 raise InvalidOptionError(
@@ -286,6 +301,8 @@ class Table:
                     key, f"the table was created with {config.num_buckets} buckets; "
                     "the bucket count cannot change")
             merged[key] = value
+        if config.table_version.writable:
+            merged[WRITE_TABLE_VERSION] = str(config.version)
         write_config = WriteConfig.from_options(merged)
         if (config.index_type is not None
                 and write_config.index_type.placement is not config.index_type.placement):
@@ -301,11 +318,11 @@ class Table:
     # -- writes ----------------------------------------------------------------------------
 
     def _client(self) -> WriteClient:
-        if self.config.version < 8:
+        if not self.config.table_version.writable:
             from engine.errors import UnsupportedTableError
             raise UnsupportedTableError(
                 f"table version {self.config.version} is read-only here; tidelake writes "
-                "table version 8")
+                "table versions 6 and 8")
         return WriteClient(self.storage, self.config, self.write_config)
 
     def _write(self, operation: str, data: pa.Table,

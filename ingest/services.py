@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.services.archive import archives_automatically
 from engine.services.table_services import (
     ARCHIVE,
     CLEAN,
@@ -135,10 +136,11 @@ class StreamingServices:
         self.table = table
         wc = table.write_config
         self.enabled = enabled
-        self.compaction = enabled and table.config.is_mor and wc.compaction_async
+        self.compaction = (enabled and table.config.is_mor and wc.compaction_async
+                           and table.config.table_version.compaction)
         self.clustering = enabled and wc.clustering_async
         self.clean = enabled and wc.clean_automatic
-        self.archive = enabled and wc.archive_automatic
+        self.archive = enabled and archives_automatically(table.config, wc)
         self.max_pending = wc.max_pending_compactions
         self.state = ServicesState()
         self._wake = threading.Event()

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.timeline.version import TableVersion
 
 _BASE = re.compile(r"^([a-zA-Z0-9-]+)_([a-zA-Z0-9-]+)_(\d+)\.(parquet|orc|hfile|lance)$")
 _LOG = re.compile(r"^\.(.+)_(\d+)\.log\.(\d+)_(\d+-\d+-\d+)(\.cdc)?$")
@@ -54,6 +59,25 @@ def parse_log_file(name: str) -> LogFileName | None:
     if not m or m.group(5):
         return None
     return LogFileName(m.group(1), m.group(2), int(m.group(3)), m.group(4))
+
+
+def new_log_file(version: TableVersion, file_id: str, instant_time: str,
+                 base_instant: str | None, slice_logs: Iterable[str],
+                 write_token: str) -> LogFileName:
+    """The log file a write at ``instant_time`` adds to the file slice whose base instant is
+    ``base_instant`` (None: a new file group) and whose log files are ``slice_logs``.
+
+    From version 8 on it is named by the writing instant, version 1 (one file per
+    deltacommit). Before, it carries the slice's base instant (the writing instant for a
+    new group) and the next log version of the slice: a new file per write as Hudi writes
+    on object stores (rolling over instead of appending), so the files that readers group
+    by base instant and order by version hold the writes in their order."""
+    if not version.logs_named_by_slice:
+        return LogFileName(file_id, instant_time, 1, write_token)
+    base = base_instant or instant_time
+    versions = [parsed.version for parsed in map(parse_log_file, slice_logs)
+                if parsed is not None and parsed.instant_time == base]
+    return LogFileName(file_id, base, max(versions, default=0) + 1, write_token)
 
 
 def new_file_id() -> str:

@@ -517,8 +517,10 @@ class TableReader:
         if start is not None:  # from the first commit on, every record of the view is in
             in_range = visible.completed_after(start, inclusive=start_inclusive)
             scan.slice_scan.commit_times = tuple(in_range)
+            named_by_writer = not self.config.table_version.logs_named_by_slice
             scan.slices = [s for s in scan.slices
-                           if in_range and _written_after(s, visible, start, start_inclusive)]
+                           if in_range and _written_after(s, visible, start, start_inclusive,
+                                                          named_by_writer)]
         scan.pruning.slices_read = len(scan.slices)
         return scan
 
@@ -527,12 +529,14 @@ class TableReader:
         return self.incremental_scan(start, end, spec).to_table(threads=READ_THREADS)
 
 
-def _written_after(slc: FileSlice, visible: Visibility, start: str, inclusive: bool) -> bool:
+def _written_after(slc: FileSlice, visible: Visibility, start: str, inclusive: bool,
+                   logs_named_by_writer: bool = True) -> bool:
     """True if a file of ``slc`` was written by an instant completed after ``start`` (at or
-    after, ``inclusive``), or by one the view cannot place (then it may)."""
+    after, ``inclusive``), or by one the view cannot place (then it may): a log file whose
+    name carries its slice's base instant, not its writer's (table version 6), always may."""
     completions = [visible.get(slc.base_file.instant_time)] if slc.base_file is not None else []
-    completions += [log.completion_time or visible.get(log.instant_time)
-                    for log in slc.log_files]
+    completions += [(log.completion_time or visible.get(log.instant_time))
+                    if logs_named_by_writer else None for log in slc.log_files]
     return any(c is None or c > start or (inclusive and c == start) for c in completions)
 
 

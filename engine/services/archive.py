@@ -238,6 +238,13 @@ def history_row(storage: Storage, folder: str,
                            data.get(State.COMPLETED) or None, plan or None)
 
 
+def archives_automatically(config: TableConfig, write_config: WriteConfig) -> bool:
+    """Whether writers archive after their commits (``hoodie.archive.automatic``): never on
+    a table whose archived timeline tidelake does not write (version 6: its instants stay
+    on the active timeline, :mod:`engine.timeline.version`)."""
+    return write_config.archive_automatic and config.table_version.lsm_history
+
+
 def run_archive(client: WriteClient, *, seen: Timeline | None = None) -> ServiceRun:
     """Archive old instants into the LSM history if due (under the table lock).
 
@@ -248,10 +255,12 @@ def run_archive(client: WriteClient, *, seen: Timeline | None = None) -> Service
     chosen under the lock from the timeline as it is then.
     """
     storage, config = client.storage, client.config
-    if config.timeline_layout < 2:
+    if not config.table_version.lsm_history:
         from engine.errors import UnsupportedTableError
-        raise UnsupportedTableError("archival writes the v8 LSM history; this table has "
-                                    f"timeline layout {config.timeline_layout}")
+        raise UnsupportedTableError(
+            f"archival writes the LSM history of table version 8; table {config.name!r} is "
+            f"version {config.version}, whose archived timeline (.hoodie/archived) tidelake "
+            "does not write: its instants stay on the active timeline")
     active_commits = (seen or Timeline.load(storage, config)).completed_data_instants
     if len(active_commits) <= client.write_config.keep_max_commits:
         return ServiceRun(SERVICE)  # not due: no lock taken (the common case after a write)

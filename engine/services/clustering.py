@@ -263,6 +263,11 @@ def schedule_clustering(client: WriteClient) -> str | None:
     clustering resizes the ring (:func:`schedule_resize`); nor are tables without meta
     fields (``hoodie.populate.meta.fields=false``), whose rows carry no key or commit time
     to preserve. Driver only; takes the table lock."""
+    if not client.config.table_version.clustering_action:
+        from engine.errors import UnsupportedTableError
+        raise UnsupportedTableError(
+            f"tidelake clusters table version 8 only; table {client.config.name!r} is "
+            f"version {client.config.version}")
     if client.config.consistent_hashing:
         return schedule_resize(client)
     if client.write_config.index_type is IndexType.BUCKET or not client.config.populate_meta_fields:

@@ -127,10 +127,10 @@ def compaction_due(timeline: Timeline, write_config: WriteConfig,
 
 
 def _require_mor(config: TableConfig) -> None:
-    if config.version < 8:
+    if not config.table_version.compaction:
         raise UnsupportedTableError(
             f"table {config.name!r} is version {config.version}; tidelake compacts table "
-            "version 8 only")
+            "version 8 only (docs/engine.md, \"Table versions\")")
     if not config.is_mor:
         raise UnsupportedTableError(
             f"table {config.name!r} is {config.table_type.value}: only MERGE_ON_READ tables "
@@ -396,7 +396,7 @@ def _execute(client: WriteClient, instant_time: str,
                                              client.config.name)}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
-            done = now.complete(attempt.instant, meta.to_avro_bytes(),
+            done = now.complete(attempt.instant, meta.encode(client.config.table_version),
                                 collect_updates(stats))
     except BaseException as exc:
         attempt.abandon()

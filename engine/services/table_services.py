@@ -23,6 +23,7 @@ import logging
 from collections.abc import Sequence
 
 from engine.config import TableConfig
+from engine.services.archive import archives_automatically
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -123,7 +124,7 @@ def run_inline(client: WriteClient) -> list[ServiceRun]:
                           "write tries again", client.storage.base_path)
     steps = ((COMPACTION, client.config.is_mor and wc.compact_inline),
              (CLUSTERING, wc.clustering_inline), (CLEAN, wc.clean_automatic),
-             (ARCHIVE, wc.archive_automatic))
+             (ARCHIVE, archives_automatically(client.config, wc)))
     for service, wanted in steps:
         if not wanted:
             continue

@@ -67,7 +67,7 @@ class Timeline:
     @staticmethod
     def folder_for(config: TableConfig) -> str:
         """Timeline folder relative to the base path (``.hoodie/timeline`` from v8 on)."""
-        if config.timeline_layout >= 2:
+        if config.table_version.timeline_in_subfolder:
             return f"{HOODIE}/{config.timeline_path}"
         return HOODIE
 
@@ -360,7 +360,10 @@ class Timeline:
         floor = max(self.latest_instant_time(), instant.requested_time,
                     "" if listed else self._latest_on_storage(), synced or "")
         completion = new_instant_time(floor)
-        done = instant.with_state(State.COMPLETED, completion)
+        # (before version 8 the completed file names no completion time: the instant is
+        # ordered by its requested time, in memory as when listed again)
+        done = instant.with_state(State.COMPLETED, completion
+                                  if self.config.table_version.completion_times else None)
         self._write(done, content, exclusive=True)
         return done
 

@@ -21,6 +21,7 @@ from engine.errors import CorruptTableError
 
 if TYPE_CHECKING:
     from engine.metadata.writer import MetadataUpdate
+    from engine.timeline.version import TableVersion
 
 
 @cache
@@ -120,6 +121,18 @@ class WriteStat:
         return cls(**kwargs)
 
 
+def _json_stat(stat: WriteStat) -> dict[str, Any]:
+    """A write stat as v6 JSON holds it: the Avro record's fields, without the v8-only
+    ones a v6 stat leaves out when empty (``prevBaseFile``); MOR fields only on appends."""
+    out = stat.to_avro()
+    if out.get("prevBaseFile") is None:
+        out.pop("prevBaseFile", None)
+    if stat.log_files is None:
+        for key in ("logVersion", "logOffset", "baseFile", "logFiles"):
+            out.pop(key, None)
+    return out
+
+
 @dataclass(frozen=True)
 class CommitMetadata:
     """A completed commit/deltacommit/replacecommit's metadata."""
@@ -141,6 +154,27 @@ class CommitMetadata:
         for stat in self.write_stats:
             grouped.setdefault(stat.partition_path, []).append(stat)
         return grouped
+
+    def encode(self, version: TableVersion) -> bytes:
+        """The on-disk form for a table of ``version``: JSON before version 8, else Avro."""
+        return self.to_json_bytes() if version.json_commit_metadata else self.to_avro_bytes()
+
+    def to_json_bytes(self) -> bytes:
+        """v6 on-disk form: ``HoodieCommitMetadata`` (``HoodieReplaceCommitMetadata`` with
+        replaced file ids) as Jackson writes it, keys in Java's field order."""
+        record: dict[str, Any] = {
+            "partitionToWriteStats": {
+                p: [_json_stat(s) for s in stats]
+                for p, stats in self.partition_to_write_stats().items()
+            },
+            "compacted": self.compacted,
+            "extraMetadata": dict(self.extra_metadata),
+            "operationType": self.operation_type,
+        }
+        if self.partition_to_replace_file_ids:
+            record["partitionToReplaceFileIds"] = {
+                p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}
+        return json.dumps(record, indent=2).encode("utf-8")
 
     def to_avro_bytes(self) -> bytes:
         """v8 on-disk form: ``HoodieCommitMetadata`` Avro OCF."""

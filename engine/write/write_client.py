@@ -66,6 +66,7 @@ from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
+from engine.timeline.version import WRITE_TABLE_VERSION
 from engine.write.conflict import check_conflicts
 from engine.write.group_writer import BULK_INSERT as BULK_INSERT
 from engine.write.group_writer import DELETE as DELETE
@@ -122,6 +123,13 @@ def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> Concurre
     bucket_mor = (config.is_mor and write_config.index_type is IndexType.BUCKET
                   and not config.consistent_hashing)
     mode = write_config.concurrency_mode
+    if not config.table_version.non_blocking_concurrency:
+        if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL:
+            raise InvalidOptionError(
+                "hoodie.write.concurrency.mode",
+                f"NON_BLOCKING_CONCURRENCY_CONTROL needs table version 8; this table is "
+                f"version {config.version} ({WRITE_TABLE_VERSION})")
+        return mode or ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL
     if mode is None:
         return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
                 if bucket_mor and config.orders_by_event_time
@@ -155,6 +163,35 @@ class WriteClient:
         self.config = config
         self.write_config = write_config
         self.mode = concurrency_mode(config, write_config)
+        if not config.table_version.keeps_metadata_table:
+            if write_config.metadata_enable:
+                raise InvalidOptionError(
+                    "hoodie.metadata.enable", f"a version-{config.version} table keeps no "
+                    f"metadata table here ({WRITE_TABLE_VERSION}; docs/engine.md, \"Table "
+                    "versions\"): leave the option out or set it to false")
+            compaction = next((key for key, on in (
+                ("hoodie.compact.inline", write_config.compact_inline),
+                ("hoodie.compact.schedule.inline", write_config.compact_schedule_inline))
+                if on), None)
+            if compaction is not None and config.is_mor \
+                    and not config.table_version.compaction:
+                raise InvalidOptionError(
+                    compaction, f"tidelake compacts table version 8 only; this table is "
+                    f"version {config.version} ({WRITE_TABLE_VERSION}; docs/engine.md, "
+                    "\"Table versions\")")
+            clustering = next((key for key, on in (
+                ("hoodie.clustering.inline", write_config.clustering_inline),
+                ("hoodie.clustering.schedule.inline", write_config.clustering_schedule_inline),
+                ("hoodie.clustering.async.enabled", write_config.clustering_async)) if on), None)
+            if clustering is not None and not config.table_version.clustering_action:
+                raise InvalidOptionError(
+                    clustering, f"tidelake clusters table version 8 only; this table is "
+                    f"version {config.version} ({WRITE_TABLE_VERSION})")
+            if write_config.index_type is IndexType.RECORD_INDEX:
+                raise InvalidOptionError(
+                    "hoodie.index.type", "RECORD_INDEX keeps its index in the metadata table, "
+                    f"which a version-{config.version} table does not have here "
+                    f"({WRITE_TABLE_VERSION})")
         if write_config.index_type is IndexType.RECORD_INDEX and not self.keeps_metadata:
             raise InvalidOptionError(
                 "hoodie.metadata.enable", "hoodie.index.type=RECORD_INDEX keeps its index in "
@@ -175,6 +212,8 @@ class WriteClient:
         """Whether this writer keeps the metadata table (``hoodie.metadata.enable``; by
         default yes, except in non-blocking mode, whose log-only file groups hudi-rs 0.5.0
         cannot see through an MDT)."""
+        if not self.config.table_version.keeps_metadata_table:
+            return False
         if self.write_config.metadata_enable is not None:
             return self.write_config.metadata_enable
         return not self.log_only_inserts
@@ -401,6 +440,7 @@ class WriteClient:
             timeline_folder=Timeline.folder_for(self.config),
             metadata_partitions=self.metadata_index_partitions(declared),
             column_stats_columns=self._column_stats_columns(data_schema, declared),
+            table_version=self.config.table_version,
         )
 
     def metadata_index_partitions(self, declared: Sequence[str] | None = None,
@@ -754,7 +794,7 @@ class WriteClient:
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
-        content = meta.to_avro_bytes()
+        content = meta.encode(self.config.table_version)
         try:
             with self.lock:
                 now = Timeline.load(self.storage, self.config)
@@ -764,7 +804,7 @@ class WriteClient:
                 if schema != extra_metadata.get("schema", schema):
                     # another writer evolved the schema since this one started
                     meta = replace(meta, extra_metadata={**extra_metadata, "schema": schema})
-                    content = meta.to_avro_bytes()
+                    content = meta.encode(self.config.table_version)
                 self._check_own_heartbeat(now, instant)
                 # A single writer still runs beside its own table services: a clustering
                 # that replaced a group this write touched makes it a conflict too.

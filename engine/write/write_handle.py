@@ -29,7 +29,7 @@ from engine.format.log_format import (
     encode_delete_block,
     encode_parquet_data_block,
 )
-from engine.format.naming import BaseFileName, LogFileName
+from engine.format.naming import BaseFileName, new_log_file
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.metadata import bloom_filters, record_index
@@ -47,6 +47,7 @@ from engine.schema import (
 from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.commit_metadata import WriteStat
+from engine.timeline.version import EIGHT, TableVersion
 
 CREATE = "create"
 MERGE = "merge"
@@ -81,6 +82,8 @@ class WriteContext:
     column_stats_columns: tuple[str, ...] = ()
     """Columns whose stats a handle records for its file (empty: the table keeps no
     ``column_stats``)."""
+    table_version: TableVersion = EIGHT
+    """The table's version: how a log file is named (:func:`~engine.format.naming.new_log_file`)."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,9 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
 
 
 def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) -> WriteStat:
-    name = LogFileName(task.file_id, ctx.instant_time, 1, task.write_token).name
+    log_file = new_log_file(ctx.table_version, task.file_id, ctx.instant_time,
+                            task.base_instant, task.log_files, task.write_token)
+    name = log_file.name
     rel = _rel(task.partition_path, name)
     blocks: list[bytes] = []
     layers: list[Layer] = []
@@ -309,7 +314,8 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
         file_id=task.file_id, path=rel, partition_path=task.partition_path,
         prev_commit=task.base_instant or ctx.instant_time, num_writes=n_records,
         num_deletes=n_deletes, num_update_writes=updates, num_inserts=n_records - updates,
-        total_write_bytes=len(data), file_size_in_bytes=len(data), log_version=1,
+        total_write_bytes=len(data), file_size_in_bytes=len(data),
+        log_version=log_file.version,
         log_offset=0, base_file=base_name, log_files=(*task.log_files, name),
         total_log_blocks=len(blocks), total_log_records=n_records + n_deletes,
         metadata=handle_update(task.partition_path, name, stats) if stats else None,

@@ -1,0 +1,131 @@
+"""Table versions (Hudi's ``HoodieTableVersion``): what each one means on disk, decided here.
+
+tidelake writes table version 8 by default and version 6 on request
+(``hoodie.write.table.version=6``, as Hudi 1.x does for readers that only know 0.14/0.15:
+Athena, older Trino, daft). It reads 6, 8 and 9. Every rule that differs between the
+versions is a field of :class:`TableVersion`, so a module asks the table's version object
+(``TableConfig.table_version``) instead of comparing version numbers itself.
+
+======================  ==========================================  ==============================
+                        version 6 (0.14/0.15, timeline layout 1)    version 8 (1.0, layout 2)
+======================  ==========================================  ==============================
+timeline folder         ``.hoodie``                                 ``.hoodie/timeline``
+completed instant       ``T.<action>`` (no completion time: order   ``T_C.<action>`` (ordered by
+                        by requested time)                          completion time ``C``)
+commit metadata         JSON (``HoodieCommitMetadata`` via Jackson)  Avro object container file
+log file name           ``.F_<slice base instant>.log.<N>_<tok>``,  ``.F_<instant>.log.1_<tok>``,
+                        ``N`` the next version of the slice         one file per deltacommit
+compaction              not written here (see :attr:`compaction`)   yes
+archived instants       ``.hoodie/archived`` (log format)           LSM history
+metadata table          not kept by tidelake (see below)            kept (``files`` and indexes)
+clustering              a ``replacecommit`` (not written here)      its own ``clustering`` action
+non-blocking writers    no (Hudi 1.x: v8 only)                      yes
+======================  ==========================================  ==============================
+
+The metadata table on version 6: Hudi 1.x writes a version-6 MDT there (without
+``partition_stats``, secondary and expression indexes), but none of the readers version 6
+is for uses it without listing (hudi-rs never reads the MDT of a v6 table, daft lists
+the folders, Java readers list when ``hoodie.table.metadata.partitions`` declares none), and
+a v6 MDT is a merge-on-read table of its own with the v6 log rules. tidelake therefore keeps
+no MDT on a version-6 table, and refuses the options that need one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import UnsupportedTableError
+
+WRITE_TABLE_VERSION = "hoodie.write.table.version"
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """What one table version means on disk (Hudi's ``HoodieTableVersion``)."""
+
+    code: int
+    timeline_layout: int
+    """``hoodie.timeline.layout.version``: 1 for versions before 8, 2 from 8 on."""
+    writable: bool
+    """tidelake writes tables of this version (and runs their services)."""
+
+    @property
+    def completion_times(self) -> bool:
+        """Completed instants carry a completion time in their file name and are ordered by
+        it (layout 2); before, they are ordered by their requested time."""
+        return self.timeline_layout >= 2
+
+    @property
+    def timeline_in_subfolder(self) -> bool:
+        """The active timeline lives in ``.hoodie/<hoodie.timeline.path>`` (layout 2), not
+        directly in ``.hoodie``."""
+        return self.timeline_layout >= 2
+
+    @property
+    def json_commit_metadata(self) -> bool:
+        """Completed (and inflight) commit, deltacommit and replacecommit files hold JSON;
+        from version 8 on they are Avro object container files."""
+        return self.code < 8
+
+    @property
+    def logs_named_by_slice(self) -> bool:
+        """A log file carries the base instant of the file slice it belongs to, and a new
+        write to the slice adds the next log version; from version 8 on a log file carries
+        the instant that wrote it and belongs to the slice by completion time."""
+        return self.code < 8
+
+    @property
+    def keeps_metadata_table(self) -> bool:
+        """tidelake keeps the metadata table on tables of this version (module doc)."""
+        return self.code >= 8
+
+    @property
+    def lsm_history(self) -> bool:
+        """Archived instants go to the LSM history (``.hoodie/timeline/history``); before
+        version 8 they go to ``.hoodie/archived`` log files, which tidelake does not write."""
+        return self.timeline_layout >= 2
+
+    @property
+    def clustering_action(self) -> bool:
+        """Clustering has its own ``clustering`` action (before: a ``replacecommit``, which
+        tidelake does not write)."""
+        return self.code >= 8
+
+    @property
+    def compaction(self) -> bool:
+        """tidelake compacts merge-on-read tables of this version. Not version 6: there a
+        write that lands while a compaction is pending must log into the slice the
+        compaction starts (named by its instant), which readers of version 6 other than
+        Java (hudi-rs) do not merge with the slice before it."""
+        return self.code >= 8
+
+    @property
+    def non_blocking_concurrency(self) -> bool:
+        """``NON_BLOCKING_CONCURRENCY_CONTROL`` is possible (Hudi 1.x: version 8 on)."""
+        return self.code >= 8
+
+    @property
+    def initial_version_property(self) -> bool:
+        """``hoodie.properties`` records ``hoodie.table.initial.version`` and the layout-2
+        folders (``hoodie.timeline.path``, ``hoodie.timeline.history.path``), as 1.x does."""
+        return self.code >= 8
+
+
+SIX = TableVersion(6, timeline_layout=1, writable=True)
+EIGHT = TableVersion(8, timeline_layout=2, writable=True)
+NINE = TableVersion(9, timeline_layout=2, writable=False)
+
+_BY_CODE = {v.code: v for v in (SIX, EIGHT, NINE)}
+WRITE_VERSIONS = tuple(v.code for v in _BY_CODE.values() if v.writable)
+"""The versions ``hoodie.write.table.version`` accepts."""
+
+
+def table_version(code: int) -> TableVersion:
+    """The :class:`TableVersion` of ``hoodie.table.version`` ``code``; raises
+    :class:`~engine.errors.UnsupportedTableError` for versions tidelake cannot read."""
+    found = _BY_CODE.get(code)
+    if found is None:
+        raise UnsupportedTableError(
+            f"table version {code} is not supported (only "
+            f"{', '.join(str(c) for c in _BY_CODE)})")
+    return found
