@@ -376,13 +376,17 @@ def test_checkpoint_metadata_round_trips_through_commits(tmp_path: Path) -> None
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+@pytest.mark.parametrize(("table_type", "version"), [
+    ("MERGE_ON_READ", "8"), ("COPY_ON_WRITE", "8"),
+    ("MERGE_ON_READ", "6"),  # [table.options] "hoodie.write.table.version" = "6"
+])
 def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
-        spark: Any, tmp_path: Path, table_type: str) -> None:  # noqa: F811
+        spark: Any, tmp_path: Path, table_type: str, version: str) -> None:  # noqa: F811
     path = str(tmp_path / "trips")
     sink = HudiStreamingSink(SinkConfig(
         path, decoder=decoder(), record_key="id", precombine="ts",
-        partition_by=["city"], table_type=table_type, num_buckets=2))
+        partition_by=["city"], table_type=table_type, num_buckets=2,
+        options={"hoodie.write.table.version": version}))
     oracle, offsets, clock = EventOracle(), {}, [0]
     rng = random.Random(3 if table_type == "MERGE_ON_READ" else 4)
     for batch_id, events in enumerate(random_batches(rng, 3, 40, moves=False,
@@ -407,6 +411,7 @@ def test_bucket_sink_batches_match_oracle_hudi_rs_and_run_in_tasks(
     assert starting_offsets_from_table(path) == {"trips": offsets}
     groups = {(s.partition_path, s.file_id[:8]) for s in Table.open(path).file_slices()}
     assert all(bucket in ("00000000", "00000001") for _, bucket in groups)
+    assert Table.open(path).config.version == int(version)
 
 
 @contextlib.contextmanager
