@@ -282,9 +282,9 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
     are returned (they are the latest slice of their group). ``include_replaced``: also
     return the slices of groups replaced by a visible replacecommit.
     """
-    layout = timeline.config.timeline_layout
+    by_completion = timeline.config.table_version.completion_times
     groups: dict[tuple[str, str], dict[str, FileSlice]] = {}
-    pending = dict(pending_slice_starts or {}) if layout >= 2 else {}
+    pending = dict(pending_slice_starts or {}) if by_completion else {}
     for (partition, file_id), start in pending.items():
         groups.setdefault((partition, file_id), {})[start] = FileSlice(partition, file_id, start)
     for base in files.base_files:
@@ -298,7 +298,7 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
     for log in files.log_files:
         group_key = (log.partition_path, log.file_id)
         slices = groups.setdefault(group_key, {})
-        if layout >= 2:
+        if by_completion:
             completion = visible.get(log.instant_time)
             if completion is None:
                 continue  # uncommitted or not yet visible: never read
@@ -322,7 +322,7 @@ def build_file_slices(files: TableFiles, timeline: Timeline, visible: Mapping[st
         for slc in slices.values():
             slc.log_files.sort(key=LogFile.sort_key)
         barrier = pending.get((partition, file_id))
-        if layout >= 2:
+        if by_completion:
             _merge_log_only_slices(slices, barrier)
         ordered = [slices[t] for t in sorted(slices)]
         ordered = [s for s in ordered if not s.is_empty or s.base_instant == barrier]

@@ -64,7 +64,8 @@ def read_files_partition(mdt: MetadataTable, mdt_timeline: Timeline,
 def metadata_listing(storage: Storage, data_timeline: Timeline) -> TableFiles | None:
     """The table's data files from the MDT, as ``data_timeline`` sees them; None when the
     MDT is not declared, missing, or misses a data action (then list storage)."""
-    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
+    if is_metadata_storage(storage) \
+            or not data_timeline.config.table_version.keeps_metadata_table:
         return None
     # hoodie.properties and the MDT timeline as read along with the snapshot (a writer's
     # start read them under the lock already)

@@ -135,11 +135,21 @@ def prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
     Reads ``hoodie.properties`` and the MDT's timeline once, through ``data_timeline``
     (:func:`~engine.metadata.table.snapshot_properties`), so the plan made from that
     snapshot reads neither again; anything this changes drops them from it."""
-    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2:
+    if is_metadata_storage(storage):
         return
     if snapshot_properties(data_timeline) is None:
         # (a table the streaming sink defines is written to storage with its first commit;
         # its next writer's start initializes the MDT from that commit's files)
+        return
+    if not data_timeline.config.table_version.keeps_metadata_table:
+        # A table of this version keeps no MDT here (engine.timeline.version); one that
+        # Java wrote goes, as with hoodie.metadata.enable=false, before it turns stale.
+        if snapshot_declared(data_timeline) or storage.exists(METADATA_FOLDER):
+            disable(storage)
+            forget_metadata(data_timeline)
+            _log.warning("table version %s: deleted the metadata table of %s (tidelake keeps "
+                         "none on this version)", data_timeline.config.version,
+                         storage.base_path)
         return
     try:
         changed = _prepare(storage, data_timeline, enabled=enabled,
@@ -225,7 +235,8 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     completion time, or None when the table keeps no MDT. Called by ``Timeline.complete``
     under the table lock."""
     storage = data_timeline.storage
-    if is_metadata_storage(storage) or data_timeline.config.timeline_layout < 2 \
+    if is_metadata_storage(storage) \
+            or not data_timeline.config.table_version.keeps_metadata_table \
             or not syncs(instant):
         return None
     try:
@@ -286,7 +297,8 @@ def _sync_index_partitions(data_timeline: Timeline, instant: Instant, content: b
 def rollback_instant(storage: Storage, data_config_timeline: Timeline, instant_time: str) -> None:
     """Take back the MDT entries of a data instant being rolled back, before its files go
     (so no MDT reader lists a deleted file). Hold the lock."""
-    if is_metadata_storage(storage) or data_config_timeline.config.timeline_layout < 2:
+    if is_metadata_storage(storage) \
+            or not data_config_timeline.config.table_version.keeps_metadata_table:
         return
     mdt = MetadataTable(storage, data_config_timeline.config)
     if not mdt.exists:

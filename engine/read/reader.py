@@ -224,7 +224,8 @@ class SliceReader:
         for log in slc.log_files:
             data = self.storage.read(log.path)
             blocks.extend(iter_blocks(data))
-        v6 = self.config.timeline_layout < 2
+        # (a log file named by its slice holds blocks of several instants: each is checked)
+        v6 = self.config.table_version.logs_named_by_slice
         rolled_back = {b.header.get(HeaderKey.TARGET_INSTANT_TIME) for b in blocks
                        if b.block_type is BlockType.COMMAND}
         # Meta columns the merge wants as dictionaries (as the base file is read) are decoded

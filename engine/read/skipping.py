@@ -211,7 +211,8 @@ def prune(view: TableView, slices: Sequence[FileSlice], filters: Any,
     report = Pruning(partitions=len({s.partition_path for s in slices}), slices=len(slices))
     kept = list(slices)
     dnf = dnf_terms(filters)
-    if (dnf is None or schema is None or not kept or view.config.timeline_layout < 2
+    if (dnf is None or schema is None or not kept
+            or not view.config.table_version.keeps_metadata_table
             or is_metadata_storage(view.storage)):
         report.slices_read = len(kept)
         return kept, report

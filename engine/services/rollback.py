@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from engine.config import TableConfig
 from engine.errors import CorruptTableError, WriteConflictError
+from engine.format.log_block import HeaderKey, scan_frames
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import list_table_files
 from engine.storage import TEMP_PREFIX, Storage
@@ -43,20 +44,42 @@ from engine.timeline.active import HOODIE, Timeline, temp_folder
 from engine.timeline.commit_metadata import RollbackMetadata, read_avro_ocf
 from engine.timeline.heartbeat import delete_heartbeat
 from engine.timeline.instant import Action, Instant, State
+from engine.timeline.version import TableVersion
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
 
-def _files_of(storage: Storage, instant_time: str) -> dict[str, list[str]]:
+def _files_of(storage: Storage, instant_time: str,
+              version: TableVersion) -> dict[str, list[str]]:
+    """The data files ``instant_time`` wrote, by partition: those named with it, and on a
+    table whose log files are named by their slice (version 6) the log files of older
+    slices whose every block it wrote (tidelake writes a new log file per write there; a
+    file that also holds other instants' blocks stays, and readers skip the blocks of an
+    instant that is not completed)."""
     files = list_table_files(storage)
     found: dict[str, list[str]] = {}
     for base in files.base_files:
         if base.instant_time == instant_time:
             found.setdefault(base.partition_path, []).append(base.path)
     for log in files.log_files:
-        if log.instant_time == instant_time:
+        if log.instant_time == instant_time or (
+                version.logs_named_by_slice and log.instant_time < instant_time
+                and _only_blocks_of(storage, log.path, log.size, instant_time)):
             found.setdefault(log.partition_path, []).append(log.path)
     return found
+
+
+def _only_blocks_of(storage: Storage, path: str, size: int, instant_time: str) -> bool:
+    """Whether every block of the log file at ``path`` was written by ``instant_time``
+    (read by block frames: headers only)."""
+    with storage.open_input(path, whole=False) as source:
+        def read_range(offset: int, length: int) -> bytes:
+            source.seek(offset)
+            return bytes(source.read(length))
+
+        frames = scan_frames(size, read_range)
+    return bool(frames) and all(frame.header.get(HeaderKey.INSTANT_TIME) == instant_time
+                                for frame in frames or ())
 
 
 def _instant_of_temp(name: str) -> str | None:
@@ -136,7 +159,8 @@ def rollback_instant(storage: Storage, timeline: Timeline, instant: Instant) -> 
                     if i.requested_time == target), None)
     if pending is None:
         if target not in timeline.active_times:  # rolled back by another writer
-            for paths in _files_of(storage, target).values():
+            for paths in _files_of(storage, target,
+                                   timeline.config.table_version).values():
                 for path in paths:
                     storage.delete(path)
             _delete_temp_files(storage, {target})
@@ -149,7 +173,8 @@ def rollback_instant(storage: Storage, timeline: Timeline, instant: Instant) -> 
 
 def _rollback(storage: Storage, timeline: Timeline, failed: Instant) -> None:
     plan = RollbackMetadata("", ((failed.requested_time, failed.action.value),),
-                            _files_of(storage, failed.requested_time))
+                            _files_of(storage, failed.requested_time,
+                                      timeline.config.table_version))
     rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
     _finish(storage, timeline, rb, failed, failed.requested_time, failed.action.value)
 
@@ -205,7 +230,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
     from engine.metadata.sync import rollback_instant as rollback_metadata
 
     rollback_metadata(storage, timeline, target)
-    deleted = _files_of(storage, target)
+    deleted = _files_of(storage, target, timeline.config.table_version)
     for paths in deleted.values():
         for path in paths:
             storage.delete(path)
@@ -228,7 +253,8 @@ def revert_inflight_service(storage: Storage, timeline: Timeline, instant: Insta
         raise ValueError(f"{instant} is completed; only a pending attempt can be reverted")
     if instant.state is State.INFLIGHT:
         plan = RollbackMetadata("", ((instant.requested_time, instant.action.value),),
-                                _files_of(storage, instant.requested_time))
+                                _files_of(storage, instant.requested_time,
+                                          timeline.config.table_version))
         rb = timeline.create_requested(Action.ROLLBACK, content=plan.plan_avro_bytes())
         _finish(storage, timeline, rb, None, instant.requested_time, instant.action.value)
         storage.delete(f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}")
@@ -288,7 +314,7 @@ def remove_orphan_files(storage: Storage, config: TableConfig) -> list[str]:
     Lists the files first and reads the timeline after: a file is written after its
     instant's requested file, so a live instant's file is never taken for an orphan.
     """
-    if config.timeline_layout < 2:
+    if not config.table_version.lsm_history:  # (which instants were archived: unknown)
         return []
     files = list_table_files(storage)
     timeline = Timeline.load(storage, config)

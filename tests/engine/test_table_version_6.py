@@ -89,7 +89,8 @@ def _random_writes(table: Table, seed: int, steps: int, *,
     return oracle, history
 
 
-def _check_history(table: Table, history: list[tuple[str, list[dict[str, Any]]]]) -> None:
+def _check_history(table: Table, history: list[tuple[str, list[dict[str, Any]]]],
+                   oracle: Oracle) -> None:
     """Time travel to every other commit, and an incremental read, with both readers (on
     version 6 both order commits by their requested instant time)."""
     for instant, expected in history[::2]:
@@ -99,16 +100,28 @@ def _check_history(table: Table, history: list[tuple[str, list[dict[str, Any]]]]
     in_range = {i for i, _ in history[2:-1]}
     expected = [r for r in history[-2][1] if r["_hoodie_commit_time"] in in_range]
     assert sorted_rows(table.read_incremental(start, end), COLUMNS) == expected
+    if table.write_config.index_type.value == "BUCKET" and table.config.is_mor \
+            and in_range & oracle.stale_commits:
+        # hudi-rs 0.5.0's MOR incremental query returns a late update the bucket index
+        # logged without reading the stored version (docs/engine.md, "What hudi-rs 0.5.0
+        # reads differently"); as on version 8.
+        return
     assert sorted_rows(hudi_rs_read(table.path, start=start, end=end), COLUMNS) == expected
 
 
-@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-def test_v6_random_writes_equal_oracle_for_every_reader(tmp_path: Path,
-                                                        table_type: str) -> None:
-    table = _create(tmp_path, table_type, **{"hoodie.clean.automatic": "false"})
-    _, history = _random_writes(table, zlib.crc32(table_type.encode()), steps=10,
-                                with_daft=table_type == "COPY_ON_WRITE")
-    _check_history(table, history)
+@pytest.mark.parametrize(("table_type", "index"), [
+    ("COPY_ON_WRITE", "SIMPLE"), ("MERGE_ON_READ", "SIMPLE"),
+    ("MERGE_ON_READ", "BUCKET"),  # optimistic writers on v6 (non-blocking is v8 only)
+    ("COPY_ON_WRITE", "BLOOM"),
+])
+def test_v6_random_writes_equal_oracle_for_every_reader(tmp_path: Path, table_type: str,
+                                                        index: str) -> None:
+    table = _create(tmp_path, table_type, **{"hoodie.clean.automatic": "false",
+                                             "hoodie.index.type": index,
+                                             "hoodie.bucket.index.num.buckets": "2"})
+    oracle, history = _random_writes(table, zlib.crc32(f"{table_type}{index}".encode()),
+                                     steps=10, with_daft=table_type == "COPY_ON_WRITE")
+    _check_history(table, history, oracle)
 
 
 def test_v6_layout_on_disk_is_version_6(tmp_path: Path) -> None:
@@ -143,25 +156,37 @@ def test_v6_layout_on_disk_is_version_6(tmp_path: Path) -> None:
         assert sorted_rows(read, ["key", "ts"]) == expected
 
 
-def test_v6_clean_and_rollback_keep_readers_equal_to_oracle(tmp_path: Path) -> None:
-    table = _create(tmp_path, "COPY_ON_WRITE",
+def _data_files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and ".hoodie" not in p.parts and p.name != ".hoodie_partition_metadata"}
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_v6_clean_and_rollback_keep_readers_equal_to_oracle(tmp_path: Path,
+                                                            table_type: str) -> None:
+    table = _create(tmp_path, table_type,
                     **{"hoodie.clean.automatic": "false", "hoodie.cleaner.commits.retained": "1"})
     oracle, _ = _random_writes(table, seed=6, steps=4, with_daft=False)
-    run = table.clean()
-    assert run.completed, "the clean had nothing to delete"
-    assert any(e.action == "clean" and e.state == "completed" for e in table.timeline())
-    assert (tmp_path / "t" / ".hoodie" / f"{run.completed[0]}.clean").exists()
-    # a write rolled back after its data files were written
+    if not table.config.is_mor:  # (MOR slices are cleaned once compacted: not on v6)
+        run = table.clean()
+        assert run.completed, "the clean had nothing to delete"
+        assert (tmp_path / "t" / ".hoodie" / f"{run.completed[0]}.clean").exists()
+    before = _data_files(tmp_path / "t")
+    # a write rolled back after its data files were written (MOR: new log versions of
+    # existing slices, named by their base instants, not by the instant)
     client = table._client()
     timeline, inflight = client.begin()
     rows = [dict(oracle.rows[k], ts=99, note="lost") for k in sorted(oracle.rows)[:5]]
     records, deletes = client.prepare(pa.Table.from_pylist(rows, schema=SCHEMA), timeline,
                                       dedupe=True)
     assert client.execute_local(client.plan(timeline, inflight, UPSERT, records, deletes))
+    assert _data_files(tmp_path / "t") != before
     client.abort(inflight)
     assert any(e.action == "rollback" and e.state == "completed" for e in table.timeline())
+    assert _data_files(tmp_path / "t") == before
     expected = oracle.snapshot()
-    for read in (table.read(), hudi_rs_read(table.path), daft_read(table.path)):
+    reads = [table.read(), hudi_rs_read(table.path)]
+    for read in reads + ([] if table.config.is_mor else [daft_read(table.path)]):
         assert sorted_rows(read, COLUMNS) == expected
 
 
@@ -210,3 +235,24 @@ def test_v6_mor_compaction_and_archival_refused(tmp_path: Path) -> None:
         table.compact()
     with pytest.raises(UnsupportedTableError, match="archived timeline"):
         table.archive()
+
+
+def test_v6_table_with_java_metadata_table_loses_it_at_first_write(tmp_path: Path) -> None:
+    # Hudi 1.x writing version 6 keeps an MDT; tidelake keeps none there, so it deletes
+    # the MDT (as hoodie.metadata.enable=false does) before a write would leave it stale.
+    table = _create(tmp_path, "COPY_ON_WRITE")
+    row = {"key": "a", "ts": 1, "region": "north", "amount": 1.0, "note": None}
+    table.upsert(pa.Table.from_pylist([row], schema=SCHEMA))
+    hoodie = tmp_path / "t" / ".hoodie"
+    props = hoodie / "hoodie.properties"
+    props.write_text(props.read_text("latin-1").replace(
+        "hoodie.table.checksum", "hoodie.table.metadata.partitions=files\nhoodie.table.checksum"),
+        "latin-1")
+    (hoodie / "metadata" / "files").mkdir(parents=True)
+    (hoodie / "metadata" / "files" / "stale.hfile").write_bytes(b"x")
+    table = Table.open(table.path)
+    table.upsert(pa.Table.from_pylist([dict(row, key="b")], schema=SCHEMA))
+    assert not (hoodie / "metadata").exists()
+    assert not loads(props.read_text("latin-1")).get("hoodie.table.metadata.partitions")
+    for read in (table.read(), hudi_rs_read(table.path), daft_read(table.path)):
+        assert sorted_rows(read, ["key"]) == [{"key": "a"}, {"key": "b"}]
