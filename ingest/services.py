@@ -136,8 +136,9 @@ class StreamingServices:
         self.table = table
         wc = table.write_config
         self.enabled = enabled
+        # (not beside ingestion where compactions hold the table lock: table version 6)
         self.compaction = (enabled and table.config.is_mor and wc.compaction_async
-                           and table.config.table_version.compaction)
+                           and not table.config.table_version.compaction_holds_lock)
         self.clustering = enabled and wc.clustering_async
         self.clean = enabled and wc.clean_automatic
         self.archive = enabled and archives_automatically(table.config, wc)

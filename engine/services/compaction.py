@@ -21,12 +21,16 @@ attempt whose executor died (heartbeat expired or missing, or its process provab
 reverted by the next executor, and a stalled attempt that wakes up after that commits
 nothing and deletes only its own files (:mod:`engine.services.attempt`).
 Writers keep appending logs meanwhile; v8 slicing by completion time puts logs completing
-after C into slice C (:mod:`engine.layout.file_group`), so none is lost.
+after C into slice C (:mod:`engine.layout.file_group`), so none is lost. On a version-6
+table, whose logs carry their slice's base instant, steps 2 and 3 run within one hold of
+the table lock instead, only when no write is in flight, and writers drop a plan whose
+executor died before they begin (:mod:`engine.timeline.version`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,6 +76,7 @@ from engine.timeline.instant import Action, new_instant_time, parse_instant_time
 from engine.write.write_client import WriteClient
 
 COMPACT = "COMPACT"
+_log = logging.getLogger(__name__)
 _MB = 1024 * 1024
 
 
@@ -127,10 +132,6 @@ def compaction_due(timeline: Timeline, write_config: WriteConfig,
 
 
 def _require_mor(config: TableConfig) -> None:
-    if not config.table_version.compaction:
-        raise UnsupportedTableError(
-            f"table {config.name!r} is version {config.version}; tidelake compacts table "
-            "version 8 only (docs/engine.md, \"Table versions\")")
     if not config.is_mor:
         raise UnsupportedTableError(
             f"table {config.name!r} is {config.table_type.value}: only MERGE_ON_READ tables "
@@ -178,19 +179,37 @@ def _apply_strategy(ops: list[CompactionOperation],
     return taken
 
 
-def schedule_compaction(client: WriteClient) -> str | None:
+def schedule_compaction(client: WriteClient, *,
+                        runner: TaskRunner = local_runner) -> str | None:
+    """See :func:`_schedule` (the plan's instant)."""
+    return _schedule(client, runner)[0]
+
+
+def _schedule(client: WriteClient,
+              runner: TaskRunner) -> tuple[str | None, tuple[str, int, int] | None]:
     """Write a compaction plan for every file group whose latest slice has log files;
-    returns its instant, or None when there is nothing to compact (nothing is written).
+    returns its instant, or None when there is nothing to compact (nothing is written),
+    and, when it was executed at once (below), its completion time, groups and rows.
 
     Does not consult the trigger (see :func:`compaction_due`). Under the table lock, from a
     timeline reloaded under it: C is newer than everything on the timeline, so every log
     of a completed deltacommit completed before C, and logs completing later fall into
     slice C. Groups in a pending compaction, log compaction or clustering plan are left out
     (one pending plan per file group).
+
+    On a table whose compactions hold the lock (version 6,
+    :attr:`~engine.timeline.version.TableVersion.compaction_holds_lock`) the plan is made
+    only when no write is in flight, and executed at once (tasks through ``runner``)
+    within the same hold of the lock: no log lands in a slice while it is being compacted.
     """
     _require_mor(client.config)
     with client.lock:
         timeline = Timeline.load(client.storage, client.config)
+        holds_lock = client.config.table_version.compaction_holds_lock
+        if holds_lock and timeline.pending((Action.DELTA_COMMIT, Action.COMPACTION)):
+            _log.info("%s: compaction waits for the writes in flight (table version %s)",
+                      client.storage.base_path, client.config.version)
+            return None, None
         view = TableView(client.storage, timeline)
         busy = view.pending_service_groups()
         slices = view.latest_file_slices()
@@ -198,13 +217,14 @@ def schedule_compaction(client: WriteClient) -> str | None:
                if s.log_files and (s.partition_path, s.file_id) not in busy]
         ops = _apply_strategy(ops, client.write_config)
         if not ops:
-            return None
+            return None, None
         ops.sort(key=lambda op: (op.partition_path, op.file_id))
         instant_time = new_instant_time(timeline.latest_instant_time())
         plan = CompactionPlan(tuple(ops))
         client.lock.verify()
         timeline.create_requested(Action.COMPACTION, instant_time, plan.to_avro_bytes())
-    return instant_time
+        executed = _execute(client, instant_time, runner) if holds_lock else None
+    return instant_time, executed
 
 
 # -- execution: tasks -------------------------------------------------------------------
@@ -231,6 +251,9 @@ class CompactionTask:
     requested after it means the attempt was taken over."""
     metadata_partitions: tuple[str, ...] = ()
     """The MDT index partitions the table keeps (the stat's ``metadata`` feeds them)."""
+    block_instants: tuple[str, ...] = ()
+    """The completed instants whose log blocks count, where log files are named by their
+    slice and may hold blocks of instants that never completed (version 6)."""
 
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -271,7 +294,8 @@ def execute_compaction_task(task: CompactionTask) -> WriteStat:
     logs = [LogFile(op.partition_path, op.file_id, "", 0, "", name, 0, completion)
             for name, completion in zip(op.log_files, task.log_completion_times, strict=True)]
     slc = FileSlice(op.partition_path, op.file_id, op.base_instant, base_file, logs)
-    reader = SliceReader(storage, Timeline(storage, config, ()), {}, plain)
+    reader = SliceReader(storage, Timeline(storage, config, ()),
+                         {t: t for t in task.block_instants}, plain)
     base = None
     if base_file is not None:
         with storage.open_input(base_file.path) as source:
@@ -341,6 +365,8 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
            plan: CompactionPlan, schema_json: str, *, stage: int = 0,
            floor: str = "") -> list[CompactionTask]:
     tasks = []
+    blocks = (tuple(sorted(timeline.completed_times))
+              if client.config.table_version.logs_named_by_slice else ())
     for index, op in enumerate(plan.operations):
         completions = []
         for name in op.log_files:
@@ -360,7 +386,8 @@ def _tasks(client: WriteClient, timeline: Timeline, instant_time: str,
             compression=client.write_config.compression,
             write_bloom_filter=client.write_config.write_bloom_filter,
             stage=stage, floor=floor,
-            metadata_partitions=client.metadata_index_partitions()))
+            metadata_partitions=client.metadata_index_partitions(),
+            block_instants=blocks))
     return tasks
 
 
@@ -447,7 +474,11 @@ def compact(client: WriteClient, *, schedule_only: bool = False, instant: str | 
     """On-demand compaction (``Table.compact``): schedule a plan if any slice has logs
     (whatever the trigger says) unless ``instant`` is given, then execute pending plans."""
     _require_mor(client.config)
-    scheduled = schedule_compaction(client) if instant is None else None
+    scheduled, executed = (_schedule(client, runner or local_runner) if instant is None
+                           else (None, None))
+    if executed is not None and scheduled is not None:  # (compactions holding the lock)
+        return ServiceRun("compaction", scheduled, (scheduled,),
+                          {"file_groups": executed[1], "rows": executed[2]})
     if schedule_only:
         return ServiceRun("compaction", scheduled)
     run = run_compaction(client, instant, runner=runner or local_runner)

@@ -261,6 +261,30 @@ def revert_inflight_service(storage: Storage, timeline: Timeline, instant: Insta
     _delete_temp_files(storage, {instant.requested_time})
 
 
+
+def drop_abandoned_compactions(storage: Storage, timeline: Timeline,
+                               is_failed: Callable[[Instant], bool]) -> list[str]:
+    """On a table whose compactions hold the table lock from plan to commit (table
+    version 6, :attr:`~engine.timeline.version.TableVersion.compaction_holds_lock`), a
+    writer about to begin finds a pending compaction only if its executor died (or lost the
+    lock): no log was written into the slices it starts, so the plan is dropped whole (its
+    files deleted by a rollback instant, then its timeline files) rather than executed
+    after logs that it would hide are written. One whose executor may be alive is a
+    conflict. Hold the lock; returns the instant times dropped."""
+    dropped = []
+    for instant in timeline.pending((Action.COMPACTION,)):
+        if not is_failed(instant):
+            raise WriteConflictError(
+                f"compaction {instant.requested_time} is running on this version-"
+                f"{timeline.config.version} table, whose writers wait for compactions; "
+                "retry when it has completed")
+        if instant.state is State.INFLIGHT:
+            revert_inflight_service(storage, timeline, instant)
+        timeline.delete_instant_files(instant)
+        delete_heartbeat(storage, instant.requested_time)
+        dropped.append(instant.requested_time)
+    return dropped
+
 # -- files no instant owns ---------------------------------------------------------------------
 
 

@@ -15,19 +15,21 @@ completed instant       ``T.<action>`` (no completion time: order   ``T_C.<actio
 commit metadata         JSON (``HoodieCommitMetadata`` via Jackson)  Avro object container file
 log file name           ``.F_<slice base instant>.log.<N>_<tok>``,  ``.F_<instant>.log.1_<tok>``,
                         ``N`` the next version of the slice         one file per deltacommit
-compaction              not written here (see :attr:`compaction`)   yes
-archived instants       ``.hoodie/archived`` (log format)           LSM history
+compaction              under the table lock, writers wait          beside writers
+                        (:attr:`compaction_holds_lock`)
+archived instants       ``.hoodie/archived`` (not written here)     LSM history
 metadata table          not kept by tidelake (see below)            kept (``files`` and indexes)
 clustering              a ``replacecommit`` (not written here)      its own ``clustering`` action
 non-blocking writers    no (Hudi 1.x: v8 only)                      yes
 ======================  ==========================================  ==============================
 
 The metadata table on version 6: Hudi 1.x writes a version-6 MDT there (without
-``partition_stats``, secondary and expression indexes), but none of the readers version 6
-is for uses it without listing (hudi-rs never reads the MDT of a v6 table, daft lists
-the folders, Java readers list when ``hoodie.table.metadata.partitions`` declares none), and
-a v6 MDT is a merge-on-read table of its own with the v6 log rules. tidelake therefore keeps
-no MDT on a version-6 table, and refuses the options that need one.
+``partition_stats``, secondary and expression indexes), but the readers that need version 6
+do not depend on it (hudi-rs never reads the MDT of a v6 table, daft lists the folders,
+Java readers list when ``hoodie.table.metadata.partitions`` declares none), and a v6 MDT
+is a merge-on-read table of its own with the v6 log rules. tidelake therefore keeps no MDT
+on a version-6 table (one Java wrote is deleted at the first write), and refuses the
+options that need one.
 """
 
 from __future__ import annotations
@@ -92,12 +94,14 @@ class TableVersion:
         return self.code >= 8
 
     @property
-    def compaction(self) -> bool:
-        """tidelake compacts merge-on-read tables of this version. Not version 6: there a
-        write that lands while a compaction is pending must log into the slice the
-        compaction starts (named by its instant), which readers of version 6 other than
-        Java (hudi-rs) do not merge with the slice before it."""
-        return self.code >= 8
+    def compaction_holds_lock(self) -> bool:
+        """A compaction is planned and executed within one hold of the table lock, only
+        when no write is in flight, and no write begins while a plan is pending (a plan
+        left by a dead executor is dropped first): before version 8 a log written while a
+        plan is pending would have to go into the slice the plan starts (named by its
+        instant), which readers other than Java's (hudi-rs) do not merge with the slice
+        before it. From version 8 on, slicing by completion time lets writers go on."""
+        return self.code < 8
 
     @property
     def non_blocking_concurrency(self) -> bool:

@@ -59,7 +59,12 @@ from engine.schema import (
     evolve_schema,
 )
 from engine.services.base import TaskRunner
-from engine.services.rollback import reverted_since, rollback_failed_writes, rollback_instant
+from engine.services.rollback import (
+    drop_abandoned_compactions,
+    reverted_since,
+    rollback_failed_writes,
+    rollback_instant,
+)
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
@@ -169,16 +174,6 @@ class WriteClient:
                     "hoodie.metadata.enable", f"a version-{config.version} table keeps no "
                     f"metadata table here ({WRITE_TABLE_VERSION}; docs/engine.md, \"Table "
                     "versions\"): leave the option out or set it to false")
-            compaction = next((key for key, on in (
-                ("hoodie.compact.inline", write_config.compact_inline),
-                ("hoodie.compact.schedule.inline", write_config.compact_schedule_inline))
-                if on), None)
-            if compaction is not None and config.is_mor \
-                    and not config.table_version.compaction:
-                raise InvalidOptionError(
-                    compaction, f"tidelake compacts table version 8 only; this table is "
-                    f"version {config.version} ({WRITE_TABLE_VERSION}; docs/engine.md, "
-                    "\"Table versions\")")
             clustering = next((key for key, on in (
                 ("hoodie.clustering.inline", write_config.clustering_inline),
                 ("hoodie.clustering.schedule.inline", write_config.clustering_schedule_inline),
@@ -733,6 +728,10 @@ class WriteClient:
             timeline = Timeline.load(self.storage, self.config, reuse=seen)
             if timeline.pending() and rollback_failed_writes(self.storage, timeline,
                                                              self._is_failed):
+                timeline = Timeline.load(self.storage, self.config)
+            if self.config.table_version.compaction_holds_lock \
+                    and timeline.pending((Action.COMPACTION,)):
+                drop_abandoned_compactions(self.storage, timeline, self._is_failed)
                 timeline = Timeline.load(self.storage, self.config)
             with build_runner(self.task_runner):
                 metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata,

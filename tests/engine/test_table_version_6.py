@@ -211,7 +211,6 @@ def test_v6_unknown_write_version_refused_naming_option(tmp_path: Path, value: s
 @pytest.mark.parametrize(("table_type", "options", "named"), [
     ("COPY_ON_WRITE", {"hoodie.metadata.enable": "true"}, "hoodie.metadata.enable"),
     ("COPY_ON_WRITE", {"hoodie.index.type": "RECORD_INDEX"}, "hoodie.index.type"),
-    ("MERGE_ON_READ", {"hoodie.compact.inline": "true"}, "hoodie.compact.inline"),
     ("COPY_ON_WRITE", {"hoodie.clustering.inline": "true"}, "hoodie.clustering.inline"),
     ("MERGE_ON_READ", {"hoodie.index.type": "BUCKET",
                        "hoodie.write.concurrency.mode": "NON_BLOCKING_CONCURRENCY_CONTROL"},
@@ -227,12 +226,70 @@ def test_v6_features_without_version_6_form_refused_naming_option(
         Table.open(table.path, options=options).upsert(rows)
 
 
-def test_v6_mor_compaction_and_archival_refused(tmp_path: Path) -> None:
+def test_v6_mor_compaction_then_writes_and_clean_equal_oracle(tmp_path: Path) -> None:
+    table = _create(tmp_path, "MERGE_ON_READ", **{"hoodie.clean.automatic": "false",
+                                                  "hoodie.cleaner.commits.retained": "1"})
+    oracle, history = _random_writes(table, seed=61, steps=5, with_daft=False)
+    run = table.compact()
+    assert run.completed == (run.scheduled,) and run.scheduled
+    compaction = run.scheduled
+    assert json.loads((tmp_path / "t" / ".hoodie" / f"{compaction}.commit").read_text())[
+        "compacted"] is True
+    assert all(not s.log_files and s.base_instant == compaction
+               for s in table.file_slices())
+    expected = oracle.snapshot()
+    for read in (table.read(), hudi_rs_read(table.path)):
+        assert sorted_rows(read, COLUMNS) == expected
+    # writes after the compaction log into the slices it started (named by its instant)
+    rng = random.Random(63)
+    batch = random_batch(rng, oracle, [10_000], 30)
+    for row in batch:
+        if row["key"] in oracle.rows:
+            row["region"] = oracle.rows[row["key"]]["region"]
+    after = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, after)
+    logs = [log for s in table.file_slices() for log in s.log_files]
+    assert logs and all(log.instant_time == compaction for log in logs)
+    assert table.clean().completed  # the slices before the compaction go
+    expected = oracle.snapshot()
+    for read in (table.read(), hudi_rs_read(table.path)):
+        assert sorted_rows(read, COLUMNS) == expected
+    # read-optimized: the compacted base files, without the logs written after
+    assert sorted_rows(table.read(read_optimized=True), COLUMNS) == sorted_rows(
+        hudi_rs_read(table.path, read_optimized=True), COLUMNS) == history[-1][1]
+
+
+def test_v6_failed_compaction_plan_dropped_by_next_writer(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    from engine.services import compaction
+
+    table = _create(tmp_path, "MERGE_ON_READ")
+    oracle, _ = _random_writes(table, seed=64, steps=3, with_daft=False)
+
+    def broken(task: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(compaction, "execute_compaction_task", broken)
+    with pytest.raises(compaction.CompactionError):
+        table.compact()
+    monkeypatch.undo()
+    pending = [e for e in table.timeline() if e.action == "compaction"]
+    assert pending and pending[0].state == "requested"  # the plan stays after the revert
+    rows = [{"key": "new", "ts": 1, "region": "north", "amount": 1.0, "note": None}]
+    instant = table.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    oracle.upsert(rows, instant)
+    assert not [e for e in table.timeline() if e.action == "compaction"]  # dropped whole
+    assert table.compact().completed
+    expected = oracle.snapshot()
+    for read in (table.read(), hudi_rs_read(table.path)):
+        assert sorted_rows(read, COLUMNS) == expected
+
+
+def test_v6_archival_refused(tmp_path: Path) -> None:
     table = _create(tmp_path, "MERGE_ON_READ")
     table.upsert(pa.Table.from_pylist([{"key": "a", "ts": 1, "region": "north",
                                         "amount": 1.0, "note": None}], schema=SCHEMA))
-    with pytest.raises(UnsupportedTableError, match="version 8 only"):
-        table.compact()
     with pytest.raises(UnsupportedTableError, match="archived timeline"):
         table.archive()
 
