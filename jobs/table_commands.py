@@ -352,8 +352,12 @@ def service_lines(table: Table, timeline: Any) -> list[str]:
     lines.append("earliest readable instant: "
                  + (f"{earliest} (older ones were cleaned: time travel and incremental "
                     "reads start here)" if earliest else "any (nothing cleaned yet)"))
-    archived = len(table.timeline(include_archived=True)) - len(table.timeline())
-    lines.append(f"archived instants: {archived:,} (in .hoodie/timeline/history)")
+    if table.config.table_version.lsm_history:
+        archived = len(table.timeline(include_archived=True)) - len(table.timeline())
+        lines.append(f"archived instants: {archived:,} (in .hoodie/timeline/history)")
+    else:
+        lines.append(f"archived instants: none written (table version "
+                     f"{table.config.version}: every instant stays on the active timeline)")
     points = table.savepoints()
     lines.append(f"savepoints: {', '.join(points) if points else 'none'}")
     return lines
@@ -406,8 +410,10 @@ def metadata_line(table: Table, timeline: Any) -> str:
     declared = declared_partitions(table.storage)
     mdt = MetadataTable(table.storage, table.config)
     if "files" not in declared or not mdt.exists:
-        return ("metadata table: none (readers list the table folder; "
-                "hoodie.metadata.enable=true keeps one)")
+        keeps = ("hoodie.metadata.enable=true keeps one"
+                 if table.config.table_version.keeps_metadata_table
+                 else f"none is kept on table version {table.config.version}")
+        return f"metadata table: none (readers list the table folder; {keeps})"
     mdt_timeline = mdt.timeline()
     boundary = base_boundary(mdt_timeline)
     since = sum(1 for i in completed_mdt_instants(mdt_timeline)

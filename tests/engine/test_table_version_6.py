@@ -313,3 +313,17 @@ def test_v6_table_with_java_metadata_table_loses_it_at_first_write(tmp_path: Pat
     assert not loads(props.read_text("latin-1")).get("hoodie.table.metadata.partitions")
     for read in (table.read(), hudi_rs_read(table.path), daft_read(table.path)):
         assert sorted_rows(read, ["key"]) == [{"key": "a"}, {"key": "b"}]
+
+
+def test_v6_table_show_names_version_and_what_it_keeps(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.cli import main
+
+    table = _create(tmp_path, "MERGE_ON_READ")
+    table.upsert(pa.Table.from_pylist([{"key": "a", "ts": 1, "region": "north",
+                                        "amount": 1.0, "note": None}], schema=SCHEMA))
+    assert main(["table", "show", table.path]) == 0
+    shown = capsys.readouterr().out
+    assert "MERGE_ON_READ, version 6" in shown
+    assert "none is kept on table version 6" in shown
+    assert "archived instants: none written (table version 6" in shown
