@@ -39,9 +39,9 @@ HISTORY = "history"
 
 COMMITS_KEPT = 256
 """Parsed commit metadata a process keeps, by table and timeline file name: a completed
-instant's file is never written again, and from timeline layout 2 on its name holds the
-completion time, so a name read once always means the same content (a point lookup opens
-the table anew and needs the latest commit's schema)."""
+instant's file is never written again, and where completed names hold the completion time
+(``TableVersion.completion_times``) a name read once always means the same content (a point
+lookup opens the table anew and needs the latest commit's schema)."""
 _COMMITS: OrderedDict[tuple[str, str], CommitMetadata] = OrderedDict()
 _COMMITS_LOCK = threading.Lock()
 
@@ -236,7 +236,7 @@ class Timeline:
         key = instant.requested_time
         if key not in self._metadata_cache:
             rel = f"{self.folder}/{instant.file_name(self.config.timeline_layout)}"
-            named = ((self.storage.base_path, rel) if self.config.timeline_layout >= 2
+            named = ((self.storage.base_path, rel) if self.config.table_version.completion_times
                      and instant.completion_time else None)
             parsed = None
             if named is not None:
