@@ -281,7 +281,12 @@ def test_service_attempt_finishes_a_half_done_revert_before_taking_the_plan(
     """Hudi's rule, for both services (``engine/services/attempt.py``): a rollback left
     half-done by a dead executor is finished before any new attempt starts. Attempt 1 stalls
     after its tasks wrote; executor 2 judges it dead and dies half-way through reverting it;
-    executor 3 finishes that rollback, then runs the plan; attempt 1 commits nothing."""
+    executor 3 finishes that rollback, then runs the plan; attempt 1 commits nothing.
+
+    Attempt 1 is judged dead by its heartbeat file, stopped and aged by ten minutes, not by
+    the clock: every attempt keeps the default heartbeat (a minute, two misses), so executor
+    3, which must commit, never misses its own expiry however loaded the machine (with 200 ms
+    x 3 it did, now and then, and was refused)."""
     table, expected = (_bucket_mor_table(tmp_path) if service == "compaction"
                        else _small_groups_table(tmp_path))
 
@@ -290,15 +295,15 @@ def test_service_attempt_finishes_a_half_done_revert_before_taking_the_plan(
             return t.compact(instant=scheduled, runner=runner)
         return t.cluster(instant=scheduled, runner=runner)
 
-    opened = Table.open(table.path, FAST)
+    opened = Table.open(table.path)
     scheduled = (opened.compact(schedule_only=True) if service == "compaction"
                  else opened.cluster(schedule_only=True)).scheduled
     assert scheduled
     gate = _Gate()
-    t1, r1 = _run(lambda: run(Table.open(table.path, FAST), gate))
+    t1, r1 = _run(lambda: run(Table.open(table.path), gate))
     assert gate.reached.wait(30)
     _stall_service(table.storage, scheduled)
-    killer = Table.open(table.path, FAST)
+    killer = Table.open(table.path)
     real_delete = killer.storage.delete
 
     def dying_delete(rel: str) -> bool:
@@ -311,7 +316,7 @@ def test_service_attempt_finishes_a_half_done_revert_before_taking_the_plan(
         run(killer)
     timeline = Timeline.load(table.storage, table.config)
     assert [i.action.value for i in timeline.pending()] == [service, "rollback"]
-    done = run(Table.open(table.path, FAST))
+    done = run(Table.open(table.path))
     assert done.completed == (scheduled,), done
     timeline = Timeline.load(table.storage, table.config)
     assert timeline.pending() == []  # the half-done rollback was finished, not left behind
