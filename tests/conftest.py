@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests import spark_jvm
+from tests import spark_jvm, spark_python
 from tests.s3 import S3Location, S3Server
 
 spark_jvm.use_in_environment()  # the Spark JVMs the tests start: C1 and the class-data archive
+spark_python.use_in_environment()  # their Python processes import the installed pyspark
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "hudi-samples"
 """Java-written sample tables shipped with the tests (see its README.md)."""

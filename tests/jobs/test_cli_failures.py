@@ -16,6 +16,7 @@ import pytest
 from ingest.kafka_produce import create_topic, produce
 from jobs.cli import main
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.spark_python import pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,7 +179,7 @@ def test_ingest_ctrl_c_stops_after_batch_quietly_and_exits_130(
     produce(kafka_bootstrap, topic, [(b"k%d" % i, b'{"id": "k%d", "ts": %d}' % (i, i), 0)
                                      for i in range(500)])
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT)}
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "ingest", str(_job(tmp_path, kafka_bootstrap,
@@ -266,7 +267,7 @@ def test_ingest_available_now_prints_batches_and_a_summary_line(
         [sys.executable, "-m", "jobs.cli", "ingest", str(_job(tmp_path, kafka_bootstrap, topic)),
          "--trigger.available_now", "true"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     lines = result.stdout.splitlines()
     assert result.returncode == 0, (lines, result.stderr[-2000:])
     assert result.stderr == ""

@@ -27,6 +27,7 @@ from ingest.kafka_produce import create_topic, produce
 from jobs.cli import main
 from jobs.metrics import hudi_name
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
+from tests.spark_python import pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,7 +193,7 @@ def test_metrics_endpoint_scraped_during_job_matches_progress_lines_and_table(
         process = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "ingest", str(job)], stdout=stdout,
             stderr=subprocess.PIPE, cwd=tmp_path, start_new_session=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
+            env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
         try:
             _wait_for_line(out, process, 1)
             first = _scrape(port)  # while the job reads: lag left in Kafka
