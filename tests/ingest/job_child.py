@@ -45,6 +45,12 @@ CRASH_POINTS = {
 }
 """Where an armed job stops, and what has happened by then."""
 
+INDEX_FREE_POINTS = ("before_query", "decode")
+"""The points of :data:`CRASH_POINTS` a job reaches before any of its index runs: what a kill
+there leaves does not depend on the index. At the CI size they are killed in the BUCKET
+table's service-kill lineage (``test_streaming_services``), ahead of its service points, not
+in a job lineage of their own (``test_crash`` kills them for every index at the soak size)."""
+
 GLOBAL_STATE_POINTS = {
     "tagging": "GLOBAL_STATE: the state operator's tasks are tagging a shard (its state store "
                "version is being written, not committed)",

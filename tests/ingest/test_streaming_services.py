@@ -9,9 +9,12 @@
   with ``TIDELAKE_SOAK=1``; 40 is past the default ``hoodie.keep.max.commits`` of 30):
   compaction, cleaning and archival ran inside the job, the table equals the
   oracle, and the offsets recorded in the table resume the job exactly.
-* SIGKILL inside each service, and at random moments (one at the CI size, in the
-  compaction/clean/archive test; three there and one in each clustering test with
-  ``TIDELAKE_SOAK=1``); each restart finishes what was interrupted.
+* SIGKILL inside each service, and at random moments (three in the compaction/clean/archive
+  test and one in each clustering test with ``TIDELAKE_SOAK=1``); each restart finishes what
+  was interrupted. The compaction/clean/archive lineage first kills the job before its query
+  and while its executors decode (``job_child.INDEX_FREE_POINTS``: the crash test's points
+  that no index reaches, killed here at the CI size rather than in a BUCKET lineage of their
+  own). After every kill the table equals the oracle of the offsets it recorded.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ from tests.ingest.helpers import (
 from tests.ingest.job_harness import (
     ChildJob,
     KeyedStream,
+    committed_offsets,
     job_settings,
     pending_instants,
+    streaming_commits,
     table_problems,
     write_job,
 )
@@ -263,15 +268,17 @@ SERVICE_ACTIONS = ("compaction", "clean", "clustering", "replacecommit")
 def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
                         points: list[str], seed: int) -> set[str]:
     """Run the job once per point, SIGKILL it there ("random": at a random moment), then run
-    it to the end of the topic: each interrupted service completes, and the table equals
-    the oracle (tidelake and hudi-rs). Returns the points that interrupted a service."""
+    it to the end of the topic. After each kill the table equals the oracle of the offsets
+    it recorded; at the end each interrupted service completed, the table equals the oracle
+    (tidelake and hudi-rs), no batch was committed twice and no write is left pending.
+    Returns the points that interrupted a service."""
     rng = random.Random(int(time.time()) % 10_000)
     stream = KeyedStream(bootstrap, f"svc-crash-{time.time_ns()}", 6_000, seed=seed)
     settings = {**job_settings(work, bootstrap, stream.topic, batch=100),
                 **SERVICE_JOB_OPTIONS, "trigger.available_now": False,
                 "trigger.processing_time": "200 milliseconds", **settings}
     job_file = write_job(work / "job.toml", settings)
-    table = work / "trips"
+    table, errors = work / "trips", work / "trips_errors"
     arm = work / "arm"
     interrupted: list[tuple[str, str]] = []
     for n, point in enumerate(points):
@@ -282,12 +289,16 @@ def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
             if point == "random":
                 time.sleep(rng.uniform(20, 40))
             else:
-                job.wait_signal(timeout=600)
-                pending = [p for p in pending_instants(table)
+                assert job.wait_signal(timeout=600)["point"] == point
+                created = (table / ".hoodie" / "hoodie.properties").exists()  # not before_query
+                pending = [p for p in (pending_instants(table) if created else [])
                            if p.split()[1] in SERVICE_ACTIONS]
                 interrupted += [(point, p.split()[0]) for p in pending]
         finally:
             job.kill()
+        upto = committed_offsets(table, stream.topic)
+        problems = table_problems(table, errors, stream, upto)
+        assert not problems, f"killed at {point} (run {n}), table at {upto}: {problems}"
     arm.write_text("none")
     stop = work / "stop"
     # The last run catches up in batches of 1,000: what it proves (each interrupted service
@@ -307,25 +318,34 @@ def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
         assert final.wait(timeout=600) == 0, final.tail()
     finally:
         final.kill()
-    problems = table_problems(table, work / "trips_errors", stream)
+    problems = table_problems(table, errors, stream)
     assert not problems, problems
     done = {e.instant_time for e in table_obj.timeline(include_archived=True)
             if e.state == "completed"}
     assert {t for _, t in interrupted} <= done, interrupted
+    for path in (table, errors):
+        commits = streaming_commits(path)
+        assert len(commits) == len(set(commits)), f"a batch committed twice in {path}"
+    # a service planned by the last run may be pending (the next run executes it); a write not
+    assert not [p for p in pending_instants(table) if p.split()[1] not in SERVICE_ACTIONS]
+    assert not pending_instants(errors)
     return {p for p, _ in interrupted}
 
 
 @pytest.mark.slow
 def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
         kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
-    """SIGKILL of the job while a compaction's tasks run, before its commit, while cleaning
-    and while archiving (named points), and at random moments; each restart finishes what
-    was interrupted, and the table ends equal to the oracle (tidelake and hudi-rs)."""
-    from tests.ingest.job_child import SERVICE_POINTS
+    """SIGKILL of the job before its query and while its executors decode (the crash
+    test's index-free points), while a compaction's tasks run, before its commit, while
+    cleaning and while archiving (named points), and at random moments; each restart
+    finishes what was interrupted, and the table ends equal to the oracle (tidelake and
+    hudi-rs)."""
+    from tests.ingest.job_child import INDEX_FREE_POINTS, SERVICE_POINTS
 
     points = [p for p in SERVICE_POINTS if not p.startswith("clustering")]
     stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, {},
-                                  [*points, *["random"] * RANDOM_SERVICE_KILLS], seed=41)
+                                  [*INDEX_FREE_POINTS, *points,
+                                   *["random"] * RANDOM_SERVICE_KILLS], seed=41)
     # each named point stopped a service with its instant pending
     assert {"compaction_task", "compaction_commit", "clean"} <= stopped
 
