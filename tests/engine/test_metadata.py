@@ -199,8 +199,9 @@ def test_metadata_rebuild_and_validate_report_differences(tmp_path: Path) -> Non
 def test_metadata_validate_checks_every_live_key_against_the_record_index(
         tmp_path: Path) -> None:
     """``validate`` reads every live key of the snapshot and the record_index: an entry for a
-    key no slice holds, and a live key without an entry, are both reported (a wrong record
-    index makes writers duplicate or lose records); a rebuild clears them."""
+    key no slice holds, a live key without an entry and entries pointing at the wrong group
+    are all reported (a wrong record index makes writers duplicate or lose records); a
+    rebuild clears them."""
     table = _create(tmp_path / "t", **{"hoodie.index.type": "RECORD_INDEX"})
     oracle, rng, counter = Oracle(), random.Random(29), [0]
     _write_some(table, oracle, rng, counter, 3)
@@ -214,11 +215,15 @@ def test_metadata_validate_checks_every_live_key_against_the_record_index(
         blocks = list(iter_blocks(log.read_bytes()))
         if len(blocks) == 1 and blocks[0].block_type is BlockType.HFILE_DATA:
             cells = decode_hfile_data_block(blocks[0])
-            if cells:
+            if len(cells) > 2 and len({value for _, value in cells[1:]}) > 1:
                 break
     else:
-        pytest.fail("no record_index log holds one HFile block of entries")
+        pytest.fail("no record_index log holds one HFile block of entries for two groups")
     renamed = cells[0][0].decode()
+    # and swap the locations of two entries pointing at different groups
+    other = next(i for i in range(2, len(cells)) if cells[i][1] != cells[1][1])
+    swapped = sorted([cells[1][0].decode(), cells[other][0].decode()])
+    cells[1], cells[other] = (cells[1][0], cells[other][1]), (cells[other][0], cells[1][1])
     cells = sorted([(b"no-such-record-key", cells[0][1]), *cells[1:]])
     log.write_bytes(encode_hfile_data_block(
         cells, metadata_schema_json(), blocks[0].header[HeaderKey.INSTANT_TIME],
@@ -227,6 +232,9 @@ def test_metadata_validate_checks_every_live_key_against_the_record_index(
     found = {(d.kind, d.name, d.detail.split(",")[-1].strip()) for d in result.differences}
     assert ("record index", "no-such-record-key", "held by no slice") in found
     assert ("record index", renamed, "a live key the index lacks") in found
+    pointing = sorted(d.name for d in result.differences if d.detail.startswith("indexed at")
+                      and "held by no slice" not in d.detail)
+    assert pointing == swapped
     assert not result.ok
     table.rebuild_metadata()
     result = table.validate_metadata()
