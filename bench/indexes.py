@@ -173,6 +173,7 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
     ordered = index == "BLOOM-ordered"
     rng = np.random.default_rng(args.seed)
     path = work / f"{index}-{size}"
+    shutil.rmtree(path, ignore_errors=True)  # a table an earlier --keep run left
     if index in SHARED_LOAD:
         template, run.load_seconds = shared_load(work, size, args)
         copy_table(template, path, keep_record_index=index == "RECORD_INDEX",
