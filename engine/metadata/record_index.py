@@ -347,19 +347,6 @@ def group_slices(storage: Storage, data_timeline: Timeline) -> list[GroupSlice]:
     return latest_group_slices(mdt, mdt_timeline, validity(data_timeline), RECORD_INDEX)
 
 
-def locations_of(records: Iterable[MetadataRecord]) -> pa.Table:
-    """:data:`LOCATION_SCHEMA` rows of record_index records."""
-    keys, parts, files = [], [], []
-    for record in records:
-        info = record.payload
-        assert isinstance(info, RecordIndexInfo)
-        keys.append(record.key)
-        parts.append(info.partition_name or "")
-        files.append(info.location_file_id)
-    return pa.table([pa.array(keys, pa.string()), pa.array(parts, pa.string()),
-                     pa.array(files, pa.string())], schema=LOCATION_SCHEMA)
-
-
 def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str]) -> pa.Table:
     """Locations of ``keys`` (all routed to ``piece``'s group) found in that group.
     Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``.
