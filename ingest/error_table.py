@@ -44,6 +44,7 @@ from ingest.prepare import (
     OFFSET,
     OP,
     REASON,
+    SUPERSEDED,
     TIMESTAMP,
     TOPIC,
     UPSERT,
@@ -68,8 +69,12 @@ ERROR_SCHEMA = pa.schema([
     pa.field("reason", pa.string()),
     pa.field("target_table", pa.string()),
     pa.field("error_date", pa.string()),
+    pa.field("superseded_key", pa.string()),
 ])
-"""Data columns of the error table."""
+"""Data columns of the error table. ``superseded_key`` (added after the others, nullable, so
+an error table written before it gains it on its next write and reads null for its older
+rows): the record key of a later record of the same micro-batch that the sink wrote, null
+when there was none or the record's key could not be told (:mod:`ingest.supersede`)."""
 
 _BOOKKEEPING = [
     pa.field(RECORD_KEY, pa.string()),
@@ -143,6 +148,8 @@ def error_rows(prepared: pa.Table, *, batch_id: int, target_table: str,
         "reason": rows.column(REASON).combine_chunks(),
         "target_table": pa.array([target_table] * n, pa.string()),
         "error_date": day,
+        "superseded_key": (rows.column(SUPERSEDED).combine_chunks()
+                           if SUPERSEDED in rows.column_names else pa.nulls(n, pa.string())),
     }, schema=ERROR_SCHEMA)
     columns = {f.name: data.column(f.name) for f in ERROR_SCHEMA}
     keys = record_keys(data, config) if n else pa.array([], pa.string())

@@ -15,14 +15,27 @@ stored ones as every writer of the table does.
 **Which version wins.** With an ordering field (event time) the engine's rule decides: a
 replayed version wins unless its ordering value is below the stored one's. A record without
 one to compare — any record of a table without an ordering field (commit-time ordering),
-and a tombstone — is *late* when its key's stored version was written by a commit newer
-than the one of the record's own micro-batch (the first data commit whose Kafka checkpoint
-is past the record's offset; for a micro-batch that wrote no data, the error-table commit
-that took the record): that version arrived later through Kafka, and the late record changes
-nothing. (A stored version of the record's own micro-batch is taken as earlier: their Kafka
-order is not recorded.) A delete that arrived while its key was not stored at all (its
-earlier versions all in the error table) left nothing to compare with: replaying those
-versions brings the key back.
+and a tombstone — and a record whose ordering value ties the stored one's (Hudi's merge,
+``DefaultHoodieRecordPayload``, gives a tie to the later arrival) are judged by arrival:
+*late* when its key's stored version was written by a commit newer than the one of the
+record's own micro-batch (the first data commit whose Kafka checkpoint is past the record's
+offset; for a micro-batch that wrote no data, the error-table commit that took the record),
+or when its error row's ``superseded_key`` is its key — a later record of the key in its own
+micro-batch was written (:mod:`ingest.supersede`). Either way that version arrived later
+through Kafka, and the late record changes nothing. A stored version of the record's own
+micro-batch without ``superseded_key`` (none was seen, or the row predates the column) is
+taken as earlier. A delete that arrived while its key was not stored at all (its earlier
+versions all in the error table) left nothing to compare with: replaying those versions
+brings the key back.
+
+**Beside the job.** A run begins its data instant *before* it judges what is late, and
+judges against the table as of then; its commit is refused
+(:class:`~engine.errors.WriteConflictError`) when a commit that completed since it began
+wrote one of its file groups — the engine's optimistic check, and under non-blocking
+concurrency the same check made here under the table lock right before the commit point
+(log writers never conflict there). A refused run is rolled back and run again
+(:data:`REPLAY_ATTEMPTS` in all). One replay of an error table runs at a time
+(:mod:`ingest.replay_guard`).
 
 **Exactly once.** Each run has an id. The data commit's extra metadata records it
 (:data:`REPLAY_ID_KEY`) and the Kafka coordinates of every record it replayed
@@ -38,6 +51,7 @@ nothing new writes no commit at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -52,12 +66,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import InvalidOptionError
+from engine.errors import InvalidOptionError, TableExistsError, WriteConflictError
 from engine.merge.resolve import field_ordering, ordering_column, resolve
 from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
 from engine.timeline.active import DATA_ACTION_NAMES, Timeline
 from engine.timeline.commit_metadata import CommitMetadata
+from engine.write.conflict import check_conflicts
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY
@@ -75,8 +90,10 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VERSIONS,
+    PrepareSpec,
     prepare_batch,
 )
+from ingest.replay_guard import one_replay
 from ingest.resolve import POLICY
 from ingest.sink_config import GLOBAL_STATE
 
@@ -127,6 +144,9 @@ class ReplayResult:
     """Rows an earlier replay marked (skipped)."""
     other_tables: int = 0
     """Rows of the error table that belong to another table (skipped)."""
+    superseded: int = 0
+    """Of :attr:`late`: records whose error row says a later record of the same key was
+    written in their own micro-batch (``superseded_key``)."""
 
 
 def is_replayed(reason: str | None) -> bool:
@@ -134,11 +154,14 @@ def is_replayed(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith(REPLAYED_PREFIX)
 
 
-def _marked(reason: str, table_name: str, instant: str | None, *, late: bool = False) -> str:
+def _marked(reason: str, table_name: str, instant: str | None, *,
+            late: str | None = None) -> str:
     """The ``reason`` of a replayed row: the commit it went in (``late``: none, a later
-    version is stored; ``instant`` None: the replay had nothing to write), and its old
-    reason."""
-    where = ("(late: a later version is stored)" if late
+    version is stored — ``SUPERSEDED_IN_BATCH``: a later record of its own micro-batch;
+    ``instant`` None: the replay had nothing to write), and its old reason."""
+    where = ("(late: superseded by a later record of its micro-batch)"
+             if late == SUPERSEDED_IN_BATCH
+             else "(late: a later version is stored)" if late
              else f"at {instant}" if instant else "(nothing to change)")
     return f"{REPLAYED_PREFIX}{table_name} {where}; was: {reason}"
 
@@ -251,6 +274,20 @@ def _stored(table: Table, keys: list[str], ordering: str | None) -> pa.Table:
                             found.column(COMMIT_TIME).cast(pa.string()))
 
 
+Late = dict[Coordinates, str]
+"""Late records of a replay and why (:data:`STORED_LATER`, :data:`SUPERSEDED_IN_BATCH`)."""
+STORED_LATER = "stored later"
+"""Late: its key's stored version was committed after the record's micro-batch."""
+SUPERSEDED_IN_BATCH = "superseded in its batch"
+"""Late: a later record of the same key in its own micro-batch was written (its error row's
+``superseded_key``, :mod:`ingest.supersede`)."""
+
+
+REPLAY_ATTEMPTS = 3
+"""Runs of a replay that a concurrent commit refused (:class:`WriteConflictError`) before it
+gives up, naming the conflict."""
+
+
 def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayResult:
     """Replay the error table of ``sink`` (built from the job's current settings) into its
     table; see the module doc. ``dry_run``: decode and report, write nothing. Driver side,
@@ -258,7 +295,10 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
 
     The GLOBAL_STATE index is refused (:class:`~engine.errors.InvalidOptionError` naming
     ``index.type``): it keeps every key's location in the job's state, which a replay from
-    outside the job cannot update.
+    outside the job cannot update. Another replay of the same error table running raises
+    :class:`~ingest.replay_guard.ReplayRunningError`; a run refused by a concurrent commit
+    (:class:`~engine.errors.WriteConflictError`) is run again, :data:`REPLAY_ATTEMPTS` times
+    in all.
     """
     if sink.index == GLOBAL_STATE:
         raise InvalidOptionError(
@@ -268,6 +308,27 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
     errors = sink.error_table
     if errors is None:
         raise InvalidOptionError("errors.table_path", "the job has no error table to replay")
+    if dry_run:
+        return _replay(sink, errors, dry_run=True)
+    with one_replay(errors):
+        for attempt in range(1, REPLAY_ATTEMPTS + 1):
+            try:
+                return _replay(sink, errors, dry_run=False)
+            except WriteConflictError as exc:
+                if attempt == REPLAY_ATTEMPTS:
+                    raise WriteConflictError(
+                        f"replay of {errors.path} into {sink.table.path}: refused by a "
+                        f"concurrent commit {REPLAY_ATTEMPTS} times (the job writes the "
+                        "same file groups meanwhile); what the replay committed stays, the "
+                        "rest was rolled back: run it again, or while the job is idle. "
+                        f"Last: {exc}") from exc
+                log.warning("replay of %s: refused by a concurrent commit (%s); running it "
+                            "again (%d of %d)", errors.path, exc, attempt + 1, REPLAY_ATTEMPTS)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replay(sink: HudiStreamingSink, errors: Table, *, dry_run: bool) -> ReplayResult:
+    """One run of :func:`replay_errors`."""
     table, name = sink.table, sink.table.config.name
     replay_id = uuid.uuid4().hex
     if not dry_run:
@@ -319,61 +380,135 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
         writable = prepared.filter(pa.array((ops == UPSERT) | (ops == DELETE)))
     replayed_coords = (_coordinates(writable, TOPIC, KAFKA_PARTITION, OFFSET)
                        if writable is not None else [])
-    late: set[Coordinates] = set()
+    late: Late = {}
     instant_time = None
     if writable is not None and writable.num_rows:
-        writable, late = _drop_late(table, writable, by_coordinates, spec.event_time)
-        if not dry_run and writable.num_rows:
-            instant_time = _write(sink, writable, replay_id, replayed_coords, errors.path)
+        if dry_run:
+            _, late = _drop_late(table, writable, by_coordinates, spec)
+        else:
+            instant_time, late = _write(sink, writable, by_coordinates, replay_id,
+                                        replayed_coords, errors.path)
         for coords in replayed_coords:
             row = by_coordinates[coords]
             updates.append({**row, "reason": _marked(row["reason"], name, instant_time,
-                                                     late=coords in late)})
+                                                     late=late.get(coords))})
     error_instant = None
     if updates and not dry_run:
         error_instant = _mark(errors, updates, replay_id)
     result = ReplayResult(replay_id, instant_time, error_instant, len(replayed_coords),
                           int(recovered_mask.sum()), len(late), still, dict(reasons), already,
-                          other_tables)
+                          other_tables, sum(why == SUPERSEDED_IN_BATCH for why in late.values()))
     log.info("replay %s of %s into %s: %s", replay_id, errors.path, table.path, result)
     return result
 
 
 def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates, Any],
-               event_time: bool) -> tuple[pa.Table, set[Coordinates]]:
-    """``rows`` less the late ones (see the module doc): those without an ordering value to
-    compare (every row without event time, tombstones with it) whose key's stored version
-    was committed after the row's micro-batch (:func:`_arrivals`)."""
+               spec: PrepareSpec) -> tuple[pa.Table, Late]:
+    """``rows`` less the late ones, and why each is late (see the module doc): a record
+    whose error row says a later record of its key was written in its micro-batch, and
+    the records without an ordering value to compare (every row without event time,
+    tombstones with it) whose key's stored version was committed after the record's
+    micro-batch (:func:`_arrivals`); with event time, a record whose ordering value ties
+    the stored version's is judged the same way (Hudi gives a tie to the later arrival)."""
+    event_time = spec.event_time
     ops = rows.column(OP).to_numpy()
     if event_time:
         unordered = (ops == DELETE) & rows.column(ORDERING_NULL).to_numpy(zero_copy_only=False)
     else:
         unordered = np.ones(rows.num_rows, dtype=bool)
-    if not unordered.any():
-        return rows, set()
     keys = rows.column(RECORD_KEY).to_pylist()
-    stored = _stored(table, [k for k, u in zip(keys, unordered, strict=True) if u], None)
-    newest: dict[str, str] = {}
-    for key, when in zip(stored.column(RECORD_KEY).to_pylist(),
-                         stored.column(COMMIT_TIME).to_pylist(), strict=True):
-        newest[key] = max(newest.get(key, ""), when)
+    parts = rows.column(PARTITION_PATH).to_pylist()
     coordinates = _coordinates(rows, TOPIC, KAFKA_PARTITION, OFFSET)
-    # When the record arrived: its micro-batch's data commit, else (that batch wrote no data)
-    # the error-table commit that took it, which a later update of its row moves later.
-    covered = _arrivals(table, [c for c, u in zip(coordinates, unordered, strict=True) if u])
-    taken = [min(covered.get(c, str(by_coordinates[c][COMMIT_TIME])),
-                 str(by_coordinates[c][COMMIT_TIME])) for c in coordinates]
-    late = np.array([bool(u) and newest.get(k, "") > t
-                     for k, u, t in zip(keys, unordered, taken, strict=True)], dtype=bool)
-    return (rows.filter(pa.array(~late)),
-            {c for c, is_late in zip(coordinates, late, strict=True) if is_late})
+    superseded = np.array([by_coordinates[c].get("superseded_key") == k
+                           for c, k in zip(coordinates, keys, strict=True)], dtype=bool)
+    ordering = table.config.precombine_field if event_time else None
+    stored = _stored(table, keys, ordering)
+    newest: dict[str, str] = {}
+    held: dict[tuple[str, str | None], tuple[str, Any]] = {}  # (key, partition | None)
+    values = (ordering_column(stored.column(ordering).combine_chunks(), spec.ordering_type)
+              .to_pylist() if ordering and stored.num_rows else [None] * stored.num_rows)
+    for key, part, when, value in zip(stored.column(RECORD_KEY).to_pylist(),
+                                      stored.column(PARTITION_PATH).to_pylist(),
+                                      stored.column(COMMIT_TIME).to_pylist(), values,
+                                      strict=True):
+        newest[key] = max(newest.get(key, ""), when)
+        for slot in ((key, part), (key, None)):
+            if slot not in held or held[slot][0] < when:
+                held[slot] = (when, value)
+    # With event time, a record tying its stored version is judged by arrival.
+    tie = np.zeros(rows.num_rows, dtype=bool)
+    tie_commit: list[str] = [""] * rows.num_rows
+    if ordering:
+        mine = rows.column(ORDERING).to_pylist()
+        for i in np.flatnonzero(~unordered).tolist():
+            found = held.get((keys[i], parts[i])) or held.get((keys[i], None))
+            if found is not None and found[1] is not None and found[1] == mine[i]:
+                tie[i], tie_commit[i] = True, found[0]
+    judged = unordered | tie
+    covered = _arrivals(table, [c for c, j in zip(coordinates, judged, strict=True) if j])
+    late: Late = {}
+    for i in np.flatnonzero(judged).tolist():
+        c = coordinates[i]
+        # When the record arrived: its micro-batch's data commit, else (that batch wrote no
+        # data) the error-table commit that took it, which a later update of its row moves
+        # later.
+        row_commit = str(by_coordinates[c][COMMIT_TIME])
+        taken = min(covered.get(c, row_commit), row_commit)
+        if superseded[i]:
+            late[c] = SUPERSEDED_IN_BATCH
+        elif (tie_commit[i] if tie[i] else newest.get(keys[i], "")) > taken:
+            late[c] = STORED_LATER
+    keep = np.array([c not in late for c in coordinates], dtype=bool)
+    return rows.filter(pa.array(keep)), late
 
 
-def _write(sink: HudiStreamingSink, rows: pa.Table, replay_id: str,
-           replayed: list[Coordinates], error_table: str) -> str | None:
-    """Resolve the prepared ``rows`` (arrival order) as the sink resolves a batch and write
-    the winners in one instant of the table; its time, or None if nothing is left to
-    write."""
+def _write(sink: HudiStreamingSink, rows: pa.Table, by_coordinates: Mapping[Coordinates, Any],
+           replay_id: str, replayed: list[Coordinates], error_table: str
+           ) -> tuple[str | None, Late]:
+    """Write the prepared ``rows`` (arrival order) in one instant of the table, as the sink
+    writes a batch: begin the instant first, then judge which rows are late against the
+    table as of then (:func:`_drop_late`), resolve the rest as the sink resolves a batch
+    and commit — refused (:class:`~engine.errors.WriteConflictError`, the instant rolled
+    back) if a commit that completed since the instant began wrote one of its file groups,
+    under every concurrency mode (non-blocking writers of logs included): that commit may
+    hold a version the judgement did not see. Returns the instant time (None: nothing left
+    to write, the instant rolled back) and the late rows."""
+    table, spec = sink.table, sink.spec
+    if not table.exists:
+        with contextlib.suppress(TableExistsError):  # the job created it meanwhile
+            table.materialize()
+    client = WriteClient(table.storage, table.config, table.write_config)
+    client.delete_policy = POLICY  # a moved key's old copy: deleted as the sink deletes it
+    timeline, inflight = client.begin()
+    try:
+        rows, late = _drop_late(table, rows, by_coordinates, spec)
+        records, deletes = _resolved(sink, rows, client, timeline)
+        if records is None and deletes is None:
+            client.abort(inflight)
+            return None, late
+        extra = {REPLAY_ID_KEY: replay_id, REPLAY_RECORDS_KEY: encode_records(replayed),
+                 REPLAY_ERROR_TABLE_KEY: error_table}
+        plan = client.plan(timeline, inflight, UPSERT_OPERATION, records, deletes, extra)
+        stats = client.execute_local(plan)
+        with client.lock:
+            # Hudi's file-group rule (SimpleConcurrentFileWritesConflictResolutionStrategy)
+            # for the replay whatever the table's mode: under non-blocking concurrency log
+            # writers never conflict, and a job commit since the judgement would lose a tie
+            # (or its newer commit-time version) to this later-completing one.
+            check_conflicts(timeline, Timeline.load(table.storage, table.config), inflight,
+                            stats, non_blocking=False)
+            done = client.commit(timeline, plan, stats)
+    except BaseException:
+        client.abort(inflight)
+        raise
+    return done.requested_time, late
+
+
+def _resolved(sink: HudiStreamingSink, rows: pa.Table, client: WriteClient,
+              timeline: Timeline) -> tuple[pa.Table | None, pa.Table | None]:
+    """The records and deletes the write client takes: ``rows`` resolved as the sink
+    resolves a batch (remembered deletes; a tombstone deletes its key in every partition
+    it is stored in)."""
     table, spec = sink.table, sink.spec
     event_time = spec.event_time
     ordering = table.config.precombine_field if event_time else None
@@ -394,22 +529,11 @@ def _write(sink: HudiStreamingSink, rows: pa.Table, replay_id: str,
             live[key] = value if held is None or (value is not None and value > held) else held
     resolved = resolve(rows, columns=VERSIONS, event_time=event_time, policy=POLICY,
                        stored=live)
-    client = WriteClient(table.storage, table.config, table.write_config)
-    client.delete_policy = POLICY  # a moved key's old copy: deleted as the sink deletes it
     data_names = [f.name for f in sink.data_schema]
     upserts = resolved.upserts.select(data_names) if resolved.upserts.num_rows else None
     deletes = _deletes(resolved.deletes, where, spec, ordering)
-    if upserts is None and deletes is None:
-        return None
-    if not table.exists:
-        table.materialize()
-    timeline = Timeline.load(table.storage, table.config)
-    records = None
-    if upserts is not None:
-        records, _ = client.prepare(upserts, timeline, dedupe=True)
-    extra = {REPLAY_ID_KEY: replay_id, REPLAY_RECORDS_KEY: encode_records(replayed),
-             REPLAY_ERROR_TABLE_KEY: error_table}
-    return client.write(UPSERT_OPERATION, records, deletes, extra_metadata=extra)
+    records = client.prepare(upserts, timeline, dedupe=True)[0] if upserts is not None else None
+    return records, deletes
 
 
 def _deletes(rows: pa.Table, where: Mapping[str, list[str]], spec: Any,
@@ -442,6 +566,6 @@ def _deletes(rows: pa.Table, where: Mapping[str, list[str]], spec: Any,
 
 def _mark(errors: Table, updates: list[dict[str, Any]], replay_id: str) -> str:
     """Write the changed error rows (marked, or with their new reason) in one commit."""
-    data = pa.Table.from_pylist([{f.name: row[f.name] for f in ERROR_SCHEMA}
+    data = pa.Table.from_pylist([{f.name: row.get(f.name) for f in ERROR_SCHEMA}
                                  for row in updates], schema=ERROR_SCHEMA)
     return errors.upsert(data, extra_metadata={REPLAY_ID_KEY: replay_id})

@@ -303,8 +303,10 @@ def run_replay(args: argparse.Namespace) -> int:
           flush=True)
     result = replay_errors(sink, dry_run=args.dry_run)
     commit = f" (commit {result.instant_time})" if result.instant_time else ""
-    late = (f"; {result.late} of them late, a later version is stored" if result.late
-            else "")
+    superseded = (f", {result.superseded} of those by a later record of their own "
+                  "micro-batch" if result.superseded else "")
+    late = (f"; {result.late} of them late, a later version is stored{superseded}"
+            if result.late else "")
     print(f"{would} {result.replayed:,} record(s) into {sink.table.path}{commit}{late}")
     if result.recovered:
         print(f"marked {result.recovered:,} record(s) an earlier replay wrote but had not "
