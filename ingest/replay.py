@@ -309,11 +309,11 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
     if errors is None:
         raise InvalidOptionError("errors.table_path", "the job has no error table to replay")
     if dry_run:
-        return _replay(sink, errors, dry_run=True)
-    with one_replay(errors):
+        return _replay(sink, errors, None)
+    with one_replay(errors) as still_held:
         for attempt in range(1, REPLAY_ATTEMPTS + 1):
             try:
-                return _replay(sink, errors, dry_run=False)
+                return _replay(sink, errors, still_held)
             except WriteConflictError as exc:
                 if attempt == REPLAY_ATTEMPTS:
                     raise WriteConflictError(
@@ -327,8 +327,11 @@ def replay_errors(sink: HudiStreamingSink, *, dry_run: bool = False) -> ReplayRe
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _replay(sink: HudiStreamingSink, errors: Table, *, dry_run: bool) -> ReplayResult:
-    """One run of :func:`replay_errors`."""
+def _replay(sink: HudiStreamingSink, errors: Table,
+            still_held: Callable[[], None] | None) -> ReplayResult:
+    """One run of :func:`replay_errors`; ``still_held`` (None: a dry run) raises if the
+    replay marker is no longer this run's, checked right before each commit."""
+    dry_run = still_held is None
     table, name = sink.table, sink.table.config.name
     replay_id = uuid.uuid4().hex
     if not dry_run:
@@ -386,14 +389,16 @@ def _replay(sink: HudiStreamingSink, errors: Table, *, dry_run: bool) -> ReplayR
         if dry_run:
             _, late = _drop_late(table, writable, by_coordinates, spec)
         else:
+            assert still_held is not None
             instant_time, late = _write(sink, writable, by_coordinates, replay_id,
-                                        replayed_coords, errors.path)
+                                        replayed_coords, errors.path, still_held)
         for coords in replayed_coords:
             row = by_coordinates[coords]
             updates.append({**row, "reason": _marked(row["reason"], name, instant_time,
                                                      late=late.get(coords))})
     error_instant = None
-    if updates and not dry_run:
+    if updates and still_held is not None:
+        still_held()
         error_instant = _mark(errors, updates, replay_id)
     result = ReplayResult(replay_id, instant_time, error_instant, len(replayed_coords),
                           int(recovered_mask.sum()), len(late), still, dict(reasons), already,
@@ -463,8 +468,8 @@ def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates
 
 
 def _write(sink: HudiStreamingSink, rows: pa.Table, by_coordinates: Mapping[Coordinates, Any],
-           replay_id: str, replayed: list[Coordinates], error_table: str
-           ) -> tuple[str | None, Late]:
+           replay_id: str, replayed: list[Coordinates], error_table: str,
+           still_held: Callable[[], None]) -> tuple[str | None, Late]:
     """Write the prepared ``rows`` (arrival order) in one instant of the table, as the sink
     writes a batch: begin the instant first, then judge which rows are late against the
     table as of then (:func:`_drop_late`), resolve the rest as the sink resolves a batch
@@ -497,6 +502,7 @@ def _write(sink: HudiStreamingSink, rows: pa.Table, by_coordinates: Mapping[Coor
             # (or its newer commit-time version) to this later-completing one.
             check_conflicts(timeline, Timeline.load(table.storage, table.config), inflight,
                             stats, non_blocking=False)
+            still_held()
             done = client.commit(timeline, plan, stats)
     except BaseException:
         client.abort(inflight)

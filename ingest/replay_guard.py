@@ -18,10 +18,10 @@ marker (the lock's end claims).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from engine.errors import LockTimeoutError, TransientError
+from engine.errors import LockTimeoutError, TransientError, WriteConflictError
 from engine.storage import Storage
 from engine.table import Table
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
@@ -39,9 +39,12 @@ class ReplayRunningError(TransientError):
 
 
 @contextmanager
-def one_replay(errors: Table) -> Iterator[None]:
+def one_replay(errors: Table) -> Iterator[Callable[[], None]]:
     """Hold the replay marker of ``errors`` for the duration of the ``with`` block; raise
-    :class:`ReplayRunningError` at once if another live replay holds it."""
+    :class:`ReplayRunningError` at once if another live replay holds it. The block gets a
+    check to call right before each commit: it raises :class:`ReplayRunningError` if the
+    marker is no longer this replay's (this process stalled past the expiry and another
+    replay took it over)."""
     storage = errors.storage.child(MARKER_FOLDER)
     marker = FileSystemLock(storage, 0.0, MARKER_EXPIRY_SECONDS)
     try:
@@ -52,8 +55,18 @@ def one_replay(errors: Table) -> Iterator[None]:
             f"{storage.full(LOCK_FILE)}): run one replay at a time. A marker left by a killed "
             f"replay is taken over once its process is gone (same machine) or after "
             f"{MARKER_EXPIRY_SECONDS:g} s without renewal") from None
+
+    def still_held() -> None:
+        try:
+            marker.verify()
+        except WriteConflictError:
+            raise ReplayRunningError(
+                f"the replay marker {storage.full(LOCK_FILE)} of {errors.path} was taken over "
+                f"by another replay (this one was not renewed for {MARKER_EXPIRY_SECONDS:g} s "
+                "and looked dead); this run commits nothing more") from None
+
     try:
-        yield
+        yield still_held
     finally:
         marker.release()
 

@@ -49,6 +49,12 @@ def error_reasons(work: Path) -> dict[str, str]:
     return {r["error_id"]: r["reason"] for r in rows}
 
 
+def data_commits(work: Path) -> list[str]:
+    """The table's completed commits (rollbacks left out)."""
+    return [e.instant_time for e in Table.open(str(work / "trips")).timeline()
+            if e.state == "completed" and e.action != "rollback"]
+
+
 # --- (b) a later record of the same key in the record's own micro-batch ---------------------
 
 
@@ -234,6 +240,31 @@ def test_replay_stale_marker_of_a_dead_replay_is_taken_over(tmp_path: Path) -> N
     os.utime(marker, (old, old))
     assert replay_errors(fixed_sink(tmp_path)).replayed == 1
     assert not marker.exists()
+
+
+def test_replay_whose_marker_was_taken_over_commits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that stalled until another took its marker over (here: the marker replaced
+    between its judgement and its commit) stops before its commit point, naming the marker;
+    nothing is committed to either table."""
+    import json
+
+    from ingest.replay_guard import MARKER_FOLDER, ReplayRunningError
+
+    route(tmp_path, WRONG, [trip("a", 1), trip("b", 1, "r")], 0)
+    before = data_commits(tmp_path)
+    marker = tmp_path / "trips_errors" / MARKER_FOLDER / ".hoodie" / "lock"
+
+    def taken_over() -> None:
+        marker.unlink()
+        marker.write_text(json.dumps({"owner": "another", "host": "elsewhere", "pid": 2}))
+
+    pause_after_judgement(monkeypatch, taken_over)
+    with pytest.raises(ReplayRunningError, match="taken over"):
+        replay_errors(fixed_sink(tmp_path))
+    assert data_commits(tmp_path) == before
+    assert not any(is_replayed(r) for r in error_reasons(tmp_path).values())
+    assert set(table_rows(tmp_path / "trips")) == {"b"}
 
 
 # --- (b) through the real job: Spark, the embedded broker, an older error table ------------
