@@ -56,7 +56,7 @@ from ingest.decode import (
     decoder_from_spec,
 )
 from ingest.state_index import key_shards
-from ingest.supersede import later_written, value_keys
+from ingest.supersede import superseded_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -554,8 +554,12 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         KAFKA_KEY: pc.if_else(error_mask, kafka_keys, pa.nulls(n, pa.binary())),
         VALUE: pc.if_else(pa.array(keep_raw), values, pa.nulls(n, pa.binary())),
         FILE_ID: null_str,
-        SUPERSEDED: _superseded(spec, table, data, op, key_col, kafka_keys),
     })
+    columns[SUPERSEDED] = superseded_keys(
+        pa.table([columns[TOPIC], columns[KAFKA_PARTITION], columns[OFFSET]],
+                 names=[TOPIC, KAFKA_PARTITION, OFFSET]), data, spec.config, op == ERROR,
+        (op == UPSERT) | (op == DELETE), key_col, kafka_keys,
+        lambda raw, rows: _tombstone_keys(spec, raw, rows))
     ordering_type = spec.ordering_type
     if ordering_field and ordering_type is not None:
         ordering = ordering_column(data.column(ordering_field).combine_chunks(), ordering_type)
@@ -567,30 +571,6 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     if rings is not None:
         columns[RING] = rings
     return pa.table(columns, schema=prepared_schema(spec))
-
-
-def _superseded(spec: PrepareSpec, table: pa.Table, data: pa.Table, op: np.ndarray,
-                key_col: pa.Array, kafka_keys: pa.Array) -> pa.Array:
-    """:data:`SUPERSEDED` of each row: the error rows' keys, from the value or else the Kafka
-    key (read as a tombstone's), that a later written row of the batch has."""
-    error = np.flatnonzero(op == ERROR)
-    written = (op == UPSERT) | (op == DELETE)
-    if not len(error) or not written.any():
-        return pa.nulls(len(op), pa.string())
-    keys = key_col.to_pylist()
-    hints = value_keys(data, error, spec.config)
-    hints.update({int(r): keys[r] for r in error if int(r) not in hints and keys[r]})
-    raw = kafka_keys.to_pylist()
-    rest = [int(r) for r in error if int(r) not in hints and raw[r]]
-    try:
-        mapped = _tombstone_keys(spec, [raw[r] for r in rest], rest) if rest else []
-    except DecoderError:  # a key decoder's bug fails tombstones, not the error rows' hints
-        mapped = []
-    hints.update({row: key for row, key, _, reason in mapped if reason is None and key})
-    coordinates = pa.table([_column(table, c, t) for c, t in (
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()))],
-        names=["topic", "partition", "offset"])
-    return later_written(coordinates, written, keys, hints)
 
 
 def _no_key(raw: bytes | None, row: int, op: np.ndarray, reasons: list[str | None]) -> bool:

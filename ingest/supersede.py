@@ -25,7 +25,7 @@ Executor side; a pure function of its input, so a replayed batch records the sam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -34,8 +34,38 @@ import pyarrow.compute as pc
 from engine.config import TableConfig
 from engine.errors import InvalidRecordError
 from engine.layout.keygen import record_keys
+from ingest.decode import DecoderError
 
-__all__ = ["later_written", "value_keys"]
+__all__ = ["later_written", "superseded_keys", "value_keys"]
+
+KafkaKeys = Callable[[list[bytes], list[int]],
+                     Sequence[tuple[int, str | None, str | None, str | None]]]
+"""How Kafka keys become record keys, as a tombstone's do: (raw keys, their rows) → (row,
+record key, partition, reason it cannot) per row (``ingest.prepare._tombstone_keys``)."""
+
+
+def superseded_keys(coordinates: pa.Table, data: pa.Table, config: TableConfig,
+                    error: np.ndarray, written: np.ndarray, keys: pa.Array,
+                    kafka_keys: pa.Array, kafka_key_of: KafkaKeys) -> pa.Array:
+    """The ``superseded_key`` of each prepared row (null for every row but the ``error``
+    ones a later ``written`` row of the same key follows): an error row's key from its
+    decoded value (:func:`value_keys`), else the row's record key (a tombstone whose
+    partition is unknown), else its Kafka key through ``kafka_key_of``; ``keys``: the record
+    keys of the rows, ``coordinates``: topic, Kafka partition, offset."""
+    rows = np.flatnonzero(error)
+    if not len(rows) or not written.any():
+        return pa.nulls(len(error), pa.string())
+    known = keys.to_pylist()
+    hints = value_keys(data, rows, config)
+    hints.update({int(r): known[r] for r in rows if int(r) not in hints and known[r]})
+    raw = kafka_keys.to_pylist()
+    rest = [int(r) for r in rows if int(r) not in hints and raw[r]]
+    try:
+        mapped = kafka_key_of([raw[r] for r in rest], rest) if rest else []
+    except DecoderError:  # a key decoder's bug fails the tombstones, not these hints
+        mapped = []
+    hints.update({row: key for row, key, _, reason in mapped if reason is None and key})
+    return later_written(coordinates, written, known, hints)
 
 
 def value_keys(data: pa.Table, rows: np.ndarray, config: TableConfig) -> dict[int, str]:

@@ -81,6 +81,43 @@ def test_replay_commit_time_record_superseded_in_its_batch_leaves_later_version(
     assert " at " in reasons["t-0-5"].split(";")[0]  # c: written
 
 
+def test_prepare_records_superseded_key_from_value_or_kafka_key_only_for_later_writes(
+        tmp_path: Path) -> None:
+    """The prepare step's ``superseded_key`` on error rows (``ingest/supersede.py``): a
+    malformed value keyed ``a`` followed by a good ``a`` names ``a``; a bad one without a
+    Kafka key names nothing; a value whose partition cannot be stored names its own key
+    ``p`` (not its Kafka key ``zzz``); a bad ``q`` after the good ``q`` names nothing, and
+    so does a bad ``b`` in Kafka partition 1 after a good ``b`` at a higher offset of
+    partition 0 (the sink's arrival order: topic, partition, offset); rows given out of
+    order are judged in that order."""
+    import json
+
+    from ingest.prepare import OFFSET, SUPERSEDED, prepare_batch
+    from tests.ingest.helpers import KAFKA
+
+    sink = fixed_sink(tmp_path, **COMMIT_TIME)
+    good = [trip(k, 1, "r") for k in "axpqb"]
+    records = [  # (Kafka key, value, Kafka partition, offset)
+        (b"a", b"{", 0, 1), (b"a", good[0], 0, 2),
+        (None, b"{", 0, 3), (b"x", good[1], 0, 4),
+        (b"zzz", trip("p", 1, "r", city="c" * 300), 0, 6), (b"p", good[2], 0, 7),
+        (b"q", good[3], 0, 8), (b"q", b"{", 0, 9),
+        (b"b", b"{", 1, 0), (b"b", good[4], 0, 5),
+    ]
+    records = records[1::2] + records[::2]  # not in arrival order
+    kafka = pa.table({
+        "key": [k for k, _, _, _ in records],
+        "value": [v if isinstance(v, bytes) else json.dumps(v).encode() for _, v, _, _ in records],
+        "topic": ["t"] * len(records), "partition": [p for _, _, p, _ in records],
+        "offset": [o for _, _, _, o in records],
+        "timestamp": [1_700_000_000_000_000] * len(records)}, schema=KAFKA)
+    prepared = prepare_batch(kafka, sink.spec)
+    got = {(p, o): k for p, o, k in zip(prepared.column("_tl_kafka_partition").to_pylist(),
+                                         prepared.column(OFFSET).to_pylist(),
+                                         prepared.column(SUPERSEDED).to_pylist(), strict=True)}
+    assert {at: k for at, k in got.items() if k is not None} == {(0, 1): "a", (0, 6): "p"}
+
+
 def test_replay_error_table_without_superseded_column_still_replays(tmp_path: Path) -> None:
     """An error table written before ``superseded_key`` existed (its schema lacks it)
     replays: its rows read null there and are judged as before (a stored version of the
