@@ -8,9 +8,12 @@ The error table is itself a tidelake table: copy-on-write, record key ``error_id
 ``topic-partition-offset`` (unique per Kafka record), partitioned by ``error_date`` (the UTC
 date of the record's Kafka timestamp, so a replayed batch lands in the same partition) or not
 partitioned, BUCKET index. It holds the raw key and value bytes, the Kafka coordinates, the
-batch id and the reason. The sink writes a batch's error rows *before* the main commit, as an
-instant of their own; a replay rewrites the same keys with the same content (upsert), and is
-skipped outright when the error table already has that batch's commit.
+batch id, the reason and ``superseded_key`` (the record's key when a later record of it in
+the same batch was written: :mod:`ingest.supersede`, for the replay's judgement). The sink
+begins the batch's data instant, then writes its error rows as an instant of their own and
+commits it *before* it completes the data instant; a replay of the batch rewrites the same
+keys with the same content (upsert), and is skipped outright when the error table already
+has that batch's commit.
 
 ``tidelake errors replay`` (:mod:`ingest.replay`) decodes the rows again with the job's current
 settings, writes what now decodes into the table and marks those rows: their ``reason`` then
