@@ -72,6 +72,7 @@ from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
 from engine.timeline.active import DATA_ACTION_NAMES, Timeline
 from engine.timeline.commit_metadata import CommitMetadata
+from engine.timeline.instant import Action
 from engine.write.conflict import check_conflicts
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
@@ -147,6 +148,9 @@ class ReplayResult:
     superseded: int = 0
     """Of :attr:`late`: records whose error row says a later record of the same key was
     written in their own micro-batch (``superseded_key``)."""
+    deferred: int = 0
+    """Records left for a later replay, untouched: their micro-batch may still be committing
+    (no data commit records their offset yet while a data instant of the table is pending)."""
 
 
 def is_replayed(reason: str | None) -> bool:
@@ -360,6 +364,8 @@ def _replay(sink: HudiStreamingSink, errors: Table,
                             [i for i in instants if i is not None], strict=True):
         updates.append({**row, "reason": _marked(row["reason"], name, instant)})
     pending = rows.filter(pa.array(~recovered_mask))
+    deferred_mask = _in_flight(table, pending)
+    pending = pending.filter(pa.array(~deferred_mask))
 
     spec = dataclasses.replace(sink.spec, with_data=True, pack=False, state_shards=None,
                                num_buckets=None, ring_table=None)
@@ -402,9 +408,29 @@ def _replay(sink: HudiStreamingSink, errors: Table,
         error_instant = _mark(errors, updates, replay_id)
     result = ReplayResult(replay_id, instant_time, error_instant, len(replayed_coords),
                           int(recovered_mask.sum()), len(late), still, dict(reasons), already,
-                          other_tables, sum(why == SUPERSEDED_IN_BATCH for why in late.values()))
+                          other_tables, sum(why == SUPERSEDED_IN_BATCH for why in late.values()),
+                          int(deferred_mask.sum()))
     log.info("replay %s of %s into %s: %s", replay_id, errors.path, table.path, result)
     return result
+
+
+def _in_flight(table: Table, rows: pa.Table) -> np.ndarray:
+    """Per error row: whether its micro-batch may still be committing. The sink commits a
+    batch's error rows before its data instant completes, so a row that no data commit's
+    Kafka checkpoint covers yet belongs to a batch in flight (or retried after a failure)
+    while a data instant of the table is pending; replayed now, its version would be
+    followed by its own batch's earlier ones. Such rows wait for a later replay. (A batch of
+    bad records only never completes its data instant: its rows are covered by the next
+    batch's commit, or replayed at once when no data instant is pending.)"""
+    none = np.zeros(rows.num_rows, dtype=bool)
+    if not rows.num_rows or not table.exists:
+        return none
+    timeline = Timeline.load(table.storage, table.config)
+    if not timeline.pending((Action.COMMIT, Action.DELTA_COMMIT)):
+        return none
+    coordinates = _coordinates(rows)
+    covered = _arrivals(table, coordinates)
+    return np.array([c not in covered for c in coordinates], dtype=bool)
 
 
 def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates, Any],

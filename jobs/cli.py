@@ -316,6 +316,9 @@ def run_replay(args: argparse.Namespace) -> int:
     print(f"still failing: {result.still_failing:,} record(s)")
     for reason, count in sorted(result.reasons.items(), key=lambda item: (-item[1], item[0])):
         print(f"  {count:>7,}  {reason}")
+    if result.deferred:
+        print(f"left for a later replay: {result.deferred:,} record(s) of a micro-batch that "
+              "is still committing")
     if result.already_replayed:
         print(f"already replayed before: {result.already_replayed:,} record(s)")
     if result.other_tables:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine import Table
+from engine.errors import WriteConflictError
 from engine.services.table_services import run_inline
 from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
@@ -140,11 +142,14 @@ def commits(path: Path) -> list[str]:
 
 
 def route(work: Path, schema: str, records: list[dict[str, Any] | bytes], first_offset: int,
-          **options: Any) -> None:
+          *, before_data_commit: Callable[[], None] | None = None, **options: Any) -> None:
     """What the job does with one micro-batch of ``records`` (Kafka partition 0 from
     ``first_offset``), in the sink's order: the data instant begins, the bad rows are
     written and committed in the error table, the good ones complete the data instant, whose
-    commit records the offsets read (as the job's)."""
+    commit records the offsets read (as the job's). ``before_data_commit`` runs between the
+    error table's commit and the data instant's (another writer, say). A data commit refused
+    by a concurrent one is rolled back and the batch written again, as the sink retries it
+    (its error rows are committed already)."""
     config = load(None, settings(work, schema, **options))
     sink = build_sink(config, build_decoder(config))
     n = len(records)
@@ -156,29 +161,37 @@ def route(work: Path, schema: str, records: list[dict[str, Any] | bytes], first_
     assert sink.error_table is not None
     good = prepared.filter(pc.is_in(prepared.column(OP), pa.array([UPSERT, DELETE], pa.int8())))
     table = sink.table
-    if good.num_rows:
-        if not table.exists:
-            table.materialize()
-        client = WriteClient(table.storage, table.config, table.write_config)
-        timeline, inflight = client.begin()  # the data instant first, as the sink
+    if good.num_rows and not table.exists:
+        table.materialize()
+    client = WriteClient(table.storage, table.config, table.write_config)
+    started = client.begin() if good.num_rows else None  # the data instant first, as the sink
     bad = error_rows(prepared, batch_id=0, target_table="trips", config=sink.error_table.config)
     if bad.num_rows:
         sink.error_table.upsert(bad.select(ERROR_SCHEMA.names))
-    if not good.num_rows:
+    if before_data_commit is not None:
+        before_data_commit()
+    if started is None:
         return
     data = good.select([f.name for f in sink.data_schema])
     marker = pc.equal(good.column(OP), DELETE)  # marker deletes: prepare deletes them
-    records_, deletes = client.prepare(data.append_column("_hoodie_is_deleted", marker),
-                                       timeline, dedupe=True)
     offsets = {"t": {0: first_offset + n}}
-    plan = client.plan(timeline, inflight, UPSERT_OPERATION, records_, deletes,
-                       checkpoint_metadata("job", 0, None, offsets))
-    try:
-        client.commit(timeline, plan, client.execute_local(plan))
-    except BaseException:
-        client.abort(inflight)
-        raise
-    run_inline(client)  # the table's services, as Table.upsert runs them
+    for attempt in range(3):
+        timeline, inflight = started if attempt == 0 else client.begin()
+        try:
+            records_, deletes = client.prepare(data.append_column("_hoodie_is_deleted", marker),
+                                               timeline, dedupe=True)
+            plan = client.plan(timeline, inflight, UPSERT_OPERATION, records_, deletes,
+                               checkpoint_metadata("job", 0, None, offsets))
+            client.commit(timeline, plan, client.execute_local(plan))
+        except WriteConflictError:
+            client.abort(inflight)
+            continue
+        except BaseException:
+            client.abort(inflight)
+            raise
+        run_inline(client)  # the table's services, as Table.upsert runs them
+        return
+    raise AssertionError("the batch was refused three times")
 
 
 def fixed_sink(work: Path, **options: Any) -> Any:

@@ -234,6 +234,30 @@ def test_replay_job_commit_between_judgement_and_commit_is_not_overwritten(
     assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS) == want
 
 
+@pytest.mark.parametrize("options", [COMMIT_TIME, EVENT_TIME], ids=["occ-commit-time",
+                                                                    "nbcc-event-time"])
+def test_replay_while_its_own_batch_commits_leaves_its_rows_for_later(
+        tmp_path: Path, options: dict[str, Any]) -> None:
+    """A replay between a micro-batch's error-table commit and its data commit (the sink's
+    order) must not replay that batch's rows: a good ``a`` (rider ``early``) came before a
+    riderless ``a`` (same ``ts``) in the batch, and the replayed one would be written before
+    the batch's own, which then wins (retried after the conflict, or completing later). The
+    rows are left for a later replay, which takes the later ``a``."""
+    first: list[Any] = []
+    route(tmp_path, WRONG, [trip("a", 5, "early"), trip("a", 5)], 0,
+          before_data_commit=lambda: first.append(replay_errors(fixed_sink(tmp_path,
+                                                                           **options))),
+          **options)
+    assert (first[0].replayed, first[0].instant_time) == (0, None)
+    assert table_rows(tmp_path / "trips") == {"a": ("a", 5, "early", "oslo", 5.0)}
+    assert not any(is_replayed(r) for r in error_reasons(tmp_path).values())
+    second = replay_errors(fixed_sink(tmp_path, **options))
+    assert (second.replayed, second.late) == (1, 0)
+    want = {"a": ("a", 5, None, "oslo", 5.0)}
+    assert table_rows(tmp_path / "trips") == want
+    assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS) == want
+
+
 def test_replay_second_replay_while_one_runs_is_refused_naming_the_holder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two replays of one error table at once: the second is refused at once (a
