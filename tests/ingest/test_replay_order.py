@@ -234,6 +234,37 @@ def test_replay_job_commit_between_judgement_and_commit_is_not_overwritten(
     assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS) == want
 
 
+def test_replay_refused_by_a_job_commit_every_time_fails_naming_the_conflict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job commits to the replay's file group after each of its judgements: the replay
+    gives up after its three runs with a WriteConflictError saying so; nothing of it is
+    committed, its rows stay unmarked, and a replay once the job is idle writes them."""
+    from engine.errors import WriteConflictError
+    from ingest.replay import REPLAY_ATTEMPTS
+
+    route(tmp_path, WRONG, [trip("a", 5), trip("b", 5), trip("c", 5, "r")], 0, **COMMIT_TIME)
+    before = data_commits(tmp_path)
+    offset = [3]
+    original = replay_module._drop_late
+
+    def busy_job(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        route(tmp_path, WRONG, [trip("z", offset[0], "job")], offset[0], **COMMIT_TIME)
+        offset[0] += 1
+        return out
+
+    monkeypatch.setattr(replay_module, "_drop_late", busy_job)
+    with pytest.raises(WriteConflictError, match=f"refused by a concurrent commit "
+                                                 f"{REPLAY_ATTEMPTS} times"):
+        replay_errors(fixed_sink(tmp_path, **COMMIT_TIME))
+    assert len(data_commits(tmp_path)) == len(before) + REPLAY_ATTEMPTS  # the job's only
+    assert not any(is_replayed(r) for r in error_reasons(tmp_path).values())
+    monkeypatch.undo()
+    result = replay_errors(fixed_sink(tmp_path, **COMMIT_TIME))
+    assert (result.replayed, result.late) == (2, 0)
+    assert set(table_rows(tmp_path / "trips")) == {"a", "b", "c", "z"}
+
+
 @pytest.mark.parametrize("options", [COMMIT_TIME, EVENT_TIME], ids=["occ-commit-time",
                                                                     "nbcc-event-time"])
 def test_replay_while_its_own_batch_commits_leaves_its_rows_for_later(
