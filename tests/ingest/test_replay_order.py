@@ -118,6 +118,26 @@ def test_prepare_records_superseded_key_from_value_or_kafka_key_only_for_later_w
     assert {at: k for at, k in got.items() if k is not None} == {(0, 1): "a", (0, 6): "p"}
 
 
+def test_prepare_superseded_key_from_a_json_kafka_key(tmp_path: Path) -> None:
+    """``decode.key_format = json``: a malformed value whose Kafka key holds the record key
+    field names that key when a good record of it follows; a Kafka key that is not JSON, or
+    lacks the key field, names nothing."""
+    import json
+
+    from ingest.prepare import SUPERSEDED, prepare_batch
+    from tests.ingest.helpers import KAFKA
+
+    sink = fixed_sink(tmp_path, key_format="json", **COMMIT_TIME)
+    good = [json.dumps(trip(k, 1, "r")).encode() for k in "abc"]
+    keys = [b'{"trip_id": "a"}', b'{"trip_id": "a"}', b"b", b"b", b'{"id": "c"}', b"c"]
+    values = [b"{", good[0], b"{", good[1], b"{", good[2]]
+    kafka = pa.table({"key": keys, "value": values, "topic": ["t"] * 6, "partition": [0] * 6,
+                      "offset": list(range(6)), "timestamp": [1_700_000_000_000_000] * 6},
+                     schema=KAFKA)
+    assert prepare_batch(kafka, sink.spec).column(SUPERSEDED).to_pylist() == [
+        "a", None, None, None, None, None]
+
+
 def test_replay_error_table_without_superseded_column_still_replays(tmp_path: Path) -> None:
     """An error table written before ``superseded_key`` existed (its schema lacks it)
     replays: its rows read null there and are judged as before (a stored version of the
