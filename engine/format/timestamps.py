@@ -35,12 +35,13 @@ value meets an instant as UTC wall-clock time (the epoch value is kept either wa
 
 from __future__ import annotations
 
-from typing import TypeVar
+import datetime as dt
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["cast_timestamps", "differs", "storage_type"]
+__all__ = ["cast_timestamps", "differs", "storage_type", "value_as"]
 
 UTC = "UTC"
 _FLOOR_UNIT = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
@@ -74,3 +75,17 @@ def cast_timestamps(values: ArrayT, target: pa.DataType) -> ArrayT:
     if _ORDER[target.unit] < _ORDER[source.unit]:
         values = pc.floor_temporal(values, unit=_FLOOR_UNIT[target.unit])
     return values.cast(target)
+
+
+def value_as(value: Any, target: pa.DataType) -> Any:
+    """A filter value compared with a timestamp column of type ``target``, in the column's
+    kind by the same rule: a zone-less ``datetime`` against instants is that UTC wall-clock
+    time, an aware one against a zone-less column its UTC wall-clock time; any other value
+    as it is."""
+    if not isinstance(value, dt.datetime) or not pa.types.is_timestamp(target):
+        return value
+    if target.tz is not None and value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    if target.tz is None and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import engine.metadata.record_index  # noqa: F401  (registers the record index's key pruner)
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
+from engine.format import timestamps
 from engine.format.base_file import read_base_file, read_base_file_keys, read_footer_keys
 from engine.format.log_format import (
     BlockType,
@@ -104,6 +105,29 @@ def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
 
     return {k: None if v == DEFAULT_PARTITION else decode(v or "")
             for k, v in values.items()}
+
+
+def filters_as_columns(filters: Filters, schema: pa.Schema | None) -> Filters:
+    """DNF ``filters`` with ``datetime`` values in the kind of their timestamp column
+    (:func:`engine.format.timestamps.value_as`): a zone-less value filters a column of
+    instants as UTC wall-clock time, as writes store it. Expressions are left as they are."""
+    if (filters is None or isinstance(filters, pc.Expression) or not filters
+            or schema is None):
+        return filters
+    dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
+
+    def term(item: Any) -> Any:
+        if not (isinstance(item, tuple) and len(item) == 3 and item[0] in schema.names):
+            return item
+        name, op, value = item
+        kind = schema.field(name).type
+        if isinstance(value, list | tuple | set):
+            value = type(value)(timestamps.value_as(v, kind) for v in value)
+        else:
+            value = timestamps.value_as(value, kind)
+        return (name, op, value)
+
+    return [[term(item) for item in conj] for conj in dnf]
 
 
 def _partition_conjuncts(filters: Filters, fields: Sequence[str]) -> list[list[tuple[Any, ...]]]:
@@ -411,6 +435,8 @@ class TableReader:
         index (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket
         id and base-file footers, then by partition and column statistics."""
         schema = self.table_schema()
+        spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
+                        spec.read_optimized)
         slices = view.latest_file_slices()
         dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
         if dnf and schema is not None:
@@ -445,6 +471,8 @@ class TableReader:
         columns and filters (``latest``: see :meth:`plan`): the slices to read and how to
         read each (:class:`~engine.read.scan.Scan`)."""
         schema = self.table_schema()
+        spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
+                        spec.read_optimized)
         wanted, keys, report = self.plan(spec, view, latest=latest)
         slice_scan = SliceScan(
             self.storage, self.timeline, view.visible, schema,

@@ -164,21 +164,24 @@ def test_timestamps_of_both_kinds_across_commits_read_as_utc_instants(
         _assert_one_form(tmp_path / "t", table, stored_unit)
 
 
+@pytest.mark.parametrize("first_zoned", [False, True], ids=["zone-less", "new-york"])
 @pytest.mark.parametrize("block_format", ["parquet", "avro"])
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_table_with_zone_less_first_commit_reads_and_rewrites_as_instants(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_type: str,
-        block_format: str) -> None:
+        block_format: str, first_zoned: bool) -> None:
     """A table written by the code before the fix: the first commit stored zone-less
-    ``timestamp[us]`` files, the next ones instants. Reads (and compaction, clustering)
-    take the table's schema; today's reader failed with ArrowTypeError."""
+    ``timestamp[us]`` files (or instants in the input's zone), the next ones UTC instants.
+    Reads (and compaction, clustering) take the table's schema; the reader before the fix
+    failed with ArrowTypeError."""
     root = tmp_path / "t"
     table = _create(root, table_type, block_format, precombine="seq")
     with monkeypatch.context() as patch:
         patch.setattr(timestamps, "storage_type", _old_storage_type)
-        table.upsert(_batch([0, 1, 2], 1, "a", "us", False, nulls=frozenset({2})))
-    naive_files = [p for p in _data_files(root) if p.suffix == ".parquet"]
-    assert [pq.read_schema(p).field("t").type for p in naive_files] == [pa.timestamp("us")]
+        table.upsert(_batch([0, 1, 2], 1, "a", "us", first_zoned, nulls=frozenset({2})))
+    old_files = [p for p in _data_files(root) if p.suffix == ".parquet"]
+    assert [pq.read_schema(p).field("t").type for p in old_files] == [
+        pa.timestamp("us", tz=ZONE if first_zoned else None)]
     table.upsert(_batch([3], 2, "b", "us", False))
     table.upsert(_batch([1], 3, "a", "us", True))
     expected = {0: _stored(_micros(0, 1), "us"), 1: _stored(_micros(1, 3), "us"), 2: None,
@@ -254,3 +257,31 @@ def test_zone_less_timestamp_as_partition_field_keeps_each_key_in_one_partition(
     when = _stored(instant, "us")
     assert _rows(table.read(filters=[("t", "=", when)])) == [(1, when)]
     assert table.explain(filters=[("t", "=", when)])["slices_read"] == 1
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_filters_with_zone_less_or_zoned_datetimes_match_stored_instants(
+        tmp_path: Path, table_type: str) -> None:
+    """Zone-less input is stored as instants: a zone-less ``datetime`` in a filter means the
+    same UTC wall-clock time (pyarrow refuses to compare the two kinds), a zoned one its
+    instant; pruning by column stats and partitions follows the same values."""
+    table = Table.create(str(tmp_path / "t"), name="t", record_key="id", table_type=table_type,
+                         options={"hoodie.metadata.index.column.stats.enable": "true"})
+    base = 1_709_294_400_000_000
+    table.upsert(pa.table({"id": pa.array([1, 2, 3], pa.int64()),
+                           "t": _column([base, base + HOUR_US, None], "us", False)}))
+    table.upsert(pa.table({"id": pa.array([4], pa.int64()),
+                           "t": _column([base + 2 * HOUR_US], "us", True)}))
+    naive = [EPOCH.replace(tzinfo=None) + dt.timedelta(microseconds=base + h * HOUR_US)
+             for h in range(3)]
+    zoned = [(EPOCH + dt.timedelta(microseconds=base + h * HOUR_US)).astimezone(
+        dt.timezone(dt.timedelta(hours=-5))) for h in range(3)]
+
+    def ids(filters: Any) -> list[int]:
+        return sorted(table.read(filters=filters).column("id").to_pylist())
+
+    for values in (naive, zoned):
+        assert ids([("t", "=", values[0])]) == [1]
+        assert ids([("t", ">", values[0])]) == [2, 4]
+        assert ids([("t", "in", [values[1], values[2]])]) == [2, 4]
+        assert ids([[("t", "<=", values[0])], [("id", "=", 3)]]) == [1, 3]
