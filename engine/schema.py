@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from engine.errors import CorruptTableError
+from engine.format import timestamps
 from engine.format.avro_schema import arrow_schema_to_avro, avro_schema_to_arrow
 
 if TYPE_CHECKING:
@@ -71,7 +72,9 @@ def table_schema(timeline: Timeline) -> pa.Schema | None:
 
 
 def normalize_input_schema(schema: pa.Schema) -> pa.Schema:
-    """Storage types for user columns: large types narrowed, timestamps in microseconds."""
+    """Storage types for user columns: large types narrowed, timestamps as
+    :func:`engine.format.timestamps.storage_type` stores them (instants in UTC, zone-less
+    values without a zone, ``ns`` as ``us``, ``s`` as ``ms``)."""
     fields = []
     for f in schema:
         t = f.type
@@ -79,8 +82,8 @@ def normalize_input_schema(schema: pa.Schema) -> pa.Schema:
             t = pa.string()
         elif pa.types.is_large_binary(t):
             t = pa.binary()
-        elif pa.types.is_timestamp(t) and t.unit == "ns":
-            t = pa.timestamp("us", tz=t.tz)
+        elif pa.types.is_timestamp(t):
+            t = timestamps.storage_type(t)
         elif pa.types.is_dictionary(t):
             t = t.value_type
         fields.append(pa.field(f.name, t, nullable=True))
@@ -89,7 +92,8 @@ def normalize_input_schema(schema: pa.Schema) -> pa.Schema:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` as ``schema``: its columns in that order, cast to those types (dictionary
-    columns decoded where the schema's type is plain), missing ones null; the result's schema
+    columns decoded where the schema's type is plain, timestamps by :func:`cast_column`),
+    missing ones null; the result's schema
     is exactly ``schema``, metadata included, so a file's key-value metadata read with a table
     (a base file's bloom filter) never travels into the file it is rewritten to."""
     if table.schema.equals(schema, check_metadata=True):
@@ -97,11 +101,29 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     columns = []
     for f in schema:
         if f.name in table.column_names:
-            col = table.column(f.name)
-            columns.append(col if col.type.equals(f.type) else col.cast(f.type))
+            columns.append(cast_column(table.column(f.name), f.type))
         else:
             columns.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def cast_column(column: pa.ChunkedArray | pa.Array, target: pa.DataType
+                ) -> pa.ChunkedArray | pa.Array:
+    """``column`` as ``target``: timestamps of another unit or zone as
+    :func:`engine.format.timestamps.cast_timestamps` casts them (floored, zone-less values
+    taken as UTC), any other type by pyarrow's safe cast."""
+    if column.type.equals(target):
+        return column
+    if timestamps.differs(column.type, target):
+        return timestamps.cast_timestamps(column, target)
+    return column.cast(target)
+
+
+def _reads_as(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a file's column of type ``have`` is cast to the table's ``want`` on read: a
+    type the table widened since, or a timestamp of another unit or zone (a table written
+    before :mod:`engine.format.timestamps` fixed one form per kind)."""
+    return is_widening(have, want) or timestamps.differs(have, want)
 
 
 # --- schema evolution on write (Hudi's rules: docs/engine.md, "Schema evolution") -----------
@@ -203,13 +225,15 @@ def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
 
 def evolve_columns(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
     """Rows a file wrote under an older table schema, as ``schema`` has them now: columns
-    of ``schema`` the file lacks come back null, columns the table widened since are cast;
+    of ``schema`` the file lacks come back null, columns the table widened since are cast,
+    timestamps of another unit or zone too (:func:`cast_column`: an older table may hold
+    zone-less files beside files of instants);
     every other column stays as read (dictionary-encoded meta columns too), columns of the
     file that ``schema`` lacks stay after them. None leaves ``data`` as it is."""
     if schema is None:
         return data
     names = data.column_names
-    if all(f.name in names and (not is_widening(data.schema.field(f.name).type, f.type))
+    if all(f.name in names and not _reads_as(data.schema.field(f.name).type, f.type)
            for f in schema):
         return data
     columns: list[pa.ChunkedArray | pa.Array] = []
@@ -220,8 +244,8 @@ def evolve_columns(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
             fields.append(pa.field(f.name, f.type, nullable=True))
             continue
         have = data.schema.field(f.name)
-        if is_widening(have.type, f.type):
-            columns.append(data.column(f.name).cast(f.type))
+        if _reads_as(have.type, f.type):
+            columns.append(cast_column(data.column(f.name), f.type))
             fields.append(pa.field(f.name, f.type, nullable=True))
         else:
             columns.append(data.column(f.name))

@@ -373,7 +373,7 @@ class Table:
     def _reader(self, *, as_of: str | None = None, start: str | None = None) -> TableReader:
         timeline = Timeline.load(self.storage, self.config)
         if as_of is not None or start is not None:
-            from engine.services.clean import check_readable
+            from engine.read.retention import check_readable
             check_readable(timeline, as_of=as_of, start=start)
         return TableReader(self.storage, timeline)
 
@@ -397,7 +397,10 @@ class Table:
         from engine.layout.view import TableView
 
         view = TableView(self.storage, reader.timeline, as_of=as_of)
-        return reader.scan(spec, view, latest=as_of is None)
+        scan = reader.scan(spec, view, latest=as_of is None)
+        # A planned file gone at read time (a clean ran): plan once more on the new timeline.
+        scan.replan = lambda: self.scan(columns, filters, as_of, read_optimized)
+        return scan
 
     def read_schema(self) -> pa.Schema:
         """The columns :meth:`read` returns and their types (meta fields first, as plain
@@ -440,8 +443,11 @@ class Table:
         _check_instant_arg("start", start)
         _check_instant_arg("end", end)
         spec = ReadSpec(list(columns) if columns is not None else None, filters)
-        return self._reader(start=start).incremental_scan(start, end, spec,
+        scan = self._reader(start=start).incremental_scan(start, end, spec,
                                                           start_inclusive=start_inclusive)
+        scan.replan = lambda: self.scan_incremental(start, end, columns, filters,
+                                                    start_inclusive=start_inclusive)
+        return scan
 
     # -- table services --------------------------------------------------------------------
 

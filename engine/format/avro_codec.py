@@ -34,6 +34,7 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
+from engine.format import timestamps
 from engine.format.avro_decode import MalformedAvroError, decode_flat
 from engine.format.avro_encode import encode_flat
 from engine.format.avro_schema import (
@@ -103,7 +104,9 @@ def conform_table(table: pa.Table, arrow_schema: pa.Schema | None) -> pa.Table:
     """Select, order and cast ``table``'s columns to ``arrow_schema`` (None: unchanged).
 
     Columns are matched by name; fields the table lacks become all-null columns, columns the
-    schema lacks are dropped. Raises pyarrow's ArrowInvalid when a cast would lose data.
+    schema lacks are dropped; timestamps of another unit or zone are cast by
+    :func:`engine.format.timestamps.cast_timestamps`. Raises pyarrow's ArrowInvalid when any
+    other cast would lose data.
     """
     if arrow_schema is None:
         return table
@@ -111,7 +114,12 @@ def conform_table(table: pa.Table, arrow_schema: pa.Schema | None) -> pa.Table:
     for field in arrow_schema:
         if field.name in table.column_names:
             column = table.column(field.name)
-            columns.append(column.cast(field.type) if column.type != field.type else column)
+            if column.type == field.type:
+                columns.append(column)
+            elif timestamps.differs(column.type, field.type):
+                columns.append(timestamps.cast_timestamps(column, field.type))
+            else:
+                columns.append(column.cast(field.type))
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=arrow_schema)

@@ -26,8 +26,10 @@ map (string keys)                          ``{"type": "map", "values": ["null", 
 dictionary                                 its value type
 =========================================  ==========================================
 
-Timestamps without a time zone are treated as UTC instants (Spark's ``TimestampType``); Avro
-``timestamp-*`` comes back as ``timestamp[unit, tz=UTC]``, ``local-timestamp-*`` without a zone.
+Timestamps without a time zone are treated as UTC instants (Spark's ``TimestampType``; writers
+store them as ``timestamp[unit, tz=UTC]``, see :mod:`engine.format.timestamps`); Avro
+``timestamp-*`` comes back as ``timestamp[unit, tz=UTC]``, ``local-timestamp-*`` (a table Java
+wrote from Spark's ``TimestampNTZType``) without a zone.
 """
 
 from __future__ import annotations

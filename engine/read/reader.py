@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import engine.metadata.record_index  # noqa: F401  (registers the record index's key pruner)
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
+from engine.format import timestamps
 from engine.format.base_file import read_base_file, read_base_file_keys, read_footer_keys
 from engine.format.log_format import (
     BlockType,
@@ -37,6 +38,7 @@ from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
+from engine.read.retention import check_readable
 from engine.read.scan import Scan, SliceScan
 from engine.read.skipping import KEY_PRUNERS, Pruning, prune
 from engine.schema import (
@@ -103,6 +105,29 @@ def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
 
     return {k: None if v == DEFAULT_PARTITION else decode(v or "")
             for k, v in values.items()}
+
+
+def filters_as_columns(filters: Filters, schema: pa.Schema | None) -> Filters:
+    """DNF ``filters`` with ``datetime`` values in the kind of their timestamp column
+    (:func:`engine.format.timestamps.value_as`): a zone-less value filters a column of
+    instants as UTC wall-clock time, as writes store it. Expressions are left as they are."""
+    if (filters is None or isinstance(filters, pc.Expression) or not filters
+            or schema is None):
+        return filters
+    dnf = [filters] if isinstance(filters[0], tuple) else list(filters)
+
+    def term(item: Any) -> Any:
+        if not (isinstance(item, tuple) and len(item) == 3 and item[0] in schema.names):
+            return item
+        name, op, value = item
+        kind = schema.field(name).type
+        if isinstance(value, list | tuple | set):
+            value = type(value)(timestamps.value_as(v, kind) for v in value)
+        else:
+            value = timestamps.value_as(value, kind)
+        return (name, op, value)
+
+    return [[term(item) for item in conj] for conj in dnf]
 
 
 def _partition_conjuncts(filters: Filters, fields: Sequence[str]) -> list[list[tuple[Any, ...]]]:
@@ -410,6 +435,8 @@ class TableReader:
         index (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket
         id and base-file footers, then by partition and column statistics."""
         schema = self.table_schema()
+        spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
+                        spec.read_optimized)
         slices = view.latest_file_slices()
         dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
         if dnf and schema is not None:
@@ -444,12 +471,15 @@ class TableReader:
         columns and filters (``latest``: see :meth:`plan`): the slices to read and how to
         read each (:class:`~engine.read.scan.Scan`)."""
         schema = self.table_schema()
+        spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
+                        spec.read_optimized)
         wanted, keys, report = self.plan(spec, view, latest=latest)
         slice_scan = SliceScan(
             self.storage, self.timeline, view.visible, schema,
             read_columns=self._read_columns(spec, schema), read_optimized=spec.read_optimized,
             expr=to_expression(spec.filters), keys=keys,
-            columns=list(spec.columns) if spec.columns is not None else None)
+            columns=list(spec.columns) if spec.columns is not None else None,
+            as_of=view.visible.as_of or max(view.visible.active, default=None))
         report.slices_read = len(wanted)
         return Scan(slice_scan, wanted, report, spec.columns)
 
@@ -494,10 +524,26 @@ class TableReader:
             return [c for c in dict.fromkeys(wanted) if c in schema.names]
         return list(dict.fromkeys(wanted))
 
+    def reloaded(self, *, as_of: str | None = None, start: str | None = None) -> TableReader:
+        """A reader of the timeline as it is now; raises
+        :class:`~engine.errors.InstantNotReadableError` if a read as of ``as_of`` (or from
+        ``start``) reaches before what the cleaner keeps now."""
+        timeline = Timeline.load(self.storage, self.config)
+        check_readable(timeline, as_of=as_of, start=start)
+        return TableReader(self.storage, timeline)
+
+    def snapshot_scan(self, spec: ReadSpec, as_of: str | None = None) -> Scan:
+        """Plan a snapshot (or time travel ``as_of`` an instant time) of the table; the plan
+        plans itself again on a reloaded timeline if a file it holds is gone at read time
+        (:meth:`~engine.read.scan.Scan.to_table`)."""
+        scan = self.scan(spec, TableView(self.storage, self.timeline, as_of=as_of),
+                         latest=as_of is None)
+        scan.replan = lambda: self.reloaded(as_of=as_of).snapshot_scan(spec, as_of)
+        return scan
+
     def snapshot(self, spec: ReadSpec, as_of: str | None = None) -> pa.Table:
         """Snapshot (or time travel ``as_of`` an instant time) of the table."""
-        return self.read(spec, TableView(self.storage, self.timeline, as_of=as_of),
-                         latest=as_of is None)
+        return self.snapshot_scan(spec, as_of).to_table(threads=READ_THREADS)
 
     def incremental_scan(self, start: str | None, end: str | None, spec: ReadSpec, *,
                          start_inclusive: bool = False) -> Scan:
@@ -518,6 +564,7 @@ class TableReader:
         if start is not None:  # from the first commit on, every record of the view is in
             in_range = visible.completed_after(start, inclusive=start_inclusive)
             scan.slice_scan.commit_times = tuple(in_range)
+            scan.slice_scan.as_of, scan.slice_scan.start = None, start
             named_by_writer = not self.config.table_version.logs_named_by_slice
             scan.slices = [s for s in scan.slices
                            if in_range and _written_after(s, visible, start, start_inclusive,
@@ -526,8 +573,11 @@ class TableReader:
         return scan
 
     def incremental(self, start: str, end: str | None, spec: ReadSpec) -> pa.Table:
-        """Latest versions of records written by commits completed in (start, end]."""
-        return self.incremental_scan(start, end, spec).to_table(threads=READ_THREADS)
+        """Latest versions of records written by commits completed in (start, end]; planned
+        again on a reloaded timeline if a planned file is gone at read time."""
+        scan = self.incremental_scan(start, end, spec)
+        scan.replan = lambda: self.reloaded(start=start).incremental_scan(start, end, spec)
+        return scan.to_table(threads=READ_THREADS)
 
 
 def _written_after(slc: FileSlice, visible: Visibility, start: str, inclusive: bool,

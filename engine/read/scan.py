@@ -16,7 +16,7 @@ same rows: the slice names its files, and the files of a completed instant never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.errors import TidelakeError
 from engine.layout.file_group import FileSlice, Visibility
 from engine.read.skipping import Pruning
 from engine.schema import COMMIT_TIME, META_FIELDS, META_SCHEMA
@@ -68,6 +69,12 @@ class SliceScan:
     commit_times: tuple[str, ...] | None = None
     columns: list[str] | None = None
     use_threads: bool = True
+    as_of: str | None = None
+    """The instant whose view the read needs whole (a time travel's, a snapshot's latest
+    commit), or None for an incremental read from :attr:`start`: what a file found gone is
+    judged against (:func:`~engine.read.retention.missing_file_error`)."""
+    start: str | None = None
+    """An incremental read's start (None: not one, or from the first commit on)."""
     _reader: SliceReader | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -91,7 +98,29 @@ class SliceScan:
     def read(self, slc: FileSlice) -> pa.Table:
         """The rows ``slc`` contributes to the read: merged, filtered, commit range applied,
         columns selected (a column the slice's files lack is left out: the caller conforms
-        or concatenates)."""
+        or concatenates). A file of the slice that is gone (the cleaner ran since the plan)
+        raises :class:`~engine.errors.InstantNotReadableError` or
+        :class:`~engine.errors.CorruptTableError` (:meth:`missing`), never the storage's
+        ``FileNotFoundError`` — what an executor reading one slice can tell; a whole read
+        plans again first (:meth:`Scan.to_table`)."""
+        try:
+            return self.read_files(slc)
+        except FileNotFoundError as exc:
+            raise self.missing(exc) from None
+
+    def missing(self, exc: FileNotFoundError) -> TidelakeError:
+        """The table's error for a planned file found gone (``exc``), judged on the timeline
+        as it is now (:func:`~engine.read.retention.missing_file_error`)."""
+        from engine.read.retention import missing_file_error
+
+        # Storage raises FileNotFoundError(path); pyarrow's file systems an errno and a text
+        path = exc.filename or (exc.args[0] if len(exc.args) == 1 else str(exc))
+        return missing_file_error(self.storage, self.timeline.config, str(path),
+                                  as_of=self.as_of, start=self.start)
+
+    def read_files(self, slc: FileSlice) -> pa.Table:
+        """:meth:`read` letting ``FileNotFoundError`` through (for :meth:`Scan.to_table`,
+        which plans again)."""
         from engine.read.reader import _dictionary_meta
 
         part = self.slice_reader().read_slice(slc, read_optimized=self.read_optimized,
@@ -135,22 +164,46 @@ class Scan:
     pruning: Pruning = field(default_factory=Pruning)
     requested_columns: Sequence[str] | None = None
     """The caller's column list (None: all), checked against the result by :meth:`to_table`."""
+    replan: Callable[[], Scan] | None = field(default=None, repr=False, compare=False)
+    """Plans this read again on the timeline as it is then (set by
+    :meth:`engine.table.Table.scan` / :meth:`~engine.table.Table.scan_incremental`):
+    :meth:`to_table` calls it once when a planned file is gone."""
 
     def output_schema(self) -> pa.Schema:
         """The schema of the read's rows (:meth:`SliceScan.output_schema`)."""
         return self.slice_scan.output_schema()
 
     def to_table(self, threads: int = 1) -> pa.Table:
-        """Read every slice (``threads`` at a time) and concatenate: the read's rows."""
+        """Read every slice (``threads`` at a time) and concatenate: the read's rows.
+
+        A planned file found gone (the cleaner ran since the plan, or a compaction's clean
+        took the slice the plan holds) makes the read plan itself again once, on the
+        timeline reloaded (:attr:`replan`), and read that plan; a file gone again, or gone
+        from a scan without :attr:`replan`, raises
+        :class:`~engine.errors.InstantNotReadableError` (the read's instant is outside what
+        the cleaner keeps now) or :class:`~engine.errors.CorruptTableError` (a file the
+        cleaner keeps is missing): :func:`engine.read.retention.missing_file_error`."""
+        try:
+            return self._read_all(threads)
+        except FileNotFoundError as exc:
+            if self.replan is None:
+                raise self.slice_scan.missing(exc) from None
+        again = self.replan()  # InstantNotReadableError if the cleaner passed the read's instant
+        try:
+            return again._read_all(threads)
+        except FileNotFoundError as exc:
+            raise again.slice_scan.missing(exc) from None
+
+    def _read_all(self, threads: int) -> pa.Table:
         scan = self.slice_scan
         scan.use_threads = threads <= 1 or len(self.slices) <= 1
         scan._reader = None
         if threads > 1 and len(self.slices) > 1:
             # Parquet decoding and Arrow kernels release the GIL: a slice per core at a time.
             with ThreadPoolExecutor(max_workers=min(threads, len(self.slices))) as pool:
-                parts = list(pool.map(scan.read, self.slices))
+                parts = list(pool.map(scan.read_files, self.slices))
         else:
-            parts = [scan.read(s) for s in self.slices]
+            parts = [scan.read_files(s) for s in self.slices]
         tables = [p for p in parts if p.num_rows]
         if tables:
             result = pa.concat_tables(tables, promote_options="permissive")

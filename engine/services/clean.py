@@ -22,11 +22,12 @@ deleted (tasks per partition, through a :data:`~engine.services.base.TaskRunner`
 ``T_C.clean`` (``HoodieCleanMetadata``) is published under the lock, last. A crash anywhere
 leaves a pending clean that the next run completes.
 
-Reads into the cleaned range: :func:`earliest_readable_instant` is the newest ECR of the
-completed cleans (for KEEP_LATEST_FILE_VERSIONS, which has no ECR, the oldest instant whose
-view the clean left whole, recorded in the clean's ``extraMetadata``);
-:func:`check_readable` raises :class:`~engine.errors.InstantNotReadableError` for a
-time-travel or incremental read that starts before it.
+Reads into the cleaned range (:mod:`engine.read.retention`, re-exported here):
+:func:`earliest_readable_instant` is the newest ECR of the completed cleans (for
+KEEP_LATEST_FILE_VERSIONS, which has no ECR, the oldest instant whose view the clean left whole,
+recorded in the clean's ``extraMetadata``); :func:`check_readable` raises
+:class:`~engine.errors.InstantNotReadableError` for a time-travel or incremental read that starts
+before it.
 """
 
 from __future__ import annotations
@@ -38,12 +39,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import CleanerPolicy, WriteConfig
-from engine.errors import CorruptTableError, InstantNotReadableError
+from engine.errors import CorruptTableError
 from engine.layout.file_group import FileSlice
 from engine.layout.view import TableView
+from engine.read.retention import (  # re-exported: the cleaner's side of what stays readable
+    EARLIEST_READABLE,
+    earliest_readable_instant,
+)
+from engine.read.retention import check_readable as check_readable
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.rollback import remove_orphan_files
-from engine.services.savepoint import savepointed_files, savepoints
+from engine.services.savepoint import savepointed_files
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
@@ -54,9 +60,6 @@ PLAN_SCHEMA = "HoodieCleanerPlan"
 METADATA_SCHEMA = "HoodieCleanMetadata"
 PLAN_VERSION = 2
 SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
-EARLIEST_READABLE = "tidelake.clean.earliest.readable.instant"
-"""extraMetadata key (plan and metadata): the oldest instant whose time-travel view this
-clean leaves whole. Hudi has no such key; it is what KEEP_LATEST_FILE_VERSIONS lacks."""
 
 _PENDING_BOUND = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT, Action.COMPACTION,
                   Action.LOG_COMPACTION, Action.CLUSTERING)
@@ -520,31 +523,7 @@ def _rolled_back_since_last_clean(timeline: Timeline) -> bool:
                for i in timeline.instants)
 
 
-# -- what stays readable ---------------------------------------------------------------------
-
-def _clean_metadata(timeline: Timeline, instant: Instant) -> dict[str, Any]:
-    rel = f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}"
-    try:
-        return read_avro_ocf(timeline.storage.read(rel))
-    except FileNotFoundError:
-        return {}  # archived meanwhile
-    except (ValueError, OSError, EOFError) as exc:
-        raise CorruptTableError(f"clean metadata {rel} cannot be read: {exc}") from exc
-
-
-def earliest_readable_instant(timeline: Timeline) -> str | None:
-    """The oldest instant a time-travel or incremental read may start at (None: no clean
-    limits reads): the newest earliest-commit-to-retain of the completed cleans."""
-    earliest = ""
-    for inst in timeline.instants:
-        if inst.action is not Action.CLEAN or not inst.is_completed:
-            continue
-        meta = _clean_metadata(timeline, inst)
-        extra = meta.get("extraMetadata") or {}
-        earliest = max(earliest, str(meta.get("earliestCommitToRetain") or ""),
-                       str(extra.get(EARLIEST_READABLE) or ""))
-    return earliest or None
-
+# -- what stays readable (engine.read.retention: readers need it) ------------------------
 
 def pending_clean_deletes(timeline: Timeline) -> frozenset[str]:
     """File names that pending cleans will delete."""
@@ -558,26 +537,3 @@ def pending_clean_deletes(timeline: Timeline) -> frozenset[str]:
         for paths in plan.files.values():
             names.update(p.rsplit("/", 1)[-1] for p in paths)
     return frozenset(names)
-
-
-def check_readable(timeline: Timeline, *, as_of: str | None = None,
-                   start: str | None = None) -> None:
-    """Raise :class:`~engine.errors.InstantNotReadableError` if a read as of ``as_of`` (or
-    incremental from ``start``) reaches before what the cleaner kept; a savepoint S keeps
-    time travel to S (and to any time before the next commit after S) readable."""
-    point = as_of if as_of is not None else start
-    if point is None:
-        return
-    earliest = earliest_readable_instant(timeline)
-    if earliest is None or point >= earliest:
-        return
-    if as_of is not None:
-        requested = sorted(i.requested_time for i in timeline.completed_data_instants)
-        for sp in savepoints(timeline):
-            if sp <= as_of and not any(sp < t <= as_of for t in requested):
-                return
-    kind = "time travel as of" if as_of is not None else "an incremental read from"
-    raise InstantNotReadableError(
-        f"{kind} {point} is not possible: the cleaner deleted files older than the earliest "
-        f"readable instant {earliest} (hoodie.cleaner.* options set the retention)", earliest)
-

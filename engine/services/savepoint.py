@@ -18,18 +18,13 @@ from collections.abc import Mapping
 
 from engine.errors import CommitConflictError, CorruptTableError, InstantNotReadableError
 from engine.layout.view import TableView
+from engine.read.retention import savepoints  # re-exported: readers need it too
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
 from engine.write.write_client import WriteClient
 
 SCHEMA = "HoodieSavepointMetadata"
-
-
-def savepoints(timeline: Timeline) -> list[str]:
-    """Instant times of the completed savepoints, oldest first."""
-    return sorted(i.requested_time for i in timeline.instants
-                  if i.action is Action.SAVEPOINT and i.is_completed)
 
 
 def savepoint_metadata(timeline: Timeline, instant_time: str) -> dict[str, object]:

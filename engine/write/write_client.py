@@ -54,6 +54,7 @@ from engine.schema import (
     arrow_from_avro_json,
     avro_data_schema,
     avro_full_schema,
+    cast_column,
     commit_schema,
     data_schema_of,
     evolve_schema,
@@ -304,7 +305,7 @@ class WriteClient:
             col = data.column(ordering).combine_chunks()
             if schema is not None and ordering in schema.names:
                 try:
-                    col = col.cast(schema.field(ordering).type)
+                    col = cast_column(col, schema.field(ordering).type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     raise InvalidRecordError(
                         f"ordering column {ordering!r} of type {col.type} cannot be stored as "
@@ -661,7 +662,7 @@ class WriteClient:
             at = (self.delete_policy.delete_ordering(tagged.column("loc_ordering"))
                   if "loc_ordering" in tagged.column_names else None)
             if at is not None and ordering:
-                columns[ordering] = at.cast(expanded.schema.field(ordering).type)
+                columns[ordering] = cast_column(at, expanded.schema.field(ordering).type)
             old = pa.table({**columns, "_p": loc_p, "_f": loc_f}).filter(moved_kept)
             for (part, fid), piece in _split_by_columns(old, "_p", "_f"):
                 group_deletes.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
@@ -679,7 +680,7 @@ class WriteClient:
         stored = tagged.column("loc_ordering").combine_chunks()
         incoming = records.column(ordering).combine_chunks()
         if not stored.type.equals(incoming.type):
-            stored = stored.cast(incoming.type)
+            stored = cast_column(stored, incoming.type)
         is_found = found.to_numpy(zero_copy_only=False).astype(bool)
         outcome = resolve_single(
             np.zeros(len(incoming), dtype=bool), incoming,
@@ -934,7 +935,7 @@ def _key_columns_as_stored(data: pa.Table, schema: pa.Schema | None,
         if column.type.equals(wanted):
             continue
         try:
-            cast = column.cast(wanted)
+            cast = cast_column(column, wanted)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise InvalidRecordError(
                 f"column {name!r} of type {column.type} cannot be stored as {wanted}") from None
@@ -953,7 +954,7 @@ def _cast_to(data: pa.Table, schema: pa.Schema) -> pa.Table:
         col = data.column(f.name)
         if not col.type.equals(f.type):
             try:
-                col = col.cast(f.type)
+                col = cast_column(col, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise InvalidRecordError(
                     f"column {f.name!r} of type {col.type} cannot be stored as "
