@@ -492,9 +492,12 @@ class WriteConfig:
         "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
         "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "
         "one on a file group is refused with `WriteConflictError`) or "
-        "`NON_BLOCKING_CONCURRENCY_CONTROL` (MERGE_ON_READ + BUCKET only: concurrent writers all "
-        "succeed). See [engine.md](engine.md#several-writers).",
-        shown="non-blocking for MERGE_ON_READ + BUCKET with a precombine field, else optimistic")
+        "`NON_BLOCKING_CONCURRENCY_CONTROL` (concurrent writers all succeed; MERGE_ON_READ with "
+        "`hoodie.index.type=BUCKET` and its SIMPLE engine only, as Hudi, and refused for a writer "
+        "that keeps the metadata table's `record_index`, whose entries each writer would compute "
+        "from its own snapshot). See [engine.md](engine.md#several-writers).",
+        shown="non-blocking for MERGE_ON_READ + BUCKET with a precombine field and no record "
+        "index kept, else optimistic")
     lock_provider: str = option(
         "hoodie.write.lock.provider", _parse_lock_provider, FS_LOCK_PROVIDER,
         "The table lock: the file `.hoodie/lock` (local or shared file system), or "
@@ -580,7 +583,9 @@ class WriteConfig:
         "Keep the metadata table's `record_index` partition (record key → partition and file "
         "group; docs/engine.md, \"Record index\"): `true` builds it at the writer's start when "
         "the table lacks it (reading every key of the table), `false` drops it; unset keeps what "
-        "the table has. Always kept with `hoodie.index.type=RECORD_INDEX`.",
+        "the table has. Always kept with `hoodie.index.type=RECORD_INDEX`. Not kept by "
+        "`NON_BLOCKING_CONCURRENCY_CONTROL` writers (refused; keeping it makes the default "
+        "mode optimistic).",
         shown="`false` (unset: keep what the table has)", group="metadata")
     record_index_min_file_groups: int = option(
         "hoodie.metadata.record.index.min.filegroup.count", _parse_positive_int, 10,

@@ -132,7 +132,7 @@ class Table:
         self.storage_options: Mapping[str, str] = dict(storage_options or {})
         self.config = config
         self.write_config = write_config
-        concurrency_mode(config, write_config)  # a bad mode for this table fails here
+        concurrency_mode(config, write_config, self.storage)  # a bad mode fails here
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -191,7 +191,16 @@ class SliceReader:
         by key (:func:`~engine.format.base_file.read_base_file_keys`: the key column, then
         only the row groups holding the keys), and log records
         of other keys are dropped before merging.
+
+        A slice with log files is merged by the table's rule, so the ordering field is read
+        for the merge whatever ``columns`` asks for (and left out of the result if not asked
+        for): without it an event-time merge would judge versions and deletes on nothing.
+        Every caller reading keys only (the record index's build and ``metadata validate``,
+        the simple index) gets the keys a full read finds live.
         """
+        merged = not read_optimized and bool(slc.log_files)
+        asked = columns
+        columns = self._merge_columns(columns) if merged else columns
         base: pa.Table | None = None
         if slc.base_file is not None:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
@@ -224,8 +233,8 @@ class SliceReader:
             # No record keys stored: readers treat the table as append-only.
             data = [base] if base is not None else []
             data += [lay.table for lay in layers if isinstance(lay, DataLayer)]
-            return pa.concat_tables(data, promote_options="permissive") if data \
-                else pa.table({})
+            return _only_columns(pa.concat_tables(data, promote_options="permissive"), asked) \
+                if data else pa.table({})
         if schema is None:
             tables = [lay.table for lay in layers if isinstance(lay, DataLayer)]
             if not tables:
@@ -233,8 +242,19 @@ class SliceReader:
             schema = tables[0].schema
         if columns is not None:
             schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
-        return merge_layers(base, layers, mode=self.config.merge_mode,
-                            ordering_field=self.config.precombine_field, schema=schema)
+        return _only_columns(merge_layers(base, layers, mode=self.config.merge_mode,
+                                          ordering_field=self.config.precombine_field,
+                                          schema=schema), asked)
+
+    def _merge_columns(self, columns: Sequence[str] | None) -> Sequence[str] | None:
+        """``columns`` and the ordering field, when an event-time merge needs it and the
+        table has it."""
+        ordering = self.config.precombine_field
+        if columns is None or not ordering or ordering in columns \
+                or not self.config.orders_by_event_time \
+                or (self.schema is not None and ordering not in self.schema.names):
+            return columns
+        return [*columns, ordering]
 
     def _wanted(self, columns: Sequence[str] | None) -> pa.Schema | None:
         """The table schema's fields a read of ``columns`` returns (None: all of them)."""
@@ -276,6 +296,14 @@ class SliceReader:
                 keys, ordering = delete_columns(block)
                 layers.append(DeleteLayer(keys, ordering))
         return layers
+
+
+def _only_columns(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``table`` without the columns a merge read beyond ``columns`` (None: all)."""
+    if columns is None:
+        return table
+    kept = [c for c in table.column_names if c in columns]
+    return table if len(kept) == table.num_columns else table.select(kept)
 
 
 def _only_keys(layer: Layer, keys: pa.Array) -> Layer:

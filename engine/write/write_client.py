@@ -73,6 +73,8 @@ from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
 from engine.timeline.version import WRITE_TABLE_VERSION
+from engine.write.concurrency import check_begin
+from engine.write.concurrency import concurrency_mode as concurrency_mode
 from engine.write.conflict import check_conflicts
 from engine.write.group_writer import BULK_INSERT as BULK_INSERT
 from engine.write.group_writer import DELETE as DELETE
@@ -115,39 +117,6 @@ class TaggedRecords:
     """Records of new keys and of moved ones, to place (:meth:`WriteClient.insert_buckets`)."""
 
 
-def concurrency_mode(config: TableConfig, write_config: WriteConfig) -> ConcurrencyMode:
-    """The writer's concurrency mode: ``hoodie.write.concurrency.mode``, or by default
-    non-blocking for MERGE_ON_READ tables with the BUCKET index and event-time ordering, and
-    optimistic otherwise.
-
-    Non-blocking writers' commits may complete in another order than they started; Hudi
-    orders their log files by completion time (as tidelake's reader does) while hudi-rs 0.5.0
-    orders them by instant time, so the two read a different winner when the order decides:
-    under commit-time ordering always, under event-time ordering only on equal ordering
-    values. Hence the default only where the ordering field decides.
-    """
-    bucket_mor = (config.is_mor and write_config.index_type is IndexType.BUCKET
-                  and not config.consistent_hashing)
-    mode = write_config.concurrency_mode
-    if not config.table_version.non_blocking_concurrency:
-        if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL:
-            raise InvalidOptionError(
-                "hoodie.write.concurrency.mode",
-                f"NON_BLOCKING_CONCURRENCY_CONTROL needs table version 8; this table is "
-                f"version {config.version} ({WRITE_TABLE_VERSION})")
-        return mode or ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL
-    if mode is None:
-        return (ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL
-                if bucket_mor and config.orders_by_event_time
-                else ConcurrencyMode.OPTIMISTIC_CONCURRENCY_CONTROL)
-    if mode is ConcurrencyMode.NON_BLOCKING_CONCURRENCY_CONTROL and not bucket_mor:
-        raise InvalidOptionError(
-            "hoodie.write.concurrency.mode",
-            "NON_BLOCKING_CONCURRENCY_CONTROL needs a MERGE_ON_READ table written with the "
-            "BUCKET index (hoodie.index.type=BUCKET) and its SIMPLE engine")
-    return mode
-
-
 class WriteClient:
     """Driver-side writer of one table; any number of them may write the table at once.
 
@@ -168,7 +137,7 @@ class WriteClient:
         self.storage = storage
         self.config = config
         self.write_config = write_config
-        self.mode = concurrency_mode(config, write_config)
+        self.mode = concurrency_mode(config, write_config, storage)
         if not config.table_version.keeps_metadata_table:
             if write_config.metadata_enable:
                 raise InvalidOptionError(
@@ -734,6 +703,7 @@ class WriteClient:
                     and timeline.pending((Action.COMPACTION,)):
                 drop_abandoned_compactions(self.storage, timeline, self._is_failed)
                 timeline = Timeline.load(self.storage, self.config)
+            check_begin(self.mode, self.keeps_metadata, self.write_config, timeline)
             with build_runner(self.task_runner):
                 metadata.prepare(self.storage, timeline, enabled=self.keeps_metadata,
                                  write_config=self.write_config)

@@ -1,7 +1,8 @@
 """Helpers shared by the engine's test modules: the random workload of the differential tests
 (``test_differential``, ``test_services_differential``), Java's hash definitions written out
-(``test_bucket``, ``test_keygen``) and a Parquet footer check (``test_base_file``,
-``test_log_format``)."""
+(``test_bucket``, ``test_keygen``), a Parquet footer check (``test_base_file``,
+``test_log_format``) and where a key lives per the decoded ``record_index`` and per hudi-rs
+(the record index's tests)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.helpers import COMMIT_TIME, Oracle
+from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read
 
 PARTITIONS = ["north", "south", "east/west", ".."]
 DATA_COLUMNS = ["key", "ts", "region", "amount", "note"]
@@ -71,3 +72,41 @@ def dictionary_encoded(path: Path | str | pa.NativeFile) -> dict[str, bool]:
     meta = pq.ParquetFile(path).metadata.row_group(0)
     return {meta.column(i).path_in_schema: "RLE_DICTIONARY" in meta.column(i).encodings
             for i in range(meta.num_columns)}
+
+
+def record_index_entries(table: Any) -> dict[str, tuple[str, str]]:
+    """key → (partition, file id) of the merged ``record_index`` of ``table`` (an
+    ``engine.Table``), decoded from the latest slice of every MDT file group; a key found
+    twice fails the test."""
+    from engine.metadata.reader import read_slice
+    from engine.metadata.record_index import group_slices
+    from engine.metadata.records import RecordIndexInfo
+    from engine.metadata.table import MetadataTable
+    from engine.timeline.active import Timeline
+
+    timeline = Timeline.load(table.storage, table.config)
+    mdt = MetadataTable(table.storage, table.config)
+    out: dict[str, tuple[str, str]] = {}
+    for piece in group_slices(table.storage, timeline):
+        for key, record in read_slice(mdt.storage, piece).items():
+            info = record.payload
+            assert isinstance(info, RecordIndexInfo)
+            assert key not in out, f"key {key} in two record_index groups"
+            out[key] = (info.partition_name or "", info.location_file_id)
+    return out
+
+
+def hudi_rs_locations(path: str) -> dict[str, tuple[str, str]]:
+    """key → (partition, file id) as hudi-rs reads the table's data files: a base file's
+    name starts with its file id and an ``_``; a log record carries the file id itself. A key
+    read twice fails the test."""
+    rows = hudi_rs_read(path)
+    if not rows.num_rows:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for key, part, name in zip(rows.column("_hoodie_record_key").to_pylist(),
+                               rows.column("_hoodie_partition_path").to_pylist(),
+                               rows.column("_hoodie_file_name").to_pylist(), strict=True):
+        assert key not in out, f"key {key} stored twice"
+        out[key] = (part, name.split("_", 1)[0] if name.endswith(".parquet") else name)
+    return out

@@ -34,7 +34,13 @@ from engine.metadata.records import RecordIndexInfo, instant_to_epoch_ms
 from engine.metadata.table import MetadataTable, declared_partitions
 from engine.storage import LocalStorage, Storage
 from engine.timeline.active import Timeline
-from tests.engine.helpers import COLUMNS, SCHEMA, random_batch, ref_string_hash
+from tests.engine.helpers import (
+    COLUMNS,
+    SCHEMA,
+    hudi_rs_locations,
+    random_batch,
+    ref_string_hash,
+)
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
 OPTIONS = {
@@ -66,29 +72,9 @@ def _index_entries(table: Table) -> dict[str, tuple[str, str, int]]:
     return out
 
 
-def _file_id(file_name: str) -> str:
-    """The file group of a ``_hoodie_file_name``: a base file's name starts with its file id
-    and an ``_``; a log record carries the file id itself."""
-    return file_name.split("_", 1)[0] if file_name.endswith(".parquet") else file_name
-
-
-def _data_locations(table: Table) -> dict[str, tuple[str, str]]:
-    """key → (partition, file id) as hudi-rs reads the data files."""
-    rows = hudi_rs_read(table.path)
-    if not rows.num_rows:
-        return {}
-    out: dict[str, tuple[str, str]] = {}
-    for key, part, name in zip(rows.column("_hoodie_record_key").to_pylist(),
-                               rows.column("_hoodie_partition_path").to_pylist(),
-                               rows.column("_hoodie_file_name").to_pylist(), strict=True):
-        assert key not in out, f"key {key} stored twice"
-        out[key] = (part, _file_id(name))
-    return out
-
-
 def _assert_index_matches_data(table: Table, where: str) -> None:
     entries = _index_entries(table)
-    assert {k: v[:2] for k, v in entries.items()} == _data_locations(table), where
+    assert {k: v[:2] for k, v in entries.items()} == hudi_rs_locations(table.path), where
 
 
 def _tags(table: Table, keys: pa.Array, parts: pa.Array) -> tuple[pa.Table, pa.Table]:
@@ -197,7 +183,7 @@ def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path:
     oracle.upsert(batch, enabled.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
     assert RECORD_INDEX in declared_partitions(table.storage)
     entries = _index_entries(enabled)
-    assert {k: v[:2] for k, v in entries.items()} == _data_locations(enabled)
+    assert {k: v[:2] for k, v in entries.items()} == hudi_rs_locations(enabled.path)
     assert len(group_slices(table.storage, Timeline.load(table.storage, table.config))) == 10
     # built entries carry their slice's base instant (Java readRecordKeysFromFileSlices)
     slices = {(s.partition_path, s.file_id): s.base_instant for s in enabled.file_slices()}

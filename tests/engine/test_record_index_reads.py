@@ -18,8 +18,8 @@ import pytest
 
 from engine import Table
 from engine.read.reader import SliceReader, to_expression
-from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
-from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.engine.helpers import COLUMNS, SCHEMA, hudi_rs_locations, random_batch
+from tests.helpers import Oracle, sorted_rows
 
 OPTIONS = {
     "hoodie.index.type": "RECORD_INDEX",
@@ -31,20 +31,6 @@ OPTIONS = {
     "hoodie.copyonwrite.record.size.estimate": "400",
     "hoodie.metadata.record.index.min.filegroup.count": "4",
 }
-
-
-def _groups_of(table: Table) -> dict[str, tuple[str, str]]:
-    """key → (partition, file id) as hudi-rs reads the data files (a base file's name starts
-    with its file id and an ``_``; a log record carries the file id itself)."""
-    rows = hudi_rs_read(table.path)
-    out: dict[str, tuple[str, str]] = {}
-    if not rows.num_rows:
-        return out
-    for key, part, name in zip(rows.column("_hoodie_record_key").to_pylist(),
-                               rows.column("_hoodie_partition_path").to_pylist(),
-                               rows.column("_hoodie_file_name").to_pylist(), strict=True):
-        out[key] = (part, name.split("_", 1)[0] if name.endswith(".parquet") else name)
-    return out
 
 
 def _oracle_rows(oracle: Oracle, keys: set[str]) -> list[dict[str, Any]]:
@@ -116,7 +102,7 @@ def test_key_filter_read_random_tables_pruned_equals_unpruned_and_oracle(
                                  and oracle.rows[r["key"]]["region"] != r["region"])
             oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
         where = f"step {step}"
-        groups = _groups_of(table)
+        groups = hudi_rs_locations(table.path)
         done["logs"] += sum(1 for s in table.file_slices() if s.log_files)
         for filters, keys in _key_filters(rng, oracle, gone):
             seen.clear()
