@@ -508,8 +508,10 @@ class WriteConfig:
         "How long a writer waits for the lock before `LockTimeoutError`.")
     lock_expire_minutes: float = option(
         "hoodie.write.lock.filesystem.expire", _parse_minutes, 1.0,
-        "A file-system lock its holder stopped renewing for this long is stale and is broken; `0`: "
-        "never.", shown="`1` (minutes)")
+        "A file-system lock its holder stopped renewing for this long is stale and is broken (so "
+        "is the lock of a holder whose release failed: it stops renewing it); `0`: never, on "
+        "local and shared file systems only (refused on an object store, where a crashed "
+        "writer's lock would then stay for good).", shown="`1` (minutes)")
     allow_unsafe_single_writer: bool = option(
         SINGLE_WRITER_KEY, _parse_bool, False,
         "Object stores only. Before its first write to a store and bucket, a process checks "

@@ -23,6 +23,7 @@ import pytest
 from engine import Table
 from engine.errors import (
     ConditionalWriteUnsupportedError,
+    InvalidOptionError,
     UnsupportedStorageError,
 )
 from engine.storage import PROBE_FOLDER, Storage
@@ -185,6 +186,51 @@ def test_lock_whose_create_answer_was_lost_is_held_not_waited_for(
     with lock:  # before: waited for its own lock, then LockTimeoutError
         lock.verify()
     assert not storage.exists(LOCK_FILE)
+
+
+# -- a failed lock release -----------------------------------------------------------------
+
+
+def test_lock_release_refused_once_is_retried_and_frees_the_lock(
+        s3: S3Location, proxy: S3Proxy) -> None:
+    holder = FileSystemLock(Storage(s3.uri(), _through(s3, proxy)), 5.0, 60.0)
+    holder.acquire()
+    proxy.refuse("DELETE", LOCK_FILE)
+    holder.release()  # before: StorageError (403), the lock file left held for a minute
+    assert ("DELETE", f"t/{LOCK_FILE}") in proxy.seen
+    assert not holder.storage.exists(LOCK_FILE)
+    with FileSystemLock(Storage(s3.uri(), s3.storage_options), 0.5, 60.0):
+        pass
+
+
+def test_lock_release_that_keeps_failing_gives_up_and_the_lock_expires(
+        s3: S3Location, proxy: S3Proxy, caplog: pytest.LogCaptureFixture) -> None:
+    holder = FileSystemLock(Storage(s3.uri(), _through(s3, proxy)), 5.0, 2.0)
+    holder.acquire()
+    proxy.refuse("DELETE", LOCK_FILE, times=1000)
+    caplog.set_level(logging.ERROR, logger="engine")
+    holder.release()  # bounded: gives up without raising (the write it guarded is done)
+    refused = [r for r in proxy.seen if r == ("DELETE", f"t/{LOCK_FILE}")]
+    assert 1 < len(refused) <= 5
+    assert any("could not release the table lock" in r.getMessage() for r in caplog.records)
+    assert holder.storage.exists(LOCK_FILE)
+    # Not renewed any more: another writer breaks it once it expired.
+    with FileSystemLock(Storage(s3.uri(), s3.storage_options), 20.0, 2.0) as taker:
+        taker.verify()
+
+
+def test_lock_that_never_expires_refused_on_object_store(s3: S3Location) -> None:
+    # Before: accepted, so a holder that crashed on another machine (or failed to release)
+    # kept the lock from every writer for good.
+    Table.create(s3.uri(), name="t", record_key="key", precombine="ts",
+                 storage_options=s3.storage_options)
+    table = Table.open(s3.uri(), {"hoodie.write.lock.filesystem.expire": "0"},
+                       storage_options=s3.storage_options)
+    with pytest.raises(InvalidOptionError) as caught:
+        table.upsert(_rows(["k1"], 1))
+    assert caught.value.key == "hoodie.write.lock.filesystem.expire"
+    assert "object store" in str(caught.value)
+    assert table.timeline() == []
 
 
 CHILD_WRITE = textwrap.dedent("""
