@@ -49,8 +49,9 @@ Contract (what the write protocol and readers depend on):
   ``PUT`` whose answer was lost is sent again by the client (obstore retries), and the
   retry answers 412 although the first attempt created the object (the trap Hudi's
   storage-based lock documents, RFC-91). Each create carries a unique token as user
-  metadata; on "exists" the object's token is read (one ``HEAD``): this call's token means
-  created by this call, any other is a real conflict (:class:`FileExistsError`).
+  metadata; on "exists", or a failure, the object's token is read (one ``HEAD``): this
+  call's token means created by this call, any other is a real conflict
+  (:class:`FileExistsError`), none leaves the failure as it was.
 * :meth:`Storage.write_replace` publishes a whole file, replacing any previous one
   atomically (local: ``rename``; object store: a plain ``PUT``, atomic per object): used
   for ``hoodie.properties``, heartbeats, consistent-hashing metadata.
@@ -777,11 +778,13 @@ class ObjectStorage(Storage):
 
         A retried create can answer 412 although its first attempt succeeded: the answer was
         lost and the client sent the request again (Hudi's storage-based lock documents the
-        trap, RFC-91 "conditional write retry handling"). So an "exists" is checked: the
-        object there carrying this call's token was created by this call — a success; any
-        other object is a real conflict (:class:`FileExistsError`). The check is sound here
-        because a conditionally created file of a table is never overwritten, only removed
-        (the lock's end claims), so its token cannot change under the check.
+        trap, RFC-91 "conditional write retry handling"); the retry may also fail outright
+        (an error, no answer). So an "exists" or a failure is checked: the object there
+        carrying this call's token was created by this call — a success; any other object
+        is a real conflict (:class:`FileExistsError`); no object: the failure stands. The
+        check is sound here because a conditionally created file of a table is never
+        overwritten, only removed (the lock's end claims), so its token cannot change under
+        the check.
         """
         import obstore
         from obstore.exceptions import AlreadyExistsError
@@ -792,14 +795,20 @@ class ObjectStorage(Storage):
                         attributes={_PUT_TOKEN: token})
             return
         except AlreadyExistsError:
-            pass
+            if self._put_token(rel) != token:
+                raise FileExistsError(self.full(rel)) from None
+            answer = "answered 'exists'"
         except Exception as exc:
-            raise self._fail("PUT", rel, exc) from None
-        if self._put_token(rel) != token:
-            raise FileExistsError(self.full(rel))
-        log.info("%s: a create answered 'exists' for the object it had created itself (its "
-                 "first answer was lost and the client retried); taken as created",
-                 self.full(rel))
+            failure = self._fail("PUT", rel, exc)
+            try:
+                landed = self._put_token(rel) == token
+            except OSError:
+                landed = False
+            if not landed:
+                raise failure from None
+            answer = f"failed ({failure})"
+        log.info("%s: a create %s for the object it had created itself (its first answer was "
+                 "lost and the client retried); taken as created", self.full(rel), answer)
 
     def _put_token(self, rel: str) -> str | None:
         """The create token of the object at ``rel`` (None: missing, or none recorded)."""

@@ -45,6 +45,7 @@ class _Rule:
     method: str
     suffix: str
     times: int
+    after: int = 0
 
 
 class S3Proxy:
@@ -90,11 +91,11 @@ class S3Proxy:
         with self._guard:
             self._lose.append(_Rule(method, suffix, times))
 
-    def refuse(self, method: str, suffix: str, times: int = 1) -> None:
+    def refuse(self, method: str, suffix: str, times: int = 1, *, after: int = 0) -> None:
         """Answer the next ``times`` ``method`` requests whose key ends with ``suffix`` with
-        403 AccessDenied, without forwarding them."""
+        403 AccessDenied, without forwarding them; ``after``: let that many pass first."""
         with self._guard:
-            self._refuse.append(_Rule(method, suffix, times))
+            self._refuse.append(_Rule(method, suffix, times, after))
 
     @contextmanager
     def counting(self) -> Iterator[list[tuple[str, str]]]:
@@ -110,6 +111,9 @@ class S3Proxy:
         with self._guard:
             for rule in rules:
                 if rule.times > 0 and rule.method == method and key.endswith(rule.suffix):
+                    if rule.after > 0:
+                        rule.after -= 1
+                        continue
                     rule.times -= 1
                     return True
         return False

@@ -24,6 +24,7 @@ from engine import Table
 from engine.errors import (
     ConditionalWriteUnsupportedError,
     InvalidOptionError,
+    StorageError,
     UnsupportedStorageError,
 )
 from engine.storage import PROBE_FOLDER, Storage
@@ -186,6 +187,32 @@ def test_lock_whose_create_answer_was_lost_is_held_not_waited_for(
     with lock:  # before: waited for its own lock, then LockTimeoutError
         lock.verify()
     assert not storage.exists(LOCK_FILE)
+
+
+def test_create_failing_after_its_own_lost_success_is_a_success(
+        s3: S3Location, proxy: S3Proxy) -> None:
+    storage = Storage(s3.uri(), _through(s3, proxy))
+    name = ".hoodie/timeline/20260101000000001.commit"
+    storage.write_new(".hoodie/warm", b"")
+    proxy.lose_response("PUT", name)  # created, answer lost ...
+    proxy.refuse("PUT", name, after=1)  # ... and the client's retry fails outright
+    storage.write_new(name, b"ours")  # before: StorageError although the file is ours
+    assert storage.read(name) == b"ours"
+    proxy.refuse("PUT", "never-written")
+    with pytest.raises(StorageError):  # a failure that created nothing stays a failure
+        storage.write_new("never-written", b"x")
+    assert not storage.exists("never-written")
+
+
+def test_lock_whose_create_failed_after_landing_is_held_not_left_behind(
+        s3: S3Location, proxy: S3Proxy) -> None:
+    proxy.lose_response("PUT", LOCK_FILE)
+    proxy.refuse("PUT", LOCK_FILE, after=1)
+    lock = FileSystemLock(Storage(s3.uri(), _through(s3, proxy)), 3.0, 60.0)
+    with lock:  # before: StorageError, and .hoodie/lock left held by this live process
+        lock.verify()
+    with FileSystemLock(Storage(s3.uri(), s3.storage_options), 0.5, 60.0):
+        pass
 
 
 # -- a failed lock release -----------------------------------------------------------------
