@@ -32,19 +32,20 @@ Contract (what the write protocol and readers depend on):
   and ignore them: two writers may both "create" a file and the last one wins, so commits
   that both were told succeeded are lost without an error. So before its first write
   (:meth:`write_new`, :meth:`write_new_with`, :meth:`write_replace`) to a store and bucket,
-  a process probes it: it creates a unique object under ``.hoodie/.aux/tidelake-probe/``
-  if absent, then again — the second create must answer "exists" (412) — then updates it
-  conditionally on an ETag it does not have — that must answer 412 too — and removes it
-  (three ``PUT`` requests and a ``DELETE``). The verdict is kept for the process's life,
-  per store (scheme, bucket, endpoint settings), and travels with a pickled storage to
-  Spark executors; it is not written anywhere durable: it belongs to the endpoint, not the
-  table, and a store replaced under a table must be judged anew. A store that fails it is
-  refused with :class:`~engine.errors.ConditionalWriteUnsupportedError`, which says what
-  the probe saw and names the opt-out ``tidelake.storage.allow.unsafe.single.writer``
-  (``unsafe_single_writer=True``: for a table that exactly one process ever writes, as
-  delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``); with it, writes go on and one warning is
-  logged per process and store. Reads are never probed. Local and mounted file systems
-  are not probed either: exclusive ``link`` is enforced by the file system itself.
+  a process probes it: it creates a unique object under ``.hoodie/.aux/tidelake-probe/`` if
+  absent, then again — the second create must answer "exists" (412) — then (S3 protocol)
+  updates it conditionally on an ETag it does not have — that must answer 412 too — and
+  removes it (three ``PUT`` requests and a ``DELETE``). The verdict is kept for the
+  process's life, per store (scheme, bucket, endpoint settings), and travels with a pickled
+  storage to Spark executors; it is not written anywhere durable: it belongs to the
+  endpoint, not the table, and a store replaced under a table must be judged anew. A store
+  that fails it is refused with :class:`~engine.errors.ConditionalWriteUnsupportedError`,
+  which says what the probe saw and names the opt-out
+  ``tidelake.storage.allow.unsafe.single.writer`` (``unsafe_single_writer=True``: for a
+  table that exactly one process ever writes, as delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``);
+  with it, writes go on and one warning is logged per process and store. Reads are never
+  probed. Local and mounted file systems are not probed either: exclusive ``link`` is
+  enforced by the file system itself.
 * **A create that answers "exists" for its own object** is a success: a conditional
   ``PUT`` whose answer was lost is sent again by the client (obstore retries), and the
   retry answers 412 although the first attempt created the object (the trap Hudi's
@@ -729,8 +730,9 @@ class ObjectStorage(Storage):
 
     def _probe(self) -> _Verdict:
         """Create a unique object if absent, twice: the second create must answer "exists"
-        (412); then update it conditionally on an ETag it does not have: that must answer
-        412 too; then remove it. 3 PUTs and 1 DELETE, once per process and store."""
+        (412); then (S3 protocol) update it conditionally on an ETag it does not have: that
+        must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once per process and
+        store."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
@@ -746,6 +748,11 @@ class ObjectStorage(Storage):
                                        "condition")
             except AlreadyExistsError:
                 pass
+            if self._store_identity()[0] != "s3":
+                # GCS and Azure are their vendors' own services, which enforce conditions;
+                # object_store updates on GCS by generation, not ETag (the lock's renewal
+                # passes both, read from the object).
+                return _Verdict(True, "conditional create enforced")
             try:
                 obstore.put(self.store, key, b"update", mode={"e_tag": _NO_SUCH_ETAG})
                 return _Verdict(False, f"an update of the probe object {where} conditional "
