@@ -157,6 +157,12 @@ KEYGEN_CLASSES = {
 }
 
 
+def parse_flag(key: str, raw: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``) of the option ``key``;
+    :class:`~engine.errors.InvalidOptionError` naming it for anything else."""
+    return _parse_bool(key, raw)
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -521,7 +527,9 @@ class WriteConfig:
         "there two writers could both complete one instant or hold the lock, and commits "
         "would be lost silently. `true` writes on such a store anyway, with one warning: only "
         "for a table that exactly one process ever writes (as delta-rs's "
-        "`AWS_S3_ALLOW_UNSAFE_RENAME`). Local and mounted file systems are never probed.")
+        "`AWS_S3_ALLOW_UNSAFE_RENAME`, also taken among the storage options, so the command "
+        "line's `--storage-option` and a job's `[table.storage]` can set it). Local and "
+        "mounted file systems are never probed.")
     heartbeat_interval_ms: int = option(
         "hoodie.client.heartbeat.interval_in_ms", _parse_positive_int, 60_000,
         "How often a writer refreshes the heartbeat of its pending instant.")

@@ -110,7 +110,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from engine.config import SINGLE_WRITER_KEY
+from engine.config import SINGLE_WRITER_KEY, parse_flag
 from engine.errors import ConditionalWriteUnsupportedError, StorageError, UnsupportedStorageError
 from engine.redact import REDACTED, is_secret_key
 
@@ -255,8 +255,9 @@ class Storage:
     ``Storage(location, storage_options)`` returns a :class:`LocalStorage` or an
     :class:`ObjectStorage` as the location says (see the module docstring). Picklable (the
     options travel with it to Spark executors; never shown in ``repr``).
-    ``unsafe_single_writer`` (``tidelake.storage.allow.unsafe.single.writer``): write to an
-    object store that ignores conditional writes, with a warning, instead of refusing it.
+    ``unsafe_single_writer`` (``tidelake.storage.allow.unsafe.single.writer``, a writer
+    option, also taken among ``storage_options``): write to an object store that ignores
+    conditional writes, with a warning, instead of refusing it.
     """
 
     base_path: str
@@ -635,7 +636,11 @@ class ObjectStorage(Storage):
                  verdict: _Verdict | None = None) -> None:
         self.base_path = normalize_location(location)
         self._options = {str(k): str(v) for k, v in (storage_options or {}).items()}
-        self.unsafe_single_writer = bool(unsafe_single_writer)
+        # The opt-out may come among the storage options too (delta-rs takes its unsafe
+        # rename switch so); it is tidelake's, never the store's.
+        flag = self._options.pop(SINGLE_WRITER_KEY, None)
+        self.unsafe_single_writer = bool(unsafe_single_writer) or (
+            flag is not None and parse_flag(SINGLE_WRITER_KEY, flag))
         self._store: Any = None
         self._writable = False
         if verdict is not None:  # the driver's probe, carried to an executor
@@ -720,7 +725,8 @@ class ObjectStorage(Storage):
                 "succeeded would be lost without an error. Use a store that enforces "
                 "If-None-Match: * and If-Match (S3, GCS, Azure, MinIO, moto), or, only if "
                 "exactly one process ever writes this table (no second job, no offline "
-                f"service, no backfill), set {SINGLE_WRITER_KEY}=true")
+                f"service, no backfill), set {SINGLE_WRITER_KEY}=true (a writer option, or "
+                "a storage option)")
         if warn:
             log.warning("%s: the store does not enforce conditional writes (%s); writing on "
                         "because %s=true: this table must have a single writer, as a second "

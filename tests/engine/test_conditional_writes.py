@@ -128,6 +128,19 @@ def test_opt_out_writes_on_ignoring_store_with_one_warning(
         Table.open(s3.uri(), storage_options=options).upsert(_rows(["k6"], 10))
 
 
+def test_opt_out_among_storage_options_writes_and_is_not_passed_to_the_store(
+        s3: S3Location, proxy: S3Proxy) -> None:
+    # The command line and job files pass storage options only (as delta-rs's switch).
+    proxy.ignore_conditions = True
+    storage = Storage(s3.uri(), {**_through(s3, proxy), OPT_OUT: "true"})
+    storage.write_new("x", b"1")
+    assert storage.read("x") == b"1"
+    assert OPT_OUT not in repr(storage.child("y").__reduce__())
+    with pytest.raises(InvalidOptionError) as caught:
+        Storage(s3.uri(), {**_through(s3, proxy), OPT_OUT: "maybe"})
+    assert caught.value.key == OPT_OUT
+
+
 WRITER = textwrap.dedent("""
     import sys
     import pyarrow as pa
