@@ -24,14 +24,17 @@ Writers of one table hold it only briefly: to take an instant time and start an 
   other machines or in other containers wait for the expiry. A writer that waits more
   than two seconds says whom it waits for.
   A holder re-checks that the lock is still its own right before its commit point
-  (:meth:`TableLock.verify`).
+  (:meth:`TableLock.verify`). A release the store fails is tried again a few times, then
+  given up with an error logged, never raised (the guarded work is done); the lock, no
+  longer renewed, is broken once it expired.
 * :class:`InProcessLock` (Hudi's ``InProcessLockProvider``): a lock per table path inside
   one Python process, for writers that are threads of one process.
 
 On an object store the same protocol runs on the same :class:`~engine.storage.Storage`
 calls: the lock file and its end claims are created with a conditional put
 (``If-None-Match: *``), renewed by a put conditional on the ETag just read (``If-Match``),
-so a renewal never overwrites a successor; staleness is judged by ``Last-Modified``.
+so a renewal never overwrites a successor; staleness is judged by ``Last-Modified``. A
+lock that never expires (``hoodie.write.lock.filesystem.expire=0``) is refused there.
 """
 
 from __future__ import annotations
@@ -352,8 +355,9 @@ class FileSystemLock(TableLock):
                 return
             except OSError as exc:  # StorageError included; a missing file is no error here
                 failure = exc
-                log.warning("releasing the table lock %s failed (%s); trying again",
-                            self.storage.full(LOCK_FILE), exc)
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    log.warning("releasing the table lock %s failed (%s); trying again",
+                                self.storage.full(LOCK_FILE), exc)
         after = (f"another writer breaks it once it is {self.expire_seconds:g} s old "
                  "(hoodie.write.lock.filesystem.expire)" if self.expire_seconds > 0 else
                  "it is broken when this process has ended (by a writer on this machine; "
