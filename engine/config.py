@@ -100,6 +100,10 @@ class ConcurrencyMode(str, Enum):
     NON_BLOCKING_CONCURRENCY_CONTROL = "NON_BLOCKING_CONCURRENCY_CONTROL"
 
 
+SINGLE_WRITER_KEY = "tidelake.storage.allow.unsafe.single.writer"
+"""The opt-out that lets a table be written on an object store that ignores conditional
+writes (``engine/storage.py``), as delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``."""
+
 FS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
 IN_PROCESS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
 LOCK_PROVIDERS = (FS_LOCK_PROVIDER, IN_PROCESS_LOCK_PROVIDER)
@@ -151,6 +155,12 @@ KEYGEN_CLASSES = {
     KeyGeneratorType.COMPLEX: "org.apache.hudi.keygen.ComplexKeyGenerator",
     KeyGeneratorType.NON_PARTITION: "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
 }
+
+
+def parse_flag(key: str, raw: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``) of the option ``key``;
+    :class:`~engine.errors.InvalidOptionError` naming it for anything else."""
+    return _parse_bool(key, raw)
 
 
 def _parse_bool(key: str, raw: str) -> bool:
@@ -507,8 +517,22 @@ class WriteConfig:
         "How long a writer waits for the lock before `LockTimeoutError`.")
     lock_expire_minutes: float = option(
         "hoodie.write.lock.filesystem.expire", _parse_minutes, 1.0,
-        "A file-system lock its holder stopped renewing for this long is stale and is broken; `0`: "
-        "never.", shown="`1` (minutes)")
+        "A file-system lock its holder stopped renewing for this long is stale and is broken (so "
+        "is the lock of a holder whose release failed: it stops renewing it); `0`: never, on "
+        "local and shared file systems only (refused on an object store, where a crashed "
+        "writer's lock would then stay for good).", shown="`1` (minutes)")
+    allow_unsafe_single_writer: bool = option(
+        SINGLE_WRITER_KEY, _parse_bool, False,
+        "Object stores only. Before its first write to a store and bucket, a process checks "
+        "that the store enforces conditional writes (a second create-if-absent of a probe "
+        "object in `.hoodie/.aux/` must answer 412) and refuses a store that ignores them "
+        "(older MinIO, Ceph RGW, some appliances) with `ConditionalWriteUnsupportedError`: "
+        "there two writers could both complete one instant or hold the lock, and commits "
+        "would be lost silently. `true` writes on such a store anyway, with one warning: only "
+        "for a table that exactly one process ever writes (as delta-rs's "
+        "`AWS_S3_ALLOW_UNSAFE_RENAME`, also taken among the storage options, so the command "
+        "line's `--storage-option` and a job's `[table.storage]` can set it). Local and "
+        "mounted file systems are never probed.")
     heartbeat_interval_ms: int = option(
         "hoodie.client.heartbeat.interval_in_ms", _parse_positive_int, 60_000,
         "How often a writer refreshes the heartbeat of its pending instant.")

@@ -58,6 +58,14 @@ class UnsupportedStorageError(TerminalError, ValueError):
     """A table location names storage this engine cannot write yet (e.g. ``s3://``)."""
 
 
+class ConditionalWriteUnsupportedError(UnsupportedStorageError):
+    """An object store accepted a conditional write (``If-None-Match: *``, ``If-Match``) and
+    ignored it, or refused it as unsupported: on such a store two writers could both publish
+    the same file and commits would be lost silently, so nothing is written there unless the
+    single-writer opt-out (``tidelake.storage.allow.unsafe.single.writer``) is set; the
+    message says what the probe found and names the opt-out."""
+
+
 class CorruptTableError(TerminalError):
     """A file of the table cannot be parsed (timeline metadata, properties, a data file)."""
 

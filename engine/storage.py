@@ -26,10 +26,33 @@ Contract (what the write protocol and readers depend on):
   never sees a half-written commit. On local disk: write a hidden temporary file, fsync,
   then ``link`` it to the final name (atomic, exclusive), then unlink the temporary. On an
   object store: one ``PUT`` with ``If-None-Match: *`` (S3 since 2024-08, GCS, Azure; the
-  S3-protocol servers MinIO and moto too). **A store without conditional writes** (older
-  S3-compatible servers) does not give this guarantee: two writers may both "create" a file
-  and the last one wins, so such a table needs one writer at a time or an external lock
-  (``hoodie.write.lock.provider`` with a lock service); tidelake does not detect this.
+  S3-protocol servers MinIO and moto too).
+* **Stores that ignore conditional writes are detected and refused.** Some S3-compatible
+  stores (older MinIO, Ceph RGW, appliances) accept ``If-None-Match: *`` and ``If-Match``
+  and ignore them: two writers may both "create" a file and the last one wins, so commits
+  that both were told succeeded are lost without an error. So before its first write
+  (:meth:`write_new`, :meth:`write_new_with`, :meth:`write_replace`) to a store and bucket,
+  a process probes it: it creates a unique object under ``.hoodie/.aux/tidelake-probe/`` if
+  absent, then again — the second create must answer "exists" (412) — then (S3 protocol)
+  updates it conditionally on an ETag it does not have — that must answer 412 too — and
+  removes it (three ``PUT`` requests and a ``DELETE``). The verdict is kept for the
+  process's life, per store (scheme, bucket, endpoint settings), and travels with a pickled
+  storage to Spark executors; it is not written anywhere durable: it belongs to the
+  endpoint, not the table, and a store replaced under a table must be judged anew. A store
+  that fails it is refused with :class:`~engine.errors.ConditionalWriteUnsupportedError`,
+  which says what the probe saw and names the opt-out
+  ``tidelake.storage.allow.unsafe.single.writer`` (``unsafe_single_writer=True``: for a
+  table that exactly one process ever writes, as delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``);
+  with it, writes go on and one warning is logged per process and store. Reads are never
+  probed. Local and mounted file systems are not probed either: exclusive ``link`` is
+  enforced by the file system itself.
+* **A create that answers "exists" for its own object** is a success: a conditional
+  ``PUT`` whose answer was lost is sent again by the client (obstore retries), and the
+  retry answers 412 although the first attempt created the object (the trap Hudi's
+  storage-based lock documents, RFC-91). Each create carries a unique token as user
+  metadata; on "exists", or a failure, the object's token is read (one ``HEAD``): this
+  call's token means created by this call, any other is a real conflict
+  (:class:`FileExistsError`), none leaves the failure as it was.
 * :meth:`Storage.write_replace` publishes a whole file, replacing any previous one
   atomically (local: ``rename``; object store: a plain ``PUT``, atomic per object): used
   for ``hoodie.properties``, heartbeats, consistent-hashing metadata.
@@ -42,7 +65,8 @@ Contract (what the write protocol and readers depend on):
 * The lock and heartbeats use the same calls: the lock file is created with
   :meth:`Storage.write_new`, renewed with :meth:`Storage.touch_if` (local: ``utime`` of
   the file just read; object store: a ``PUT`` of the same bytes conditional on the ETag
-  read, ``If-Match``), judged by :meth:`Storage.read_with_mtime`. Modification times come
+  read, ``If-Match``), judged by :meth:`Storage.read_with_mtime` (a failed release is
+  retried, then left to expire: :mod:`engine.timeline.lock`). Modification times come
   from the store's clock (an object store's ``Last-Modified``, to the second): writers
   need clocks synchronized with the store as they need them with each other.
 * Listing: :meth:`Storage.list_dir` is one listing of a prefix with a delimiter on object
@@ -73,9 +97,11 @@ import ctypes
 import ctypes.util
 import errno
 import io
+import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -84,10 +110,17 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from engine.errors import StorageError, UnsupportedStorageError
+from engine.config import SINGLE_WRITER_KEY, parse_flag
+from engine.errors import ConditionalWriteUnsupportedError, StorageError, UnsupportedStorageError
 from engine.redact import REDACTED, is_secret_key
 
 TEMP_PREFIX = ".tmp."
+
+PROBE_FOLDER = ".hoodie/.aux/tidelake-probe"
+"""Where the conditional-write probe of an object store creates (and removes) its object,
+below the table's location (Hudi keeps auxiliary files in ``.hoodie/.aux``; readers skip it)."""
+
+log = logging.getLogger(__name__)
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -222,13 +255,16 @@ class Storage:
     ``Storage(location, storage_options)`` returns a :class:`LocalStorage` or an
     :class:`ObjectStorage` as the location says (see the module docstring). Picklable (the
     options travel with it to Spark executors; never shown in ``repr``).
+    ``unsafe_single_writer`` (``tidelake.storage.allow.unsafe.single.writer``, a writer
+    option, also taken among ``storage_options``): write to an object store that ignores
+    conditional writes, with a warning, instead of refusing it.
     """
 
     base_path: str
     """The table location: a local absolute path, or the object store URI."""
 
     def __new__(cls, location: str = "", storage_options: Mapping[str, str] | None = None,
-                ) -> Storage:
+                unsafe_single_writer: bool = False, *args: Any) -> Storage:
         if cls is Storage:
             cls = LocalStorage if is_local(location) else ObjectStorage
         return super().__new__(cls)
@@ -358,10 +394,12 @@ class Storage:
 
 
 class LocalStorage(Storage):
-    """A local (or shared, mounted) file system: today's guarantees and speed."""
+    """A local (or shared, mounted) file system: exclusive create is ``link``, which every
+    local file system enforces, so nothing is probed and no opt-out applies."""
 
     def __init__(self, location: str = "",
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None,
+                 unsafe_single_writer: bool = False) -> None:
         self.base_path = os.path.abspath(local_path(location))
 
     def __getnewargs__(self) -> tuple[str]:
@@ -593,13 +631,26 @@ class ObjectStorage(Storage):
     """An object store (S3, GCS, Azure) through ``obstore``; see the module docstring."""
 
     def __init__(self, location: str = "",
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None,
+                 unsafe_single_writer: bool = False,
+                 verdict: _Verdict | None = None) -> None:
         self.base_path = normalize_location(location)
         self._options = {str(k): str(v) for k, v in (storage_options or {}).items()}
+        # The opt-out may come among the storage options too (delta-rs takes its unsafe
+        # rename switch so); it is tidelake's, never the store's.
+        flag = self._options.pop(SINGLE_WRITER_KEY, None)
+        self.unsafe_single_writer = bool(unsafe_single_writer) or (
+            flag is not None and parse_flag(SINGLE_WRITER_KEY, flag))
         self._store: Any = None
+        self._writable = False
+        if verdict is not None:  # the driver's probe, carried to an executor
+            with _VERDICT_GUARD:
+                _VERDICTS.setdefault(self._store_identity(), verdict)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ObjectStorage, (self.base_path, self._options))
+        verdict = _VERDICTS.get(self._store_identity())
+        return (ObjectStorage, (self.base_path, self._options, self.unsafe_single_writer,
+                                verdict))
 
     def __repr__(self) -> str:
         return f"ObjectStorage({self.base_path!r})"
@@ -635,7 +686,154 @@ class ObjectStorage(Storage):
         raise ValueError(f"{location} is not inside the table location {self.base_path}")
 
     def child(self, rel: str) -> ObjectStorage:
-        return ObjectStorage(self.full(rel), self._options)
+        return ObjectStorage(self.full(rel), self._options, self.unsafe_single_writer)
+
+    # -- conditional writes ------------------------------------------------------------
+
+    def _store_identity(self) -> tuple[str, ...]:
+        """The store and bucket this storage writes to, as far as the probe's verdict goes:
+        scheme, bucket (container) and the endpoint settings (never a credential)."""
+        parts = urlsplit(self.base_path)
+        endpoints = sorted((k.lower(), v) for k, v in self._options.items()
+                           if "endpoint" in k.lower())
+        env = sorted((k, v) for k, v in os.environ.items()
+                     if "ENDPOINT" in k.upper() and k.upper().startswith(_ENV_PREFIXES))
+        scheme = parts.scheme.lower()
+        return ("s3" if scheme == "s3a" else scheme, parts.netloc, repr(endpoints), repr(env))
+
+    def require_conditional_writes(self) -> None:
+        """Refuse to write unless this store enforces conditional writes (probed once per
+        process, store and bucket: :meth:`_probe`), or the single-writer opt-out is set (then
+        warn once); :class:`~engine.errors.ConditionalWriteUnsupportedError` names what the
+        probe found and the opt-out."""
+        if self._writable:
+            return
+        identity = self._store_identity()
+        with _VERDICT_GUARD:
+            verdict = _VERDICTS.get(identity)
+            if verdict is None:
+                verdict = _VERDICTS[identity] = self._probe()
+            warn = (not verdict.safe and self.unsafe_single_writer
+                    and identity not in _WARNED)
+            if warn:
+                _WARNED.add(identity)
+        if not verdict.safe and not self.unsafe_single_writer:
+            raise ConditionalWriteUnsupportedError(
+                f"{self.base_path}: the store does not enforce conditional writes: "
+                f"{verdict.found}. Two writers of a table there could both create the same "
+                "completed instant or both hold the table lock, and commits they were told "
+                "succeeded would be lost without an error. Use a store that enforces "
+                "If-None-Match: * and If-Match (S3, GCS, Azure, MinIO, moto), or, only if "
+                "exactly one process ever writes this table (no second job, no offline "
+                f"service, no backfill), set {SINGLE_WRITER_KEY}=true (a writer option, or "
+                "a storage option)")
+        if warn:
+            log.warning("%s: the store does not enforce conditional writes (%s); writing on "
+                        "because %s=true: this table must have a single writer, as a second "
+                        "one could overwrite its commits unseen", self.base_path,
+                        verdict.found, SINGLE_WRITER_KEY)
+        self._writable = True
+
+    def _probe(self) -> _Verdict:
+        """Create a unique object if absent, twice: the second create must answer "exists"
+        (412); then (S3 protocol) update it conditionally on an ETag it does not have: that
+        must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once per process and
+        store."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+        rel = f"{PROBE_FOLDER}/{uuid.uuid4().hex}"
+        key, where = self._key(rel), self.full(rel)
+        try:
+            self._create(rel, b"tidelake conditional-write probe: first create")
+            try:
+                obstore.put(self.store, key, b"second create", mode="create")
+                return _Verdict(False, f"a second create-if-absent (If-None-Match: *) of the "
+                                       f"probe object {where} succeeded instead of answering "
+                                       "412 Precondition Failed: the store ignored the "
+                                       "condition")
+            except AlreadyExistsError:
+                pass
+            if self._store_identity()[0] != "s3":
+                # GCS and Azure are their vendors' own services, which enforce conditions;
+                # object_store updates on GCS by generation, not ETag (the lock's renewal
+                # passes both, read from the object).
+                return _Verdict(True, "conditional create enforced")
+            try:
+                obstore.put(self.store, key, b"update", mode={"e_tag": _NO_SUCH_ETAG})
+                return _Verdict(False, f"an update of the probe object {where} conditional "
+                                       "on an ETag it does not have (If-Match) succeeded "
+                                       "instead of answering 412 Precondition Failed: the "
+                                       "store ignored the condition")
+            except PreconditionError:
+                pass
+            return _Verdict(True, "conditional writes enforced")
+        except NotSupportedError as exc:
+            return _Verdict(False, f"the store refused a conditional write of the probe "
+                                   f"object {where} as unsupported "
+                                   f"({str(exc).splitlines()[0]})")
+        except FileExistsError:
+            raise StorageError(f"PUT {where}: the probe object existed before it was "
+                               "created") from None
+        except Exception as exc:
+            raise self._fail("PUT", rel, exc) from None
+        finally:
+            try:
+                obstore.delete(self.store, key)
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # a leftover in .hoodie/.aux harms nothing
+                log.warning("could not remove the probe object %s (%s)", where,
+                            self._fail("DELETE", rel, exc))
+
+    def _create(self, rel: str, data: bytes | memoryview) -> None:
+        """One ``PUT`` with ``If-None-Match: *`` carrying a unique token (user metadata).
+
+        A retried create can answer 412 although its first attempt succeeded: the answer was
+        lost and the client sent the request again (Hudi's storage-based lock documents the
+        trap, RFC-91 "conditional write retry handling"); the retry may also fail outright
+        (an error, no answer). So an "exists" or a failure is checked: the object there
+        carrying this call's token was created by this call — a success; any other object
+        is a real conflict (:class:`FileExistsError`); no object: the failure stands. The
+        check is sound here because a conditionally created file of a table is never
+        overwritten, only removed (the lock's end claims), so its token cannot change under
+        the check.
+        """
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        token = uuid.uuid4().hex
+        try:
+            obstore.put(self.store, self._key(rel), data, mode="create",
+                        attributes={_PUT_TOKEN: token})
+            return
+        except AlreadyExistsError:
+            if self._put_token(rel) != token:
+                raise FileExistsError(self.full(rel)) from None
+            answer = "answered 'exists'"
+        except Exception as exc:
+            failure = self._fail("PUT", rel, exc)
+            try:
+                landed = self._put_token(rel) == token
+            except OSError:
+                landed = False
+            if not landed:
+                raise failure from None
+            answer = f"failed ({failure})"
+        log.info("%s: a create %s for the object it had created itself (its first answer was "
+                 "lost and the client retried); taken as created", self.full(rel), answer)
+
+    def _put_token(self, rel: str) -> str | None:
+        """The create token of the object at ``rel`` (None: missing, or none recorded)."""
+        import obstore
+
+        try:
+            result = obstore.get(self.store, self._key(rel), options={"head": True})
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("HEAD", rel, exc) from None
+        return dict(result.attributes).get(_PUT_TOKEN)
 
     def _fail(self, op: str, rel: str, exc: Exception) -> StorageError:
         message = str(exc).split("\n", 1)[0]
@@ -802,16 +1000,19 @@ class ObjectStorage(Storage):
             raise self._fail("PUT", rel, exc) from None
 
     def write_new(self, rel: str, data: bytes, *, fsync: bool = True) -> None:
-        self._put(rel, data, "create")
+        self.require_conditional_writes()
+        self._create(rel, data)
 
     def write_new_with(self, rel: str, produce: Producer, *, fsync: bool = True) -> int:
+        self.require_conditional_writes()
         sink = pa.BufferOutputStream()
         produce(sink)
         data = sink.getvalue()
-        self._put(rel, memoryview(data).cast("B"), "create")
+        self._create(rel, memoryview(data).cast("B"))
         return data.size
 
     def write_replace(self, rel: str, data: bytes) -> None:
+        self.require_conditional_writes()
         self._put(rel, data, "overwrite")
 
     def touch_if(self, rel: str, keep: Callable[[bytes], bool]) -> bool:
@@ -873,6 +1074,25 @@ class ObjectStorage(Storage):
 
     def remove_empty_folder(self, rel: str) -> bool:
         return True
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What the conditional-write probe found on one store and bucket."""
+
+    safe: bool
+    found: str
+
+
+_VERDICTS: dict[tuple[str, ...], _Verdict] = {}
+"""The probe's verdict per store identity, for this process (never written anywhere: a
+verdict is the endpoint's, not the table's, and a store can be replaced under a table)."""
+_WARNED: set[tuple[str, ...]] = set()
+_VERDICT_GUARD = threading.Lock()
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "OBJECT_STORE")
+_PUT_TOKEN = "tidelaketoken"
+"""User metadata key of a create's token (letters only: valid on S3, GCS and Azure alike)."""
+_NO_SUCH_ETAG = '"tidelake-probe-no-such-etag"'
 
 
 class _RangeReader(io.RawIOBase):

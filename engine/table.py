@@ -128,7 +128,8 @@ class Table:
         self.path = normalize_location(path)
         """The table's location: a local folder (a ``file://`` location given to
         create/open, decoded) or an object store URI (``s3://bucket/path``)."""
-        self.storage = Storage(self.path, storage_options)
+        self.storage = Storage(self.path, storage_options,
+                               write_config.allow_unsafe_single_writer)
         self.storage_options: Mapping[str, str] = dict(storage_options or {})
         self.config = config
         self.write_config = write_config

@@ -24,14 +24,17 @@ Writers of one table hold it only briefly: to take an instant time and start an 
   other machines or in other containers wait for the expiry. A writer that waits more
   than two seconds says whom it waits for.
   A holder re-checks that the lock is still its own right before its commit point
-  (:meth:`TableLock.verify`).
+  (:meth:`TableLock.verify`). A release the store fails is tried again a few times, then
+  given up with an error logged, never raised (the guarded work is done); the lock, no
+  longer renewed, is broken once it expired.
 * :class:`InProcessLock` (Hudi's ``InProcessLockProvider``): a lock per table path inside
   one Python process, for writers that are threads of one process.
 
 On an object store the same protocol runs on the same :class:`~engine.storage.Storage`
 calls: the lock file and its end claims are created with a conditional put
 (``If-None-Match: *``), renewed by a put conditional on the ETag just read (``If-Match``),
-so a renewal never overwrites a successor; staleness is judged by ``Last-Modified``.
+so a renewal never overwrites a successor; staleness is judged by ``Last-Modified``. A
+lock that never expires (``hoodie.write.lock.filesystem.expire=0``) is refused there.
 """
 
 from __future__ import annotations
@@ -50,16 +53,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from engine.config import IN_PROCESS_LOCK_PROVIDER, WriteConfig
-from engine.errors import LockTimeoutError, WriteConflictError
+from engine.config import IN_PROCESS_LOCK_PROVIDER, WRITE_KEYS, WriteConfig
+from engine.errors import InvalidOptionError, LockTimeoutError, WriteConflictError
 from engine.storage import Storage
 from engine.timeline.active import HOODIE
 from engine.timeline.liveness import process_ended as _holder_gone
 from engine.timeline.liveness import this_process as _this_process
 
 LOCK_FILE = f"{HOODIE}/lock"
+LOCK_EXPIRE_KEY = next(s.key for s in WRITE_KEYS if s.attr == "lock_expire_minutes")
 WAIT_NOTICE_SECONDS = 2.0
 """A writer waiting this long for the lock logs whom it waits for."""
+RELEASE_ATTEMPTS = 4
+"""How often a holder tries to release its lock when the store fails it (0.1, 0.2, 0.4 s
+apart) before it gives up and leaves the lock to expire."""
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +299,8 @@ class FileSystemLock(TableLock):
             seen = self._read(name)
             if seen is None:
                 continue  # dropped meanwhile: claim it again
+            if _owner_of(seen[0]).get("owner") == self._token:
+                return [*taken_over, name]  # this writer's own, left by a failed release
             if not self._stale(*seen):
                 return None
             taken_over.append(name)  # its writer ended inside its few milliseconds
@@ -326,10 +335,40 @@ class FileSystemLock(TableLock):
             self._drop_claim(claim)
 
     def _release(self) -> None:
+        """End this holder's lock file. A store that fails the release (an error answer, no
+        answer) is asked again, :data:`RELEASE_ATTEMPTS` times in all; then the holder gives
+        up with an error in the log and without raising — the work the lock guarded is done
+        and must not be reported failed. The lock is not renewed any more, so it is broken
+        as stale once the expiry has passed (never with expiry 0: refused on object stores,
+        :func:`table_lock`). Hudi's storage-based lock likewise must not keep a lock whose
+        release failed (RFC-91: the lock file's validity bounds it)."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
             self._renewer = None
+        failure: OSError | None = None
+        for attempt in range(RELEASE_ATTEMPTS):
+            if attempt:
+                time.sleep(0.1 * 2 ** (attempt - 1))
+            try:
+                self._end_own()
+                return
+            except OSError as exc:  # StorageError included; a missing file is no error here
+                failure = exc
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    log.warning("releasing the table lock %s failed (%s); trying again",
+                                self.storage.full(LOCK_FILE), exc)
+        after = (f"another writer breaks it once it is {self.expire_seconds:g} s old "
+                 "(hoodie.write.lock.filesystem.expire)" if self.expire_seconds > 0 else
+                 "it is broken when this process has ended (by a writer on this machine; "
+                 "elsewhere, remove it by hand)")
+        log.error("could not release the table lock %s after %d attempts (%s); it is no "
+                  "longer renewed: %s", self.storage.full(LOCK_FILE), RELEASE_ATTEMPTS,
+                  failure, after)
+
+    def _end_own(self) -> None:
+        """Remove this holder's lock file if it is still this generation (under its end
+        claim, as a breaker would)."""
         claim = self._claim_end(self._generation)
         if claim is None:
             return  # another writer is breaking it: not ours any more
@@ -390,4 +429,12 @@ def table_lock(storage: Storage, write_config: WriteConfig) -> TableLock:
     wait = write_config.lock_wait_ms / 1000.0
     if write_config.lock_provider == IN_PROCESS_LOCK_PROVIDER:
         return InProcessLock(storage, wait)
-    return FileSystemLock(storage, wait, write_config.lock_expire_minutes * 60.0)
+    expire = write_config.lock_expire_minutes * 60.0
+    if expire == 0 and not storage.is_local:
+        # Writers of an object store share no machine to tell a dead holder by; Hudi's
+        # storage-based lock has no lock without validity either (StorageBasedLockConfig).
+        raise InvalidOptionError(
+            LOCK_EXPIRE_KEY, f"0 (the lock never expires) is refused on an object store "
+            f"({storage.base_path}): a writer that crashed or failed to release the lock "
+            "would keep it from every other writer for good; use a number of minutes")
+    return FileSystemLock(storage, wait, expire)
