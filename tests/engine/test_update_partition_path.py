@@ -149,3 +149,21 @@ def test_update_partition_path_bad_value_names_the_option(tmp_path: Path, key: s
         Table.create(str(tmp_path / "t"), name="t", record_key="id", precombine="ts",
                      partition_by=["city"], options={key: "sometimes"})
     assert "expected true or false, got 'sometimes'" in str(refused.value)
+
+
+def test_update_partition_path_false_row_is_missed_by_partition_filters(tmp_path: Path) -> None:
+    """The cost of ``false`` that docs/engine.md states (why tidelake's RECORD_INDEX default
+    stays ``true``): the row's partition column disagrees with its folder, so a filter on the
+    partition column prunes it away under either value — ours and hudi-rs's reads alike."""
+    from hudi import HudiReadOptions, HudiTableBuilder
+
+    table = _create(tmp_path, "COPY_ON_WRITE", "RECORD_INDEX", "false")
+    table.upsert(pa.Table.from_pylist(_rows(("a", 1, "x", 1.0))))
+    table.upsert(pa.Table.from_pylist(_rows(("a", 2, "y", 2.0))))
+    stored = table.read(columns=["id", "city", "_hoodie_partition_path"]).to_pylist()
+    assert stored == [{"id": "a", "city": "y", "_hoodie_partition_path": "x"}]
+    rs = HudiTableBuilder.from_base_uri(table.path).build()
+    for city in ("x", "y"):
+        assert table.read(filters=[("city", "=", city)]).num_rows == 0
+        batches = rs.read(HudiReadOptions().with_filters([("city", "=", city)]))
+        assert sum(b.num_rows for b in batches or []) == 0
