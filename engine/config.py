@@ -388,7 +388,8 @@ class WriteConfig:
         "partition (Hudi's bucket index, bit for bit: Java `List<String>.hashCode`), no lookup; "
         "`SIMPLE`: join incoming keys with the keys stored in the batch's partitions; "
         "`GLOBAL_SIMPLE`: join with all keys of the table, so a record whose partition value "
-        "changed moves (its old copy is deleted); `BLOOM` / `GLOBAL_BLOOM`: the same lookups, "
+        "changed is found (it moves: `hoodie.simple.index.update.partition.path`); `BLOOM` / "
+        "`GLOBAL_BLOOM`: the same lookups, "
         "reading only the base files whose footer min/max keys and bloom filter admit an "
         "incoming key (slices with log files are read whole); `RECORD_INDEX`: global, the key's "
         "location is looked up in the metadata table's `record_index` partition (only the MDT "
@@ -491,6 +492,22 @@ class WriteConfig:
         "table's `bloom_filters` partition, and their min/max record keys from its "
         "`column_stats` partition, when the table keeps them (files without an entry: their "
         "footers), instead of opening every base file's footer.")
+    simple_update_partition_path: bool = option(
+        "hoodie.simple.index.update.partition.path", _parse_bool, True,
+        "`GLOBAL_SIMPLE`: an update whose partition value changed moves the record (`true`: "
+        "its old copy is deleted, it is inserted into its new partition) or updates it where "
+        "the table stores it (`false`: its `_hoodie_partition_path` stays the stored one, its "
+        "columns are the update's). Hudi's key and default (`HoodieIndexConfig`).")
+    bloom_update_partition_path: bool = option(
+        "hoodie.bloom.index.update.partition.path", _parse_bool, True,
+        "`GLOBAL_BLOOM`: as `hoodie.simple.index.update.partition.path`. Hudi's key and "
+        "default.")
+    record_update_partition_path: bool = option(
+        "hoodie.record.index.update.partition.path", _parse_bool, True,
+        "`RECORD_INDEX` (the engine's and the streaming job's): as "
+        "`hoodie.simple.index.update.partition.path`. Java's default is `false`; tidelake's is "
+        "`true`, as for the other global indexes (docs/engine.md, \"Differences from Hudi's "
+        "Java writer, on purpose\").")
     write_table_version: int = option(
         WRITE_TABLE_VERSION, _parse_write_version, TABLE_VERSION,
         "The table version a new table is created in: `8` (Hudi 1.0), or `6` (Hudi 0.14/0.15) "

@@ -139,8 +139,94 @@ int/long → double, float → double (the Avro promotions hudi-rs and Spark rea
 
 
 def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether the table column type ``old`` may widen to ``new``."""
-    return (old, new) in WIDENINGS
+    """Whether the table column type ``old`` may widen to ``new``: a pair of
+    :data:`WIDENINGS`, or a nested type whose evolved form ``new`` holds every value of
+    ``old`` (:func:`_nested_widening`) — what a reader casts a file's column by."""
+    return (old, new) in WIDENINGS or _nested_widening(old, new)
+
+
+def _nested(t: pa.DataType) -> bool:
+    return (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+            or pa.types.is_map(t))
+
+
+def _nested_widening(old: pa.DataType, new: pa.DataType) -> bool:
+    """``old`` and ``new`` are the same kind of nested type and differ, and ``new`` is
+    ``old`` evolved (:func:`_evolve_type`): a struct with every field of ``old`` (by name) of
+    the same or a widened type, maybe more fields; a list whose element, a map whose value
+    (same keys) is so. A file's column of type ``old`` is read by casting it to ``new``
+    (pyarrow matches struct fields by name and fills those it lacks with nulls)."""
+    if not _nested(old) or old.equals(new):
+        return False
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        names = {f.name for f in new}
+        return all(f.name in names and (new.field(f.name).type.equals(f.type)
+                                        or is_widening(f.type, new.field(f.name).type))
+                   for f in old)
+    if pa.types.is_map(old) and pa.types.is_map(new):
+        return old.key_type.equals(new.key_type) and (
+            old.item_type.equals(new.item_type) or is_widening(old.item_type, new.item_type))
+    if ((pa.types.is_list(old) or pa.types.is_large_list(old))
+            and (pa.types.is_list(new) or pa.types.is_large_list(new))):
+        return old.value_type.equals(new.value_type) or is_widening(old.value_type,
+                                                                    new.value_type)
+    return False
+
+
+def _evolve_type(path: str, table: pa.DataType, given: pa.DataType, *,
+                 set_null_for_missing: bool) -> pa.DataType:
+    """The table type at ``path`` (``col``, ``col.field``, ``col.element.field``,
+    ``col.value.field``: Hudi's field paths) after a write of ``given``: the rule of
+    :func:`evolve_schema`, recursed into structs, list elements and map values. A struct
+    keeps its fields (one the input lacks: kept with ``set_null_for_missing``, else refused),
+    each evolved, then takes the input's new ones, nullable, in the input's order; a leaf
+    widens (:data:`WIDENINGS`) or keeps the table's type when it holds the input's
+    (:func:`_promotes`); anything else is refused naming ``path``."""
+    from engine.errors import SchemaEvolutionError
+
+    if pa.types.is_null(given):
+        return table
+    if pa.types.is_struct(table) and pa.types.is_struct(given):
+        names = {f.name for f in given}
+        fields = []
+        for f in table:
+            sub = f"{path}.{f.name}"
+            if f.name not in names:
+                if not set_null_for_missing:
+                    raise SchemaEvolutionError(
+                        sub, f"field {sub!r}: the input lacks this field of the table schema: "
+                        "a field is never dropped or renamed on write (set "
+                        "hoodie.write.set.null.for.missing.columns=true to write nulls for it)")
+                fields.append(f)
+                continue
+            evolved = _evolve_type(sub, f.type, given.field(f.name).type,
+                                   set_null_for_missing=set_null_for_missing)
+            fields.append(f if evolved.equals(f.type) else pa.field(f.name, evolved))
+        have = {f.name for f in table}
+        fields += [pa.field(f.name, f.type, nullable=True) for f in given if f.name not in have]
+        return pa.struct(fields)
+    if pa.types.is_map(table) and pa.types.is_map(given):
+        _evolve_type(f"{path}.key", table.key_type, given.key_type,
+                     set_null_for_missing=set_null_for_missing)
+        value = _evolve_type(f"{path}.value", table.item_type, given.item_type,
+                             set_null_for_missing=set_null_for_missing)
+        return table if value.equals(table.item_type) else pa.map_(
+            table.key_field, table.item_field.with_type(value))
+    if ((pa.types.is_list(table) or pa.types.is_large_list(table))
+            and (pa.types.is_list(given) or pa.types.is_large_list(given))):
+        element = _evolve_type(f"{path}.element", table.value_type, given.value_type,
+                               set_null_for_missing=set_null_for_missing)
+        return table if element.equals(table.value_type) else pa.list_(
+            table.value_field.with_type(element))
+    if not (_nested(table) or _nested(given)):
+        if (table, given) in WIDENINGS:
+            return given
+        if _promotes(given, table):
+            return table
+    raise SchemaEvolutionError(
+        path, f"field {path!r}: input type {given} cannot be written to the table's {table} "
+        "(the table's types only widen on write: int to long, int or long to double, float "
+        "to double; a struct, list element or map value only gains nullable fields)")
 
 
 def _promotes(src: pa.DataType, dst: pa.DataType) -> bool:
@@ -188,7 +274,10 @@ def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
     - a table column the input lacks: written as nulls with ``set_null_for_missing``
       (``hoodie.write.set.null.for.missing.columns``), else refused — as is any other type
       change (narrowing, or another type): :class:`~engine.errors.SchemaEvolutionError`
-      naming the column.
+      naming the column;
+    - a struct column, a list's element struct, a map's value struct: the same rules, field
+      by field (:func:`_evolve_type`; a refusal names the field's path, ``col.field``,
+      ``col.element.field``, ``col.value.field``, as Hudi's ``findAnyMissingFields``).
 
     ``table`` None (a table without a recorded schema) takes the input's storage types.
     """
@@ -208,7 +297,11 @@ def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
             fields.append(f)
             continue
         given = incoming.field(f.name).type
-        if is_widening(f.type, given):
+        if _nested(f.type) or _nested(given):
+            evolved = _evolve_type(f.name, f.type, given,
+                                   set_null_for_missing=set_null_for_missing)
+            fields.append(f if evolved.equals(f.type) else pa.field(f.name, evolved))
+        elif is_widening(f.type, given):
             fields.append(pa.field(f.name, given, nullable=True))
         elif _promotes(given, f.type):
             fields.append(f)

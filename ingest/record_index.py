@@ -14,10 +14,12 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    (:func:`engine.merge.resolve.resolve`) and tags the winner exactly as the engine's
    RECORD_INDEX/GLOBAL_SIMPLE write does (:meth:`engine.write.write_client.WriteClient.
    tag_located`): an update goes to the group holding its key, a key whose partition value
-   changed is deleted there and inserted into its new partition, a delete goes to every group
-   holding the key; under event time a move that loses to the stored version writes nothing,
-   and an update in place is written without reading the stored version (if it loses, every
-   merge keeps the stored one);
+   changed is deleted there and inserted into its new partition (or, with
+   ``hoodie.record.index.update.partition.path`` false, updated where it is stored: the
+   engine's :func:`~engine.merge.policy.update_partition_path`), a delete goes to every
+   group holding the key; under event time a move that loses to the stored version writes
+   nothing, and an update in place is written without reading the stored version (if it
+   loses, every merge keeps the stored one);
 3. driver: the inserts per partition are counted and placed by the engine's upsert
    partitioner (:meth:`~engine.write.write_client.WriteClient.insert_buckets`: small file
    groups first, then new ones); a narrow step gives each insert its group
@@ -48,6 +50,7 @@ from engine.index import record_index as record_index_lookup
 from engine.index.simple import LOCATION_SCHEMA, concat_locations, tag
 from engine.layout.file_group import FileSlice
 from engine.layout.view import TableView
+from engine.merge.policy import update_partition_path
 from engine.merge.resolve import ordering_column, resolve, tombstone_keys
 from engine.metadata import record_index as rli
 from engine.metadata.keys import file_group_indexes
@@ -171,11 +174,11 @@ def _with_orderings(spec: RecordIndexSpec, reader: SliceReader, slices: list[Fil
     """``found`` restricted to the live groups, with the stored ordering value of the
     locations :func:`_compared` names (event time)."""
     live = {(s.partition_path, s.file_id): s for s in slices}
-    read = _compared(found, work) if spec.event_time else None
+    read = _compared(spec, found, work) if spec.event_time else None
     return record_index_lookup.attach_orderings(reader, live, found, read=read)
 
 
-def _compared(found: pa.Table, work: pa.Table) -> pa.Array:
+def _compared(spec: RecordIndexSpec, found: pa.Table, work: pa.Table) -> pa.Array:
     """The locations whose stored version the batch compares with (event time): those an
     upsert of the batch moves away from (another partition), and those of keys with a
     tombstone (a delete without an ordering value deletes at the stored one). An update in
@@ -183,8 +186,10 @@ def _compared(found: pa.Table, work: pa.Table) -> pa.Array:
     if "loc_ordering" in found.column_names:  # the fallback read every ordering value
         return pa.array(np.zeros(found.num_rows, dtype=bool))
     upserts = work.filter(pc.equal(work.column(OP), UPSERT))
-    moves = record_index_lookup.moving(found, upserts.column(RECORD_KEY).combine_chunks(),
-                                       upserts.column(PARTITION_PATH).combine_chunks())
+    moves = record_index_lookup.moving(
+        found, upserts.column(RECORD_KEY).combine_chunks(),
+        upserts.column(PARTITION_PATH).combine_chunks(),
+        update_partition_path=update_partition_path(spec.write_config))
     tombs = pc.is_in(found.column("key"),
                      value_set=tombstone_keys(work, VERSIONS, event_time=True))
     return pc.or_(moves, tombs)

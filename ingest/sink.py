@@ -264,7 +264,7 @@ class HudiStreamingSink:
         self.max_error_fraction = config.max_error_fraction
         self.identifier = config.checkpoint_identifier
         self.write_parallelism = config.write_parallelism
-        self.update_partition_path = config.update_partition_path
+        self.update_partition_path = bool(config.update_partition_path)  # resolved: a bool
         table_path, decoder = config.table_path, config.decoder
         decoded = normalize_input_schema(decoder.schema)
         self._check_reserved(decoded)

@@ -36,6 +36,7 @@ __all__ = [
 BUCKET = "BUCKET"
 GLOBAL_STATE = "GLOBAL_STATE"
 RECORD_INDEX = "RECORD_INDEX"
+RECORD_UPDATE_PARTITION_PATH = "hoodie.record.index.update.partition.path"
 INDEXES = (BUCKET, GLOBAL_STATE, RECORD_INDEX)
 DEFAULT_IDENTIFIER = "default_single_writer"
 """Default of Hudi's ``hoodie.datasource.write.streaming.checkpoint.identifier``."""
@@ -95,10 +96,12 @@ class SinkConfig:
     delete_column: str | None = "_hoodie_is_deleted"
     """A boolean column marking deletes (ignored when the decoder has no such column); Kafka
     tombstones delete the key they carry."""
-    update_partition_path: bool = True
-    """GLOBAL_STATE: an update whose partition value changed moves the record (True, Hudi's
-    default) or updates it in its old partition (False). RECORD_INDEX always moves it, as the
-    engine's global indexes do."""
+    update_partition_path: bool | None = None
+    """GLOBAL_STATE and RECORD_INDEX: an update whose partition value changed moves the record
+    (True: its old copy is deleted) or updates it where the table stores it (False: Hudi's
+    ``update.partition.path`` false). RECORD_INDEX: the table option
+    ``hoodie.record.index.update.partition.path`` (set here or in ``options``, not both ways);
+    None: that option's value, else True (tidelake's default for every global index)."""
     checkpoint_identifier: str = DEFAULT_IDENTIFIER
     """Hudi's streaming writer identifier; every job writing the same table needs its own."""
     write_parallelism: int | None = None
@@ -143,10 +146,7 @@ class SinkConfig:
         if index not in INDEXES:
             raise ValueError(f"index: expected {', '.join(INDEXES)}, got {self.index!r}")
         object.__setattr__(self, "index", index)
-        if index == RECORD_INDEX and not self.update_partition_path:
-            raise ValueError("update_partition_path: only the GLOBAL_STATE index can keep a "
-                             "key in its old partition; RECORD_INDEX moves it, as the engine's "
-                             "global indexes do")
+        self._resolve_update_partition_path(index)
         shards = self.state_shards
         if isinstance(shards, bool) or not isinstance(shards, int) \
                 or not 1 <= shards <= MAX_SHARDS:
@@ -166,6 +166,34 @@ class SinkConfig:
             raise ValueError(f"max_error_fraction: expected a number from 0 to 1, got "
                              f"{fraction!r}")
         object.__setattr__(self, "max_error_fraction", float(fraction))
+
+
+    def _resolve_update_partition_path(self, index: str) -> None:
+        """Fill :attr:`update_partition_path`; RECORD_INDEX: the engine's option decides (its
+        tagging is the engine's, :mod:`ingest.record_index`), so the field and ``options`` are
+        made to say the same."""
+        given = self.update_partition_path
+        if given is not None and not isinstance(given, bool):
+            raise ValueError(f"update_partition_path: expected True, False or None, got "
+                             f"{given!r}")
+        if index != RECORD_INDEX:
+            object.__setattr__(self, "update_partition_path", True if given is None else given)
+            return
+        options = dict(self.options or {})
+        stored = None
+        if RECORD_UPDATE_PARTITION_PATH in options:
+            stored = WriteConfig.from_options(
+                {RECORD_UPDATE_PARTITION_PATH: options[RECORD_UPDATE_PARTITION_PATH]}
+            ).record_update_partition_path
+        if given is not None and stored is not None and given != stored:
+            raise ValueError(f"update_partition_path: {given} contradicts "
+                             f"options[{RECORD_UPDATE_PARTITION_PATH!r}] = "
+                             f"{options[RECORD_UPDATE_PARTITION_PATH]!r}; set one of them")
+        value = given if given is not None else stored if stored is not None \
+            else WriteConfig.record_update_partition_path
+        options[RECORD_UPDATE_PARTITION_PATH] = str(value).lower()
+        object.__setattr__(self, "options", options)
+        object.__setattr__(self, "update_partition_path", value)
 
 
 def sink_default(name: str) -> Any:

@@ -221,8 +221,9 @@ SETTINGS: tuple[Setting, ...] = (
     _sink("index.num_buckets", _int, "num_buckets",
           "Buckets per partition (BUCKET; CONSISTENT_HASHING: the initial count)."),
     _sink("index.update_partition_path", _bool, "update_partition_path",
-          "GLOBAL_STATE: a record whose partition changed moves (old copy deleted); "
-          "RECORD_INDEX always moves it."),
+          "GLOBAL_STATE and RECORD_INDEX: a record whose partition changed moves (true: old "
+          "copy deleted) or is updated where it is stored (false); RECORD_INDEX: sets "
+          "hoodie.record.index.update.partition.path (default: that option, else true)."),
     _sink("index.state_shards", _int, "state_shards",
           "GLOBAL_STATE: key shards of the state (1 to 4096; fixed for a checkpoint): the "
           "state operator runs once per shard and micro-batch."),

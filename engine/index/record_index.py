@@ -37,11 +37,13 @@ _log = logging.getLogger(__name__)
 
 
 def locations(reader: SliceReader, slices: Iterable[FileSlice], keys: pa.Array, *,
-              partitions: pa.Array | None = None) -> pa.Table:
+              partitions: pa.Array | None = None,
+              update_partition_path: bool = True) -> pa.Table:
     """(key, partition, file id[, stored ordering value]) of every key of ``keys`` the table
     holds, among the live ``slices``. With ``partitions`` (event time: the partition each
     key is written to, aligned with ``keys``), the stored ordering value comes along for the
-    keys that move to another partition (:func:`moving`). A table that does not declare the
+    keys that move to another partition (:func:`moving`, under ``update_partition_path``). A
+    table that does not declare the
     partition complete (being rebuilt) is searched as GLOBAL_SIMPLE searches it."""
     live = {(s.partition_path, s.file_id): s for s in slices}
     storage = reader.storage
@@ -51,14 +53,17 @@ def locations(reader: SliceReader, slices: Iterable[FileSlice], keys: pa.Array, 
         found = key_locations(reader, live.values(), None)
         return found.filter(pc.is_in(found.column("key"), value_set=keys.cast(pa.string())))
     found = rli.lookup_locations(storage, reader.timeline, keys).locations
-    read = moving(found, keys, partitions) if partitions is not None else None
+    read = (moving(found, keys, partitions, update_partition_path=update_partition_path)
+            if partitions is not None else None)
     return attach_orderings(reader, live, found, read=read)
 
 
-def moving(found: pa.Table, keys: pa.Array, partitions: pa.Array) -> pa.Array:
+def moving(found: pa.Table, keys: pa.Array, partitions: pa.Array, *,
+           update_partition_path: bool = True) -> pa.Array:
     """Where a location of ``found`` is left by its key: one of its incoming versions
     (``keys`` with their ``partitions``) is written to another partition
-    (:func:`engine.merge.policy.stays_in_place`)."""
+    (:func:`engine.merge.policy.stays_in_place`; never when the index keeps keys where they
+    are, ``update_partition_path`` false)."""
     n = found.num_rows
     if not n:
         return pa.array([], pa.bool_())
@@ -66,7 +71,8 @@ def moving(found: pa.Table, keys: pa.Array, partitions: pa.Array) -> pa.Array:
                         "_row": pa.array(np.arange(n, dtype=np.int64))})
     incoming = pa.table({"key": keys.cast(pa.string()), "_to": partitions.cast(pa.string())})
     joined = located.join(incoming, "key")
-    leaves = pc.invert(stays_in_place(joined.column("_from"), joined.column("_to")))
+    leaves = pc.invert(stays_in_place(joined.column("_from"), joined.column("_to"),
+                                      update_partition_path=update_partition_path))
     mask = np.zeros(n, dtype=bool)
     mask[joined.column("_row").filter(leaves).to_numpy(zero_copy_only=False)] = True
     return pa.array(mask)

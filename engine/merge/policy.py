@@ -35,9 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.config import IndexType, WriteConfig
+
 __all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
            "SingleOutcomes", "loses_to_stored", "resolve_key", "resolve_single",
-           "stays_in_place"]
+           "stays_in_place", "update_partition_path"]
 
 
 class DeletePolicy(enum.Enum):
@@ -70,11 +72,24 @@ def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
     return pc.fill_null(pc.less(incoming, stored), False)
 
 
+def update_partition_path(write_config: WriteConfig) -> bool:
+    """Whether the writer's global index moves a record whose partition value changed (Hudi's
+    ``shouldUpdatePartitionPath``): the ``hoodie.*.index.update.partition.path`` option of its
+    index type (``HoodieIndexConfig``: SIMPLE for GLOBAL_SIMPLE, BLOOM for GLOBAL_BLOOM,
+    RECORD for RECORD_INDEX); a partition-scoped index never finds a key elsewhere (True).
+    What :func:`stays_in_place` takes as ``update_partition_path``."""
+    return {IndexType.GLOBAL_SIMPLE: write_config.simple_update_partition_path,
+            IndexType.GLOBAL_BLOOM: write_config.bloom_update_partition_path,
+            IndexType.RECORD_INDEX: write_config.record_update_partition_path,
+            }.get(write_config.index_type, True)
+
+
 def stays_in_place(stored_partition: Any, partition: Any, *,
                    update_partition_path: bool = True) -> Any:
     """Where a new version of a live key updates the stored copy where it is: in the same
     partition, or always when the index keeps keys where they are (``update_partition_path``
-    false, Hudi's ``hoodie.simple.index.update.partition.path``). Elsewhere the key moves: the
+    false: :func:`update_partition_path` of the writer, or the GLOBAL_STATE index's own
+    setting). Elsewhere the key moves: the
     old copy is deleted (at :meth:`DeletePolicy.delete_ordering`) and the new version inserted
     into its own partition. Python values, numpy arrays or Arrow arrays, element-wise (a null
     partition never matches)."""

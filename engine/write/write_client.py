@@ -40,6 +40,7 @@ from engine.merge.policy import (
     DeletePolicy,
     resolve_single,
     stays_in_place,
+    update_partition_path,
 )
 from engine.merge.record_merger import dedupe_batch
 from engine.merge.resolve import VersionColumns
@@ -496,8 +497,9 @@ class WriteClient:
         ordering value of the keys moving away from the partitions ``written_to``)."""
         if self.write_config.index_type is IndexType.RECORD_INDEX:
             moves = written_to if self.config.orders_by_event_time else None
-            return record_index.locations(reader, slices, keys.combine_chunks(),
-                                          partitions=moves)
+            return record_index.locations(
+                reader, slices, keys.combine_chunks(), partitions=moves,
+                update_partition_path=update_partition_path(self.write_config))
         if not self.write_config.index_type.uses_bloom:
             return key_locations(reader, slices, partitions)
         metadata = (bloom_index.MetadataSource.of(reader.storage, reader.timeline)
@@ -594,7 +596,8 @@ class WriteClient:
         loc_f = tagged.column("loc_file_id").combine_chunks()
         found = pc.is_valid(loc_f)
         exp_parts = expanded.column(PARTITION_PATH).combine_chunks()
-        same = pc.and_(found, stays_in_place(loc_p, exp_parts))
+        same = pc.and_(found, stays_in_place(
+            loc_p, exp_parts, update_partition_path=update_partition_path(self.write_config)))
         moved = pc.and_(found, pc.invert(same))
         losing = self._loses_to_stored(expanded, tagged, found)
         if losing is not None:
@@ -617,7 +620,11 @@ class WriteClient:
         has_moved = per_row(moved_kept)
         insert_mask = ~found_any | (has_moved & ~stays & ~lost)
 
-        updates = expanded.append_column("_p", loc_p).append_column("_f", loc_f).filter(same)
+        # An update is written where its key is stored: in place, its partition path is the
+        # stored one (update.partition.path false: Java's createNewTaggedHoodieRecord).
+        updates = expanded.set_column(expanded.schema.get_field_index(PARTITION_PATH),
+                                      PARTITION_PATH, loc_p)
+        updates = updates.append_column("_p", loc_p).append_column("_f", loc_f).filter(same)
         for (part, fid), piece in _split_by_columns(updates, "_p", "_f"):
             group_records.setdefault((part, fid), []).append(piece.drop_columns(["_p", "_f"]))
             group_updates.setdefault((part, fid), []).append(

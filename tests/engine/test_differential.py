@@ -57,9 +57,34 @@ CASES = [
 ]
 
 
+UPDATE_PARTITION_PATH = {"GLOBAL_SIMPLE": "hoodie.simple.index.update.partition.path",
+                         "GLOBAL_BLOOM": "hoodie.bloom.index.update.partition.path",
+                         "RECORD_INDEX": "hoodie.record.index.update.partition.path"}
+
+
+def _check_homes(table: Table, homes: dict[str, str], folders: dict[str, str]) -> None:
+    """Each live key is stored in the folder of the partition value it was first written
+    with (``homes``: key → that value; ``folders``: value → its folder, learnt on first
+    sight and one folder per value), by our reader and hudi-rs alike."""
+    for read in (table.read(columns=["_hoodie_record_key", "_hoodie_partition_path"]),
+                 hudi_rs_read(table.path)):
+        stored = dict(zip(read.column("_hoodie_record_key").to_pylist(),
+                          read.column("_hoodie_partition_path").to_pylist(), strict=True))
+        assert set(stored) == set(homes)
+        for key, value in homes.items():
+            assert folders.setdefault(value, stored[key]) == stored[key], (key, value)
+    assert len(set(folders.values())) == len(folders)
+
+
 def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
-                  block_format: str, steps: int, s3: S3Location | None = None) -> None:
+                  block_format: str, steps: int, s3: S3Location | None = None,
+                  keep_in_place: bool = False) -> None:
+    """``keep_in_place``: the index's ``update.partition.path`` is false, and each live key
+    is checked to stay in the partition of its first write (its row, the partition column
+    included, is still the latest version's: the oracle's)."""
     rng = random.Random(seed)
+    homes: dict[str, str] = {}
+    folders: dict[str, str] = {}
     options = {"hoodie.index.type": index, "hoodie.logfile.data.block.format": block_format,
                # time travel to every commit: nothing cleaned or archived
                "hoodie.clean.automatic": "false", "hoodie.archive.automatic": "false",
@@ -69,6 +94,8 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
                "hoodie.parquet.max.file.size": "400000",
                "hoodie.parquet.small.file.limit": "340000",
                "hoodie.copyonwrite.record.size.estimate": "2000"}
+    if keep_in_place:
+        options[UPDATE_PARTITION_PATH[index]] = "false"
     table = Table.create(s3.uri() if s3 else str(tmp_path / "t"), name="diff",
                          table_type=table_type, record_key="key", precombine="ts",
                          partition_by=["region"], options=options,
@@ -101,6 +128,10 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
             oracle.upsert(batch, instant)
         history.append((instant, oracle.snapshot()))
         _check(table, oracle)
+        if keep_in_place:
+            homes = {k: homes.get(k, row["region"])
+                     for k, row in oracle.rows.items()}
+            _check_homes(table, homes, folders)
 
     if assert_metadata_in_step(table) and s3 is None:  # hudi-rs listed through our MDT
         assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
@@ -138,6 +169,18 @@ def test_random_writes_match_oracle_and_hudi_rs(tmp_path: Path, table_type: str,
                                                 block_format: str) -> None:
     _run_sequence(tmp_path, seed=zlib.crc32(f"{table_type}{index}{block_format}".encode()),
                   table_type=table_type, index=index, block_format=block_format, steps=12)
+
+
+@pytest.mark.parametrize(("table_type", "index", "block_format"),
+                         [("MERGE_ON_READ", "RECORD_INDEX", "parquet"),
+                          ("COPY_ON_WRITE", "GLOBAL_BLOOM", "avro")])
+def test_random_writes_keeping_keys_in_place_match_oracle_and_hudi_rs(
+        tmp_path: Path, table_type: str, index: str, block_format: str) -> None:
+    """``hoodie.*.index.update.partition.path=false`` (docs/engine.md, "A key whose partition
+    value changes"): random moves, deletes and late versions."""
+    _run_sequence(tmp_path, seed=zlib.crc32(f"keep{table_type}{index}".encode()),
+                  table_type=table_type, index=index, block_format=block_format, steps=12,
+                  keep_in_place=True)
 
 
 @pytest.mark.parametrize(("table_type", "index", "block_format"),

@@ -719,6 +719,34 @@ def test_global_state_index_moves_keys_and_deletes_tombstones_exactly_once(
 
 @pytest.mark.spark
 @pytest.mark.slow
+def test_global_state_index_update_partition_path_false_updates_keys_where_stored(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    """``update_partition_path=False`` (the GLOBAL_STATE index's own setting; the engine's
+    rule, ``engine.merge.policy.stays_in_place``): a key whose partition value changed is
+    updated where it is stored, its row the new version's; a late version loses; a tombstone
+    of such a key deletes it there; the key written again is new, in its own partition."""
+    path = str(tmp_path / "t")
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id", precombine="ts",
+                                        partition_by=["city"], table_type="MERGE_ON_READ",
+                                        index=GLOBAL_STATE, num_buckets=2, state_shards=2,
+                                        update_partition_path=False))
+    stream, oracle = ParquetStream(tmp_path, "ev"), EventOracle()
+    for events in (
+            [Event("a", 1, "oslo", 1.0), Event("b", 1, "oslo", 1.0), Event("c", 1, "rome", 1.0)],
+            [Event("a", 2, "rome", 2.0), Event("b", 0, "lima", 9.0), Event("c", 2, "rome", 2.0),
+             Event("d", 1, "lima", 1.0)],
+            [Event("a", 3, "lima", 3.0), Event("a", tombstone=True), Event("b", 3, "lima", 3.0)],
+            [Event("a", 4, "lima", 4.0), Event("d", 2, "oslo", 2.0)]):
+        stream.add(events)
+        oracle.apply(events)
+    run_stream(spark, stream, sink, tmp_path / "ck")
+    assert table_rows(path) == oracle.rows
+    assert hudi_rs_rows(path) == oracle.rows
+    assert _partition_of(path) == {"a": "lima", "b": "oslo", "c": "rome", "d": "lima"}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 def test_global_state_index_bootstraps_from_existing_table_and_survives_failed_commits(
         spark: Any, tmp_path: Path) -> None:  # noqa: F811
     path = str(tmp_path / "t")

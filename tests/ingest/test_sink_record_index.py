@@ -202,7 +202,64 @@ def test_record_index_sink_without_metadata_table_names_the_option(tmp_path: Pat
                                      options={"hoodie.metadata.enable": "false"}))
 
 
-def test_record_index_sink_refuses_keeping_keys_in_their_old_partition(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="update_partition_path"):
-        SinkConfig(str(tmp_path / "t"), decoder=decoder(), index=RECORD_INDEX,
-                   update_partition_path=False)
+UPDATE_PARTITION_PATH = "hoodie.record.index.update.partition.path"
+
+
+def test_record_index_sink_update_partition_path_is_the_engine_option(tmp_path: Path) -> None:
+    """The sink's ``update_partition_path`` and the table option say the same thing: the field
+    sets the option, a contradiction names both, a bad option value names the option."""
+    def config(**kwargs: Any) -> SinkConfig:
+        return SinkConfig(str(tmp_path / "t"), decoder=decoder(), index=RECORD_INDEX, **kwargs)
+
+    kept = config(update_partition_path=False)
+    assert kept.options == {UPDATE_PARTITION_PATH: "false"}
+    assert config(options={UPDATE_PARTITION_PATH: "false"}).update_partition_path is False
+    assert config().update_partition_path is True
+    with pytest.raises(ValueError, match=rf"update_partition_path: True contradicts "
+                                         rf"options\['{UPDATE_PARTITION_PATH}'\]"):
+        config(update_partition_path=True, options={UPDATE_PARTITION_PATH: "false"})
+    with pytest.raises(InvalidOptionError, match=UPDATE_PARTITION_PATH.replace(".", r"\.")):
+        config(options={UPDATE_PARTITION_PATH: "perhaps"})
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_record_index_sink_update_partition_path_false_updates_keys_where_stored(
+        spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    """``update_partition_path=False``: a key whose partition value changed is updated in the
+    partition the table stores it in (its row is the new version's), through the first batch's
+    lookup (no record_index yet: the table is read) and the record_index's; a tombstone of such
+    a key deletes it there, and the key written again is a new key in its own partition."""
+    path = str(tmp_path / "t")
+    sink = HudiStreamingSink(SinkConfig(path, decoder=decoder(), record_key="id",
+                                        precombine="ts", partition_by=["city"],
+                                        index=RECORD_INDEX, options=OPTIONS,
+                                        update_partition_path=False, write_parallelism=2))
+    oracle = EventOracle()
+    offsets: dict[int, int] = {}
+    batches = [
+        [Event("a", 1, "oslo", 1.0), Event("b", 1, "oslo", 1.0), Event("c", 1, "rome", 1.0)],
+        # a re-partitioned, b re-partitioned by a late version (loses), c in place, d new
+        [Event("a", 2, "rome", 2.0), Event("b", 0, "lima", 9.0), Event("c", 2, "rome", 2.0),
+         Event("d", 1, "lima", 1.0)],
+        # a re-partitioned again, then tombstoned; b re-partitioned (wins)
+        [Event("a", 3, "lima", 3.0), Event("a", tombstone=True), Event("b", 3, "lima", 3.0)],
+        # a written again: a new key, in its own partition
+        [Event("a", 4, "lima", 4.0), Event("d", 2, "oslo", 2.0)],
+    ]
+    where = [{"a": "oslo", "b": "oslo", "c": "rome"},
+             {"a": "oslo", "b": "oslo", "c": "rome", "d": "lima"},
+             {"b": "oslo", "c": "rome", "d": "lima"},
+             {"a": "lima", "b": "oslo", "c": "rome", "d": "lima"}]
+    for batch_id, events in enumerate(batches):
+        sink.process_batch(data_frame(spark, kafka_rows(events, "ev", offsets)), batch_id)
+        oracle.apply(events)
+        result = sink.last_result
+        assert result is not None and result.errors == 0 and result.instant_time
+        assert table_rows(path) == oracle.rows, f"batch {batch_id}"
+        assert hudi_rs_rows(path) == oracle.rows, f"batch {batch_id} (hudi-rs)"
+        locations = _data_locations(path)
+        assert {k: part for k, (part, _) in locations.items()} == where[batch_id], \
+            f"batch {batch_id}"
+        if batch_id:
+            assert _index_entries(path) == locations, f"batch {batch_id} (index)"
