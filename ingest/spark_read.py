@@ -44,6 +44,13 @@ them once, in its latest version as of ``end``. Spark keeps the offsets in the q
 checkpoint; a restarted query continues after the last committed batch, and a replayed batch
 plans exactly the same slices and rows (planning depends on the two offsets only: no commit
 can complete at or before a completion time already seen).
+
+A stream keeps the schema Spark asked for when the query started. A micro-batch whose commits
+changed the table's schema in a way that schema cannot carry (a column added, a type widened,
+a column dropped or renamed) fails while it is planned, before a row is read, with
+:class:`~engine.errors.SchemaChangedError` naming the commit
+(:func:`engine.read.stream_schema.check_stream_schema`); a restarted query reads the new
+schema and replays the batch from its checkpoint, so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ from engine.errors import InvalidOptionError
 from engine.layout.file_group import FileSlice
 from engine.read.options import EARLIEST, LATEST, QueryType, ReadOptions
 from engine.read.scan import Scan, SliceScan
+from engine.read.stream_schema import check_stream_schema
 from engine.schema import conform
 from engine.table import Table
 from engine.timeline.active import Timeline, completion_key
@@ -125,6 +133,11 @@ def _target_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
+
+
+def _as_spark_reads(schema: pa.Schema) -> pa.Schema:
+    """A table schema as the Arrow schema of the batches a read in it yields."""
+    return _target_schema(spark_schema(schema))
 
 
 # -- reading slices --------------------------------------------------------------------------
@@ -223,8 +236,12 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, until = str(start["completion_time"]), str(end["completion_time"])
         if until <= begin:
             return []
-        scan = Table.open(self.path).scan_incremental(
-            None if begin == BEFORE_FIRST_COMMIT else begin, until)
+        since = None if begin == BEFORE_FIRST_COMMIT else begin
+        scan = Table.open(self.path).scan_incremental(since, until)
+        # A commit of the range that changed the schema fails the batch (before any row is
+        # read), naming it: a restarted query reads the new schema and replays this batch.
+        check_stream_schema(scan.slice_scan.timeline, since, until,
+                            _target_schema(self.schema), _as_spark_reads)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

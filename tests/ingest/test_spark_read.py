@@ -287,6 +287,51 @@ def test_spark_stream_delivers_every_commit_once_in_order_across_restarts(
     assert [rows.num_rows for _, rows in idle.got] in ([], [0])
 
 
+def test_spark_stream_schema_change_fails_named_and_restart_delivers_new_columns(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    """A running stream whose table gains a column, then widens one (int -> long), fails
+    at the commit that changed the schema, naming it, before reading a row of it; a query
+    restarted from the checkpoint replays that batch in the new schema: every row of every
+    commit arrives once, the new column's and the widened column's values included."""
+    base = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("n", pa.int32())])
+    table = Table.create(str(tmp_path / "t"), name="evolving", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts")
+    checkpoint, sinks = tmp_path / "checkpoint", [Batches(), Batches(), Batches()]
+    table.upsert(pa.table({"key": ["a", "b"], "ts": [1, 1], "n": [1, 2]}, schema=base))
+    query = _stream(tidelake, table.path, checkpoint, sinks[0], available_now=False)
+    try:
+        query.processAllAvailable()
+        added = table.upsert(pa.table({"key": ["b", "c"], "ts": [2, 2],
+                                       "n": pa.array([3, 4], pa.int32()),
+                                       "extra": ["x-b", "x-c"]}))
+        with pytest.raises(Exception, match=rf"schema changed at instant {added}.*'extra'"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+    query = _stream(tidelake, table.path, checkpoint, sinks[1], available_now=False)
+    try:
+        query.processAllAvailable()
+        wide = 2**40  # no int32 holds it: conformed to the old schema it would overflow
+        widened = table.upsert(pa.table({
+            "key": ["c", "d"], "ts": [3, 3], "n": pa.array([wide, wide + 1], pa.int64()),
+            "extra": ["y-c", None]}))
+        with pytest.raises(Exception, match=rf"schema changed at instant {widened}.*'n'"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    _stream(tidelake, table.path, checkpoint, sinks[2], available_now=True).awaitTermination()
+
+    def delivered(sink: Batches) -> list[list[tuple[Any, ...]]]:
+        return [sorted((r["key"], r["n"], r.get("extra", "<none>"))
+                       for r in rows.to_pylist()) for _, rows in sink.got if rows.num_rows]
+
+    assert delivered(sinks[0]) == [[("a", 1, "<none>"), ("b", 2, "<none>")]]
+    assert delivered(sinks[1]) == [[("b", 3, "x-b"), ("c", 4, "x-c")]]
+    assert delivered(sinks[2]) == [[("c", wide, "y-c"), ("d", wide + 1, None)]]
+    assert sinks[1].got[0][0] == sinks[0].got[-1][0] + 1  # the failed batch, replayed
+
+
 def test_spark_stream_start_offset_latest_skips_earlier_commits(
         tidelake: SparkSession, tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), name="trips", table_type="COPY_ON_WRITE",
