@@ -23,7 +23,11 @@ picklable :class:`~engine.read.scan.SliceScan`); nothing relies on driver state,
 unchanged on a cluster.
 
 Options are Hudi's (:class:`engine.read.options.ReadOptions`, docs/configuration.md "Read
-options").
+options"), and the object store's (keys beginning ``aws_``, ``google_``, ``azure_``:
+:func:`engine.storage.is_storage_option`), which apply to this read only, over the store's
+environment; they reach executors inside each partition's :class:`~engine.read.scan.SliceScan`
+(its storage) and are never shown: no ``repr`` prints them, and :func:`register` adds
+:mod:`engine.redact`'s markers to the session's ``spark.sql.redaction.options.regex``.
 
 No filter pushdown, no column pruning (Spark 4.3): the API has no column pruning (every
 column is read; Spark drops the unused ones after the scan), and its filter pushdown
@@ -77,7 +81,9 @@ from engine.layout.file_group import FileSlice
 from engine.read.options import EARLIEST, LATEST, QueryType, ReadOptions
 from engine.read.scan import Scan, SliceScan
 from engine.read.stream_schema import check_stream_schema
+from engine.redact import redact, spark_redaction_regex
 from engine.schema import conform
+from engine.storage import is_storage_option
 from engine.table import Table
 from engine.timeline.active import Timeline, completion_key
 
@@ -109,6 +115,22 @@ def register(spark: SparkSession) -> None:
     (tidelake installed there, or on their ``PYTHONPATH``): Spark unpickles the source there
     by module name."""
     spark.dataSource.register(TidelakeDataSource)
+    _extend_redaction(spark)
+
+
+_REDACTION_CONF = "spark.sql.redaction.options.regex"
+
+
+def _extend_redaction(spark: SparkSession) -> None:
+    """Append :mod:`engine.redact`'s markers to the session's option redaction (Spark hides
+    ``secret|password|token`` by default; ``aws_access_key_id`` and other ``key`` options
+    too, then), so the store's credentials never show in a plan string (as
+    :func:`ingest.kafka_source.register` does for the Kafka source's)."""
+    pattern = spark_redaction_regex().removeprefix("(?i)")
+    current = spark.conf.get(_REDACTION_CONF) or "(?i)url"
+    if pattern not in current:
+        prefix = "" if current.startswith("(?i)") else "(?i)"
+        spark.conf.set(_REDACTION_CONF, f"{prefix}{current}|{pattern}")
 
 
 # -- options and schema ----------------------------------------------------------------------
@@ -168,14 +190,19 @@ def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa
 class TidelakeReader(DataSourceReader):
     """Batch reads: snapshot, read-optimized, time travel and incremental queries."""
 
-    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, path: str, options: ReadOptions, schema: StructType,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self._storage_options = dict(storage_options or {})
+
+    def __repr__(self) -> str:
+        return f"TidelakeReader({self.path!r})"
 
     def plan(self) -> Scan:
         """Driver: the engine's plan of this read (one slice per Spark partition)."""
-        table = Table.open(self.path)
+        table = Table.open(self.path, storage_options=self._storage_options)
         opts = self.options
         if opts.query_type is QueryType.INCREMENTAL:
             return table.scan_incremental(opts.begin_instant, opts.end_instant,
@@ -196,14 +223,22 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: each micro-batch is the incremental read of the commits completed in
     (start offset, end offset]."""
 
-    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, path: str, options: ReadOptions, schema: StructType,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self._storage_options = dict(storage_options or {})
         self._available_now: str | None = None
 
+    def __repr__(self) -> str:
+        return f"TidelakeStreamReader({self.path!r})"
+
+    def _table(self) -> Table:
+        return Table.open(self.path, storage_options=self._storage_options)
+
     def _latest(self) -> str:
-        table = Table.open(self.path)
+        table = self._table()
         done = Timeline.load(table.storage, table.config).completed_data_instants
         return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
 
@@ -237,7 +272,7 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if until <= begin:
             return []
         since = None if begin == BEFORE_FIRST_COMMIT else begin
-        scan = Table.open(self.path).scan_incremental(since, until)
+        scan = self._table().scan_incremental(since, until)
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
         check_stream_schema(scan.slice_scan.timeline, since, until,
@@ -265,16 +300,29 @@ class TidelakeDataSource(DataSource):
                     raise InvalidOptionError(
                         key, "applies to batch reads only: a stream reads the commits "
                         "completed after its offset (hoodie.datasource.streaming.startOffset)")
-        return ReadOptions.from_options(self.options)
+        storage = [str(k) for k in self.options if is_storage_option(k)]
+        return ReadOptions.from_options(self.options, ignore=("path", *storage))
+
+    def _storage_options(self) -> dict[str, str]:
+        """The object store's options (``aws_*``, ``google_*``, ``azure_*``: the keys
+        :class:`engine.storage.Storage` takes), over the store's environment."""
+        return {str(k).lower(): str(v) for k, v in self.options.items()
+                if is_storage_option(k)}
+
+    def __repr__(self) -> str:
+        return f"TidelakeDataSource({redact(dict(self.options))!r})"
 
     def schema(self) -> StructType:
         """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``)."""
-        return spark_schema(Table.open(_path(self.options)).read_schema())
+        table = Table.open(_path(self.options), storage_options=self._storage_options())
+        return spark_schema(table.read_schema())
 
     def reader(self, schema: StructType) -> TidelakeReader:
         """Driver: a batch reader."""
-        return TidelakeReader(_path(self.options), self._options(streaming=False), schema)
+        return TidelakeReader(_path(self.options), self._options(streaming=False), schema,
+                              self._storage_options())
 
     def streamReader(self, schema: StructType) -> TidelakeStreamReader:
         """Driver: a stream reader."""
-        return TidelakeStreamReader(_path(self.options), self._options(streaming=True), schema)
+        return TidelakeStreamReader(_path(self.options), self._options(streaming=True),
+                                    schema, self._storage_options())

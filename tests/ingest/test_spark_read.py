@@ -10,6 +10,7 @@ and after a batch that failed) continues without a duplicate or a gap.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from engine.errors import InvalidOptionError
 from ingest.spark_read import register
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
 from tests.helpers import Oracle, sorted_rows
+from tests.s3 import S3Server, authenticated
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [pytest.mark.spark]
@@ -197,6 +199,69 @@ def test_spark_read_bad_options_raise_naming_the_option(
         from engine.read.options import ReadOptions
 
         ReadOptions.from_options({"hoodie.datasource.read.strat.instanttime": "1"})
+
+
+def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
+        tidelake: SparkSession, s3_server: S3Server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """One session reads two buckets, each with the object store options given to its
+    read (`aws_*`, as Storage takes them) and no AWS_* environment: the server checks
+    signatures and each user may read its own bucket only, so each read (driver planning
+    and executor tasks) used its own credentials. No secret shows in a plan, the query
+    execution, Spark's SQL status store (what the UI and event log show), the output or
+    the logs of the driver, the executors and their Python workers."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    stores = []
+    for seed in (1, 2):
+        bucket = s3_server.new_bucket()
+        uri = f"s3://{bucket}/trips"
+        table = Table.create(uri, name="trips", table_type="MERGE_ON_READ", record_key="key",
+                             precombine="ts", partition_by=["region"],
+                             storage_options=s3_server.storage_options)
+        rng, oracle = random.Random(seed), Oracle()
+        for size in (12, 8):
+            batch = _same_partition(random_batch(rng, oracle, [seed * 1000], size), oracle)
+            oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
+        stores.append((uri, s3_server.bucket_user(bucket), _rows(table.read()), oracle))
+    secrets = [opts["aws_secret_access_key"] for _, opts, _, _ in stores]
+    assert secrets[0] != secrets[1]
+    shown: list[str] = []
+    with authenticated():
+        for uri, opts, expected, oracle in stores:
+            df = _load(tidelake, uri, **opts)
+            assert _spark_rows(df) == expected
+            assert sorted_rows(df.toArrow(), COLUMNS) == oracle.snapshot()
+            for mode in ("simple", "extended", "formatted", "cost"):
+                df.explain(mode)
+            shown.append(df._jdf.queryExecution().toString())
+            sink = Batches()
+            reader = tidelake.readStream.format("tidelake")
+            for key, value in opts.items():
+                reader = reader.option(key, value)
+            query = (reader.load(uri).writeStream.foreachBatch(sink)
+                     .option("checkpointLocation", str(tmp_path / uri.split("/")[2]))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            assert _rows(pa.concat_tables([b for _, b in sink.got])) == expected
+            shown += [str(query.lastProgress), str(query.status)]
+        # the other store's user: refused by the server, the error shows no secret either
+        crossed = {**stores[1][1], "aws_endpoint_url": stores[0][1]["aws_endpoint_url"]}
+        with pytest.raises(Exception, match="PermissionDenied") as refused:
+            _load(tidelake, stores[0][0], **crossed).collect()
+        shown.append(str(refused.value))
+    store = tidelake._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList().iterator()
+    while executions.hasNext():
+        execution = executions.next()
+        shown += [execution.description(), execution.details(),
+                  execution.physicalPlanDescription(), str(execution.modifiedConfigs())]
+    out = capfd.readouterr()
+    shown += [out.out, out.err]
+    assert "BatchScan tidelake" in out.out  # explain() printed
+    for text in shown:
+        for secret in secrets:
+            assert secret not in text
 
 
 # -- streams ---------------------------------------------------------------------------------
