@@ -49,6 +49,12 @@ checkpoint; a restarted query continues after the last committed batch, and a re
 plans exactly the same slices and rows (planning depends on the two offsets only: no commit
 can complete at or before a completion time already seen).
 
+The change feed (``hoodie.datasource.query.incremental.format=cdc``, incremental queries and
+streams): Hudi's CDC columns ``op``/``ts_ms``/``before``/``after``, computed by the engine
+(:meth:`engine.table.Table.read_changes`) in one executor task per range
+(:class:`ChangePartition`), since it compares keys across file groups; unlike the latest-state
+read, it carries deletes.
+
 A stream keeps the schema Spark asked for when the query started. A micro-batch whose commits
 changed the table's schema in a way that schema cannot carry (a column added, a type widened,
 a column dropped or renamed) fails while it is planned, before a row is read, with
@@ -78,7 +84,8 @@ from pyspark.sql.types import StructType
 
 from engine.errors import InvalidOptionError
 from engine.layout.file_group import FileSlice
-from engine.read.options import EARLIEST, LATEST, QueryType, ReadOptions
+from engine.read.changes import CDC_SCHEMA
+from engine.read.options import CDC, EARLIEST, LATEST, QueryType, ReadOptions
 from engine.read.scan import Scan, SliceScan
 from engine.read.stream_schema import check_stream_schema
 from engine.redact import redact, spark_redaction_regex
@@ -107,6 +114,7 @@ STREAM_REFUSED = ("hoodie.datasource.query.type", "as.of.instant",
                   "hoodie.datasource.read.begin.instanttime",
                   "hoodie.datasource.read.end.instanttime")
 """Batch-only options: a stream is always the incremental read from its offsets on."""
+CDC_OPTION = "hoodie.datasource.query.incremental.format"
 
 
 def register(spark: SparkSession) -> None:
@@ -178,13 +186,48 @@ def _partitions(scan: Scan) -> list[SlicePartition]:
     return [SlicePartition(scan.slice_scan, slc) for slc in scan.slices]
 
 
+class ChangePartition(InputPartition):
+    """The change feed of the commits completed in (``start``, ``end``] (``[`` with
+    ``inclusive``) as one Spark input partition (picklable: the table's location and store
+    options, the range; the engine reads it in the executor,
+    :meth:`engine.table.Table.read_changes`). One task per range: the feed compares each
+    commit's file groups before and after it, by key across groups."""
+
+    def __init__(self, path: str, storage_options: Mapping[str, str], start: str | None,
+                 end: str, inclusive: bool) -> None:
+        super().__init__(f"changes ({start}, {end}]")
+        self.path = path
+        self.storage_options = dict(storage_options)
+        self.start = start
+        self.end = end
+        self.inclusive = inclusive
+
+    def __repr__(self) -> str:
+        return f"ChangePartition({self.path!r}, {self.start!r}, {self.end!r})"
+
+    def read(self) -> pa.Table:
+        """Executor: the range's change rows."""
+        table = Table.open(self.path, storage_options=self.storage_options)
+        return table.read_changes(self.start, self.end, start_inclusive=self.inclusive)
+
+
 def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Executor side: the slice's rows through the engine, as batches of ``target``."""
-    if not isinstance(partition, SlicePartition):  # Spark's placeholder for "no slices"
+    if isinstance(partition, ChangePartition):
+        rows = partition.read()
+    elif isinstance(partition, SlicePartition):
+        rows = partition.scan.read(partition.slice)
+    else:  # Spark's placeholder for "no slices"
         return
-    rows = partition.scan.read(partition.slice)
     if rows.num_rows:
         yield from conform(rows, target).combine_chunks().to_batches()
+
+
+def _latest_completion(table: Table) -> str:
+    """The completion key of the table's latest completed data instant (or
+    :data:`BEFORE_FIRST_COMMIT`)."""
+    done = Timeline.load(table.storage, table.config).completed_data_instants
+    return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
 
 
 class TidelakeReader(DataSourceReader):
@@ -211,8 +254,16 @@ class TidelakeReader(DataSourceReader):
                           read_optimized=opts.query_type is QueryType.READ_OPTIMIZED)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Driver: one partition per file slice the engine plans to read."""
+        """Driver: one partition per file slice the engine plans to read (the change feed:
+        one partition of the range, its end fixed now so a retried task reads the same)."""
+        if self.options.cdc:
+            begin = self.options.begin_instant
+            end = self.options.end_instant or _latest_completion(self._table())
+            return [ChangePartition(self.path, self._storage_options, begin, end, True)]
         return _partitions(self.plan())
+
+    def _table(self) -> Table:
+        return Table.open(self.path, storage_options=self._storage_options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows."""
@@ -238,9 +289,7 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Table.open(self.path, storage_options=self._storage_options)
 
     def _latest(self) -> str:
-        table = self._table()
-        done = Timeline.load(table.storage, table.config).completed_data_instants
-        return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
+        return _latest_completion(self._table())
 
     def initialOffset(self) -> dict[str, Any]:
         """Driver: where a new query starts (``hoodie.datasource.streaming.startOffset``)."""
@@ -272,6 +321,8 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if until <= begin:
             return []
         since = None if begin == BEFORE_FIRST_COMMIT else begin
+        if self.options.cdc:  # the feed's columns never change: no schema check
+            return [ChangePartition(self.path, self._storage_options, since, until, False)]
         scan = self._table().scan_incremental(since, until)
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
@@ -301,7 +352,8 @@ class TidelakeDataSource(DataSource):
                         key, "applies to batch reads only: a stream reads the commits "
                         "completed after its offset (hoodie.datasource.streaming.startOffset)")
         storage = [str(k) for k in self.options if is_storage_option(k)]
-        return ReadOptions.from_options(self.options, ignore=("path", *storage))
+        return ReadOptions.from_options(self.options, ignore=("path", *storage),
+                                        streaming=streaming)
 
     def _storage_options(self) -> dict[str, str]:
         """The object store's options (``aws_*``, ``google_*``, ``azure_*``: the keys
@@ -314,6 +366,9 @@ class TidelakeDataSource(DataSource):
 
     def schema(self) -> StructType:
         """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``)."""
+        if any(str(k).lower() == CDC_OPTION and str(v).strip().lower() == CDC
+               for k, v in self.options.items()):
+            return spark_schema(CDC_SCHEMA)
         table = Table.open(_path(self.options), storage_options=self._storage_options())
         return spark_schema(table.read_schema())
 
