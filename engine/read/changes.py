@@ -39,6 +39,7 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.layout.view import TableView
 from engine.read.reader import ReadSpec, TableReader
@@ -89,11 +90,6 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
-def _version(row: dict[str, Any]) -> tuple[Any, Any]:
-    """Which write a row's version is (a rewrite that keeps a record keeps both)."""
-    return row[COMMIT_TIME], row[COMMIT_SEQNO]
-
-
 def _image(row: dict[str, Any] | None, columns: list[str]) -> str | None:
     if row is None:
         return None
@@ -110,12 +106,11 @@ class _Reads:
         self.reader = TableReader(storage, timeline)
         self._files: Any = None
 
-    def rows(self, at: str | None, groups: set[tuple[str, str]] | None
-             ) -> dict[tuple[str, str], dict[str, Any]]:
-        """(record key, partition path) → row, of ``groups`` (None: all) as of the
-        completion key ``at`` (None: before the first commit, nothing)."""
+    def rows(self, at: str | None, groups: set[tuple[str, str]] | None) -> pa.Table | None:
+        """The rows of ``groups`` (None: all) as of the completion key ``at`` (meta columns
+        as plain strings; None: nothing, or ``at`` None — before the first commit)."""
         if at is None:
-            return {}
+            return None
         view = TableView(self.storage, self.timeline, end_completion=at)
         if self._files is not None:
             view._files = self._files  # the raw listing: visibility is applied per view
@@ -125,12 +120,52 @@ class _Reads:
                   if groups is None or (s.partition_path, s.file_id) in groups]
         parts = [p for p in (scan.slice_scan.read(s) for s in slices) if p.num_rows]
         if not parts:
-            return {}
+            return None
         table = pa.concat_tables(parts, promote_options="permissive")
-        table = table.cast(pa.schema([pa.field(f.name, f.type.value_type)
-                                      if pa.types.is_dictionary(f.type) else f
-                                      for f in table.schema]))
-        return {(r[RECORD_KEY], r[PARTITION_PATH]): r for r in table.to_pylist()}
+        return table.cast(pa.schema([pa.field(f.name, f.type.value_type)
+                                     if pa.types.is_dictionary(f.type) else f
+                                     for f in table.schema]))
+
+
+_IDENTITY = [RECORD_KEY, PARTITION_PATH]
+
+
+def _positions(table: pa.Table, tag: str) -> pa.Table:
+    """The identity and version columns of ``table`` with each row's position (``tag``)."""
+    return pa.table({RECORD_KEY: table.column(RECORD_KEY),
+                     PARTITION_PATH: table.column(PARTITION_PATH),
+                     f"{tag}_time": table.column(COMMIT_TIME),
+                     f"{tag}_seqno": table.column(COMMIT_SEQNO),
+                     tag: pa.array(range(table.num_rows), pa.int64())})
+
+
+def _diff(before: pa.Table | None, after: pa.Table | None
+          ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any] | None, dict[str, Any]]]]:
+    """The rows of ``before`` whose (key, partition) ``after`` lacks (deleted), and the rows
+    of ``after`` that are new or another write's version than in ``before``, with that
+    version (inserted or updated); each by key and partition. Only these rows are turned
+    into Python objects (an Arrow join finds them)."""
+    if after is None:
+        gone = before.to_pylist() if before is not None else []
+        return sorted(gone, key=lambda r: (r[RECORD_KEY], r[PARTITION_PATH])), []
+    if before is None:
+        new = sorted(after.to_pylist(), key=lambda r: (r[RECORD_KEY], r[PARTITION_PATH]))
+        return [], [(None, r) for r in new]
+    b, a = _positions(before, "b"), _positions(after, "a")
+    gone_at = b.join(a.select(_IDENTITY), keys=_IDENTITY, join_type="left anti")
+    gone_at = gone_at.sort_by([(RECORD_KEY, "ascending"), (PARTITION_PATH, "ascending")])
+    joined = a.join(b, keys=_IDENTITY, join_type="left outer")
+    changed = joined.filter(pc.or_kleene(
+        pc.is_null(joined.column("b")),
+        pc.or_(pc.not_equal(joined.column("a_time"), joined.column("b_time")),
+               pc.not_equal(joined.column("a_seqno"), joined.column("b_seqno")))))
+    changed = changed.sort_by([(RECORD_KEY, "ascending"), (PARTITION_PATH, "ascending")])
+    gone = before.take(gone_at.column("b")).to_pylist()
+    new = after.take(changed.column("a")).to_pylist()
+    held_at = changed.column("b").to_pylist()
+    held = iter(before.take(pc.drop_null(changed.column("b"))).to_pylist())
+    return gone, [(next(held) if at is not None else None, row)
+                  for at, row in zip(held_at, new, strict=True)]
 
 
 def read_changes(storage: Storage, timeline: Timeline, start: str | None,
@@ -145,28 +180,23 @@ def read_changes(storage: Storage, timeline: Timeline, start: str | None,
     columns = [n for n in schema.names if n not in META_FIELDS] if schema is not None else []
     out: list[tuple[str, str, str | None, str | None]] = []
     if start is None:
-        for _, row in sorted(reads.rows(end, None).items()):
+        for _, row in _diff(None, reads.rows(end, None))[1]:
             out.append((INSERT, row[COMMIT_TIME], None, _image(row, columns)))
     else:
-        keys = {completion_key(i): i for i in done}
-        ordered = sorted(keys)
+        keys = sorted(completion_key(i) for i in done)
         for commit in change_commits(timeline, start, end, start_inclusive=start_inclusive):
             at = completion_key(commit)
-            before_at = max((k for k in ordered if k < at), default=None)
+            before_at = max((k for k in keys if k < at), default=None)
             meta = timeline.commit_metadata(commit)
             groups = {(s.partition_path, s.file_id) for s in meta.write_stats}
             groups |= {(p, f) for p, ids in meta.partition_to_replace_file_ids.items()
                        for f in ids}
-            before, after = reads.rows(before_at, groups), reads.rows(at, groups)
+            gone, changed = _diff(reads.rows(before_at, groups), reads.rows(at, groups))
             ts = commit.requested_time
-            for key, gone in sorted(before.items()):  # a partition move: delete first
-                if key not in after:
-                    out.append((DELETE, ts, _image(gone, columns), None))
-            for key, row in sorted(after.items()):
-                held = before.get(key)
-                if held is None or _version(held) != _version(row):
-                    out.append((UPDATE if held is not None else INSERT, ts,
-                                _image(held, columns), _image(row, columns)))
+            # deletes first: a partition move is the old copy's delete, then the new insert
+            out += [(DELETE, ts, _image(row, columns), None) for row in gone]
+            out += [(UPDATE if held is not None else INSERT, ts, _image(held, columns),
+                     _image(row, columns)) for held, row in changed]
     return pa.table({"op": [r[0] for r in out], "ts_ms": [r[1] for r in out],
                      "before": [r[2] for r in out], "after": [r[3] for r in out]},
                     schema=CDC_SCHEMA)

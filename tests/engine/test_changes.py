@@ -122,3 +122,29 @@ def test_change_feed_rows_per_commit_as_hudi_cdc(tmp_path: Path) -> None:
     assert [(r["op"], r["ts_ms"]) for r in from_first] == [("i", again)]
     inclusive = table.read_changes(start, start_inclusive=True).to_pylist()
     assert [r["op"] for r in inclusive] == ["i", "u", "d", "i"]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_change_feed_partition_move_is_a_delete_then_an_insert(
+        tmp_path: Path, table_type: str) -> None:
+    """Under a global index an update that changes a key's partition moves it: the feed has
+    the old copy's delete and the new copy's insert, and a partitioned consumer follows."""
+    source = Table.create(str(tmp_path / "raw"), name="raw", table_type=table_type,
+                          record_key="key", precombine="ts", partition_by=["region"],
+                          options={"hoodie.index.type": "GLOBAL_SIMPLE"})
+    cleaned = Table.create(str(tmp_path / "clean"), name="clean", table_type="COPY_ON_WRITE",
+                           record_key="key", precombine="ts", partition_by=["region"])
+    rows = [{"key": k, "ts": 1, "region": "north", "amount": 1.0, "note": None}
+            for k in ("a", "b")]
+    first = source.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    apply_change_feed(cleaned, source.read_changes(None), SCHEMA)
+    moved = source.upsert(pa.Table.from_pylist([dict(rows[0], ts=2, region="south")],
+                                               schema=SCHEMA))
+    changes = source.read_changes(_completion(source, first), _completion(source, moved))
+    got = [(r["op"], json.loads(r["before"] or r["after"])["region"]) for r in
+           changes.to_pylist()]
+    assert got == [("d", "north"), ("i", "south")]
+    apply_change_feed(cleaned, changes, SCHEMA)
+    assert _data(sorted_rows(cleaned.read(), DATA)) == _data(sorted_rows(source.read(), DATA))
+    assert [(r["key"], r["region"]) for r in sorted_rows(cleaned.read(), DATA)] == [
+        ("a", "south"), ("b", "north")]
