@@ -203,13 +203,15 @@ def test_spark_read_bad_options_raise_naming_the_option(
 
 def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
         tidelake: SparkSession, s3_server: S3Server, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
     """One session reads two buckets, each with the object store options given to its
     read (`aws_*`, as Storage takes them) and no AWS_* environment: the server checks
     signatures and each user may read its own bucket only, so each read (driver planning
     and executor tasks) used its own credentials. No secret shows in a plan, the query
-    execution, Spark's SQL status store (what the UI and event log show), the output or
-    the logs of the driver, the executors and their Python workers."""
+    execution, Spark's SQL status store (what the UI and event log show), the streams'
+    checkpoints, the output or the logs of the driver, the executors and their Python
+    workers."""
     for name in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(name)
     stores = []
@@ -227,6 +229,12 @@ def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
     secrets = [opts["aws_secret_access_key"] for _, opts, _, _ in stores]
     assert secrets[0] != secrets[1]
     shown: list[str] = []
+    # every record of tidelake's loggers, the rest from INFO (py4j's DEBUG records echo each
+    # call made to the JVM, option values included: the caller's own, below any source)
+    caplog.clear()
+    caplog.set_level("INFO")
+    for logger in ("engine", "ingest"):
+        caplog.set_level("DEBUG", logger=logger)
     with authenticated():
         for uri, opts, expected, oracle in stores:
             df = _load(tidelake, uri, **opts)
@@ -257,8 +265,10 @@ def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
         shown += [execution.description(), execution.details(),
                   execution.physicalPlanDescription(), str(execution.modifiedConfigs())]
     out = capfd.readouterr()
-    shown += [out.out, out.err]
+    shown += [out.out, out.err, caplog.text]
     assert "BatchScan tidelake" in out.out  # explain() printed
+    # the streams' checkpoints (offsets, commits, metadata, sources)
+    shown += [f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file()]
     for text in shown:
         for secret in secrets:
             assert secret not in text
