@@ -27,7 +27,9 @@ clusterings change no record and are skipped. Where Hudi's CDC query needs
 Each commit of the range yields its own rows (a key updated by two commits: two ``u`` rows),
 so insert → delete → insert within one range shows as it happened (RFC-51). A range from the
 first commit on (``start`` None) returns the table as of ``end`` as inserts instead of
-replaying its whole history. Cost: two reads of every file group a commit wrote, per commit.
+replaying its whole history; a range that reaches archived commits is refused
+(:class:`~engine.errors.InstantNotReadableError`), as Hudi's CDC query reads active instants
+only. Cost: two reads of every file group a commit wrote, per commit.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.errors import InstantNotReadableError
 from engine.layout.view import TableView
 from engine.read.reader import ReadSpec, TableReader
 from engine.schema import COMMIT_SEQNO, COMMIT_TIME, META_FIELDS, PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
-from engine.timeline.active import Timeline, completion_key
+from engine.timeline.active import DATA_ACTION_NAMES, Timeline, completion_key
 from engine.timeline.instant import Instant
 
 __all__ = ["CDC_SCHEMA", "DELETE", "INSERT", "UPDATE", "change_commits", "read_changes"]
@@ -168,12 +171,32 @@ def _diff(before: pa.Table | None, after: pa.Table | None
                   for at, row in zip(held_at, new, strict=True)]
 
 
+def _check_active(timeline: Timeline, start: str, done: list[Instant]) -> None:
+    """Refuse a range that reaches archived commits: their file groups before and after
+    cannot be told apart from the active timeline (Hudi: "only instants that are active can
+    be queried" by a CDC query), and skipping them would lose their changes silently."""
+    first = completion_key(done[0]) if done else None
+    if first is not None and start >= first:
+        return
+    archived = [row for row in timeline.archived() if row.action in DATA_ACTION_NAMES
+                and (row.completion_time or row.requested_time) > start]
+    if archived:
+        earliest = first or ""
+        raise InstantNotReadableError(
+            f"the change feed from {start} is not possible: commits after it are archived "
+            f"(the first, {archived[0].requested_time}); the feed reads active commits only, "
+            f"from {earliest} on (hoodie.keep.min.commits sets how many stay active)",
+            earliest)
+
+
 def read_changes(storage: Storage, timeline: Timeline, start: str | None,
                  end: str | None = None, *, start_inclusive: bool = False) -> pa.Table:
     """The change feed (:data:`CDC_SCHEMA`) of the commits completed in (``start``,
     ``end``] (see the module doc; ``start`` None: the table as of ``end`` as inserts)."""
     reads = _Reads(storage, timeline)
     done = list(timeline.completed_data_instants)
+    if start is not None:
+        _check_active(timeline, start, done)
     if end is None:
         end = completion_key(done[-1]) if done else None
     schema = reads.reader.table_schema()

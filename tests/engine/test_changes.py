@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engine import Table
+from engine import InstantNotReadableError, Table
 from engine.read.changes import CDC_SCHEMA
 from tests.engine.helpers import COLUMNS, SCHEMA
 from tests.helpers import Oracle, apply_change_feed, sorted_rows
@@ -148,3 +148,25 @@ def test_change_feed_partition_move_is_a_delete_then_an_insert(
     assert _data(sorted_rows(cleaned.read(), DATA)) == _data(sorted_rows(source.read(), DATA))
     assert [(r["key"], r["region"]) for r in sorted_rows(cleaned.read(), DATA)] == [
         ("a", "south"), ("b", "north")]
+
+
+def test_change_feed_refuses_a_range_reaching_archived_commits(tmp_path: Path) -> None:
+    """Archived commits cannot be diffed: a feed from before them fails naming the first
+    active commit instead of skipping their changes (Hudi's CDC reads active instants)."""
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts", partition_by=["region"],
+                         options={"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3",
+                                  "hoodie.clean.automatic": "false",
+                                  "hoodie.archive.automatic": "false"})
+    instants = []
+    for n in range(6):
+        row = {"key": f"k{n}", "ts": 1, "region": "north", "amount": 1.0, "note": None}
+        instants.append(table.upsert(pa.Table.from_pylist([row], schema=SCHEMA)))
+    first = _completion(table, instants[0])
+    assert table.archive().completed
+    active = [e for e in table.timeline() if e.state == "completed"]
+    with pytest.raises(InstantNotReadableError, match="archived") as refused:
+        table.read_changes(first)
+    assert refused.value.earliest == active[0].completion_time
+    assert [r["op"] for r in table.read_changes(active[0].completion_time).to_pylist()] \
+        == ["i"] * (len(active) - 1)
