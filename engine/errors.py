@@ -42,6 +42,19 @@ class SchemaEvolutionError(InvalidRecordError):
         self.column = column
 
 
+class SchemaChangedError(TerminalError):
+    """The table's schema changed within the commits a running stream is about to read, in a
+    way the schema the stream started with cannot carry (a column added, dropped or renamed,
+    a type widened): its rows would lose values. Restarting the query reads the new schema
+    (it continues from its checkpoint). ``instant`` is the commit that changed it,
+    ``column`` the first column concerned."""
+
+    def __init__(self, message: str, instant: str, column: str) -> None:
+        super().__init__(message)
+        self.instant = instant
+        self.column = column
+
+
 class TableNotFoundError(TerminalError):
     """No Hudi table at the given path (no ``.hoodie/hoodie.properties``)."""
 

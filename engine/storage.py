@@ -128,6 +128,20 @@ OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss")
 """Location schemes served by :class:`ObjectStorage`."""
 
 
+STORAGE_OPTION_PREFIXES = ("aws_", "google_", "azure_")
+"""How the keys of object store options begin (object_store's ``AmazonS3ConfigKey``,
+``GoogleConfigKey`` and ``AzureConfigKey`` names, as obstore and hudi-rs take them:
+``aws_endpoint_url``, ``aws_secret_access_key``, ``google_service_account_key``,
+``azure_storage_account_key``, ...). Option maps that mix them with other options (the Spark
+source's) tell them apart by :func:`is_storage_option`."""
+
+
+def is_storage_option(key: str) -> bool:
+    """True for a key of the object store's options (:data:`STORAGE_OPTION_PREFIXES`,
+    case-insensitively: Spark lower-cases option keys)."""
+    return str(key).lower().startswith(STORAGE_OPTION_PREFIXES)
+
+
 def scheme_of(location: str) -> str | None:
     """The lower-case scheme of a URI location (``s3``, ``file``), None for a plain path."""
     match = _SCHEME.match(location)

@@ -450,6 +450,22 @@ class Table:
                                                     start_inclusive=start_inclusive)
         return scan
 
+    def read_changes(self, start: str | None, end: str | None = None, *,
+                     start_inclusive: bool = False) -> pa.Table:
+        """The change feed of the commits completed after ``start`` and up to ``end``
+        (completion times; ``start_inclusive``: from ``start`` on, as Hudi 1.x's begin
+        instant time): one row per record a commit inserted, updated or deleted, as Hudi's
+        CDC query returns them — ``op`` (``i``/``u``/``d``), ``ts_ms`` (the commit's instant
+        time), ``before`` and ``after`` (the data columns as JSON text). ``start`` None: the
+        table as of ``end`` as inserts. See :mod:`engine.read.changes`."""
+        _check_instant_arg("start", start)
+        _check_instant_arg("end", end)
+        from engine.read.changes import read_changes
+
+        reader = self._reader(start=start)
+        return read_changes(self.storage, reader.timeline, start, end,
+                            start_inclusive=start_inclusive)
+
     # -- table services --------------------------------------------------------------------
 
     def rollback_failed_writes(self) -> list[str]:

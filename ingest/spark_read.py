@@ -23,7 +23,11 @@ picklable :class:`~engine.read.scan.SliceScan`); nothing relies on driver state,
 unchanged on a cluster.
 
 Options are Hudi's (:class:`engine.read.options.ReadOptions`, docs/configuration.md "Read
-options").
+options"), and the object store's (keys beginning ``aws_``, ``google_``, ``azure_``:
+:func:`engine.storage.is_storage_option`), which apply to this read only, over the store's
+environment; they reach executors inside each partition's :class:`~engine.read.scan.SliceScan`
+(its storage) and are never shown: no ``repr`` prints them, and :func:`register` adds
+:mod:`engine.redact`'s markers to the session's ``spark.sql.redaction.options.regex``.
 
 No filter pushdown, no column pruning (Spark 4.3): the API has no column pruning (every
 column is read; Spark drops the unused ones after the scan), and its filter pushdown
@@ -44,6 +48,19 @@ them once, in its latest version as of ``end``. Spark keeps the offsets in the q
 checkpoint; a restarted query continues after the last committed batch, and a replayed batch
 plans exactly the same slices and rows (planning depends on the two offsets only: no commit
 can complete at or before a completion time already seen).
+
+The change feed (``hoodie.datasource.query.incremental.format=cdc``, incremental queries and
+streams): Hudi's CDC columns ``op``/``ts_ms``/``before``/``after``, computed by the engine
+(:meth:`engine.table.Table.read_changes`) in one executor task per range
+(:class:`ChangePartition`), since it compares keys across file groups; unlike the latest-state
+read, it carries deletes.
+
+A stream keeps the schema Spark asked for when the query started. A micro-batch whose commits
+changed the table's schema in a way that schema cannot carry (a column added, a type widened,
+a column dropped or renamed) fails while it is planned, before a row is read, with
+:class:`~engine.errors.SchemaChangedError` naming the commit
+(:func:`engine.read.stream_schema.check_stream_schema`); a restarted query reads the new
+schema and replays the batch from its checkpoint, so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -67,9 +84,13 @@ from pyspark.sql.types import StructType
 
 from engine.errors import InvalidOptionError
 from engine.layout.file_group import FileSlice
-from engine.read.options import EARLIEST, LATEST, QueryType, ReadOptions
+from engine.read.changes import CDC_SCHEMA
+from engine.read.options import CDC, EARLIEST, LATEST, QueryType, ReadOptions
 from engine.read.scan import Scan, SliceScan
+from engine.read.stream_schema import check_stream_schema
+from engine.redact import redact, spark_redaction_regex
 from engine.schema import conform
+from engine.storage import is_storage_option
 from engine.table import Table
 from engine.timeline.active import Timeline, completion_key
 
@@ -93,6 +114,7 @@ STREAM_REFUSED = ("hoodie.datasource.query.type", "as.of.instant",
                   "hoodie.datasource.read.begin.instanttime",
                   "hoodie.datasource.read.end.instanttime")
 """Batch-only options: a stream is always the incremental read from its offsets on."""
+CDC_OPTION = "hoodie.datasource.query.incremental.format"
 
 
 def register(spark: SparkSession) -> None:
@@ -101,6 +123,22 @@ def register(spark: SparkSession) -> None:
     (tidelake installed there, or on their ``PYTHONPATH``): Spark unpickles the source there
     by module name."""
     spark.dataSource.register(TidelakeDataSource)
+    _extend_redaction(spark)
+
+
+_REDACTION_CONF = "spark.sql.redaction.options.regex"
+
+
+def _extend_redaction(spark: SparkSession) -> None:
+    """Append :mod:`engine.redact`'s markers to the session's option redaction (Spark hides
+    ``secret|password|token`` by default; ``aws_access_key_id`` and other ``key`` options
+    too, then), so the store's credentials never show in a plan string (as
+    :func:`ingest.kafka_source.register` does for the Kafka source's)."""
+    pattern = spark_redaction_regex().removeprefix("(?i)")
+    current = spark.conf.get(_REDACTION_CONF) or "(?i)url"
+    if pattern not in current:
+        prefix = "" if current.startswith("(?i)") else "(?i)"
+        spark.conf.set(_REDACTION_CONF, f"{prefix}{current}|{pattern}")
 
 
 # -- options and schema ----------------------------------------------------------------------
@@ -127,6 +165,11 @@ def _target_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _as_spark_reads(schema: pa.Schema) -> pa.Schema:
+    """A table schema as the Arrow schema of the batches a read in it yields."""
+    return _target_schema(spark_schema(schema))
+
+
 # -- reading slices --------------------------------------------------------------------------
 
 
@@ -143,26 +186,66 @@ def _partitions(scan: Scan) -> list[SlicePartition]:
     return [SlicePartition(scan.slice_scan, slc) for slc in scan.slices]
 
 
+class ChangePartition(InputPartition):
+    """The change feed of the commits completed in (``start``, ``end``] (``[`` with
+    ``inclusive``) as one Spark input partition (picklable: the table's location and store
+    options, the range; the engine reads it in the executor,
+    :meth:`engine.table.Table.read_changes`). One task per range: the feed compares each
+    commit's file groups before and after it, by key across groups."""
+
+    def __init__(self, path: str, storage_options: Mapping[str, str], start: str | None,
+                 end: str, inclusive: bool) -> None:
+        super().__init__(f"changes ({start}, {end}]")
+        self.path = path
+        self.storage_options = dict(storage_options)
+        self.start = start
+        self.end = end
+        self.inclusive = inclusive
+
+    def __repr__(self) -> str:
+        return f"ChangePartition({self.path!r}, {self.start!r}, {self.end!r})"
+
+    def read(self) -> pa.Table:
+        """Executor: the range's change rows."""
+        table = Table.open(self.path, storage_options=self.storage_options)
+        return table.read_changes(self.start, self.end, start_inclusive=self.inclusive)
+
+
 def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Executor side: the slice's rows through the engine, as batches of ``target``."""
-    if not isinstance(partition, SlicePartition):  # Spark's placeholder for "no slices"
+    if isinstance(partition, ChangePartition):
+        rows = partition.read()
+    elif isinstance(partition, SlicePartition):
+        rows = partition.scan.read(partition.slice)
+    else:  # Spark's placeholder for "no slices"
         return
-    rows = partition.scan.read(partition.slice)
     if rows.num_rows:
         yield from conform(rows, target).combine_chunks().to_batches()
+
+
+def _latest_completion(table: Table) -> str:
+    """The completion key of the table's latest completed data instant (or
+    :data:`BEFORE_FIRST_COMMIT`)."""
+    done = Timeline.load(table.storage, table.config).completed_data_instants
+    return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
 
 
 class TidelakeReader(DataSourceReader):
     """Batch reads: snapshot, read-optimized, time travel and incremental queries."""
 
-    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, path: str, options: ReadOptions, schema: StructType,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self._storage_options = dict(storage_options or {})
+
+    def __repr__(self) -> str:
+        return f"TidelakeReader({self.path!r})"
 
     def plan(self) -> Scan:
         """Driver: the engine's plan of this read (one slice per Spark partition)."""
-        table = Table.open(self.path)
+        table = Table.open(self.path, storage_options=self._storage_options)
         opts = self.options
         if opts.query_type is QueryType.INCREMENTAL:
             return table.scan_incremental(opts.begin_instant, opts.end_instant,
@@ -171,8 +254,16 @@ class TidelakeReader(DataSourceReader):
                           read_optimized=opts.query_type is QueryType.READ_OPTIMIZED)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Driver: one partition per file slice the engine plans to read."""
+        """Driver: one partition per file slice the engine plans to read (the change feed:
+        one partition of the range, its end fixed now so a retried task reads the same)."""
+        if self.options.cdc:
+            begin = self.options.begin_instant
+            end = self.options.end_instant or _latest_completion(self._table())
+            return [ChangePartition(self.path, self._storage_options, begin, end, True)]
         return _partitions(self.plan())
+
+    def _table(self) -> Table:
+        return Table.open(self.path, storage_options=self._storage_options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows."""
@@ -183,16 +274,22 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: each micro-batch is the incremental read of the commits completed in
     (start offset, end offset]."""
 
-    def __init__(self, path: str, options: ReadOptions, schema: StructType) -> None:
+    def __init__(self, path: str, options: ReadOptions, schema: StructType,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self._storage_options = dict(storage_options or {})
         self._available_now: str | None = None
 
+    def __repr__(self) -> str:
+        return f"TidelakeStreamReader({self.path!r})"
+
+    def _table(self) -> Table:
+        return Table.open(self.path, storage_options=self._storage_options)
+
     def _latest(self) -> str:
-        table = Table.open(self.path)
-        done = Timeline.load(table.storage, table.config).completed_data_instants
-        return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
+        return _latest_completion(self._table())
 
     def initialOffset(self) -> dict[str, Any]:
         """Driver: where a new query starts (``hoodie.datasource.streaming.startOffset``)."""
@@ -223,8 +320,14 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, until = str(start["completion_time"]), str(end["completion_time"])
         if until <= begin:
             return []
-        scan = Table.open(self.path).scan_incremental(
-            None if begin == BEFORE_FIRST_COMMIT else begin, until)
+        since = None if begin == BEFORE_FIRST_COMMIT else begin
+        if self.options.cdc:  # the feed's columns never change: no schema check
+            return [ChangePartition(self.path, self._storage_options, since, until, False)]
+        scan = self._table().scan_incremental(since, until)
+        # A commit of the range that changed the schema fails the batch (before any row is
+        # read), naming it: a restarted query reads the new schema and replays this batch.
+        check_stream_schema(scan.slice_scan.timeline, since, until,
+                            _target_schema(self.schema), _as_spark_reads)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -248,16 +351,33 @@ class TidelakeDataSource(DataSource):
                     raise InvalidOptionError(
                         key, "applies to batch reads only: a stream reads the commits "
                         "completed after its offset (hoodie.datasource.streaming.startOffset)")
-        return ReadOptions.from_options(self.options)
+        storage = [str(k) for k in self.options if is_storage_option(k)]
+        return ReadOptions.from_options(self.options, ignore=("path", *storage),
+                                        streaming=streaming)
+
+    def _storage_options(self) -> dict[str, str]:
+        """The object store's options (``aws_*``, ``google_*``, ``azure_*``: the keys
+        :class:`engine.storage.Storage` takes), over the store's environment."""
+        return {str(k).lower(): str(v) for k, v in self.options.items()
+                if is_storage_option(k)}
+
+    def __repr__(self) -> str:
+        return f"TidelakeDataSource({redact(dict(self.options))!r})"
 
     def schema(self) -> StructType:
         """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``)."""
-        return spark_schema(Table.open(_path(self.options)).read_schema())
+        if any(str(k).lower() == CDC_OPTION and str(v).strip().lower() == CDC
+               for k, v in self.options.items()):
+            return spark_schema(CDC_SCHEMA)
+        table = Table.open(_path(self.options), storage_options=self._storage_options())
+        return spark_schema(table.read_schema())
 
     def reader(self, schema: StructType) -> TidelakeReader:
         """Driver: a batch reader."""
-        return TidelakeReader(_path(self.options), self._options(streaming=False), schema)
+        return TidelakeReader(_path(self.options), self._options(streaming=False), schema,
+                              self._storage_options())
 
     def streamReader(self, schema: StructType) -> TidelakeStreamReader:
         """Driver: a stream reader."""
-        return TidelakeStreamReader(_path(self.options), self._options(streaming=True), schema)
+        return TidelakeStreamReader(_path(self.options), self._options(streaming=True),
+                                    schema, self._storage_options())

@@ -219,3 +219,28 @@ class Oracle:
         rows, times = (self.rows, self.commit_time) if instant is None else self._after[instant]
         return [dict(rows[k], **{COMMIT_TIME: times[k]}) if k in times else dict(rows[k])
                 for k in sorted(rows)]
+
+
+def apply_change_feed(table: Any, changes: pa.Table, schema: pa.Schema, *, key: str = "key",
+                      partition: str = "region") -> None:
+    """What a consumer of a change feed (``op``/``ts_ms``/``before``/``after``, Hudi's CDC
+    rows) does to keep ``table`` equal to the source: per (key, partition), in ``ts_ms``
+    order, a key deleted at any point is deleted first (by key and partition, without an
+    ordering value), then its last insert or update is upserted (``schema``: the columns)."""
+    import json
+
+    deleted: dict[tuple[Any, Any], dict[str, Any]] = {}
+    last: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for change in sorted(changes.to_pylist(), key=lambda r: r["ts_ms"]):
+        image = json.loads(change["before"] if change["op"] == "d" else change["after"])
+        ident = (image[key], image[partition])
+        if change["op"] == "d":
+            deleted[ident] = image
+            last.pop(ident, None)
+        else:
+            last[ident] = image
+    if deleted:
+        table.delete(pa.table({key: [k for k, _ in deleted], partition: [p for _, p in deleted]}))
+    if last:
+        table.upsert(pa.Table.from_pylist([{c: r.get(c) for c in schema.names}
+                                           for r in last.values()], schema=schema))

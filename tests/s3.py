@@ -94,6 +94,27 @@ class S3Server:
             werkzeug.setLevel(level)
             werkzeug.propagate = propagate
 
+    def bucket_user(self, bucket: str) -> dict[str, str]:
+        """A new IAM user of the server allowed ``bucket`` only; returns the object_store
+        options that read it with that user's own access key (enforced only inside
+        :func:`authenticated`)."""
+        import json
+
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name=REGION,
+                           aws_access_key_id=ACCESS_KEY_ID,
+                           aws_secret_access_key=SECRET_ACCESS_KEY)
+        name = f"reader-{bucket}"
+        iam.create_user(UserName=name)
+        iam.put_user_policy(UserName=name, PolicyName="own-bucket", PolicyDocument=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*",
+                           "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return {**self.storage_options, "aws_access_key_id": key["AccessKeyId"],
+                "aws_secret_access_key": key["SecretAccessKey"]}
+
     def new_bucket(self) -> str:
         name = f"t{next(self._count)}-{uuid.uuid4().hex[:8]}"
         self.client().create_bucket(Bucket=name)
@@ -123,3 +144,21 @@ class S3Location:
     @property
     def storage_options(self) -> dict[str, str]:
         return self.server.storage_options
+
+
+@contextlib.contextmanager
+def authenticated() -> Iterator[None]:
+    """While the block runs, the server checks every request's signature and its user's
+    policies (moto's IAM authentication: :meth:`S3Server.bucket_user`'s keys work, each on
+    its own bucket; unknown keys and other buckets are refused). Process-wide in moto, so
+    only for a test that runs alone in its process's server (tests run one at a time)."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    before = settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    ActionAuthenticatorMixin.request_count = 0
+    try:
+        yield
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = before

@@ -32,6 +32,15 @@ class QueryType(str, Enum):
 
 EARLIEST = "earliest"
 LATEST = "latest"
+LATEST_STATE = "latest_state"
+CDC = "cdc"
+
+
+def _incremental_format(key: str, raw: str) -> str:
+    wanted = str(raw).strip().lower()
+    if wanted not in (LATEST_STATE, CDC):
+        raise InvalidOptionError(key, f"expected {LATEST_STATE} or {CDC}, got {raw!r}")
+    return wanted
 
 
 def _query_type(key: str, raw: str) -> QueryType:
@@ -94,14 +103,28 @@ class ReadOptions:
         "commit), `latest` (commits completed after the query started) or a completion time "
         "(commits completed after it). A restarted query continues from its checkpoint.",
         group=READ_GROUP)
+    incremental_format: str = option(
+        "hoodie.datasource.query.incremental.format", _incremental_format, LATEST_STATE,
+        "`latest_state`: an incremental query (and each micro-batch of a stream) returns the "
+        "latest version of each record the commits wrote — deleted records are not returned; "
+        "`cdc`: the change feed, as Hudi's CDC query: one row per record a commit inserted, "
+        "updated or deleted, columns `op` (`i`/`u`/`d`), `ts_ms` (the commit's instant time), "
+        "`before` and `after` (the data columns as JSON). Incremental queries and streams only; "
+        "works on every table (Hudi needs `hoodie.table.cdc.enabled`).", group=READ_GROUP)
+
+    @property
+    def cdc(self) -> bool:
+        """True for the change feed (``hoodie.datasource.query.incremental.format=cdc``)."""
+        return self.incremental_format == CDC
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *,
-                     ignore: tuple[str, ...] = ("path",)) -> ReadOptions:
+                     ignore: tuple[str, ...] = ("path",), streaming: bool = False
+                     ) -> ReadOptions:
         """Parse string options (keys case-insensitive); ``ignore`` lists keys the caller
         handles itself (Spark's ``path``). Checks the combination: incremental needs a begin
-        time, ``as.of.instant`` only with a snapshot query, the instant times only with an
-        incremental one."""
+        time, ``as.of.instant`` only with a snapshot query, the instant times and the change
+        feed only with an incremental one (``streaming``: a stream, always incremental)."""
         given: dict[str, tuple[str, str]] = {}
         for key, value in options.items():
             lowered = str(key).lower()
@@ -131,6 +154,11 @@ class ReadOptions:
                     raise InvalidOptionError(
                         _KEY_OF[attr], "applies to hoodie.datasource.query.type=incremental "
                         f"only (the query type is {parsed.query_type.value})")
+        if parsed.cdc and not incremental and not streaming:
+            raise InvalidOptionError(
+                "hoodie.datasource.query.incremental.format", "cdc applies to "
+                "hoodie.datasource.query.type=incremental (and to streams) only (the query "
+                f"type is {parsed.query_type.value})")
         if parsed.as_of_instant is not None and parsed.query_type is not QueryType.SNAPSHOT:
             raise InvalidOptionError("as.of.instant", "applies to the snapshot query only "
                                      f"(the query type is {parsed.query_type.value})")
@@ -143,4 +171,5 @@ READ_KEYS: tuple[ConfigKey[Any], ...] = tuple(
 """Every read option, in declaration order."""
 _KEY_OF = {spec.attr: spec.key for spec in READ_KEYS}
 
-__all__ = ["EARLIEST", "LATEST", "READ_GROUP", "READ_KEYS", "QueryType", "ReadOptions"]
+__all__ = ["CDC", "EARLIEST", "LATEST", "LATEST_STATE", "READ_GROUP", "READ_KEYS", "QueryType",
+           "ReadOptions"]

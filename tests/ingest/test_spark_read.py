@@ -10,6 +10,7 @@ and after a batch that failed) continues without a duplicate or a gap.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ from engine import Table
 from engine.errors import InvalidOptionError
 from ingest.spark_read import register
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
-from tests.helpers import Oracle, sorted_rows
+from tests.helpers import Oracle, apply_change_feed, sorted_rows
+from tests.s3 import S3Server, authenticated
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [pytest.mark.spark]
@@ -199,6 +201,79 @@ def test_spark_read_bad_options_raise_naming_the_option(
         ReadOptions.from_options({"hoodie.datasource.read.strat.instanttime": "1"})
 
 
+def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
+        tidelake: SparkSession, s3_server: S3Server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One session reads two buckets, each with the object store options given to its
+    read (`aws_*`, as Storage takes them) and no AWS_* environment: the server checks
+    signatures and each user may read its own bucket only, so each read (driver planning
+    and executor tasks) used its own credentials. No secret shows in a plan, the query
+    execution, Spark's SQL status store (what the UI and event log show), the streams'
+    checkpoints, the output or the logs of the driver, the executors and their Python
+    workers."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    stores = []
+    for seed in (1, 2):
+        bucket = s3_server.new_bucket()
+        uri = f"s3://{bucket}/trips"
+        table = Table.create(uri, name="trips", table_type="MERGE_ON_READ", record_key="key",
+                             precombine="ts", partition_by=["region"],
+                             storage_options=s3_server.storage_options)
+        rng, oracle = random.Random(seed), Oracle()
+        for size in (12, 8):
+            batch = _same_partition(random_batch(rng, oracle, [seed * 1000], size), oracle)
+            oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
+        stores.append((uri, s3_server.bucket_user(bucket), _rows(table.read()), oracle))
+    secrets = [opts["aws_secret_access_key"] for _, opts, _, _ in stores]
+    assert secrets[0] != secrets[1]
+    shown: list[str] = []
+    # every record of tidelake's loggers, the rest from INFO (py4j's DEBUG records echo each
+    # call made to the JVM, option values included: the caller's own, below any source)
+    caplog.clear()
+    caplog.set_level("INFO")
+    for logger in ("engine", "ingest"):
+        caplog.set_level("DEBUG", logger=logger)
+    with authenticated():
+        for uri, opts, expected, oracle in stores:
+            df = _load(tidelake, uri, **opts)
+            assert _spark_rows(df) == expected
+            assert sorted_rows(df.toArrow(), COLUMNS) == oracle.snapshot()
+            for mode in ("simple", "extended", "formatted", "cost"):
+                df.explain(mode)
+            shown.append(df._jdf.queryExecution().toString())
+            sink = Batches()
+            reader = tidelake.readStream.format("tidelake")
+            for key, value in opts.items():
+                reader = reader.option(key, value)
+            query = (reader.load(uri).writeStream.foreachBatch(sink)
+                     .option("checkpointLocation", str(tmp_path / uri.split("/")[2]))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            assert _rows(pa.concat_tables([b for _, b in sink.got])) == expected
+            shown += [str(query.lastProgress), str(query.status)]
+        # the other store's user: refused by the server, the error shows no secret either
+        crossed = {**stores[1][1], "aws_endpoint_url": stores[0][1]["aws_endpoint_url"]}
+        with pytest.raises(Exception, match="PermissionDenied") as refused:
+            _load(tidelake, stores[0][0], **crossed).collect()
+        shown.append(str(refused.value))
+    store = tidelake._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList().iterator()
+    while executions.hasNext():
+        execution = executions.next()
+        shown += [execution.description(), execution.details(),
+                  execution.physicalPlanDescription(), str(execution.modifiedConfigs())]
+    out = capfd.readouterr()
+    shown += [out.out, out.err, caplog.text]
+    assert "BatchScan tidelake" in out.out  # explain() printed
+    # the streams' checkpoints (offsets, commits, metadata, sources)
+    shown += [f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file()]
+    for text in shown:
+        for secret in secrets:
+            assert secret not in text
+
+
 # -- streams ---------------------------------------------------------------------------------
 
 
@@ -287,6 +362,106 @@ def test_spark_stream_delivers_every_commit_once_in_order_across_restarts(
     assert [rows.num_rows for _, rows in idle.got] in ([], [0])
 
 
+def test_spark_stream_schema_change_fails_named_and_restart_delivers_new_columns(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    """A running stream whose table gains a column, then widens one (int -> long), fails
+    at the commit that changed the schema, naming it, before reading a row of it; a query
+    restarted from the checkpoint replays that batch in the new schema: every row of every
+    commit arrives once, the new column's and the widened column's values included."""
+    base = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("n", pa.int32())])
+    table = Table.create(str(tmp_path / "t"), name="evolving", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts")
+    checkpoint, sinks = tmp_path / "checkpoint", [Batches(), Batches(), Batches()]
+    table.upsert(pa.table({"key": ["a", "b"], "ts": [1, 1], "n": [1, 2]}, schema=base))
+    query = _stream(tidelake, table.path, checkpoint, sinks[0], available_now=False)
+    try:
+        query.processAllAvailable()
+        added = table.upsert(pa.table({"key": ["b", "c"], "ts": [2, 2],
+                                       "n": pa.array([3, 4], pa.int32()),
+                                       "extra": ["x-b", "x-c"]}))
+        with pytest.raises(Exception, match=rf"schema changed at instant {added}.*'extra'"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+    query = _stream(tidelake, table.path, checkpoint, sinks[1], available_now=False)
+    try:
+        query.processAllAvailable()
+        wide = 2**40  # no int32 holds it: conformed to the old schema it would overflow
+        widened = table.upsert(pa.table({
+            "key": ["c", "d"], "ts": [3, 3], "n": pa.array([wide, wide + 1], pa.int64()),
+            "extra": ["y-c", None]}))
+        with pytest.raises(Exception, match=rf"schema changed at instant {widened}.*'n'"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    _stream(tidelake, table.path, checkpoint, sinks[2], available_now=True).awaitTermination()
+
+    def delivered(sink: Batches) -> list[list[tuple[Any, ...]]]:
+        return [sorted((r["key"], r["n"], r.get("extra", "<none>"))
+                       for r in rows.to_pylist()) for _, rows in sink.got if rows.num_rows]
+
+    assert delivered(sinks[0]) == [[("a", 1, "<none>"), ("b", 2, "<none>")]]
+    assert delivered(sinks[1]) == [[("b", 3, "x-b"), ("c", 4, "x-c")]]
+    assert delivered(sinks[2]) == [[("c", wide, "y-c"), ("d", wide + 1, None)]]
+    assert sinks[1].got[0][0] == sinks[0].got[-1][0] + 1  # the failed batch, replayed
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_spark_stream_change_feed_keeps_raw_to_cleaned_equal_across_deletes(
+        tidelake: SparkSession, tmp_path: Path, table_type: str) -> None:
+    """A raw -> cleaned chain over ``hoodie.datasource.query.incremental.format=cdc``: the
+    cleaned table equals the raw one after every micro-batch although the raw table gets
+    upserts, deletes without ordering values (one of a key then written again at a lower
+    ordering value), ordered deletes (one losing) and a compaction or clustering; a batch CDC
+    query returns the engine's feed for the same range."""
+    raw = Table.create(str(tmp_path / "raw"), name="raw", table_type=table_type,
+                       record_key="key", precombine="ts", partition_by=["region"])
+    cleaned = Table.create(str(tmp_path / "clean"), name="clean", table_type="COPY_ON_WRITE",
+                           record_key="key", precombine="ts", partition_by=["region"])
+    oracle = Oracle()
+    cdc = {"hoodie.datasource.query.incremental.format": "cdc"}
+
+    def consume(df: DataFrame, batch_id: int) -> None:
+        apply_change_feed(cleaned, df.toArrow(), SCHEMA)
+
+    def natural_delete(keys: list[str]) -> str:
+        return raw.delete(pa.table({"key": keys,
+                                    "region": [("north", "south")[int(k[1:]) % 2] for k in keys]}))
+
+    def equal() -> None:
+        data = [c for c in COLUMNS if not c.startswith("_hoodie")]
+        assert sorted_rows(cleaned.read(), data) == sorted_rows(raw.read(), data)
+
+    _commit(raw, oracle, [f"k{i}" for i in range(10)], 5)
+    reader = tidelake.readStream.format("tidelake").options(**cdc)
+    query = (reader.load(raw.path).writeStream.foreachBatch(consume)
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        equal()
+        _commit(raw, oracle, ["k1", "k2", "k10"], 7)
+        natural_delete(["k3", "k4", "k99"])  # k99 never existed
+        query.processAllAvailable()
+        equal()
+        begin = next(e.completion_time for e in raw.timeline() if e.state == "completed")
+        assert (raw.compact() if table_type == "MERGE_ON_READ" else raw.cluster()).completed
+        raw.delete(pa.table({"key": ["k5", "k6"], "region": ["south", "north"], "ts": [9, 1]}))
+        natural_delete(["k1"])
+        _commit(raw, oracle, ["k1", "k3"], 2)  # back, at a lower ordering value
+        query.processAllAvailable()
+        equal()
+        assert not any(r["key"] in ("k4", "k5", "k99") for r in cleaned.read().to_pylist())
+    finally:
+        query.stop()
+    batch = _load(tidelake, raw.path, **cdc, **{
+        "hoodie.datasource.query.type": "incremental",
+        "hoodie.datasource.read.begin.instanttime": begin}).toArrow()
+    assert batch.to_pylist() == raw.read_changes(begin, start_inclusive=True).to_pylist()
+    assert set(batch.column("op").to_pylist()) == {"i", "u", "d"}
+
+
 def test_spark_stream_start_offset_latest_skips_earlier_commits(
         tidelake: SparkSession, tmp_path: Path) -> None:
     table = Table.create(str(tmp_path / "t"), name="trips", table_type="COPY_ON_WRITE",
@@ -323,10 +498,12 @@ def test_spark_read_doc_examples_run_as_written(
     for block in blocks:
         exec(compile(block, str(doc), "exec"), namespace)
     out = capsys.readouterr().out
+    assert out.count("[('a', 1100), ('b', 2500)]") == 3  # the latest-state chain keeps 'a'
     for expected in ("[('a', 11.0), ('b', 20.0), ('c', -1.0)]",
                      "[Row(city='oslo', n=2), Row(city='rome', n=1)]", "[-1.0, 10.0, 20.0]",
                      "\n3\n", "['a']", "[('a', 1100), ('b', 2000)]",
-                     "[('a', 1100), ('b', 2500)]"):
+                     "[('a', 1100), ('b', 2500)]", "[('b', 2500)]",
+                     "('d', False, True)"):
         assert expected in out, expected
 
 
