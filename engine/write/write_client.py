@@ -30,6 +30,7 @@ from engine.index import bloom as bloom_index
 from engine.index import record_index
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
+from engine.layout import markers
 from engine.layout.file_group import FileSlice, delete_unreferenced
 from engine.layout.keygen import key_batch, partition_paths, record_keys
 from engine.layout.view import TableView
@@ -435,7 +436,7 @@ class WriteClient:
             timeline_folder=Timeline.folder_for(self.config),
             metadata_partitions=self.metadata_index_partitions(declared),
             column_stats_columns=self._column_stats_columns(data_schema, declared),
-            table_version=self.config.table_version,
+            table_version=self.config.table_version, markers=True,
         )
 
     def metadata_index_partitions(self, declared: Sequence[str] | None = None,
@@ -699,7 +700,7 @@ class WriteClient:
         of the instant that a task's check would have seen, and the write is then rolled
         back with every file its tasks published (:meth:`abort`). Saves one timeline listing
         per task."""
-        context = replace(plan.context, timeline_folder=None)
+        context = replace(plan.context, timeline_folder=None, markers=False)
         if len(plan.tasks) < 2:
             return [execute(context, task) for task in plan.tasks]
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -775,19 +776,24 @@ class WriteClient:
         """Remove files of failed task attempts, then complete the instant: the commit
         point. Driver only.
 
-        A task attempt that died after writing a file, and was retried, leaves a file named
-        with this instant that no stat mentions; it is deleted here, before the instant
-        completes, so no reader ever sees it. Under the lock: the instant must still be
+        A task attempt that died after beginning a file, and was retried, leaves a file
+        named with this instant that no stat mentions (or its temporary, half-written); its
+        marker names it, and it is deleted here, before the instant completes, so no reader
+        ever sees it (:func:`engine.layout.markers.reconcile`: one listing of the instant's
+        marker folder, whatever the partitions written). The marker folder is deleted after
+        the commit point. Under the lock: the instant must still be
         inflight (not rolled back by another writer), and — optimistic mode — no instant
         that completed since ``timeline`` was loaded may have touched its file groups;
         otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
         raised.
 
         ``attempts=False``: the tasks ran once each in this process (:meth:`commit`), so
-        there is no such file and the written partitions are not listed; nor is the scratch
-        folder deleted, which only tasks elsewhere fill.
+        there is no such file and they wrote no markers; nor is the scratch folder deleted,
+        which only tasks elsewhere fill.
         """
-        if attempts:
+        if attempts and markers.reconcile(self.storage, instant.requested_time,
+                                          [stat.path for stat in stats]) is None:
+            # no markers (tasks that wrote none): the written partitions are listed
             delete_unreferenced(self.storage, instant.requested_time,
                                 (stat.path for stat in stats))
         self.storage.sync()  # every data file durable before the commit point
