@@ -17,12 +17,13 @@ is still named by its marker, so the instant's files are found by listing the on
 
 Java's default on object stores is timeline-server-based markers (the driver's timeline
 service batches them into a few ``MARKERS<n>`` files); tidelake has no timeline server and
-uses direct markers everywhere, as Java's Spark structured streaming writes did: one small
-``PUT`` per data file, and one listing per 1,000 files at the commit, whatever the number
-of partitions. Markers are written only by tasks that run elsewhere (Spark executors) or
-that can be retried; a writer that runs every task once in its own process writes none
-(its crash leaves the instant to a listing rollback). Readers never look in ``.hoodie``, so
-Java, hudi-rs and tidelake readers ignore markers.
+uses direct markers everywhere — which Java's ``MarkerType`` documentation says its Spark
+structured streaming writes always use too: one small ``PUT`` per data file, and one listing
+per 1,000 files at the commit, whatever the number of partitions. Markers are written only
+by tasks that run elsewhere (Spark executors) and may be retried; a writer that runs every
+task once in its own process writes none (its crash leaves the instant to a listing
+rollback). Readers never look in ``.hoodie``, so Java, hudi-rs and tidelake readers ignore
+markers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 
+from engine.layout.file_group import delete_unreferenced
 from engine.storage import TEMP_PREFIX, Storage
 from engine.timeline.active import temp_folder
 
@@ -82,19 +84,20 @@ def marked_files(storage: Storage, instant_time: str) -> list[str] | None:
 def reconcile(storage: Storage, instant_time: str, referenced: Iterable[str]) -> list[str] | None:
     """Delete the marked data files of ``instant_time`` that ``referenced`` (the write stats'
     paths) does not name — files of task attempts that failed, whole or half-written — and
-    return their paths; None if the instant has no markers (nothing was deleted: the caller
-    falls back to listing). Driver side, before the commit point, so no reader ever sees
-    them.
+    return their paths. Driver side, before the commit point, so no reader ever sees them.
+    An instant without markers (tasks that wrote none) has the partitions ``referenced``
+    names listed instead (:func:`~engine.layout.file_group.delete_unreferenced`); None then.
 
     A local file that was still being written when its task died sits under a temporary name
     beside the data file's (``.tmp.<hex>.<name>``, :meth:`~engine.storage.Storage.write_new_with`);
     the folders of such files are listed for it — only folders with a file to delete, so a
     commit without failed attempts lists nothing but the marker folder.
     """
+    keep = set(referenced)
     marked = marked_files(storage, instant_time)
     if marked is None:
+        delete_unreferenced(storage, instant_time, keep)
         return None
-    keep = set(referenced)
     stray = [path for path in marked if path not in keep]
     for path in stray:
         storage.delete(path)

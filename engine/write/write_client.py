@@ -31,7 +31,7 @@ from engine.index import record_index
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
 from engine.layout import markers
-from engine.layout.file_group import FileSlice, delete_unreferenced
+from engine.layout.file_group import FileSlice
 from engine.layout.keygen import key_batch, partition_paths, record_keys
 from engine.layout.view import TableView
 from engine.merge.policy import (
@@ -777,12 +777,10 @@ class WriteClient:
         point. Driver only.
 
         A task attempt that died after beginning a file, and was retried, leaves a file
-        named with this instant that no stat mentions (or its temporary, half-written); its
-        marker names it, and it is deleted here, before the instant completes, so no reader
-        ever sees it (:func:`engine.layout.markers.reconcile`: one listing of the instant's
-        marker folder, whatever the partitions written). The marker folder is deleted after
-        the commit point. Under the lock: the instant must still be
-        inflight (not rolled back by another writer), and — optimistic mode — no instant
+        named with this instant that no stat mentions; its marker names it, and it is
+        deleted here, before the instant completes (:func:`engine.layout.markers.reconcile`;
+        the marker folder goes after the commit point). Under the lock: the instant must
+        still be inflight (not rolled back by another writer), and — optimistic mode — no instant
         that completed since ``timeline`` was loaded may have touched its file groups;
         otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
         raised.
@@ -791,11 +789,8 @@ class WriteClient:
         there is no such file and they wrote no markers; nor is the scratch folder deleted,
         which only tasks elsewhere fill.
         """
-        if attempts and markers.reconcile(self.storage, instant.requested_time,
-                                          [stat.path for stat in stats]) is None:
-            # no markers (tasks that wrote none): the written partitions are listed
-            delete_unreferenced(self.storage, instant.requested_time,
-                                (stat.path for stat in stats))
+        if attempts:
+            markers.reconcile(self.storage, instant.requested_time, (s.path for s in stats))
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)
