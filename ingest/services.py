@@ -23,6 +23,15 @@ Failures: a failed service run is logged, and retried at the next trigger (the p
 on the timeline; an interrupted compaction or clustering is reverted and executed again from
 the same plan). After :data:`LOUD_AFTER` failures in a row every failure is logged as an
 error and shown in the progress line.
+
+The query's life: :func:`~ingest.sink.start_ingest` ties the services to its query
+(:meth:`StreamingServices.follow_query`): a ``StreamingQueryListener`` stops the service
+thread after the step in progress once the query terminates — stopped, failed or done — as
+Hudi's streaming sink shuts its async compaction and clustering services down
+(``HoodieStreamingSink.reset``; Hudi on a failed batch and the JVM's end, here on the query's
+end too). A step cut short because the Spark session stopped meanwhile is logged in one
+line, not as a failure; its plan stays pending. The next start wakes the thread at once when
+plans are pending, without waiting for a micro-batch.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from engine.write.write_client import WriteClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from engine.table import Table
 
@@ -109,6 +119,26 @@ class ServicesState:
         return "; ".join(parts)
 
 
+def _spark_stopped(spark: SparkSession | None) -> bool:
+    """Whether ``spark``'s context has stopped (the job's session ended under a service)."""
+    if spark is None:
+        return False
+    context = spark.sparkContext
+    try:
+        # pyspark clears _jsc on stop(); the JVM's context may have stopped on its own
+        return context._jsc is None or bool(context._jsc.sc().isStopped())
+    except Exception:  # the JVM is gone: stopped too
+        return True
+
+
+def _remove_listener(spark: SparkSession, listener: Any) -> None:
+    """Remove a query's listener after it fired (quietly: the session may be stopping)."""
+    try:
+        spark.streams.removeListener(listener)
+    except Exception:  # a stopped session has no listeners left to remove
+        log.debug("could not remove the services' query listener", exc_info=True)
+
+
 def spark_runner(spark: SparkSession, parallelism: int) -> Callable[[Callable[[Any], Any],
                                                                      Sequence[Any]], list[Any]]:
     """A :data:`~engine.services.base.TaskRunner` running the tasks as one Spark job in the
@@ -150,6 +180,7 @@ class StreamingServices:
         self._spark: SparkSession | None = None
         self._lock = threading.Lock()
         self._running = threading.Event()  # set while run_once works
+        self._query_id: str | None = None  # the query the services follow
 
     @property
     def active(self) -> bool:
@@ -229,6 +260,65 @@ class StreamingServices:
                 return True
         return False
 
+    def follow_query(self, spark: SparkSession, query: StreamingQuery) -> None:
+        """Tie the service thread to ``query`` (driver, right after it started): when the
+        query terminates, the thread stops after the step in progress (a listener on the
+        session's streams, removed then). Pending compaction and clustering plans — left by
+        an earlier run — are executed now, without waiting for a micro-batch."""
+        if not self.active:
+            return
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        query_id = str(query.id)
+        self._query_id = query_id
+        services = self
+
+        class StopWithQuery(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                return None
+
+            def onQueryProgress(self, event: Any) -> None:
+                return None
+
+            def onQueryIdle(self, event: Any) -> None:
+                return None
+
+            def onQueryTerminated(self, event: Any) -> None:
+                if str(event.id) != query_id:
+                    return
+                services._query_ended(query_id)
+                # not from the listener bus's own callback: remove it from another thread
+                threading.Thread(target=_remove_listener, args=(spark, self),
+                                 name="tidelake-listener-removal", daemon=True).start()
+
+        spark.streams.addListener(StopWithQuery())
+        if not query.isActive:  # ended before the listener was there
+            self._query_ended(query_id)
+            return
+        self._spark = spark
+        if (self.compaction or self.clustering) and pending_plans(
+                self.table.storage, self.table.config,
+                [s for s, on in ((COMPACTION, self.compaction),
+                                 (CLUSTERING, self.clustering)) if on]):
+            self._wake.set()
+            self._ensure_thread()
+
+    def _query_ended(self, query_id: str) -> None:
+        """The followed query terminated: stop after the step in progress (no wait here:
+        the listener bus must not wait for a compaction)."""
+        if query_id != self._query_id:
+            return  # an earlier query of this sink; a later one is followed now
+        self._stop.set()
+        self._wake.set()
+        log.info("query %s ended: table services stop after the step in progress (pending "
+                 "plans are executed by the next run)", query_id)
+
+    @property
+    def stopped(self) -> bool:
+        """True once the service thread has ended (or never started)."""
+        thread = self._thread
+        return thread is None or not thread.is_alive()
+
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the service thread after the service it is running (an interrupted one is
         executed again by the next run, from its plan)."""
@@ -280,6 +370,12 @@ class StreamingServices:
                                        runner=spark_runner(spark, self._parallelism(spark)))
                        if spark else execute_pending(self._client(), service))
             except Exception as exc:
+                if self._stop.is_set() or _spark_stopped(spark):
+                    # the query ended and its session stopped under the step: not a failure
+                    self._stop.set()
+                    log.info("%s stopped with the query (%s); its plan stays pending for the "
+                             "next run", service, str(exc).split("\n", 1)[0][:200])
+                    break
                 self._failed(service, exc, "running")
                 continue
             finally:

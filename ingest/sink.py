@@ -843,4 +843,6 @@ def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingS
         writer = writer.trigger(**dict(trigger))
     if query_name:
         writer = writer.queryName(query_name)
-    return writer.start()
+    query = writer.start()
+    sink.services.follow_query(frame.sparkSession, query)  # services end with the query
+    return query

@@ -15,9 +15,11 @@ What crosses to executors — the :class:`~engine.write.group_writer.GroupWriter
 (broadcast), flags — is picklable and read-only; nothing in a task relies on driver state, so
 the same code runs on a cluster with separate executor processes. A retried task writes under
 a new write token (its attempt number); files of the failed attempt are never referenced by a
-stat and are deleted before the instant completes. Speculative execution must stay off
-(Spark's default; :func:`check_spark_conf` refuses ``spark.speculation=true``): a speculative
-duplicate still writing when the instant completes would leave a file no commit references.
+stat and are deleted before the instant completes, found by the markers each task writes before
+its files (:mod:`engine.layout.markers`: one listing, whatever the partitions written).
+Speculative execution must stay off (Spark's default; :func:`check_spark_conf` refuses
+``spark.speculation=true``): a speculative duplicate still writing when the instant completes
+would leave a file no commit references.
 
 Durability: each write task fsyncs the files it publishes before it reports them
 (:meth:`~engine.write.group_writer.GroupWriter.write`), so a committed instant never

@@ -39,6 +39,7 @@ from engine.errors import CorruptTableError, WriteConflictError
 from engine.format.log_block import HeaderKey, scan_frames
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import list_table_files
+from engine.layout.markers import marked_files
 from engine.storage import TEMP_PREFIX, Storage
 from engine.timeline.active import HOODIE, Timeline, temp_folder
 from engine.timeline.commit_metadata import RollbackMetadata, read_avro_ocf
@@ -51,11 +52,28 @@ WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
 def _files_of(storage: Storage, instant_time: str,
               version: TableVersion) -> dict[str, list[str]]:
-    """The data files ``instant_time`` wrote, by partition: those named with it, and on a
-    table whose log files are named by their slice (version 6) the log files of older
-    slices whose every block it wrote (tidelake writes a new log file per write there; a
-    file that also holds other instants' blocks stays, and readers skip the blocks of an
-    instant that is not completed)."""
+    """The data files ``instant_time`` wrote, by partition. When the instant has markers
+    (:mod:`engine.layout.markers`: its tasks ran elsewhere, each marking its file before
+    writing it), the files they name that exist — one listing of the marker folder, plus
+    one of each partition they name (Java's marker-based rollback). Else the table is
+    listed (Java's listing fallback): files named with the instant, and on a table whose
+    log files are named by their slice (version 6) the log files of older slices whose
+    every block it wrote (tidelake writes a new log file per write there; a file that also
+    holds other instants' blocks stays, and readers skip the blocks of an instant that is
+    not completed)."""
+    marked = marked_files(storage, instant_time)
+    if marked is not None:
+        by_partition: dict[str, set[str]] = {}
+        for path in marked:
+            partition, _, name = path.rpartition("/")
+            by_partition.setdefault(partition, set()).add(name)
+        present: dict[str, list[str]] = {}
+        for partition, names in sorted(by_partition.items()):
+            for status in storage.list_dir(partition):
+                if status.name in names:
+                    present.setdefault(partition, []).append(
+                        f"{partition}/{status.name}" if partition else status.name)
+        return present
     files = list_table_files(storage)
     found: dict[str, list[str]] = {}
     for base in files.base_files:

@@ -30,7 +30,8 @@ from engine.index import bloom as bloom_index
 from engine.index import record_index
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.simple import key_locations, tag
-from engine.layout.file_group import FileSlice, delete_unreferenced
+from engine.layout import markers
+from engine.layout.file_group import FileSlice
 from engine.layout.keygen import key_batch, partition_paths, record_keys
 from engine.layout.view import TableView
 from engine.merge.policy import (
@@ -406,7 +407,7 @@ class WriteClient:
             timeline_folder=Timeline.folder_for(self.config),
             metadata_partitions=self.metadata_index_partitions(declared),
             column_stats_columns=self._column_stats_columns(data_schema, declared),
-            table_version=self.config.table_version,
+            table_version=self.config.table_version, markers=True,
         )
 
     def metadata_index_partitions(self, declared: Sequence[str] | None = None,
@@ -676,7 +677,7 @@ class WriteClient:
         of the instant that a task's check would have seen, and the write is then rolled
         back with every file its tasks published (:meth:`abort`). Saves one timeline listing
         per task."""
-        context = replace(plan.context, timeline_folder=None)
+        context = replace(plan.context, timeline_folder=None, markers=False)
         if len(plan.tasks) < 2:
             return [execute(context, task) for task in plan.tasks]
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -753,21 +754,21 @@ class WriteClient:
         """Remove files of failed task attempts, then complete the instant: the commit
         point. Driver only.
 
-        A task attempt that died after writing a file, and was retried, leaves a file named
-        with this instant that no stat mentions; it is deleted here, before the instant
-        completes, so no reader ever sees it. Under the lock: the instant must still be
-        inflight (not rolled back by another writer), and — optimistic mode — no instant
+        A task attempt that died after beginning a file, and was retried, leaves a file
+        named with this instant that no stat mentions; its marker names it, and it is
+        deleted here, before the instant completes (:func:`engine.layout.markers.reconcile`;
+        the marker folder goes after the commit point). Under the lock: the instant must
+        still be inflight (not rolled back by another writer), and — optimistic mode — no instant
         that completed since ``timeline`` was loaded may have touched its file groups;
         otherwise the write is rolled back and :class:`~engine.errors.WriteConflictError`
         raised.
 
         ``attempts=False``: the tasks ran once each in this process (:meth:`commit`), so
-        there is no such file and the written partitions are not listed; nor is the scratch
-        folder deleted, which only tasks elsewhere fill.
+        there is no such file and they wrote no markers; nor is the scratch folder deleted,
+        which only tasks elsewhere fill.
         """
         if attempts:
-            delete_unreferenced(self.storage, instant.requested_time,
-                                (stat.path for stat in stats))
+            markers.reconcile(self.storage, instant.requested_time, (s.path for s in stats))
         self.storage.sync()  # every data file durable before the commit point
         meta = CommitMetadata(write_stats=tuple(stats), operation_type=operation,
                               extra_metadata=extra_metadata)

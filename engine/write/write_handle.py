@@ -8,8 +8,10 @@ Contract for running inside Spark tasks: a ``WriteTask`` and a ``WriteContext`` 
 plain picklable values; ``execute`` touches only the files of its own file group, writes
 every file under a temporary name and publishes it whole, and never touches the
 timeline. A task retried after a failure writes files under a new write token; the
-files of the failed attempt are never referenced by the commit and are removed when the
-instant is rolled back or cleaned, so readers never see them.
+files of the failed attempt are never referenced by the commit and are removed before the
+instant completes (found by their markers, :mod:`engine.layout.markers`, which a handle
+writes before its data file when :attr:`WriteContext.markers` asks) or when it is rolled
+back, so readers never see them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import LogBlockFormat, MergeMode
+from engine.errors import WriteConflictError
 from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
 from engine.format.bloom import BloomSizing
 from engine.format.log_format import (
@@ -30,6 +33,7 @@ from engine.format.log_format import (
     encode_parquet_data_block,
 )
 from engine.format.naming import BaseFileName, new_log_file
+from engine.layout import markers
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.metadata import bloom_filters, record_index
@@ -84,6 +88,11 @@ class WriteContext:
     ``column_stats``)."""
     table_version: TableVersion = EIGHT
     """The table's version: how a log file is named (:func:`~engine.format.naming.new_log_file`)."""
+    markers: bool = False
+    """Each handle records its data file in the instant's markers before creating it
+    (:mod:`engine.layout.markers`), so the commit finds files of failed task attempts
+    without listing the partitions: the write client's tasks that run elsewhere (Spark
+    executors). Off for tasks the committing writer runs once each in its own process."""
 
 
 @dataclass(frozen=True)
@@ -200,8 +209,26 @@ def execute(ctx: WriteContext, task: WriteTask, *, sync: bool = False) -> WriteS
     # A task still running after its instant was rolled back (its driver gave up, or
     # another writer judged it dead) removes what it published: nobody else will.
     if ctx.timeline_folder is not None:
-        discard_if_superseded(storage, ctx.timeline_folder, ctx.instant_time, [stat.path])
+        try:
+            discard_if_superseded(storage, ctx.timeline_folder, ctx.instant_time, [stat.path])
+        except WriteConflictError:
+            if ctx.markers:  # the rollback may have deleted the marker folder before it
+                storage.delete(markers.marker_path(ctx.instant_time, stat.path,
+                                                   _io_type(task)))
+            raise
     return stat
+
+
+def _io_type(task: WriteTask) -> str:
+    """The marker's I/O type of the task's data file (Hudi's ``IOType``)."""
+    return {CREATE: markers.CREATE, MERGE: markers.MERGE, APPEND: markers.APPEND}[task.kind]
+
+
+def _mark(ctx: WriteContext, task: WriteTask, rel: str, sync: bool) -> None:
+    """Record ``rel`` in the instant's markers before its first byte is written (when the
+    context asks for markers)."""
+    if ctx.markers:
+        markers.create_marker(ctx.storage, ctx.instant_time, rel, _io_type(task), fsync=sync)
 
 
 def _rel(partition: str, name: str) -> str:
@@ -212,6 +239,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
                 sync: bool) -> WriteStat:
     name = BaseFileName(task.file_id, task.write_token, ctx.instant_time).name
     rel = _rel(task.partition_path, name)
+    _mark(ctx, task, rel, sync)
     schema = _full_schema(ctx)
     incoming = (_with_meta(ctx, task, task.records, name, dictionary=True)
                 if task.records is not None and task.records.num_rows else None)
@@ -283,6 +311,7 @@ def _append(ctx: WriteContext, task: WriteTask, storage: Storage, sync: bool) ->
                             task.base_instant, task.log_files, task.write_token)
     name = log_file.name
     rel = _rel(task.partition_path, name)
+    _mark(ctx, task, rel, sync)
     blocks: list[bytes] = []
     layers: list[Layer] = []
     n_records = 0
