@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ class LatencyResult:
     check: str = "-"
     problems: list[str] = field(default_factory=list)
     cpu: str = ""
+    triggers: str = ""
 
     @property
     def achieved(self) -> float | None:
@@ -141,6 +143,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             raise RuntimeError("the warm-up records were not committed")
         warm_completion = committed_offsets(table_path)[1]
         assert warm_completion is not None
+        warm_batches = {getattr(p, "batchId", None) for p in query.recentProgress}
         producer.start()
         if not ready.wait(120):
             raise RuntimeError("the producer process did not start")
@@ -154,6 +157,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             last = wait_committed(query, sink, table_path, expected, args.timeout)
             result.drain_seconds = time.monotonic() - drain_started
         result.cpu = cpu.describe()
+        result.triggers = _trigger_summary(query, warm_batches)
         result.sent, result.send_seconds = report["sent"], report["seconds"]
         result.behind_ticks = report["behind_ticks"]
         if last is None:
@@ -179,6 +183,34 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
     log(f"latency: p50 {fmt_seconds(result.p50)}, p99 {fmt_seconds(result.p99)}, "
         f"check {result.check}" + (f" ({result.error})" if result.error else ""))
     return result
+
+
+def _trigger_summary(query: Any, before: set[Any]) -> str:
+    """Spark's durations of the phase's micro-batches with data (batches not in ``before``):
+    planning (``latestOffset``: the source's end look-up), the batch (``addBatch``), the whole
+    trigger, and the time between trigger starts."""
+    seen, plan, add, whole, starts = set(before), [], [], [], []
+    for p in query.recentProgress:
+        batch = getattr(p, "batchId", None)
+        if batch in seen or not int(getattr(p, "numInputRows", 0) or 0):
+            continue
+        seen.add(batch)
+        durations = getattr(p, "durationMs", None) or {}
+        plan.append(float(durations.get("latestOffset", 0)) / 1000)
+        add.append(float(durations.get("addBatch", 0)) / 1000)
+        whole.append(float(durations.get("triggerExecution", 0)) / 1000)
+        starts.append(datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
+                      .timestamp())
+    if not plan:
+        return ""
+    gaps = np.diff(sorted(starts)) if len(starts) > 1 else np.array([np.nan])
+
+    def spread(values: Any) -> str:
+        return f"median {np.median(values):.2f} s, max {np.max(values):.2f} s"
+
+    return (f"{len(plan)} micro-batches with data: planning (Spark's durationMs.latestOffset) "
+            f"{spread(plan)}; addBatch {spread(add)}; whole trigger {spread(whole)}; "
+            f"between trigger starts {spread(gaps)}")
 
 
 def _latencies(table: Any, after: str, seen: dict[str, float], result: LatencyResult) -> None:
