@@ -23,6 +23,12 @@ from ingest_parts.producers import send_warmup, steady_producer
 from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
 from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
 
+KEEP_PHASE_COMMITS = {"hoodie.cleaner.commits.retained": "200", "hoodie.keep.min.commits": "210",
+                      "hoodie.keep.max.commits": "220"}
+"""Table options of the latency phase: the cleaner (default: 10 commits retained) must leave
+the files of every commit of the phase, which the incremental reads that measure it reach
+back to; a job committing every second outruns the default within a minute."""
+
 
 class TimelinePoller:
     """Lists the table's timeline every ``interval`` s; notes when each commit is first seen."""
@@ -126,7 +132,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
     config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
                         max_offsets=args.latency_max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=False,
-                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions,
+                        table_options=KEEP_PHASE_COMMITS)
     log(f"latency: {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s into topic "
         f"{topic}, trigger every {args.trigger_interval}")
     ctx = multiprocessing.get_context("spawn")
