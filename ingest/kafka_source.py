@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -99,6 +97,7 @@ from ingest.kafka_options import (
     is_secret_key,
     redact_options,
 )
+from ingest.kafka_probe import PartitionEnd, probe_ends
 
 # The read task (executor side) lives in ingest.kafka_read; its names are re-exported here.
 from ingest.kafka_read import (
@@ -165,37 +164,16 @@ KAFKA_DDL = (
 # --- the driver's view of the cluster ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PartitionEnd:
-    """What the driver's probe learned about where a partition's readable log ends.
-
-    ``offset``: every offset below it is readable or already read (it is never more than the
-    broker showed); ``confirmed``: a fetch at ``offset`` came back empty, so it is the end at
-    that moment (the last stable offset under ``read_committed``); ``beyond``: the broker
-    answered that the offset the probe started at lies past its log end (OFFSET_OUT_OF_RANGE,
-    or an empty fetch whose high watermark is lower) - evidence that the log went back, and
-    ``offset`` is then that end.
-    """
-
-    offset: int
-    confirmed: bool
-    beyond: bool = False
-
-
 class _Cluster:
     """Driver-side metadata and offset look-ups through one group-less ``KafkaConsumer``."""
-
-    PROBE_SECONDS = 5.0
-    """How long :meth:`ends` fetches before settling for an unconfirmed end."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         from kafka import KafkaConsumer
 
+        config = options.consumer_config()
         self._options = options
-        # Short fetch waits: this consumer only looks for where the logs end. No offset reset:
-        # a fetch past the end must say so, not move the position.
-        self._consumer = KafkaConsumer(**options.consumer_config(
-            fetch_max_wait_ms=20, max_partition_fetch_bytes=1 << 20, auto_offset_reset="none"))
+        self._read_committed = config["isolation_level"] == "read_committed"
+        self._consumer = KafkaConsumer(**config)  # never polls: it lists, and sends the probe
 
     def partitions(self, topics: tuple[str, ...]) -> dict[TopicPart, Any]:
         """Every current partition of ``topics`` (fresh metadata); raises if a topic is missing."""
@@ -223,63 +201,11 @@ class _Cluster:
 
     def ends(self, tps: dict[TopicPart, Any],
              floor: Mapping[TopicPart, int] | None = None) -> dict[TopicPart, PartitionEnd]:
-        """Where each partition's readable log ends, probed until the broker confirms it (or
-        :attr:`PROBE_SECONDS` pass); ``floor``: offsets known to exist (already read), where
-        the probe starts when ListOffsets answers less.
-
-        ListOffsets(latest) is only a lower bound: the Tansu test broker answers the last
-        batch's *base* offset + 1 when the last produce request carried several records, and 0
-        under ``read_committed`` while a transaction is open. So the probe fetches from
-        ``max(listed, floor)`` until a fetch comes back empty, and the end is where the
-        position stopped: every offset below it was handed out by the broker. On Kafka the
-        listed end is exact (the high watermark, or the last stable offset: records of an open
-        transaction are not returned before it) and the first fetch confirms it. Each round
-        starts from fresh partition state (a new assignment), so a high watermark left by an
-        earlier round or call is never taken for this one's. The high watermark is used only
-        to see that the probe started past the log end, never as an end: under
-        ``read_committed`` it can lie past the last stable offset.
-        """
-        from kafka.errors import OffsetOutOfRangeError
-
-        consumer = self._consumer
-        listed = consumer.end_offsets(list(tps.values()))
-        floor = floor or {}
-        position = {key: max(int(listed[tp]), int(floor.get(key, 0))) for key, tp in tps.items()}
-        found: dict[TopicPart, PartitionEnd] = {}
-        deadline = time.monotonic() + self.PROBE_SECONDS
-        while len(found) < len(tps) and time.monotonic() < deadline:
-            probing = {key: tp for key, tp in tps.items() if key not in found}
-            consumer.unsubscribe()  # fresh partition states: no high watermark carried over
-            consumer.assign(list(probing.values()))
-            for key, tp in probing.items():
-                consumer.seek(tp, position[key])
-            try:
-                consumer.poll(timeout_ms=50, max_records=1_000_000)
-            except OffsetOutOfRangeError as exc:
-                beyond = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-                for key, tp in probing.items():
-                    if tp in beyond:
-                        found[key] = PartitionEnd(int(listed[tp]), confirmed=True, beyond=True)
-                continue
-            for key, tp in probing.items():
-                now_at = int(consumer.position(tp))
-                if now_at > position[key]:
-                    position[key] = now_at  # records came: probe on from there
-                    continue
-                highwater = consumer.highwater(tp)
-                if highwater is None:
-                    continue  # no answer yet
-                if highwater < position[key]:  # Tansu's answer past the end (Kafka: OOR above)
-                    found[key] = PartitionEnd(int(highwater), confirmed=True, beyond=True)
-                else:
-                    found[key] = PartitionEnd(position[key], confirmed=True)
-        consumer.unsubscribe()
-        for key in tps.keys() - found.keys():
-            log.info("topic '%s' partition %d: the broker did not confirm its end within %.0f s;"
-                     " planning up to offset %d, which it did show", key[0], key[1],
-                     self.PROBE_SECONDS, position[key])
-            found[key] = PartitionEnd(position[key], confirmed=False)
-        return found
+        """Where each partition's readable log ends (:func:`ingest.kafka_probe.probe_ends`:
+        one ListOffsets and one Fetch per leader, whatever the production rate); ``floor``:
+        offsets known to exist (already read), where the probe fetches when ListOffsets
+        answers less."""
+        return probe_ends(self._consumer, tps, floor or {}, self._read_committed)
 
     def close(self) -> None:
         self._consumer.close()

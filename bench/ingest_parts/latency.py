@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,12 @@ from ingest_parts.metering import CpuMeter
 from ingest_parts.producers import send_warmup, steady_producer
 from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
 from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
+
+KEEP_PHASE_COMMITS = {"hoodie.cleaner.commits.retained": "200", "hoodie.keep.min.commits": "210",
+                      "hoodie.keep.max.commits": "220"}
+"""Table options of the latency phase: the cleaner (default: 10 commits retained) must leave
+the files of every commit of the phase, which the incremental reads that measure it reach
+back to; a job committing every second outruns the default within a minute."""
 
 
 class TimelinePoller:
@@ -77,6 +84,7 @@ class LatencyResult:
     check: str = "-"
     problems: list[str] = field(default_factory=list)
     cpu: str = ""
+    triggers: str = ""
 
     @property
     def achieved(self) -> float | None:
@@ -124,7 +132,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
     config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
                         max_offsets=args.latency_max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=False,
-                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions,
+                        table_options=KEEP_PHASE_COMMITS)
     log(f"latency: {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s into topic "
         f"{topic}, trigger every {args.trigger_interval}")
     ctx = multiprocessing.get_context("spawn")
@@ -141,6 +150,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             raise RuntimeError("the warm-up records were not committed")
         warm_completion = committed_offsets(table_path)[1]
         assert warm_completion is not None
+        warm_batches = {getattr(p, "batchId", None) for p in query.recentProgress}
         producer.start()
         if not ready.wait(120):
             raise RuntimeError("the producer process did not start")
@@ -154,6 +164,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             last = wait_committed(query, sink, table_path, expected, args.timeout)
             result.drain_seconds = time.monotonic() - drain_started
         result.cpu = cpu.describe()
+        result.triggers = _trigger_summary(query, warm_batches)
         result.sent, result.send_seconds = report["sent"], report["seconds"]
         result.behind_ticks = report["behind_ticks"]
         if last is None:
@@ -179,6 +190,34 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
     log(f"latency: p50 {fmt_seconds(result.p50)}, p99 {fmt_seconds(result.p99)}, "
         f"check {result.check}" + (f" ({result.error})" if result.error else ""))
     return result
+
+
+def _trigger_summary(query: Any, before: set[Any]) -> str:
+    """Spark's durations of the phase's micro-batches with data (batches not in ``before``):
+    planning (``latestOffset``: the source's end look-up), the batch (``addBatch``), the whole
+    trigger, and the time between trigger starts."""
+    seen, plan, add, whole, starts = set(before), [], [], [], []
+    for p in query.recentProgress:
+        batch = getattr(p, "batchId", None)
+        if batch in seen or not int(getattr(p, "numInputRows", 0) or 0):
+            continue
+        seen.add(batch)
+        durations = getattr(p, "durationMs", None) or {}
+        plan.append(float(durations.get("latestOffset", 0)) / 1000)
+        add.append(float(durations.get("addBatch", 0)) / 1000)
+        whole.append(float(durations.get("triggerExecution", 0)) / 1000)
+        starts.append(datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
+                      .timestamp())
+    if not plan:
+        return ""
+    gaps = np.diff(sorted(starts)) if len(starts) > 1 else np.array([np.nan])
+
+    def spread(values: Any) -> str:
+        return f"median {np.median(values):.2f} s, max {np.max(values):.2f} s"
+
+    return (f"{len(plan)} micro-batches with data: planning (Spark's durationMs.latestOffset) "
+            f"{spread(plan)}; addBatch {spread(add)}; whole trigger {spread(whole)}; "
+            f"between trigger starts {spread(gaps)}")
 
 
 def _latencies(table: Any, after: str, seen: dict[str, float], result: LatencyResult) -> None:

@@ -148,6 +148,7 @@ def _latency_notes(lat: LatencyResult) -> list[str]:
             f"{fmt_seconds(lat.seen_p50)}, p99 {fmt_seconds(lat.seen_p99)}; "
             f"after the producer stopped, the job caught up in "
             f"{fmt_seconds(lat.drain_seconds)}",
+            *([f"latency: {lat.triggers}"] if lat.triggers else []),
             f"latency: {lat.cpu}"]
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -911,6 +912,85 @@ def test_latest_offset_with_open_transaction_never_plans_backwards(
         reader.stop()
         producer.abort_transaction()
         producer.close()
+
+
+@contextlib.contextmanager
+def _fetches_sent() -> Iterator[dict[str, int]]:
+    """Count the Fetch requests kafka-python sends while the block runs, and the bytes of record
+    data their answers carry: ``{"requests": n, "record_bytes": n}``. Instruments the client's
+    one send path (``KafkaConnectionManager.send``, which consumer polls and any direct request
+    go through); the broker and its answers are real."""
+    from kafka.net.manager import KafkaConnectionManager
+    from kafka.protocol.consumer import FetchRequest
+
+    counts = {"requests": 0, "record_bytes": 0}
+    original = KafkaConnectionManager.send
+
+    def answered(response: Any) -> None:
+        counts["record_bytes"] += sum(len(p.records or b"") for t in response.responses
+                                      for p in t.partitions)
+
+    def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        future = original(self, request, *args, **kwargs)
+        if isinstance(request, FetchRequest):
+            counts["requests"] += 1
+            future.add_callback(answered)
+        return future
+
+    KafkaConnectionManager.send = send  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        KafkaConnectionManager.send = original  # type: ignore[method-assign]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_latest_offset_under_steady_production_fetches_once_and_reaches_the_end(
+        kafka_bootstrap: str, isolation: str) -> None:  # noqa: F811
+    # A producer keeps sending (~3,000 records/s) while the driver plans. Planning used to
+    # fetch from the listed end until a fetch came back empty, which under steady production
+    # never happens: it chased the moving end for 5 s, fetching (and decoding) every record
+    # on the way. Now it asks once per leader, whatever the rate, and still plans at least up
+    # to every record acknowledged before it began; every planned offset is then read.
+
+    topic = unique_topic("steady")
+    create_topic(kafka_bootstrap, topic, 2)
+    stop = threading.Event()
+
+    def endless() -> Iterator[tuple[bytes | None, bytes, int]]:
+        sent = 0
+        while not stop.is_set():
+            yield None, b"steady-%08d" % sent + b"." * 48, sent % 2
+            sent += 1
+
+    steady = {"rate": 3_000.0, "linger_ms": 5, "batch_size": 16 << 10}  # a batch every ~5 ms
+    background = threading.Thread(target=produce, args=(kafka_bootstrap, topic, endless()),
+                                  kwargs=steady, daemon=True)
+    background.start()
+    reader = _reader(kafka_bootstrap, topic, startingOffsets="earliest",
+                     **{"kafka.isolation.level": isolation})
+    try:
+        start = reader.initialOffset()
+        for _ in range(3):
+            # acknowledged before planning begins (multi-record requests: Tansu's ListOffsets
+            # lists only the base offset + 1 of such a batch)
+            marks = produce(kafka_bootstrap, topic, [(None, b"mark", p) for p in (0, 1)] * 5)
+            with _fetches_sent() as fetched:
+                end = reader.latestOffset(start, ReadAllAvailable())
+            assert fetched["requests"] <= 2, fetched  # one per leader, whatever the rate
+            assert fetched["record_bytes"] <= 64 << 10, fetched  # at most one batch (<= 16 KiB)
+            for p in (0, 1):
+                assert end[topic][str(p)] > max(marks[p::2]), (end, marks)
+            for part in reader.partitions(start, end):
+                offsets = [o for b in reader.read(part) for o in b.column("offset").to_pylist()]
+                assert offsets == list(range(part.start, part.end))  # every planned offset read
+            start = end
+        assert background.is_alive()  # the producer was sending throughout
+    finally:
+        stop.set()
+        background.join(timeout=60)
+        reader.stop()
 
 
 @pytest.mark.kafka
