@@ -180,11 +180,11 @@ def encode_parquet_data_block(
     """
     text = schema_json(avro_schema)
     target = _parquet_block_schema(text)
-    if table.schema.equals(target):  # what the write handles pass: nothing to conform
+    plain = target.remove_metadata()
+    if table.schema.equals(plain, check_metadata=True):  # what the write handles pass
         conformed = table.replace_schema_metadata(target.metadata)
     else:
-        conformed = conform_table(table, target.remove_metadata()).replace_schema_metadata(
-            target.metadata)
+        conformed = conform_table(table, plain).replace_schema_metadata(target.metadata)
     sink = pa.BufferOutputStream()
     # A block is read whole, so column statistics buy nothing.
     pq.write_table(conformed, sink, compression=compression,
