@@ -10,6 +10,8 @@ buffers they cost a few tens of µs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 
@@ -41,11 +43,37 @@ def numbered_strings(prefix: str, n: int) -> pa.Array:
         high = min(n, 10**d)
         block = data[offsets[low]:offsets[high]].reshape(high - low, width + d)
         block[:, :width] = head
-        numbers = np.arange(low, high, dtype=np.int64)[:, None]
-        block[:, width:] = numbers // (10 ** np.arange(d - 1, -1, -1, dtype=np.int64)) % 10 + 48
+        block[:, width:] = _digit_rows(d, low, high)
         low = high
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)),
                                        pa.py_buffer(data))
+
+
+_CACHED_DIGITS = 6
+"""Numbers of up to this many digits have their digit rows cached (5.4 MB at 6 digits)."""
+
+
+def _digit_rows(d: int, low: int, high: int) -> np.ndarray:
+    """The ASCII digits of the d-digit numbers low … high-1, one row each."""
+    if d > _CACHED_DIGITS:
+        return _ascii_digits(d, low, high)
+    first = 10 ** (d - 1) if d > 1 else 0
+    return _all_digit_rows(d)[low - first:high - first]
+
+
+@functools.lru_cache(maxsize=_CACHED_DIGITS)
+def _all_digit_rows(d: int) -> np.ndarray:
+    """:func:`_ascii_digits` of every d-digit number (0 … 9 for d = 1), read-only: every
+    task numbers its rows from 0, so they are computed once per process."""
+    rows = _ascii_digits(d, 10 ** (d - 1) if d > 1 else 0, 10**d)
+    rows.flags.writeable = False
+    return rows
+
+
+def _ascii_digits(d: int, low: int, high: int) -> np.ndarray:
+    numbers = np.arange(low, high, dtype=np.int64)[:, None]
+    powers = 10 ** np.arange(d - 1, -1, -1, dtype=np.int64)
+    return (numbers // powers % 10 + 48).astype(np.uint8)
 
 
 def _digit_counts(n: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 from engine.write.meta_columns import constant_strings, numbered_strings
 
 
-@pytest.mark.parametrize("n", [0, 1, 9, 10, 11, 99, 100, 101, 1000, 10_001])
+@pytest.mark.parametrize("n", [0, 1, 9, 10, 11, 99, 100, 101, 1000, 10_001, 1_000_003])
 def test_numbered_strings_are_prefix_and_decimal_number(n: int) -> None:
     prefix = "20261128131500000_7_"
     got = numbered_strings(prefix, n)
