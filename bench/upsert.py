@@ -1,4 +1,4 @@
-"""Upsert benchmark: tidelake (COW, MOR-Avro, MOR-Parquet) against deltalake and lance.
+"""Upsert benchmark: tidelake (COW, MOR-Avro, MOR-Parquet) against deltalake, lance and Paimon.
 
     python bench/upsert.py                 # full run: 1M rows + 10 x 100k, every engine
     python bench/upsert.py --quick         # smoke run: 100k rows + 3 x 10k
@@ -66,7 +66,7 @@ if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importa
 
 T = TypeVar("T")
 
-ALL_ENGINES = ("cow", "mor-avro", "mor-parquet", "deltalake", "lance")
+ALL_ENGINES = ("cow", "mor-avro", "mor-parquet", "deltalake", "lance", "paimon")
 LOOKUPS = 5
 
 # Targets from the issue, for a 2-core machine, on the full workload.
@@ -285,6 +285,81 @@ class LanceEngine(Engine):
         return result
 
 
+class PaimonEngine(Engine):
+    """Apache Paimon's Python writer with its Rust bindings (pypaimon + pypaimon-rust): a
+    primary-key table (``partition``, ``key``; Paimon requires the partition in the key),
+    fixed buckets (``--buckets`` per partition, as tidelake's BUCKET index), ``ts`` as the
+    sequence field (tidelake's precombine), Parquet files, native write, commit and read."""
+
+    name = "paimon"
+
+    def __init__(self, buckets: int) -> None:
+        super().__init__()
+        self.buckets = buckets
+        self.table: Any = None
+        version = _version("pypaimon")
+        rust = _version("pypaimon_rust", "pypaimon-rust")
+        self.description = (f"pypaimon {version} + pypaimon-rust {rust}: primary key "
+                            f"(partition, key), {buckets} fixed buckets, sequence.field ts, "
+                            "parquet, native write/commit/read; one batch write + commit "
+                            "per batch")
+
+    def unavailable(self) -> str | None:
+        return _missing("pypaimon") or _missing("pypaimon_rust", "pypaimon-rust")
+
+    def create(self, path: str) -> None:
+        self.path = path
+
+    def _options(self) -> dict[str, str]:
+        return {"bucket": str(self.buckets), "file.format": "parquet",
+                "sequence.field": "ts", "write.native.enabled": "true",
+                "commit.native.enabled": "true", "read.native.enabled": "true"}
+
+    def _open(self) -> Any:
+        from pypaimon import CatalogFactory
+
+        catalog = CatalogFactory.create({"warehouse": self.path})
+        return catalog.get_table("bench.t")
+
+    def load(self, data: pa.Table) -> None:
+        from pypaimon import CatalogFactory, Schema
+
+        catalog = CatalogFactory.create({"warehouse": self.path})
+        catalog.create_database("bench", True)
+        schema = Schema.from_pyarrow_schema(data.schema, partition_keys=["partition"],
+                                            primary_keys=["partition", "key"],
+                                            options=self._options())
+        catalog.create_table("bench.t", schema, False)
+        self.table = catalog.get_table("bench.t")
+        self.upsert(data)
+
+    def upsert(self, batch: pa.Table) -> None:
+        builder = self.table.new_batch_write_builder()
+        write = builder.new_write()
+        commit = builder.new_commit()
+        try:
+            write.write_arrow(batch)
+            commit.commit(write.prepare_commit())
+        finally:
+            write.close()
+            commit.close()
+
+    def _read(self, predicate: Callable[[Any], Any] | None = None) -> pa.Table:
+        table = self._open()
+        builder = table.new_read_builder()
+        if predicate is not None:
+            builder = builder.with_filter(predicate(builder.new_predicate_builder()))
+        splits = builder.new_scan().plan().splits()
+        result: pa.Table = builder.new_read().to_arrow(splits)
+        return result
+
+    def read_full(self) -> pa.Table:
+        return self._read()
+
+    def lookup(self, key: str) -> pa.Table:
+        return self._read(lambda p: p.equal("key", key)).filter(pc.field("key") == key)
+
+
 def _version(module: str, dist: str | None = None) -> str:
     return package_version(module, dist) or "?"
 
@@ -309,6 +384,8 @@ def make_engine(name: str, buckets: int, initial_load: str) -> Engine:
         return DeltaEngine()
     if name == "lance":
         return LanceEngine()
+    if name == "paimon":
+        return PaimonEngine(buckets)
     raise ValueError(f"unknown engine {name!r}; expected some of {', '.join(ALL_ENGINES)}")
 
 

@@ -18,6 +18,7 @@ Pure bytes in, bytes out; never imports pyspark; safe on executors.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from collections.abc import Mapping, Sequence
@@ -177,19 +178,30 @@ def encode_parquet_data_block(
     The table is first conformed to the Arrow form of ``avro_schema`` (columns by name, types
     cast), and the file carries ``parquet.avro.schema`` as parquet-avro writers do.
     """
-    schema = _schema_dict(avro_schema)
-    conformed = conform_table(table, avro_schema_to_arrow(schema))
-    metadata = {
-        b"parquet.avro.schema": schema_json(schema).encode(),
-        b"writer.model.name": b"avro",
-    }
-    conformed = conformed.replace_schema_metadata(metadata)
+    text = schema_json(avro_schema)
+    target = _parquet_block_schema(text)
+    plain = target.remove_metadata()
+    if table.schema.equals(plain, check_metadata=True):  # what the write handles pass
+        conformed = table.replace_schema_metadata(target.metadata)
+    else:
+        conformed = conform_table(table, plain).replace_schema_metadata(target.metadata)
     sink = pa.BufferOutputStream()
     # A block is read whole, so column statistics buy nothing.
     pq.write_table(conformed, sink, compression=compression,
                    use_dictionary=parquet_dictionary_columns(conformed), write_statistics=False)
-    header = _data_header(instant_time, avro_schema)
+    header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: text}
     return frame_parts(BlockType.PARQUET_DATA, header, [sink.getvalue()], None)
+
+
+@functools.lru_cache(maxsize=64)
+def _parquet_block_schema(text: str) -> pa.Schema:
+    """The Arrow form of an Avro schema (JSON ``text``) with the key-value metadata
+    parquet-avro writers put in a file; one conversion per schema, not one per block."""
+    schema = _schema_dict(text)
+    return avro_schema_to_arrow(schema).with_metadata({
+        b"parquet.avro.schema": schema_json(schema).encode(),
+        b"writer.model.name": b"avro",
+    })
 
 
 def decode_parquet_data_block(block: LogBlock, arrow_schema: pa.Schema | None = None, *,

@@ -52,6 +52,7 @@ from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.version import EIGHT, TableVersion
+from engine.write.meta_columns import constant_strings, numbered_strings
 
 CREATE = "create"
 MERGE = "merge"
@@ -143,7 +144,7 @@ def _constant(value: str, n: int, dictionary: bool) -> pa.Array:
     if dictionary:
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
                                               pa.array([value], pa.string()))
-    return pa.array(np.full(n, value, dtype=object), pa.string())
+    return constant_strings(value, n)
 
 
 def _meta_schema(ctx: WriteContext, dictionary: bool) -> pa.Schema:
@@ -161,8 +162,7 @@ def _with_meta(ctx: WriteContext, task: WriteTask, records: pa.Table, file_name:
     """
     n = records.num_rows
     prefix = f"{ctx.instant_time}_{task.task_partition}_"
-    seq = pc.binary_join_element_wise(
-        prefix, pc.cast(pa.array(np.arange(n)), pa.string()), "")
+    seq = numbered_strings(prefix, n)
     partition = records.column(PARTITION_PATH)
     if dictionary:
         partition = partition.combine_chunks().dictionary_encode()

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -117,3 +118,14 @@ def test_merge_result_has_the_target_schema_metadata_not_the_base_file_s(
     first, second = sorted((tmp_path / "t" / "x").glob("*.parquet"))
     sizes = [len(pq.ParquetFile(f).metadata.metadata[b"ARROW:schema"]) for f in (first, second)]
     assert sizes[1] == sizes[0]
+
+
+@pytest.mark.parametrize("values", [
+    pa.array([], pa.string()), pa.array(["a", None, "b", None, "a"]),
+    pa.array(["k1", "k2", "k3"]), pa.array([None, None], pa.string()),
+    pa.array(["x", "x"], pa.large_string()), pa.array([1, 2, 2, None]),
+])
+def test_distinct_counts_as_count_distinct(values: pa.Array) -> None:
+    from engine.merge.record_merger import _distinct
+
+    assert _distinct(values) == pc.count_distinct(values).as_py()
