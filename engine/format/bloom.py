@@ -410,9 +410,12 @@ class BloomSizing:
         """Keys per row of the filter of a file of ``num_keys`` keys."""
         return max(1, min(num_keys, self.num_entries))
 
-    def filter_for(self, keys: pa.Array | pa.ChunkedArray) -> BloomFilter:
-        """A filter of ``keys`` (added in order), sized for them."""
-        bloom = BloomFilter.create(self.entries_for(len(keys)), self.fpp, self.max_entries)
+    def filter_for(self, keys: pa.Array | pa.ChunkedArray, room: float = 1.0) -> BloomFilter:
+        """A filter of ``keys`` (added in order), sized for them, or with ``room`` (> 1) for
+        ``room`` times as many: a file that will be rewritten with more keys (copy-on-write
+        merges) can then keep it (:meth:`extend`) instead of hashing every key again."""
+        wanted = max(len(keys), math.ceil(len(keys) * room))
+        bloom = BloomFilter.create(self.entries_for(wanted), self.fpp, self.max_entries)
         bloom.add_many(keys)
         return bloom
 
