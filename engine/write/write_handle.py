@@ -22,10 +22,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engine.config import LogBlockFormat, MergeMode
 from engine.errors import WriteConflictError
-from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
+from engine.format.base_file import (
+    DICTIONARY_SAMPLE_ROWS,
+    dictionary_encoded,
+    footer_keys,
+    read_base_file,
+    write_base_file,
+)
 from engine.format.bloom import BloomSizing
 from engine.format.log_format import (
     encode_avro_data_block,
@@ -254,14 +261,20 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     num_deletes = 0
     updates = 0
     bloom = None
+    dictionary_hint = None
     base_keys = None
     if task.kind == MERGE and task.base_file:
         old_bloom = None
         with storage.open_input(task.base_file) as source:
             base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
-            if ctx.write_bloom_filter:  # from the bytes just read: no second fetch
-                source.seek(0)
-                old_bloom = read_footer_keys(source).bloom
+            source.seek(0)  # the footer from the bytes just read: no second fetch
+            footer = pq.read_metadata(source)
+        # The rewritten file keeps the old one's dictionary columns (no sample to judge)
+        # when the old file was judged on a full sample; a smaller one is judged again.
+        if footer.num_rows >= DICTIONARY_SAMPLE_ROWS:
+            dictionary_hint = dictionary_encoded(footer)
+        if ctx.write_bloom_filter:
+            old_bloom = footer_keys(footer, task.base_file).bloom
         base = evolve_columns(base, schema)  # rows of an older schema: nulls, widened types
         base_keys = base.column(RECORD_KEY).combine_chunks()
         layers: list[Layer] = []
@@ -297,7 +310,8 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         out = incoming if incoming is not None else schema.empty_table()
     result = write_base_file(rel, out, bloom=ctx.write_bloom_filter,
                              compression=ctx.compression, bloom_filter=bloom,
-                             bloom_sizing=ctx.bloom_sizing, fsync=sync, storage=storage)
+                             bloom_sizing=ctx.bloom_sizing, fsync=sync, storage=storage,
+                             dictionary_hint=dictionary_hint)
     inserts = (incoming.num_rows if incoming is not None else 0) - updates
     prev_base = task.base_file.rsplit("/", 1)[-1] if task.base_file else None
     update = None
