@@ -269,6 +269,16 @@ def read_base_file(
                          use_threads=use_threads)
 
 
+def read_base_file_and_footer(
+    path: str | pa.NativeFile, dictionary_columns: Sequence[str] | None = None,
+) -> tuple[pa.Table, pq.FileMetaData]:
+    """Every row and column of a base file (as :func:`read_base_file`) and its footer, from
+    one open of the file (a copy-on-write merge needs both)."""
+    dictionary = list(dictionary_columns) if dictionary_columns else None
+    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+        return file.read(), file.metadata
+
+
 def read_base_file_keys(
     path: str | pa.NativeFile,
     keys: pa.Array,

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from engine.config import LogBlockFormat, MergeMode
 from engine.errors import WriteConflictError
@@ -30,7 +29,7 @@ from engine.format.base_file import (
     DICTIONARY_SAMPLE_ROWS,
     dictionary_encoded,
     footer_keys,
-    read_base_file,
+    read_base_file_and_footer,
     write_base_file,
 )
 from engine.format.bloom import BloomSizing
@@ -266,9 +265,7 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
     if task.kind == MERGE and task.base_file:
         old_bloom = None
         with storage.open_input(task.base_file) as source:
-            base = read_base_file(source, dictionary_columns=LOW_CARDINALITY_META)
-            source.seek(0)  # the footer from the bytes just read: no second fetch
-            footer = pq.read_metadata(source)
+            base, footer = read_base_file_and_footer(source, LOW_CARDINALITY_META)
         # The rewritten file keeps the old one's dictionary columns (no sample to judge)
         # when the old file was judged on a full sample; a smaller one is judged again.
         if footer.num_rows >= DICTIONARY_SAMPLE_ROWS:
