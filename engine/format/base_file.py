@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,8 @@ _NEVER_DICTIONARY = ("_hoodie_commit_seqno", _RECORD_KEY)
 _ALWAYS_DICTIONARY = ("_hoodie_commit_time", "_hoodie_partition_path", _FILE_NAME)
 
 
-def parquet_dictionary_columns(table: pa.Table) -> list[str]:
+def parquet_dictionary_columns(table: pa.Table,
+                               previous: Mapping[str, bool] | None = None) -> list[str]:
     """The columns of ``table`` worth Parquet dictionary encoding, for base files and parquet
     log blocks alike.
 
@@ -82,6 +83,9 @@ def parquet_dictionary_columns(table: pa.Table) -> list[str]:
     beat plain encoding), made up front: on a column of unique strings a dictionary writes
     ~30% more bytes and costs ~35% more write time, on categories it writes several times fewer.
     Numeric columns are left plain (pyarrow would try a dictionary for every column).
+    ``previous`` (:func:`dictionary_encoded`) gives the choice the file being rewritten made
+    for its string columns: a copy-on-write merge keeps it (same encodings as the old file,
+    no sample to judge); columns it lacks are judged as above.
     """
     names = []
     for field, column in zip(table.schema, table.columns, strict=True):
@@ -90,10 +94,32 @@ def parquet_dictionary_columns(table: pa.Table) -> list[str]:
         if pa.types.is_dictionary(field.type) or field.name in _ALWAYS_DICTIONARY:
             names.append(field.name)
         elif pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            if previous is not None and field.name in previous:
+                if previous[field.name]:
+                    names.append(field.name)
+                continue
             sample = column.slice(0, DICTIONARY_SAMPLE_ROWS)
             if len(sample) and len(pc.unique(sample)) * 2 <= len(sample):
                 names.append(field.name)
     return names
+
+
+_DICTIONARY_ENCODINGS = frozenset({"RLE_DICTIONARY", "PLAIN_DICTIONARY"})
+
+
+def dictionary_encoded(metadata: pq.FileMetaData) -> dict[str, bool]:
+    """For each top-level column of a Parquet file, whether its first row group's chunk is
+    dictionary encoded (what :func:`parquet_dictionary_columns` takes as ``previous``); an
+    empty mapping for a file without row groups."""
+    if metadata.num_row_groups == 0:
+        return {}
+    group = metadata.row_group(0)
+    found: dict[str, bool] = {}
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        top = chunk.path_in_schema.split(".", 1)[0]
+        found[top] = found.get(top, False) or bool(_DICTIONARY_ENCODINGS & set(chunk.encodings))
+    return found
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,7 @@ def write_base_file(
     bloom_sizing: BloomSizing | None = None,
     fsync: bool = True,
     storage: Storage | None = None,
+    dictionary_hint: Mapping[str, bool] | None = None,
 ) -> BaseFileWriteResult:
     """Write ``table`` as the Parquet base file ``path`` and publish it atomically.
 
@@ -151,6 +178,8 @@ def write_base_file(
     to the columns :func:`parquet_dictionary_columns` picks; meta columns may be given as
     ``dictionary<string>`` arrays. ``fsync=False`` leaves flushing to the caller (a writer
     that syncs the file system once before its commit, see :meth:`Storage.sync`).
+    ``dictionary_hint``: the rewritten file's choice of dictionary columns
+    (:func:`dictionary_encoded`), kept for the columns it names.
     """
     _check_meta_columns(table)
     if storage is None:
@@ -179,7 +208,8 @@ def write_base_file(
 
     def produce(sink: pa.NativeFile) -> None:
         with pq.ParquetWriter(sink, table.schema, compression=compression,
-                              use_dictionary=parquet_dictionary_columns(table)) as writer:
+                              use_dictionary=parquet_dictionary_columns(
+                                  table, dictionary_hint)) as writer:
             writer.write_table(table, row_group_size=row_group_size)
             if footer:
                 writer.add_key_value_metadata(footer)
@@ -237,6 +267,16 @@ def read_base_file(
     return pq.read_table(path, columns=[c for c in columns if c in names], filters=filters,
                          partitioning=None, read_dictionary=dictionary,
                          use_threads=use_threads)
+
+
+def read_base_file_and_footer(
+    path: str | pa.NativeFile, dictionary_columns: Sequence[str] | None = None,
+) -> tuple[pa.Table, pq.FileMetaData]:
+    """Every row and column of a base file (as :func:`read_base_file`) and its footer, from
+    one open of the file (a copy-on-write merge needs both)."""
+    dictionary = list(dictionary_columns) if dictionary_columns else None
+    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+        return file.read(), file.metadata
 
 
 def read_base_file_keys(
@@ -326,7 +366,13 @@ def read_footer_keys(path: str | pa.NativeFile, *, with_bloom: bool = True) -> F
     ``com.uber.hoodie.bloomfilter``); without ``hoodie_bloom_filter_type_code`` it is
     ``SIMPLE``, as Java assumes. A malformed filter raises ``ValueError``.
     """
-    raw = pq.read_metadata(path).metadata or {}
+    return footer_keys(pq.read_metadata(path), path, with_bloom=with_bloom)
+
+
+def footer_keys(metadata: pq.FileMetaData, path: object,
+                *, with_bloom: bool = True) -> FooterKeys:
+    """:func:`read_footer_keys` from a footer already read (``path`` names it in errors)."""
+    raw = metadata.metadata or {}
 
     def value(key: str) -> str | None:
         found = raw.get(key.encode("utf-8"))

@@ -244,6 +244,12 @@ class BloomFilter:
         if n == 0:
             return
         row_of_key = self._assign_rows(n)
+        first = int(row_of_key[0])
+        if bool((row_of_key == first).all()):  # the common case: every key in one row
+            row = self._rows[first]
+            for positions in _hash_positions(offsets, data, self._nb_hash, self._vector_size):
+                row[positions] = True
+            return
         flat = self._rows.reshape(-1)
         base = row_of_key * self._vector_size
         for positions in _hash_positions(offsets, data, self._nb_hash, self._vector_size):
@@ -404,9 +410,12 @@ class BloomSizing:
         """Keys per row of the filter of a file of ``num_keys`` keys."""
         return max(1, min(num_keys, self.num_entries))
 
-    def filter_for(self, keys: pa.Array | pa.ChunkedArray) -> BloomFilter:
-        """A filter of ``keys`` (added in order), sized for them."""
-        bloom = BloomFilter.create(self.entries_for(len(keys)), self.fpp, self.max_entries)
+    def filter_for(self, keys: pa.Array | pa.ChunkedArray, room: float = 1.0) -> BloomFilter:
+        """A filter of ``keys`` (added in order), sized for them, or with ``room`` (> 1) for
+        ``room`` times as many: a file that will be rewritten with more keys (copy-on-write
+        merges) can then keep it (:meth:`extend`) instead of hashing every key again."""
+        wanted = max(len(keys), math.ceil(len(keys) * room))
+        bloom = BloomFilter.create(self.entries_for(wanted), self.fpp, self.max_entries)
         bloom.add_many(keys)
         return bloom
 
@@ -530,7 +539,8 @@ def _hash_positions(
 ) -> Iterator[np.ndarray]:
     """Yield, for each of the ``nb_hash`` chained hashes, every key's bit position.
 
-    Keys are given as UTF-8 ``data`` and ``offsets``; each yielded array is int64 in key
+    Keys are given as UTF-8 ``data`` and ``offsets``; each yielded array is an unsigned
+    integer array (uint32, or intp when keys of different lengths are reordered) in key
     order. The 4-byte body chunks are mixed once (that part does not depend on the seed),
     then every round folds them column by column, over keys sorted by chunk count so that
     the keys still having a chunk ``i`` form a prefix.
@@ -581,7 +591,10 @@ def _hash_positions(
 
     seed_len = lengths.astype(np.uint32)
     seed = np.zeros(n, dtype=np.uint32)
-    vs = np.int64(vector_size)
+    # Every key has tail bytes (or none has): whole-array operations, no gather/scatter.
+    all_tails = len(tail_idx) == n
+    vs = np.uint32(vector_size)
+    shifted = np.empty(n, dtype=np.uint32)
     for _ in range(nb_hash):
         h = seed ^ seed_len
         for k in columns:
@@ -593,16 +606,23 @@ def _hash_positions(
                 part = h[:a]
                 part *= _M32
                 part ^= k
-        if len(tail_idx):
+        if all_tails:
+            h ^= tail
+            h *= _M32
+        elif len(tail_idx):
             h[tail_idx] = (h[tail_idx] ^ tail) * _M32
-        h ^= h >> np.uint32(13)
+        np.right_shift(h, np.uint32(13), out=shifted)
+        h ^= shifted
         h *= _M32
-        h ^= h >> np.uint32(15)
+        np.right_shift(h, np.uint32(15), out=shifted)
+        h ^= shifted
         seed = h
-        pos = np.abs(h.view(np.int32).astype(np.int64)) % vs
+        # Java's abs(h % vectorSize) == |h| % vectorSize; |h| as uint32 is exact even for
+        # Integer.MIN_VALUE (np.abs wraps it to itself, whose uint32 view is 2**31).
+        pos = np.abs(h.view(np.int32)).view(np.uint32) % vs
         if order is None:
             yield pos
         else:
-            unsorted = np.empty(n, dtype=np.int64)
+            unsorted = np.empty(n, dtype=np.intp)
             unsorted[order] = pos
             yield unsorted

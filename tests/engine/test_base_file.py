@@ -308,3 +308,46 @@ def test_read_base_file_keys_many_row_groups_equals_filtered_full_read(tmp_path)
         expected = oracle.filter(pc.is_in(oracle.column("_hoodie_record_key"),
                                           value_set=pa.array(few)))
         assert got.sort_by("v").to_pylist() == expected.sort_by("v").to_pylist()
+
+
+def test_cow_merge_keeps_old_files_dictionary_columns_and_hudi_rs_reads(tmp_path: Path) -> None:
+    """A copy-on-write rewrite takes its string columns' dictionary choice from the file it
+    replaces (judged on a full sample when that file was written), not from a new sample of
+    the merged rows, whose first rows here (the updates' values) are all distinct; a small
+    old file is judged again."""
+    from engine import Table
+    from tests.helpers import hudi_rs_read, sorted_rows
+
+    n = 10_000
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.index.type": "SIMPLE"})
+    keys = [f"k{i:05d}" for i in range(n)]
+    table.insert(pa.table({"key": keys, "ts": [1] * n, "tag": [f"t{i % 3}" for i in range(n)],
+                           "uuid": [f"u{i}" for i in range(n)]}))
+
+    def encodings() -> dict[str, bool]:
+        (slc,) = table.file_slices()
+        assert slc.base_file is not None
+        found = dictionary_encoded(table.storage.full(slc.base_file.path))
+        return {c: found[c] for c in ("tag", "uuid")}
+
+    assert encodings() == {"tag": True, "uuid": False}
+    # every row updated: the merged file's rows are the batch's, tags all distinct
+    table.upsert(pa.table({"key": keys, "ts": [2] * n, "tag": [f"new-{i}" for i in range(n)],
+                           "uuid": [f"u{i % 5}" for i in range(n)]}))
+    assert encodings() == {"tag": True, "uuid": False}
+    assert sorted_rows(hudi_rs_read(table.path), ["key", "ts", "tag", "uuid"]) == \
+        sorted_rows(table.read(), ["key", "ts", "tag", "uuid"])
+    # a small file is judged again on its rows
+    small = Table.create(str(tmp_path / "s"), name="s", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.index.type": "SIMPLE"})
+    small.insert(pa.table({"key": keys[:10], "ts": [1] * 10, "tag": ["x"] * 10,
+                           "uuid": ["u"] * 10}))
+    small.upsert(pa.table({"key": keys[:10], "ts": [2] * 10, "tag": [f"y{i}" for i in range(10)],
+                           "uuid": ["u"] * 10}))
+    (slc,) = small.file_slices()
+    assert slc.base_file is not None
+    found = dictionary_encoded(small.storage.full(slc.base_file.path))
+    assert (found["tag"], found["uuid"]) == (False, True)

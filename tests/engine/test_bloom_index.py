@@ -110,6 +110,37 @@ def test_cow_rewrite_filter_grows_with_file_and_hudi_rs_reads(tmp_path: Path) ->
         sorted_rows(table.read(), ["key", "ts"])
 
 
+
+def test_cow_merge_rebuilds_filter_with_room_then_extends_it(tmp_path: Path) -> None:
+    """A merge that outgrows its file's filter builds it for 1.5x the file's keys; the next
+    merges hash only their new keys into it (same row, counter moved on), never losing one."""
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
+                         record_key="key", precombine="ts",
+                         options={"hoodie.index.type": "SIMPLE"})
+    first, second, third = _keys(1000), _keys(100, "b"), _keys(100, "c")
+
+    def footer() -> BloomFilter:
+        (slc,) = table.file_slices()
+        assert slc.base_file is not None
+        bloom_filter = read_footer_keys(table.storage.full(slc.base_file.path)).bloom
+        assert bloom_filter is not None
+        return bloom_filter
+
+    table.insert(pa.table({"key": first, "ts": [1] * 1000}))
+    assert footer().num_entries == 1000  # the first file: sized for its own keys
+    # 100 updates (one with a lower ts: the old row stays) and 100 inserts: the row is full
+    table.upsert(pa.table({"key": first[:100] + second, "ts": [0] + [2] * 199}))
+    rebuilt = footer()
+    assert (rebuilt.num_entries, rebuilt.current_nb_record, rebuilt.num_rows) == (1650, 1100, 1)
+    table.upsert(pa.table({"key": third + first[500:550], "ts": [3] * 150}))
+    extended = footer()
+    assert (extended.num_entries, extended.current_nb_record, extended.num_rows) == (1650, 1200, 1)
+    assert extended.might_contain_many(first + second + third).all()
+    assert not extended.might_contain_many(_keys(1000, "absent")).any()
+    assert sorted_rows(hudi_rs_read(table.path), ["key", "ts"]) == \
+        sorted_rows(table.read(), ["key", "ts"])
+
+
 # --- the index: same result as SIMPLE, fewer files read -------------------------------------
 
 def _lookups(table: Table, keys: pa.Array, parts: pa.Array, global_index: bool, *,
