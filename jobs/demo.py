@@ -22,8 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.cli import how_to_read
-from jobs.ingest_job import Progress, format_progress, start, watch
+from jobs.ingest_job import start, watch
 from jobs.job_config import load
+from jobs.progress import Progress, format_progress
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
 
 
