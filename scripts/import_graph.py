@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
     for package in PACKAGES:
         mine = [c for c in found if c[0].split(".")[0] == package]
         sizes = ", ".join(str(len(c)) for c in mine) or "none"
-        print(f"{package}: {len(mine)} circle(s) of {sizes} files")
+        print(f"{package}: {len(mine)} circle(s)" + (f" of {sizes} files" if mine else ""))
     crossing = [c for c in found if len({m.split('.')[0] for m in c}) > 1]
     if crossing:
         print(f"circles across packages: {len(crossing)}")
