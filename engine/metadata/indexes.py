@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from engine.metadata.records import MetadataRecord
-from engine.services.base import TaskRunner
+from engine.tasks import TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")
