@@ -31,9 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.layout.file_group import FileSlice
-from engine.metadata.column_stats import COLUMN_STATS, PARTITION_STATS, unknown
-from engine.metadata.keys import column_stats_key, partition_stats_key
-from engine.metadata.records import ColumnStats, StatValue
+from engine.metadata.keys import (
+    COLUMN_STATS,
+    PARTITION_STATS,
+    column_stats_key,
+    partition_stats_key,
+)
+from engine.metadata.records import ColumnStats, StatValue, bounds_unknown
 
 if TYPE_CHECKING:
     from engine.layout.view import TableView
@@ -133,7 +137,7 @@ def term_may_match(term: Term, stats: ColumnStats | None, column_type: pa.DataTy
         value = [v for v in value if v is not None]
     if non_null <= 0 and stats.value_count >= 0:
         return False
-    if unknown(stats):
+    if bounds_unknown(stats):
         return True
     assert stats.min_value is not None and stats.max_value is not None
     try:
@@ -221,21 +225,21 @@ def prune(view: TableView, slices: Sequence[FileSlice], filters: Any,
     if not columns:
         report.slices_read = len(kept)
         return kept, report
-    if latest and PARTITION_STATS in declared and view.config.partition_fields:
+    if latest and PARTITION_STATS.name in declared and view.config.partition_fields:
         partitions = sorted({s.partition_path for s in kept})
         keys = {partition_stats_key(c, p): (p, c) for p in partitions for c in columns}
-        found = _lookup(view, PARTITION_STATS, list(keys))
+        found = _lookup(view, PARTITION_STATS.name, list(keys))
         per: dict[str, dict[str, ColumnStats | None]] = {p: {} for p in partitions}
         for key, (p, c) in keys.items():
             per[p][c] = found.get(key)
         dropped = {p for p in partitions if not may_match(dnf, per[p], schema)}
         report.partitions_pruned_by_partition_stats = len(dropped)
         kept = [s for s in kept if s.partition_path not in dropped]
-    if COLUMN_STATS in declared and kept:
+    if COLUMN_STATS.name in declared and kept:
         files = [(s, name) for s in kept for name in _names(s)]
         keys2 = {column_stats_key(c, s.partition_path, n): (s.partition_path, n, c)
                  for s, n in files for c in columns}
-        found = _lookup(view, COLUMN_STATS, list(keys2))
+        found = _lookup(view, COLUMN_STATS.name, list(keys2))
         per_file: dict[tuple[str, str], dict[str, ColumnStats | None]] = {}
         for key, (p, n, c) in keys2.items():
             per_file.setdefault((p, n), {})[c] = found.get(key)
