@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from engine import Table, TidelakeError
 from jobs.job_config import add_flags, load, overrides_from
+from jobs.table_access import how_to_read, with_env_credentials
 
 
 def _demo_batch(rng: random.Random, live: dict[str, dict[str, Any]], next_id: list[int],
@@ -118,7 +119,7 @@ def run_engine_demo(args: argparse.Namespace) -> int:
 
         builder = HudiTableBuilder.from_base_uri(str(out))
         if options:
-            builder = builder.with_storage_options(_with_env_credentials(options))
+            builder = builder.with_storage_options(with_env_credentials(options))
         rs = pa.Table.from_batches(builder.build().read())
         print(f"hudi-rs reads {rs.num_rows} records from the same table")
         ok = ok and rs.num_rows == result.num_rows
@@ -126,55 +127,6 @@ def run_engine_demo(args: argparse.Namespace) -> int:
         print("hudi-rs not installed (pip install hudi==0.5.0) — skipped its read")
     print(f"\ntable: {out}\n{how_to_read(out, options)}")
     return 0 if ok else 1
-
-
-def _with_env_credentials(options: dict[str, str]) -> dict[str, str]:
-    """``options`` plus the AWS credentials of the environment (hudi-rs is given both)."""
-    found = {key.lower(): value for key, value in os.environ.items()
-             if key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                        "AWS_REGION", "AWS_DEFAULT_REGION")}
-    return {**found, **options}
-
-
-def runnable(name: str) -> str:
-    """How to run ``name`` (a script of this interpreter's environment, e.g. ``tidelake`` or
-    ``python``) from the current folder: bare when it is what ``PATH`` finds (an activated
-    virtualenv), else its path — relative when it lies below the current folder."""
-    bin_dir = Path(sys.executable).parent
-    script = bin_dir / name
-    if not script.exists():
-        return sys.executable if name == "python" else name
-    found = shutil.which(name)
-    if found and Path(found).parent == bin_dir:
-        return name
-    try:
-        return str(script.relative_to(Path.cwd()))
-    except ValueError:
-        return str(script)
-
-
-def how_to_read(path: Path | str, storage_options: dict[str, str] | None = None) -> str:
-    """Commands that read the table at ``path`` (tidelake and hudi-rs), runnable as printed.
-
-    For an object store, the storage options are printed except secret ones (redacted:
-    credentials are left to the environment, where the printed commands find them)."""
-    from engine.redact import is_secret_key
-
-    tidelake, python = runnable("tidelake"), runnable("python")
-    if isinstance(path, Path):
-        path = path.resolve()  # hudi-rs takes absolute paths or URIs only
-    shown = {k: v for k, v in (storage_options or {}).items() if not is_secret_key(k)}
-    flags = "".join(f" --storage-option {k}={v}" for k, v in shown.items())
-    engine_args = f", storage_options={shown!r}" if shown else ""
-    rs_options = f".with_storage_options({shown!r})" if shown else ""
-    note = ("\n  (credentials from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-            "AWS_REGION)" if shown else "")
-    return (f"read it with:\n  {tidelake} table show {path}{flags}\n"
-            f"  {python} -c \"from engine import Table; "
-            f"print(Table.open('{path}'{engine_args}).read())\"\n"
-            f"  {python} -c \"import pyarrow as pa; from hudi import HudiTableBuilder; "
-            f"print(pa.Table.from_batches(HudiTableBuilder.from_base_uri('{path}'){rs_options}"
-            f".build().read()))\"{note}")
 
 
 def show_table(args: argparse.Namespace) -> int:

@@ -21,10 +21,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.cli import how_to_read
-from jobs.ingest_job import Progress, format_progress, start, watch
+from jobs.ingest_job import start, watch
 from jobs.job_config import load
+from jobs.progress import Progress, format_progress
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
+from jobs.table_access import how_to_read, with_env_credentials
 
 
 def _table_location(args: argparse.Namespace, out: Path) -> tuple[str, dict[str, str]]:
@@ -32,7 +33,6 @@ def _table_location(args: argparse.Namespace, out: Path) -> tuple[str, dict[str,
     options of an object store location: ``--storage-option`` items, ``--s3-endpoint``, and
     the AWS credentials of this environment (so that Spark's workers get them too)."""
     from engine.storage import is_local
-    from jobs.cli import _with_env_credentials
     from jobs.table_commands import storage_options
 
     table = getattr(args, "table", None)
@@ -44,7 +44,7 @@ def _table_location(args: argparse.Namespace, out: Path) -> tuple[str, dict[str,
         options.setdefault("aws_endpoint_url", endpoint)
         if endpoint.startswith("http://"):
             options.setdefault("aws_allow_http", "true")
-    return table.rstrip("/"), _with_env_credentials(options)
+    return table.rstrip("/"), with_env_credentials(options)
 
 
 def _config(args: argparse.Namespace, bootstrap: str, out: Path) -> Any:

@@ -3,7 +3,7 @@
 :class:`JobMetrics` serves ``http://HOST:PORT/metrics`` from a thread of the job's driver
 process (``prometheus_client``'s HTTP server; its own registry, nothing else on it). The job's
 watch loop (:func:`jobs.ingest_job.watch`) calls :meth:`JobMetrics.publish` whenever its
-:class:`~jobs.ingest_job.Progress` changes, *before* it prints a progress line, so a scrape
+:class:`~jobs.progress.Progress` changes, *before* it prints a progress line, so a scrape
 shows the numbers of the line printed last (or of the one about to be printed). A publish
 copies everything into an immutable :class:`Snapshot`; a scrape only reads the snapshot
 published last, so it never sees half an update and never touches Spark or the table.
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from engine.config import WriteConfig
     from ingest.sink import HudiStreamingSink
-    from jobs.ingest_job import Progress
+    from jobs.progress import Progress
 
 log = logging.getLogger(__name__)
 

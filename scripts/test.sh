@@ -19,7 +19,10 @@ phase "setup"
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
-phase "ruff and mypy"
+# The engine's layers and the packages' circles (pyproject.toml's import-linter contracts,
+# docs/layers.md): a new upward import or circle fails here with its file and line.
+.venv/bin/lint-imports --no-cache
+phase "ruff, mypy and lint-imports"
 # The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
 # per Java and Spark install (about a minute and a half, beside the engine's quick tests, which
 # start no JVM); it halves each JVM's start.

@@ -213,9 +213,9 @@ def bloom_filters_of(reads: _Reads, files: Sequence[BaseFile],
     from the file's footer."""
     found: dict[tuple[str, str], BloomFilter] = {}
     if metadata is not None and metadata.bloom_filters and files:
-        from engine.metadata import bloom_filters
+        from engine.metadata import lookups
 
-        found, groups = bloom_filters.read_filters(
+        found, groups = lookups.read_filters(
             metadata.storage, metadata.timeline, [(b.partition_path, b.name) for b in files])
         reads.metadata_groups += groups
     return [found.get((b.partition_path, b.name)) or reads.footer(b, with_bloom=True).bloom
@@ -226,13 +226,13 @@ def _column_stats_ranges(metadata: MetadataSource,
                          files: Sequence[BaseFile]) -> tuple[dict[str, KeyRange], int]:
     """Record-key ranges from ``column_stats`` by base file path, and the MDT file groups
     searched; files without a live string entry are left out."""
-    from engine.metadata import bloom_filters
+    from engine.metadata import lookups
     from engine.metadata.keys import COLUMN_STATS, column_stats_key
     from engine.metadata.records import ColumnStats
 
     by_key = {column_stats_key(RECORD_KEY, b.partition_path, b.name): b.path for b in files}
-    records, groups = bloom_filters.lookup(metadata.storage, metadata.timeline,
-                                           COLUMN_STATS.name, by_key)
+    records, groups = lookups.lookup(metadata.storage, metadata.timeline,
+                                     COLUMN_STATS.name, by_key)
     out: dict[str, KeyRange] = {}
     for key, record in records.items():
         stats = record.payload

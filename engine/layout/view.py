@@ -37,12 +37,12 @@ from engine.layout.file_group import (
     replaced_file_groups,
     visible_instants,
 )
+from engine.layout.plans import FileGroupId, planned_groups
 from engine.metadata.listing import metadata_listing
 from engine.schema import table_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.instant import Action
-from engine.write.conflict import FileGroupId, planned_groups
 
 if TYPE_CHECKING:
     from engine.read.reader import SliceReader

@@ -28,16 +28,14 @@ from engine.format.base_file import BaseFileWriteResult, read_footer_keys
 from engine.format.bloom import BloomFilter
 from engine.metadata.indexes import IndexPartition, register
 from engine.metadata.keys import BLOOM_FILTERS as BLOOM_FILTERS_TYPE
-from engine.metadata.keys import bloom_filter_key, file_group_index
-from engine.metadata.records import BloomFilterInfo, MetadataRecord, bloom_filter_record
-from engine.metadata.table import MetadataTable, declared_partitions
+from engine.metadata.records import MetadataRecord, bloom_filter_record
+from engine.metadata.table import declared_partitions
 from engine.metadata.writer import MetadataUpdate
 from engine.storage import Storage
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.timeline.active import Timeline
 
 BLOOM_FILTERS = BLOOM_FILTERS_TYPE.name
 
@@ -109,49 +107,5 @@ def keeps(storage: Storage) -> bool:
     return BLOOM_FILTERS in declared_partitions(storage)
 
 
-def lookup(storage: Storage, data_timeline: Timeline, partition: str,
-           keys: Iterable[str]) -> tuple[dict[str, MetadataRecord], int]:
-    """The merged records of ``keys`` in one index partition of the data table's MDT, as a
-    reader of ``data_timeline`` sees it, and how many file groups were searched (each
-    through :func:`engine.metadata.reader.lookup_slice`). Empty if the MDT is missing."""
-    from engine.metadata.reader import latest_group_slices, lookup_slice, validity
-
-    wanted = sorted(set(keys))
-    mdt = MetadataTable(storage, data_timeline.config)
-    if not wanted or not mdt.exists:
-        return {}, 0
-    slices = latest_group_slices(mdt, mdt.timeline(), validity(data_timeline), partition)
-    if not slices:
-        return {}, 0
-    by_group: dict[int, list[str]] = {}
-    for key in wanted:
-        by_group.setdefault(file_group_index(key, len(slices)), []).append(key)
-    found: dict[str, MetadataRecord] = {}
-    for index, group_keys in sorted(by_group.items()):
-        found.update(lookup_slice(mdt.storage, slices[index], group_keys))
-    return found, len(by_group)
-
-
-def read_filters(storage: Storage, data_timeline: Timeline,
-                 files: Iterable[tuple[str, str]]) -> tuple[dict[tuple[str, str], BloomFilter],
-                                                            int]:
-    """The bloom filters ``bloom_filters`` holds for ``files`` ((data partition, base file
-    name) pairs) and the number of MDT file groups searched. Files without a live entry are
-    left out (a caller reads their footers); a malformed entry counts as none."""
-    wanted = {bloom_filter_key(p, name): (p, name) for p, name in files}
-    records, groups = lookup(storage, data_timeline, BLOOM_FILTERS, wanted)
-    out: dict[tuple[str, str], BloomFilter] = {}
-    for key, record in records.items():
-        info = record.payload
-        if not isinstance(info, BloomFilterInfo) or info.is_deleted or not info.bloom_filter:
-            continue
-        try:
-            out[wanted[key]] = BloomFilter.deserialize(info.bloom_filter.decode("ascii"),
-                                                       info.type or None)
-        except (ValueError, UnicodeDecodeError):
-            continue
-    return out, groups
-
-
-__all__ = ["BLOOM_FILTERS", "PARTITION", "file_record", "file_update", "keeps", "lookup",
-           "read_filters", "removed_update"]
+__all__ = ["BLOOM_FILTERS", "PARTITION", "file_record", "file_update", "keeps",
+           "removed_update"]

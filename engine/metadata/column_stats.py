@@ -47,6 +47,7 @@ from engine.metadata.records import (
     ColumnStats,
     MetadataRecord,
     StatValue,
+    bounds_unknown,
     column_stats_record,
     partition_stats_record,
     wrap_stat_value,
@@ -284,14 +285,6 @@ def _pick(a: StatValue | None, b: StatValue | None, fn: Any) -> StatValue | None
     return a if fn(a[1], b[1]) == a[1] else b
 
 
-def unknown(s: ColumnStats) -> bool:
-    """True when a stats entry has non-null values but no bounds (nothing can be ruled
-    out from it)."""
-    if s.value_count is None or s.null_count is None or s.value_count < 0:
-        return True
-    return s.value_count > s.null_count and (s.min_value is None or s.max_value is None)
-
-
 def merge_bounds(stats: Iterable[ColumnStats | None], column: str) -> ColumnStats:
     """The union of several files' stats of one column; a missing or unknown entry makes
     the union unknown (bounds None with values)."""
@@ -300,7 +293,7 @@ def merge_bounds(stats: Iterable[ColumnStats | None], column: str) -> ColumnStat
     values = nulls = size = raw = 0
     bounded = True
     for s in stats:
-        if s is None or unknown(s):
+        if s is None or bounds_unknown(s):
             bounded = False
             values += max((s.value_count or 0) if s else 0, 1)
             continue

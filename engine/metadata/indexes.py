@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from engine.metadata.records import MetadataRecord
-from engine.services.base import TaskRunner
+from engine.tasks import TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -57,34 +57,14 @@ class IndexPartition:
 
 
 INDEX_PARTITIONS: dict[str, IndexPartition] = {}
-"""Registered index partitions by MDT partition name, in Hudi's initialization order."""
+"""Registered index partitions by MDT partition name, in Hudi's initialization order (all of
+them once :mod:`engine.metadata.index_partitions` is imported: read them from there)."""
 
 
 def register(partition: IndexPartition) -> IndexPartition:
     """Add an index partition to :data:`INDEX_PARTITIONS` (at import of its module)."""
     INDEX_PARTITIONS[partition.name] = partition
     return partition
-
-
-def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:
-    """Index partition name → what a writer with ``write_config`` wants of it (see
-    :attr:`IndexPartition.wanted`)."""
-    _load()
-    return {p.name: p.wanted(write_config) for p in INDEX_PARTITIONS.values()}
-
-
-def removal_updates(removed: Mapping[str, set[str]], instant_time: str) -> MetadataUpdate:
-    """What deleting these data files (a clean, rollback or restore at ``instant_time``)
-    changes in the index partitions (the writer keeps only the declared ones)."""
-    from engine.metadata.writer import MetadataUpdate
-
-    _load()
-    update = MetadataUpdate()
-    if removed:
-        for partition in INDEX_PARTITIONS.values():
-            if partition.removed is not None:
-                update.extend(partition.removed(removed, instant_time))
-    return update
 
 
 _RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)
@@ -111,11 +91,3 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
     if runner is None or len(tasks) < 2:
         return [fn(task) for task in tasks]
     return list(runner(fn, tasks))
-
-
-def _load() -> None:
-    """Import the modules that register index partitions (kept lazy: they import the
-    readers, which import this package)."""
-    import engine.metadata.bloom_filters
-    import engine.metadata.column_stats
-    import engine.metadata.record_index  # noqa: F401

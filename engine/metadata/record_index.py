@@ -12,13 +12,8 @@ live record key → the data partition and file group holding it (``hudi-metadat
   location wins over its removal (:func:`engine.metadata.writer.write_deltacommit`), so a move
   is one upsert. Clustering emits the new location of every key it rewrites; compaction keeps
   file ids and emits nothing; a rolled-back instant's MDT deltacommit is taken back whole.
-* **Looked up** by the ``RECORD_INDEX`` index (:func:`lookup_locations`): a batch's keys are
-  routed to the MDT file groups they hash to and only those groups are read
-  (:func:`engine.metadata.reader.lookup_values`: the base HFile through its block index).
-  :func:`group_slices` and :func:`lookup_group` are the same lookup split for executor tasks.
-* **Read through** by key-equality filters (:func:`groups_holding`, registered in
-  :data:`engine.read.skipping.KEY_PRUNERS`): a snapshot read whose filter pins record keys
-  reads only the file groups the index locates them in.
+* **Looked up** and **read through**: :mod:`engine.metadata.record_index_lookup` (the MDT's
+  read side; its names are re-exported here for the index and the Spark glue).
 """
 
 from __future__ import annotations
@@ -26,31 +21,26 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
-from engine.errors import CorruptTableError
 from engine.metadata.indexes import IndexPartition, register, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
-from engine.metadata.reader import (
-    GroupSlice,
-    latest_group_slices,
-    lookup_values,
-    route,
-    validity,
-)
+
+# the read side (record_index_lookup), re-exported for the index and the Spark glue
+from engine.metadata.record_index_lookup import group_slices as group_slices
+from engine.metadata.record_index_lookup import is_kept as is_kept
+from engine.metadata.record_index_lookup import lookup_group as lookup_group
+from engine.metadata.record_index_lookup import lookup_locations as lookup_locations
+from engine.metadata.record_index_lookup import record_keys
 from engine.metadata.records import (
     MetadataRecord,
-    RecordIndexInfo,
-    decode_metadata_value,
     record_index_record,
 )
-from engine.metadata.table import MetadataTable, declared_partitions, snapshot_metadata_timeline
-from engine.read.skipping import KEY_PRUNERS
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
 
@@ -61,7 +51,6 @@ if TYPE_CHECKING:
     from engine.merge.record_merger import Layer
     from engine.metadata.writer import MetadataUpdate
     from engine.read.reader import SliceReader
-    from engine.timeline.active import Timeline
     from engine.timeline.commit_metadata import WriteStat
     from engine.write.write_handle import WriteContext, WriteTask
 
@@ -69,15 +58,6 @@ RECORD_INDEX = RECORD_INDEX_TYPE.name
 """The MDT partition name, ``record_index``."""
 AVERAGE_RECORD_SIZE = 48
 """Bytes one record_index entry takes, Hudi's ``RECORD_INDEX_AVERAGE_RECORD_SIZE``."""
-
-LOCATION_SCHEMA = pa.schema([
-    pa.field("key", pa.string()),
-    pa.field("loc_partition", pa.string()),
-    pa.field("loc_file_id", pa.string()),
-])
-"""What a lookup returns: the simple index's location table
-(:data:`engine.index.simple.LOCATION_SCHEMA`)."""
-
 
 # -- which tables keep it, and its size ------------------------------------------------------
 
@@ -204,14 +184,6 @@ def with_update(stat: WriteStat, update: MetadataUpdate | None) -> WriteStat:
     return replace(stat, metadata=update)
 
 
-def _keys(values: pa.Array | pa.ChunkedArray) -> set[str]:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.cast(pa.string())
-    return set(values.to_pylist())
-
-
 def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,
                       before: pa.Array | pa.ChunkedArray | None,
                       after: pa.Array | pa.ChunkedArray) -> WriteStat:
@@ -221,8 +193,8 @@ def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,
     the partition."""
     if RECORD_INDEX not in ctx.metadata_partitions:
         return stat
-    old = _keys(before) if before is not None else set()
-    new = _keys(after)
+    old = record_keys(before) if before is not None else set()
+    new = record_keys(after)
     return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
                                      sorted(new - old), sorted(old - new)))
 
@@ -244,13 +216,13 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
     touched: set[str] = set()
     for layer in new_layers:
         column = layer.table.column(RECORD_KEY) if isinstance(layer, DataLayer) else layer.keys
-        touched |= _keys(column)
+        touched |= record_keys(column)
     if task.located_keys is not None and all(isinstance(layer, DataLayer)
                                              for layer in new_layers):
         # Upserts only, tagged by the index: a located key stays live in its group (an
         # update, winning or not, never deletes), every other key enters it.
         return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
-                                         sorted(touched - _keys(task.located_keys)), ()))
+                                         sorted(touched - record_keys(task.located_keys)), ()))
     keys = pa.array(sorted(touched), pa.string())
     stored = _slice_layers(ctx, task, storage, keys, schema)
     before = _live(ctx, stored, [], schema)
@@ -327,101 +299,4 @@ def _live(ctx: WriteContext, stored: tuple[pa.Table | None, list[Layer]],
                            + [schema.field(c) for c in columns[1:]])
     merged = merge_layers(base, [*layers, *extra], mode=ctx.merge_mode,
                           ordering_field=ctx.ordering_field, schema=out_schema)
-    return _keys(merged.column(RECORD_KEY))
-
-
-# -- looking keys up -------------------------------------------------------------------------
-
-def is_kept(storage: Storage) -> bool:
-    """Whether the table declares the partition complete (lookups may trust it)."""
-    return RECORD_INDEX in declared_partitions(storage)
-
-
-def group_slices(storage: Storage, data_timeline: Timeline) -> list[GroupSlice]:
-    """The latest slice of every record_index file group trusted against ``data_timeline``,
-    in file id order (their count is the routing modulus). Driver side; picklable."""
-    mdt_timeline = snapshot_metadata_timeline(data_timeline)
-    if mdt_timeline is None:
-        return []
-    mdt = MetadataTable(storage, data_timeline.config)
-    return latest_group_slices(mdt, mdt_timeline, validity(data_timeline), RECORD_INDEX)
-
-
-def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str]) -> pa.Table:
-    """Locations of ``keys`` (all routed to ``piece``'s group) found in that group.
-    Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``.
-
-    Entries are read as value bytes (:func:`~engine.metadata.reader.lookup_values`) and each
-    distinct value is decoded once: every key of one data file group shares its value."""
-    found = lookup_values(mdt_storage, piece, sorted({k.encode("utf-8") for k in keys}))
-    where: dict[bytes, tuple[str, str]] = {}
-    rows, parts, files = [], [], []
-    for row, value in found.items():
-        if value is None:
-            continue
-        location = where.get(value)
-        if location is None:
-            info = decode_metadata_value(row, value).payload
-            if not isinstance(info, RecordIndexInfo):
-                raise CorruptTableError(f"record_index group {piece.file_id} holds a "
-                                        f"{type(info).__name__} entry for {row!r}")
-            location = where[value] = (info.partition_name or "", info.location_file_id)
-        rows.append(row)
-        parts.append(location[0])
-        files.append(location[1])
-    return pa.table([pa.array(rows, pa.binary()).cast(pa.string()),
-                     pa.array(parts, pa.string()), pa.array(files, pa.string())],
-                    schema=LOCATION_SCHEMA)
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """What one lookup found, and which record_index file groups it read."""
-
-    locations: pa.Table
-    groups_read: tuple[str, ...]
-    groups: int
-
-
-def lookup_locations(storage: Storage, data_timeline: Timeline,
-                     keys: pa.Array | pa.ChunkedArray) -> Lookup:
-    """Where each of ``keys`` lives, per the record_index trusted against ``data_timeline``:
-    only the file groups the keys hash to are read. Driver side (the streaming job runs
-    :func:`lookup_group` in executor tasks instead)."""
-    pieces = group_slices(storage, data_timeline)
-    wanted = sorted(_keys(keys))
-    if not pieces or not wanted:
-        return Lookup(LOCATION_SCHEMA.empty_table(), (), len(pieces))
-    mdt_storage = MetadataTable(storage, data_timeline.config).storage
-    tables = []
-    read = []
-    for index, group_keys in sorted(route(wanted, len(pieces)).items()):
-        piece = pieces[index]
-        read.append(piece.file_id)
-        tables.append(lookup_group(mdt_storage, piece, group_keys))
-    return Lookup(pa.concat_tables(tables), tuple(read), len(pieces))
-
-
-# -- reads: key-equality filters -------------------------------------------------------------
-
-def groups_holding(view: TableView, keys: pa.Array) -> set[tuple[str, str]] | None:
-    """The (partition, file id) groups holding ``keys`` per the record_index, for a snapshot
-    read of the latest ``view`` whose filter pins these record keys
-    (:data:`engine.read.skipping.KEY_PRUNERS`); None when the index cannot tell.
-
-    It cannot tell when the table does not declare the partition complete, or when a key may
-    live in several groups: a partitioned table whose index is not global keeps a key once per
-    partition, and the record_index holds one location per key. (A key written twice by
-    ``insert``, which looks nothing up, is found where the index last saw it, as in Hudi.)"""
-    config = view.config
-    if config.partition_fields and not (config.index_type is not None
-                                        and config.index_type.is_global):
-        return None
-    if not is_kept(view.storage):
-        return None
-    found = lookup_locations(view.storage, view.timeline, keys).locations
-    return set(zip(found.column("loc_partition").to_pylist(),
-                   found.column("loc_file_id").to_pylist(), strict=True))
-
-
-KEY_PRUNERS.append(groups_holding)
+    return record_keys(merged.column(RECORD_KEY))

@@ -51,6 +51,7 @@ __all__ = [
     "StatValue",
     "all_partitions_record",
     "bloom_filter_record",
+    "bounds_unknown",
     "column_stats_record",
     "decode_metadata_value",
     "encode_metadata_value",
@@ -94,6 +95,14 @@ class ColumnStats:
     total_uncompressed_size: int | None
     is_deleted: bool = False
     is_tight_bound: bool = False
+
+
+def bounds_unknown(s: ColumnStats) -> bool:
+    """True when a stats entry has non-null values but no bounds (nothing can be ruled
+    out from it)."""
+    if s.value_count is None or s.null_count is None or s.value_count < 0:
+        return True
+    return s.value_count > s.null_count and (s.min_value is None or s.max_value is None)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def rebuild(storage: Storage, data_timeline: Timeline,
     without it and would complete without its entries."""
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
+    from engine.metadata.index_partitions import INDEX_PARTITIONS, wanted_partitions
 
     had = set(declared_partitions(storage)) - {FILES}
     mdt = initialize(storage, data_timeline)
@@ -181,7 +181,7 @@ def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
     if not enabled or write_config is None:
         return changed
     from engine.layout.view import TableView
-    from engine.metadata.indexes import INDEX_PARTITIONS, wanted_partitions
+    from engine.metadata.index_partitions import INDEX_PARTITIONS, wanted_partitions
 
     wanted = wanted_partitions(write_config)
     have = set(declared_partitions(storage) if changed
@@ -272,7 +272,7 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     change = change_of(instant, content)
     full.add(FILES, change.records())
     if change.removed:
-        from engine.metadata.indexes import removal_updates
+        from engine.metadata.index_partitions import removal_updates
 
         full.extend(removal_updates(change.removed, t))
     if update is not None:
@@ -284,9 +284,8 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
 def _sync_index_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
                            full: MetadataUpdate, declared: Collection[str]) -> None:
     """Add what each declared index partition derives from the action (its ``sync``)."""
-    from engine.metadata.indexes import INDEX_PARTITIONS, _load
+    from engine.metadata.index_partitions import INDEX_PARTITIONS
 
-    _load()
     for partition in INDEX_PARTITIONS.values():
         if partition.sync is not None and partition.name in declared:
             more = partition.sync(data_timeline, instant, content, full)

@@ -42,9 +42,9 @@ from engine.metadata.table import (
     read_data_properties,
     set_declared_partitions,
 )
-from engine.services.compaction_plan import CompactionOperation, CompactionPlan
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
+from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan
 from engine.timeline.instant import Action, new_instant_time
 
 _log = logging.getLogger(__name__)

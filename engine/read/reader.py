@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-import engine.metadata.record_index  # noqa: F401  (registers the record index's key pruner)
 from engine.config import IndexType, TableConfig
 from engine.errors import InvalidRecordError
 from engine.format import timestamps

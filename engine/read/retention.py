@@ -21,6 +21,7 @@ cleaner"); tidelake also reloads the timeline once and plans again first
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from engine.config import TableConfig
@@ -31,7 +32,7 @@ from engine.timeline.commit_metadata import read_avro_ocf
 from engine.timeline.instant import Action, Instant
 
 __all__ = ["EARLIEST_READABLE", "check_readable", "earliest_readable_instant",
-           "missing_file_error", "savepoints"]
+           "missing_file_error", "savepoint_metadata", "savepointed_files", "savepoints"]
 
 EARLIEST_READABLE = "tidelake.clean.earliest.readable.instant"
 """extraMetadata key (plan and metadata): the oldest instant whose time-travel view this
@@ -42,6 +43,35 @@ def savepoints(timeline: Timeline) -> list[str]:
     """Instant times of the completed savepoints, oldest first."""
     return sorted(i.requested_time for i in timeline.instants
                   if i.action is Action.SAVEPOINT and i.is_completed)
+
+
+def savepoint_metadata(timeline: Timeline, instant_time: str) -> dict[str, object]:
+    """The decoded ``HoodieSavepointMetadata`` of a completed savepoint."""
+    found = next((i for i in timeline.instants if i.action is Action.SAVEPOINT
+                  and i.is_completed and i.requested_time == instant_time), None)
+    if found is None:
+        raise ValueError(f"instant: no savepoint at {instant_time}")
+    rel = f"{timeline.folder}/{found.file_name(timeline.config.timeline_layout)}"
+    try:
+        return read_avro_ocf(timeline.storage.read(rel))
+    except FileNotFoundError:
+        raise CorruptTableError(f"savepoint file {rel} vanished") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorruptTableError(f"savepoint file {rel} cannot be read: {exc}") from exc
+
+
+def savepointed_files(timeline: Timeline) -> dict[str, frozenset[str]]:
+    """Savepoint time → the data file names it keeps."""
+    found: dict[str, frozenset[str]] = {}
+    for t in savepoints(timeline):
+        meta = savepoint_metadata(timeline, t)
+        parts = meta.get("partitionMetadata") or {}
+        names: set[str] = set()
+        if isinstance(parts, Mapping):
+            for item in parts.values():
+                names.update(str(n) for n in (item or {}).get("savepointDataFile") or ())
+        found[t] = frozenset(names)
+    return found
 
 
 def _clean_metadata(timeline: Timeline, instant: Instant) -> dict[str, Any]:

@@ -16,8 +16,8 @@ null is not true, so a file whose values of the column are all null matches no `
 prune; ``!=`` prunes only a file whose non-null values all equal the value (never on
 floating columns, where NaN != v holds). NaN or missing bounds leave a file unprunable.
 
-Key-equality filters on the record key are the record index's (``engine/metadata/
-record_index.py``): :data:`KEY_PRUNERS` is its hook.
+Key-equality filters on the record key are the record index's (:func:`groups_holding`, over
+:mod:`engine.metadata.record_index_lookup`), through :data:`KEY_PRUNERS`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.layout.file_group import FileSlice
-from engine.metadata.column_stats import COLUMN_STATS, PARTITION_STATS, unknown
-from engine.metadata.keys import column_stats_key, partition_stats_key
-from engine.metadata.records import ColumnStats, StatValue
+from engine.metadata import record_index_lookup as rli
+from engine.metadata.keys import (
+    COLUMN_STATS,
+    PARTITION_STATS,
+    column_stats_key,
+    partition_stats_key,
+)
+from engine.metadata.records import ColumnStats, StatValue, bounds_unknown
 
 if TYPE_CHECKING:
     from engine.layout.view import TableView
@@ -42,8 +47,29 @@ _log = logging.getLogger("engine.read")
 
 Term = tuple[str, str, Any]
 
-KEY_PRUNERS: list[Callable[[TableView, pa.Array], set[tuple[str, str]] | None]] = []
-"""Hook for the record index (:func:`engine.metadata.record_index.groups_holding`): given the
+def groups_holding(view: TableView, keys: pa.Array) -> set[tuple[str, str]] | None:
+    """The (partition, file id) groups holding ``keys`` per the record_index, for a snapshot
+    read of the latest ``view`` whose filter pins these record keys
+    (:data:`KEY_PRUNERS`); None when the index cannot tell.
+
+    It cannot tell when the table does not declare the partition complete, or when a key may
+    live in several groups: a partitioned table whose index is not global keeps a key once per
+    partition, and the record_index holds one location per key. (A key written twice by
+    ``insert``, which looks nothing up, is found where the index last saw it, as in Hudi.)"""
+    config = view.config
+    if config.partition_fields and not (config.index_type is not None
+                                        and config.index_type.is_global):
+        return None
+    if not rli.is_kept(view.storage):
+        return None
+    found = rli.lookup_locations(view.storage, view.timeline, keys).locations
+    return set(zip(found.column("loc_partition").to_pylist(),
+                   found.column("loc_file_id").to_pylist(), strict=True))
+
+
+KEY_PRUNERS: list[Callable[[TableView, pa.Array], set[tuple[str, str]] | None]] = [
+    groups_holding]
+"""The key pruners, the record index's (:func:`groups_holding`): given the
 latest view and the record keys a snapshot read's filter pins down, the (partition, file id)
 groups that hold them, or None when it cannot tell. The reader keeps only slices of such
 groups (every pruner that answers must admit the group); it does not ask for time travel,
@@ -133,7 +159,7 @@ def term_may_match(term: Term, stats: ColumnStats | None, column_type: pa.DataTy
         value = [v for v in value if v is not None]
     if non_null <= 0 and stats.value_count >= 0:
         return False
-    if unknown(stats):
+    if bounds_unknown(stats):
         return True
     assert stats.min_value is not None and stats.max_value is not None
     try:
@@ -221,21 +247,21 @@ def prune(view: TableView, slices: Sequence[FileSlice], filters: Any,
     if not columns:
         report.slices_read = len(kept)
         return kept, report
-    if latest and PARTITION_STATS in declared and view.config.partition_fields:
+    if latest and PARTITION_STATS.name in declared and view.config.partition_fields:
         partitions = sorted({s.partition_path for s in kept})
         keys = {partition_stats_key(c, p): (p, c) for p in partitions for c in columns}
-        found = _lookup(view, PARTITION_STATS, list(keys))
+        found = _lookup(view, PARTITION_STATS.name, list(keys))
         per: dict[str, dict[str, ColumnStats | None]] = {p: {} for p in partitions}
         for key, (p, c) in keys.items():
             per[p][c] = found.get(key)
         dropped = {p for p in partitions if not may_match(dnf, per[p], schema)}
         report.partitions_pruned_by_partition_stats = len(dropped)
         kept = [s for s in kept if s.partition_path not in dropped]
-    if COLUMN_STATS in declared and kept:
+    if COLUMN_STATS.name in declared and kept:
         files = [(s, name) for s in kept for name in _names(s)]
         keys2 = {column_stats_key(c, s.partition_path, n): (s.partition_path, n, c)
                  for s, n in files for c in columns}
-        found = _lookup(view, COLUMN_STATS, list(keys2))
+        found = _lookup(view, COLUMN_STATS.name, list(keys2))
         per_file: dict[tuple[str, str], dict[str, ColumnStats | None]] = {}
         for key, (p, n, c) in keys2.items():
             per_file.setdefault((p, n), {})[c] = found.get(key)

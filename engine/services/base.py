@@ -3,29 +3,22 @@
 A service that rewrites data (compaction, clustering) splits its work into independent,
 picklable tasks — one per file group or clustering group — and a module-level function that
 executes one task where it runs (this process, or a Spark executor). The caller decides
-where: :data:`TaskRunner` maps that function over the tasks and returns the results in
-order. :func:`local_runner` runs them in this process; the streaming job passes a runner
-that submits one Spark job (``sc.parallelize(tasks).map(fn).collect()``) from its service
-thread, so the work runs in executor tasks while micro-batches keep committing.
+where: :data:`~engine.tasks.TaskRunner` maps that function over the tasks and returns the
+results in order. :func:`~engine.tasks.local_runner` runs them in this process; the streaming
+job passes a runner that submits one Spark job (``sc.parallelize(tasks).map(fn).collect()``)
+from its service thread, so the work runs in executor tasks while micro-batches keep
+committing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-TaskRunner = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
-"""``run(fn, tasks) -> [fn(task) for task in tasks]``, wherever the tasks execute."""
+from engine.tasks import TaskRunner, local_runner
 
-
-def local_runner(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
-    """Run the tasks in this process (two threads: I/O and Arrow overlap)."""
-    if len(tasks) < 2:
-        return [fn(task) for task in tasks]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(fn, tasks))
+# the runner is engine.tasks's, re-exported for the services' callers
+__all__ = ["ServiceRun", "TaskRunner", "local_runner"]
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,11 @@ from engine.layout.view import TableView
 from engine.read.retention import (  # re-exported: the cleaner's side of what stays readable
     EARLIEST_READABLE,
     earliest_readable_instant,
+    savepointed_files,
 )
 from engine.read.retention import check_readable as check_readable
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.rollback import remove_orphan_files
-from engine.services.savepoint import savepointed_files
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf

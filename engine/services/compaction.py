@@ -64,7 +64,6 @@ from engine.schema import (
 )
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.services.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -72,6 +71,7 @@ from engine.timeline.commit_metadata import (
     CommitMetadata,
     WriteStat,
 )
+from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.timeline.instant import Action, new_instant_time, parse_instant_time
 from engine.write.write_client import WriteClient
 

@@ -14,46 +14,19 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Mapping
 
-from engine.errors import CommitConflictError, CorruptTableError, InstantNotReadableError
+from engine.errors import CommitConflictError, InstantNotReadableError
 from engine.layout.view import TableView
-from engine.read.retention import savepoints  # re-exported: readers need it too
+from engine.read.retention import (  # savepoints: re-exported, readers need it too
+    earliest_readable_instant,
+    savepoints,
+)
 from engine.timeline.active import Timeline
-from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
+from engine.timeline.commit_metadata import write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
 from engine.write.write_client import WriteClient
 
 SCHEMA = "HoodieSavepointMetadata"
-
-
-def savepoint_metadata(timeline: Timeline, instant_time: str) -> dict[str, object]:
-    """The decoded ``HoodieSavepointMetadata`` of a completed savepoint."""
-    found = next((i for i in timeline.instants if i.action is Action.SAVEPOINT
-                  and i.is_completed and i.requested_time == instant_time), None)
-    if found is None:
-        raise ValueError(f"instant: no savepoint at {instant_time}")
-    rel = f"{timeline.folder}/{found.file_name(timeline.config.timeline_layout)}"
-    try:
-        return read_avro_ocf(timeline.storage.read(rel))
-    except FileNotFoundError:
-        raise CorruptTableError(f"savepoint file {rel} vanished") from None
-    except (ValueError, OSError, EOFError) as exc:
-        raise CorruptTableError(f"savepoint file {rel} cannot be read: {exc}") from exc
-
-
-def savepointed_files(timeline: Timeline) -> dict[str, frozenset[str]]:
-    """Savepoint time → the data file names it keeps."""
-    found: dict[str, frozenset[str]] = {}
-    for t in savepoints(timeline):
-        meta = savepoint_metadata(timeline, t)
-        parts = meta.get("partitionMetadata") or {}
-        names: set[str] = set()
-        if isinstance(parts, Mapping):
-            for item in parts.values():
-                names.update(str(n) for n in (item or {}).get("savepointDataFile") or ())
-        found[t] = frozenset(names)
-    return found
 
 
 def create_savepoint(client: WriteClient, instant: str | None = None, comment: str = "") -> str:
@@ -65,7 +38,7 @@ def create_savepoint(client: WriteClient, instant: str | None = None, comment: s
     :class:`~engine.errors.CommitConflictError` if a pending clean would delete a file the
     savepoint needs (retry once the clean completed).
     """
-    from engine.services.clean import earliest_readable_instant, pending_clean_deletes
+    from engine.services.clean import pending_clean_deletes
 
     if instant is not None:
         try:

@@ -20,17 +20,14 @@ Called under the table lock, right before the commit point (:mod:`engine.write.w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from engine.errors import CorruptTableError, WriteConflictError
+from engine.errors import WriteConflictError
 from engine.format.naming import parse_base_file
+from engine.layout.plans import FileGroupId, planned_groups
 from engine.timeline.active import Timeline
-from engine.timeline.commit_metadata import WriteStat, read_avro_ocf
+from engine.timeline.commit_metadata import WriteStat
 from engine.timeline.instant import Action, Instant
-
-FileGroupId = tuple[str, str]
-"""(partition path, file id)."""
 
 
 def touched_groups(stats: Iterable[WriteStat]) -> set[FileGroupId]:
@@ -47,36 +44,6 @@ def _written_by(timeline: Timeline, instant: Instant) -> tuple[set[FileGroupId],
     replaced = {(p, fid) for p, ids in meta.partition_to_replace_file_ids.items()
                 for fid in ids}
     return written, replaced
-
-
-def planned_groups(timeline: Timeline, instant: Instant) -> set[FileGroupId]:
-    """File groups a pending compaction or clustering plan covers."""
-    rel = f"{timeline.folder}/{instant.file_name(timeline.config.timeline_layout)}"
-    requested = f"{timeline.folder}/{instant.requested_time}.{instant.action.value}.requested"
-    for path in (requested, rel):
-        try:
-            data = timeline.storage.read(path)
-        except FileNotFoundError:
-            continue
-        if not data:
-            continue
-        try:
-            plan = read_avro_ocf(data)
-        except (ValueError, OSError, EOFError) as exc:
-            raise CorruptTableError(f"plan {path} cannot be read: {exc}") from exc
-        return set(_plan_groups(plan))
-    return set()
-
-
-def _plan_groups(plan: Mapping[str, Any]) -> Iterator[FileGroupId]:
-    # HoodieCompactionPlan: operations[].{partitionPath, fileId}
-    for op in plan.get("operations") or []:
-        yield str(op.get("partitionPath") or ""), str(op.get("fileId") or "")
-    # HoodieRequestedReplaceMetadata: clusteringPlan.inputGroups[].slices[]
-    clustering = plan.get("clusteringPlan") or {}
-    for group in clustering.get("inputGroups") or []:
-        for slc in group.get("slices") or []:
-            yield str(slc.get("partitionPath") or ""), str(slc.get("fileId") or "")
 
 
 def _is_compaction(timeline: Timeline, instant: Instant) -> bool:

@@ -235,20 +235,20 @@ def test_bloom_lookup_mdt_entry_missing_falls_back_to_footer(tmp_path: Path) -> 
     source = bloom.MetadataSource.of(table.storage, view.timeline)
     assert source is not None
     # a file the partition does not describe (e.g. written before it was declared)
-    from engine.metadata import bloom_filters
+    from engine.metadata import lookups
 
-    real = bloom_filters.read_filters
+    real = lookups.read_filters
 
     def partial(storage, timeline, files):  # type: ignore[no-untyped-def]
         found, groups = real(storage, timeline, files)
         return dict(list(found.items())[1:]), groups
 
-    bloom_filters.read_filters = partial  # type: ignore[assignment]
+    lookups.read_filters = partial  # type: ignore[assignment]
     try:
         found = bloom.key_locations(view.slice_reader(), view.latest_file_slices(), None,
                                     pa.array(["r0-0000", "r3-0398"]), metadata=source,
                                     prune_by_ranges=False)
     finally:
-        bloom_filters.read_filters = real  # type: ignore[assignment]
+        lookups.read_filters = real  # type: ignore[assignment]
     assert found.footers == 1
     assert sorted(found.locations.column("key").to_pylist()) == ["r0-0000", "r3-0398"]

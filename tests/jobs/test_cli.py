@@ -49,7 +49,7 @@ def test_how_to_read_commands_run_as_printed(tmp_path: Path,
     import pyarrow as pa
 
     from engine import Table
-    from jobs.cli import how_to_read
+    from jobs.table_access import how_to_read
 
     table = tmp_path / "t"
     Table.create(str(table), name="t", table_type="COPY_ON_WRITE", record_key="id",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from jobs.ingest_job import Progress, format_idle, format_progress, format_summary, kafka_lag
+from jobs.progress import Progress, format_idle, format_progress, format_summary, kafka_lag
 
 
 def _progress(**values: object) -> Progress:
