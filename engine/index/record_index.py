@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from engine.index.simple import ORDERING, concat_locations, key_locations
 from engine.layout.file_group import FileSlice
 from engine.merge.policy import stays_in_place
-from engine.metadata import record_index as rli
+from engine.metadata import record_index_lookup as rli
 from engine.read.reader import SliceReader
 from engine.schema import RECORD_KEY
 

@@ -61,7 +61,6 @@ from engine.schema import (
     data_schema_of,
     evolve_schema,
 )
-from engine.services.base import TaskRunner
 from engine.services.rollback import (
     drop_abandoned_compactions,
     reverted_since,
@@ -69,6 +68,7 @@ from engine.services.rollback import (
     rollback_instant,
 )
 from engine.storage import Storage
+from engine.tasks import TaskRunner
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
