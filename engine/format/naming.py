@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.storage import TEMP_PREFIX
+
 if TYPE_CHECKING:
     from engine.timeline.version import TableVersion
 
@@ -54,9 +56,14 @@ def parse_base_file(name: str) -> BaseFileName | None:
 
 
 def parse_log_file(name: str) -> LogFileName | None:
-    """Parse a log file name (write token required, as hudi-rs requires); None otherwise."""
+    """Parse a log file name (write token required, as hudi-rs requires); None otherwise.
+
+    A local write's temporary of a log file (``.tmp.<hex>.<final name>``, see
+    :data:`engine.storage.TEMP_PREFIX`) is none: its name would otherwise match with a file
+    id ``tmp.<hex>.<id>``, and a storage listing would take a killed writer's leftover for a
+    file group of its own."""
     m = _LOG.match(name)
-    if not m or m.group(5):
+    if not m or m.group(5) or name.startswith(TEMP_PREFIX):
         return None
     return LogFileName(m.group(1), m.group(2), int(m.group(3)), m.group(4))
 

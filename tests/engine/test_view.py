@@ -65,3 +65,26 @@ def test_view_pickled_keeps_slices_and_buckets_and_never_lists_again(
     slc = clone.latest_file_slices()[0]
     keys = clone.slice_reader().read_slice(slc, columns=["_hoodie_record_key"])
     assert keys.num_rows > 0
+
+
+def test_view_leftover_temp_log_file_is_no_file_group_and_read_unchanged(tmp_path: Path) -> None:
+    """A local write's temporary (``.tmp.<hex>.<final name>``, engine/storage.py) left by a
+    killed process, on a table that lists storage (no metadata table): for a log file, the
+    temporary's name once matched the log file pattern with a file id ``tmp.<hex>.<id>``, so
+    the view took it for a file group of its own."""
+    table = Table.create(str(tmp_path / "t"), name="temps", record_key="id", precombine="ts",
+                         partition_by=["p"], table_type="MERGE_ON_READ",
+                         options={"hoodie.index.type": "BUCKET",
+                                  "hoodie.bucket.index.num.buckets": "2",
+                                  "hoodie.metadata.enable": "false"})
+    table.upsert(pa.table({"id": ["k0", "k1"], "ts": [1, 2], "p": ["a", "a"]}))
+    table.upsert(pa.table({"id": ["k0"], "ts": [3], "p": ["a"]}))
+    before = table.read().sort_by("id")
+    folder = tmp_path / "t" / "a"
+    log = next(f for f in folder.iterdir() if ".log." in f.name)
+    (folder / f".tmp.{'0' * 32}.{log.name}").write_bytes(log.read_bytes()[:40])
+    view = TableView.load(table.storage, table.config)
+    groups = {f.name[1:].split("_")[0] for f in folder.iterdir()
+              if ".log." in f.name and not f.name.startswith(".tmp.")}
+    assert {s.file_id for s in view.latest_file_slices()} == groups
+    assert Table.open(str(tmp_path / "t")).read().sort_by("id").equals(before)
