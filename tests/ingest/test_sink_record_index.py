@@ -19,14 +19,11 @@ import pytest
 from engine import Table
 from engine.errors import InvalidOptionError
 from engine.metadata.keys import file_group_index
-from engine.metadata.reader import read_slice
 from engine.metadata.record_index import group_slices
-from engine.metadata.records import RecordIndexInfo
-from engine.metadata.table import MetadataTable
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import WriteTotals
 from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
-from tests.helpers import hudi_rs_read
+from tests.engine.helpers import hudi_rs_locations, record_index_entries
 from tests.ingest.helpers import (
     Event,
     EventOracle,
@@ -61,28 +58,7 @@ def _sink(path: str, table_type: str = "MERGE_ON_READ") -> HudiStreamingSink:
 
 def _index_entries(path: str) -> dict[str, tuple[str, str]]:
     """key → (partition, file id) of the merged record_index, decoded group by group."""
-    table = Table.open(path)
-    timeline = Timeline.load(table.storage, table.config)
-    mdt = MetadataTable(table.storage, table.config)
-    out: dict[str, tuple[str, str]] = {}
-    for piece in group_slices(table.storage, timeline):
-        for key, record in read_slice(mdt.storage, piece).items():
-            assert isinstance(record.payload, RecordIndexInfo)
-            assert key not in out, f"{key} in two record_index groups"
-            out[key] = (record.payload.partition_name or "", record.payload.location_file_id)
-    return out
-
-
-def _data_locations(path: str) -> dict[str, tuple[str, str]]:
-    """key → (partition, file id) as hudi-rs reads the data files."""
-    rows = hudi_rs_read(path)
-    out: dict[str, tuple[str, str]] = {}
-    for key, part, name in zip(rows.column("_hoodie_record_key").to_pylist(),
-                               rows.column("_hoodie_partition_path").to_pylist(),
-                               rows.column("_hoodie_file_name").to_pylist(), strict=True):
-        assert key not in out, f"{key} stored twice"
-        out[key] = (part, name.split("_", 1)[0] if name.endswith(".parquet") else name)
-    return out
+    return record_index_entries(Table.open(path))
 
 
 @pytest.mark.spark
@@ -111,7 +87,7 @@ def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
             # The batch that creates the table writes no metadata table (there is none yet);
             # the next one's start builds it from the table, then every commit keeps it.
             assert result.index_groups_read
-            assert _index_entries(path) == _data_locations(path), f"batch {batch_id} (index)"
+            assert _index_entries(path) == hudi_rs_locations(path), f"batch {batch_id} (index)"
     # The write tasks know which keys the lookup located in their group (the engine's
     # located_keys): they count those as updates and the others as inserts, as the engine's
     # own upsert does, and keep the record_index right (a MERGE_ON_READ append of upserts
@@ -134,7 +110,7 @@ def test_record_index_sink_moves_deletes_late_versions_equal_oracle_and_hudi_rs(
     assert result is not None and result.errors == 0 and result.instant_time
     assert table_rows(path) == oracle.rows
     assert hudi_rs_rows(path) == oracle.rows
-    assert _index_entries(path) == _data_locations(path)
+    assert _index_entries(path) == hudi_rs_locations(path)
     # 5 in place; 4 new and the moved key; the moved key's old copy and the tombstoned key
     assert _totals(path, result.instant_time) == (5, 5, 2)
     # The engine's upsert of the same winners (the tombstone aside) counts the same.
@@ -191,7 +167,7 @@ def test_record_index_sink_reads_only_the_groups_the_batch_keys_hash_to(
     del expected[chosen[11]]
     assert table_rows(path) == expected
     assert hudi_rs_rows(path) == expected
-    assert _index_entries(path) == _data_locations(path)
+    assert _index_entries(path) == hudi_rs_locations(path)
 
 
 def test_record_index_sink_without_metadata_table_names_the_option(tmp_path: Path) -> None:
@@ -258,7 +234,7 @@ def test_record_index_sink_update_partition_path_false_updates_keys_where_stored
         assert result is not None and result.errors == 0 and result.instant_time
         assert table_rows(path) == oracle.rows, f"batch {batch_id}"
         assert hudi_rs_rows(path) == oracle.rows, f"batch {batch_id} (hudi-rs)"
-        locations = _data_locations(path)
+        locations = hudi_rs_locations(path)
         assert {k: part for k, (part, _) in locations.items()} == where[batch_id], \
             f"batch {batch_id}"
         if batch_id:
