@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine.format.bloom import BloomFilter
 from engine.metadata import reader
-from engine.metadata.keys import BLOOM_FILTERS, bloom_filter_key, file_group_index
+from engine.metadata.keys import BLOOM_FILTERS, bloom_filter_key
 from engine.metadata.records import BloomFilterInfo, MetadataRecord
 from engine.metadata.table import MetadataTable
 from engine.storage import Storage
@@ -32,9 +32,7 @@ def lookup(storage: Storage, data_timeline: Timeline, partition: str,
                                         partition)
     if not slices:
         return {}, 0
-    by_group: dict[int, list[str]] = {}
-    for key in wanted:
-        by_group.setdefault(file_group_index(key, len(slices)), []).append(key)
+    by_group = reader.route(wanted, len(slices))
     found: dict[str, MetadataRecord] = {}
     for index, group_keys in sorted(by_group.items()):
         # through the module, at call time (tests count the slices read)

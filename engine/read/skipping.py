@@ -212,19 +212,11 @@ def may_match(dnf: Sequence[Sequence[Term]], stats: Mapping[str, ColumnStats | N
 # -- pruning a read ----------------------------------------------------------------------------
 
 def _lookup(view: TableView, partition_name: str, keys: list[str]) -> dict[str, ColumnStats]:
-    from engine.metadata.reader import latest_group_slices, lookup_slice, route, validity
-    from engine.metadata.table import MetadataTable
+    from engine.metadata.lookups import lookup
 
-    mdt = MetadataTable(view.storage, view.config)
-    groups = latest_group_slices(mdt, mdt.timeline(), validity(view.timeline), partition_name)
-    out: dict[str, ColumnStats] = {}
-    if not groups or not keys:
-        return out
-    for index, wanted in route(keys, len(groups)).items():
-        for key, record in lookup_slice(mdt.storage, groups[index], wanted).items():
-            if isinstance(record.payload, ColumnStats) and not record.payload.is_deleted:
-                out[key] = record.payload
-    return out
+    found, _ = lookup(view.storage, view.timeline, partition_name, keys)
+    return {key: record.payload for key, record in found.items()
+            if isinstance(record.payload, ColumnStats) and not record.payload.is_deleted}
 
 
 def prune(view: TableView, slices: Sequence[FileSlice], filters: Any,
