@@ -1,4 +1,4 @@
-"""What the storage contract promises about durability (``engine/storage.py``).
+"""What the storage contract promises about durability (``engine/storage/``).
 
 A power loss cannot be run in a test; what can be checked is that the right things are
 flushed, in the right order: every ``os.fsync`` is recorded with the path its descriptor

@@ -7,8 +7,15 @@ test has its own bucket. Reads are judged by the oracle and by hudi-rs reading t
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -20,6 +27,8 @@ from engine.storage import ObjectStorage, Storage
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 from tests.s3 import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Location
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.string()),
                     ("fare", pa.float64())])
@@ -133,6 +142,37 @@ def test_s3_storage_listing_and_delete_tree_match_written_keys(s3: S3Location) -
     with pytest.raises(ValueError, match="escapes"):
         storage.full("../other")
 
+
+CHILD_READ = textwrap.dedent("""
+    import json, pickle, sys
+    storage = pickle.loads(bytes.fromhex(sys.stdin.read()))
+    child = storage.child("a")
+    print(json.dumps([type(storage).__module__, type(storage).__qualname__, storage.base_path,
+                      storage.read("a/x").decode(), type(child).__qualname__, child.base_path,
+                      child.read("x").decode()]))
+""")
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_storage_of_each_kind_unpickled_in_a_fresh_process_reads_the_same_files(
+        request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> None:
+    """A pickled Storage is what a Spark task gets: a process that imported nothing of the
+    engine before unpickling it gets the same kind on the same location, and reads there."""
+    if kind == "s3":
+        s3: S3Location = request.getfixturevalue("s3")
+        storage = Storage(s3.uri("t"), s3.storage_options)
+    else:
+        storage = Storage(str(tmp_path / "t"))
+    storage.write_new("a/x", f"written by the driver to {kind}".encode())
+    child = storage.child("a")
+    shipped = subprocess.run([sys.executable, "-c", CHILD_READ],
+                             input=pickle.dumps(storage).hex(),
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True,
+                             capture_output=True, text=True, timeout=60)
+    assert json.loads(shipped.stdout) == [
+        type(storage).__module__, type(storage).__qualname__, storage.base_path,
+        storage.read("a/x").decode(), type(child).__qualname__, child.base_path,
+        child.read("x").decode()]
 
 
 def test_s3_lock_excludes_second_writer_and_renewal_keeps_own_file_only(

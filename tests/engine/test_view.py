@@ -68,7 +68,7 @@ def test_view_pickled_keeps_slices_and_buckets_and_never_lists_again(
 
 
 def test_view_leftover_temp_log_file_is_no_file_group_and_read_unchanged(tmp_path: Path) -> None:
-    """A local write's temporary (``.tmp.<hex>.<final name>``, engine/storage.py) left by a
+    """A local write's temporary (``.tmp.<hex>.<final name>``, engine/storage/) left by a
     killed process, on a table that lists storage (no metadata table): for a log file, the
     temporary's name once matched the log file pattern with a file id ``tmp.<hex>.<id>``, so
     the view took it for a file group of its own."""
