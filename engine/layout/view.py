@@ -6,7 +6,7 @@ optionally ``as_of`` an instant or up to an ``end_completion``), as hudi-rs's
 are visible, the file slices (the latest of each live group, or every slice), lookups by
 partition and by group, the (partition, bucket) → file id map of the bucket layout, the
 consistent-hashing rings, the groups pending compactions and clusterings hold and the groups
-replacecommits replaced, and a :class:`~engine.read.reader.SliceReader` over the snapshot.
+replacecommits replaced, and a :class:`~engine.read.slice_reader.SliceReader` over the snapshot.
 
 The data files are listed by one method, :meth:`TableView.list_table_files`, once per view;
 everything else is derived from that listing and the timeline, computed on first use and
@@ -21,7 +21,7 @@ the timeline's caches behind, so a task never lists the table again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -39,13 +39,11 @@ from engine.layout.file_group import (
 )
 from engine.layout.plans import FileGroupId, planned_groups
 from engine.metadata.listing import metadata_listing
+from engine.read.slice_reader import SliceReader
 from engine.schema import table_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.instant import Action
-
-if TYPE_CHECKING:
-    from engine.read.reader import SliceReader
 
 _SERVICE_ACTIONS = (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING,
                     Action.REPLACE_COMMIT)
@@ -203,9 +201,9 @@ class TableView:
 
     def slice_reader(self, schema: pa.Schema | None = None, *,
                      use_threads: bool = True) -> SliceReader:
-        """A reader of this view's slices (``schema``: the table's, by default)."""
-        from engine.read.reader import SliceReader  # the reader module asks views
-
+        """A reader of this view's slices (``schema``: the table's, by default): the slice
+        reader sits below the view (:mod:`engine.read.slice_reader`), the view only hands out
+        one built on its instants."""
         return SliceReader(self.storage, self.timeline, self.visible,
                            self.table_schema() if schema is None else schema,
                            use_threads=use_threads)
