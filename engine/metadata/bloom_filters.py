@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from engine.format.base_file import BaseFileWriteResult, read_footer_keys
 from engine.format.bloom import BloomFilter
-from engine.metadata.indexes import IndexPartition, register
+from engine.metadata.indexes import IndexPartition
 from engine.metadata.keys import BLOOM_FILTERS as BLOOM_FILTERS_TYPE
 from engine.metadata.records import MetadataRecord, bloom_filter_record
 from engine.metadata.table import declared_partitions
@@ -91,13 +91,13 @@ def _build(view: TableView, write_config: WriteConfig) -> Iterator[MetadataRecor
             yield file_record(base.partition_path, base.name, base.instant_time, bloom)
 
 
-PARTITION = register(IndexPartition(
+PARTITION = IndexPartition(
     name=BLOOM_FILTERS,
     wanted=lambda c: c.metadata_bloom_filter_enable,
     file_groups=lambda _view, c: c.metadata_bloom_filter_file_groups,
     build=_build,
     removed=removed_update,
-))
+)
 
 
 # -- reading ---------------------------------------------------------------------------------

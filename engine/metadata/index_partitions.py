@@ -1,24 +1,30 @@
-"""The MDT's index partitions, every one registered: importing this module imports each module
-that registers one (``files`` is always kept and is none of them), in Hudi's initialization
-order, and what a writer asks of them all. :mod:`engine.metadata.sync` reads them from here;
-the shape they share, and the registration, are :mod:`engine.metadata.indexes`'s, which
-imports none of them."""
+"""The MDT's index partitions, registered in one place (:data:`INDEX_PARTITIONS`: ``files``
+is always kept and is none of them), and what a writer asks of them all.
+:mod:`engine.metadata.sync` reads them from here; the shape they share
+(:class:`~engine.metadata.indexes.IndexPartition`) is :mod:`engine.metadata.indexes`'s,
+which imports none of them. A new partition is its module and one line below."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import engine.metadata.bloom_filters
-import engine.metadata.column_stats
-import engine.metadata.record_index  # noqa: F401
-from engine.metadata.indexes import INDEX_PARTITIONS
+from engine.metadata import bloom_filters, column_stats, partition_stats, record_index
+from engine.metadata.indexes import IndexPartition
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.metadata.writer import MetadataUpdate
 
 __all__ = ["INDEX_PARTITIONS", "removal_updates", "wanted_partitions"]
+
+INDEX_PARTITIONS: dict[str, IndexPartition] = {p.name: p for p in (
+    bloom_filters.PARTITION,
+    column_stats.PARTITION,
+    partition_stats.PARTITION,
+    record_index.PARTITION,
+)}
+"""The index partitions by MDT partition name, in the order a writer builds them."""
 
 
 def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:

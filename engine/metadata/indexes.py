@@ -1,12 +1,22 @@
-"""The metadata table's index partitions: which ones a writer keeps, and how each is built
-from the table when it is first enabled.
+"""The shape every index partition of the metadata table has (:class:`IndexPartition`), and
+the runner its builders split their work over.
 
-Each index partition registers an :class:`IndexPartition` here: its MDT partition name, its
-file group count for a table, and a builder that yields every record of the partition for
-the committed table (read through a :class:`~engine.layout.view.TableView` of the timeline
-loaded under the lock). :func:`engine.metadata.sync.prepare` builds the partitions a writer
-wants and the table does not declare, and drops the declared ones it does not want (as
-Hudi's ``deleteMetadataIndexIfNecessary``).
+An index partition is one module (:mod:`engine.metadata.bloom_filters`,
+:mod:`~engine.metadata.column_stats`, :mod:`~engine.metadata.partition_stats`,
+:mod:`~engine.metadata.record_index`) that defines one ``PARTITION``: its MDT partition name,
+whether a writer keeps it, its file group count, how it is **initialised from the table**
+(every record for the committed table a :class:`~engine.layout.view.TableView` sees), and
+the **records a commit adds** beyond its write stats' (``sync``) or a clean/rollback removes
+(``removed``). Its **lookup** is the read side's, keyed by the partition's name
+(:func:`engine.metadata.lookups.lookup`, below the view, with the payload decoded on top:
+``read_filters``, ``record_index_lookup.lookup_locations``, data skipping's stats), so a
+reader never imports a writer's module. The partitions are registered in one place,
+:data:`engine.metadata.index_partitions.INDEX_PARTITIONS`; :mod:`engine.metadata.sync`
+iterates it: :func:`~engine.metadata.sync.prepare` builds the partitions a writer wants and
+the table does not declare and drops the declared ones it does not want (as Hudi's
+``deleteMetadataIndexIfNecessary``), :func:`~engine.metadata.sync.sync_instant` asks each
+declared one for its records. A new partition (the secondary index) is one module and one
+line there.
 """
 
 from __future__ import annotations
@@ -54,17 +64,6 @@ class IndexPartition:
     removed: Callable[[Mapping[str, set[str]], str], MetadataUpdate] | None = None
     """What a clean, rollback or restore at an instant changes in the partition, from the
     files it deleted (data partition → file names); None: nothing."""
-
-
-INDEX_PARTITIONS: dict[str, IndexPartition] = {}
-"""Registered index partitions by MDT partition name, in Hudi's initialization order (all of
-them once :mod:`engine.metadata.index_partitions` is imported: read them from there)."""
-
-
-def register(partition: IndexPartition) -> IndexPartition:
-    """Add an index partition to :data:`INDEX_PARTITIONS` (at import of its module)."""
-    INDEX_PARTITIONS[partition.name] = partition
-    return partition
 
 
 _RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)

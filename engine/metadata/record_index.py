@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
-from engine.metadata.indexes import IndexPartition, register, run_tasks
+from engine.metadata.indexes import IndexPartition, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 
 # the read side (record_index_lookup), re-exported for the index and the Spark glue
@@ -131,7 +131,7 @@ def build(view: TableView, write_config: WriteConfig) -> Iterable[MetadataRecord
     return _BUILT.pop(view, None) or _all_records(view)
 
 
-PARTITION = register(IndexPartition(RECORD_INDEX, wanted, file_groups, build))
+PARTITION = IndexPartition(RECORD_INDEX, wanted, file_groups, build)
 
 
 # -- what a write emits ----------------------------------------------------------------------
