@@ -5,23 +5,24 @@ An index partition is one module (:mod:`engine.metadata.bloom_filters`,
 :mod:`~engine.metadata.column_stats`, :mod:`~engine.metadata.partition_stats`,
 :mod:`~engine.metadata.record_index`) that defines one ``PARTITION``: its MDT partition name,
 whether a writer keeps it, its file group count, how it is **initialised from the table**
-(every record for the committed table a :class:`~engine.layout.view.TableView` sees), and
-the **records a commit adds** beyond its write stats' (``sync``) or a clean/rollback removes
-(``removed``). Its **lookup** is the read side's, keyed by the partition's name
-(:func:`engine.metadata.lookups.lookup`, below the view, with the payload decoded on top:
-``read_filters``, ``record_index_lookup.lookup_locations``, data skipping's stats), so a
-reader never imports a writer's module. The partitions are registered in one place,
-:data:`engine.metadata.index_partitions.INDEX_PARTITIONS`; :mod:`engine.metadata.sync`
-iterates it: :func:`~engine.metadata.sync.prepare` builds the partitions a writer wants and
-the table does not declare and drops the declared ones it does not want (as Hudi's
-``deleteMetadataIndexIfNecessary``), :func:`~engine.metadata.sync.sync_instant` asks each
-declared one for its records. A new partition (the secondary index) is one module and one
-line there.
+(every record for the committed table a :class:`~engine.layout.view.TableView` sees), and the
+**records a commit's metadata adds** beyond its write stats' (``sync``: for a clean, rollback
+or restore, what the files it removed take away). Its **lookup** is the read side's, keyed by
+the partition's name (:func:`engine.metadata.lookups.lookup`, below the view, with the payload
+decoded on top: ``read_filters``, ``record_index_lookup.lookup_locations``, data skipping's
+stats), so a reader never imports a writer's module. ``files`` has the same shape
+(:mod:`engine.metadata.files_partition`). The partitions are registered in one place,
+:mod:`engine.metadata.index_partitions`; :mod:`engine.metadata.sync` iterates them:
+:func:`~engine.metadata.sync.prepare` builds the partitions a writer wants and the table does
+not declare and drops the declared ones it does not want (as Hudi's
+``deleteMetadataIndexIfNecessary``), :func:`~engine.metadata.sync.sync_instant` asks every
+declared one, ``files`` first, for a commit's records. A new partition (the secondary index)
+is one module and one line there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class IndexPartition:
-    """One index partition of the MDT (``files`` is not one: it is always kept)."""
+    """One partition of the MDT, as the writer keeps it (module docstring): ``files``, the
+    listing every table with an MDT keeps, has the same shape."""
 
     name: str
     wanted: Callable[[WriteConfig], bool | None]
@@ -54,16 +56,15 @@ class IndexPartition:
     file_groups: Callable[[TableView, WriteConfig], int]
     """How many file groups the partition gets when built for this table."""
     build: Callable[[TableView, WriteConfig], Iterable[MetadataRecord]]
-    """Every record of the partition for the committed table the view sees."""
+    """Initialising from the table: every record of the partition for the committed table
+    the view sees."""
     sync: Callable[[Timeline, Instant, bytes, MetadataUpdate], MetadataUpdate | None] | None \
         = None
-    """What a data action adds to the partition beyond its write stats' records, given the
-    data timeline, the instant about to complete, its content and the update so far
-    (earlier partitions' additions included); called by
-    :func:`engine.metadata.sync.sync_instant` under the lock, for declared partitions."""
-    removed: Callable[[Mapping[str, set[str]], str], MetadataUpdate] | None = None
-    """What a clean, rollback or restore at an instant changes in the partition, from the
-    files it deleted (data partition → file names); None: nothing."""
+    """The records a data action (a commit, or a clean, rollback or restore: what it
+    removed) adds to the partition beyond its write stats' records, given the data
+    timeline, the instant about to complete, its content and the update so far (earlier
+    partitions' additions included); called by :func:`engine.metadata.sync.sync_instant`
+    under the lock, for declared partitions; None: nothing beyond the write stats'."""
 
 
 _RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)
