@@ -19,15 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.config import IndexType, TableConfig
+from engine.config import TableConfig
 from engine.errors import InvalidRecordError
 from engine.format import timestamps
 from engine.format.base_file import read_footer_keys
-from engine.index.bucket import bucket_from_file_id, bucket_ids
+from engine.index.bucket import bucket_ids
 from engine.layout.file_group import FileSlice, Visibility
 from engine.layout.keygen import parse_field_string, record_keys
 from engine.layout.partition import DEFAULT_PARTITION, decode_partition_value
-from engine.layout.view import TableView
+from engine.layout.view import TableView, live_buckets
 from engine.read.retention import check_readable
 from engine.read.scan import Scan, SliceScan
 from engine.read.skipping import KEY_PRUNERS, Pruning, prune
@@ -291,7 +291,7 @@ class TableReader:
                         wanted = [s for s in wanted if (s.partition_path, s.file_id) in groups]
                 by_index = total - len(wanted)
             if not located:
-                kept = self._prune_for_keys(wanted, keys)
+                kept = self._prune_for_keys(view, wanted, keys)
                 by_footer = len(wanted) - len(kept)
                 wanted = kept
         wanted, report = prune(view, wanted, spec.filters, schema, latest=latest)
@@ -323,23 +323,27 @@ class TableReader:
         filters (``latest``: see :meth:`plan`)."""
         return self.scan(spec, view, latest=latest).to_table(threads=READ_THREADS)
 
-    def _prune_for_keys(self, slices: list[FileSlice], keys: pa.Array) -> list[FileSlice]:
-        """Slices that may hold one of ``keys``: by bucket id, then by base file footers."""
-        if (self.config.index_type is IndexType.BUCKET and self.config.num_buckets
-                and not self.config.consistent_hashing):  # ring file ids name no bucket
-            try:
-                buckets = set(bucket_ids(keys, self.config.num_buckets).tolist())
-            except ValueError:  # a key no writer can have stored: prune by footers only
-                return [s for s in slices if _slice_may_hold(self.storage, s, keys)]
-            kept = []
-            for slc in slices:
-                try:
-                    if bucket_from_file_id(slc.file_id) not in buckets:
-                        continue
-                except ValueError:
-                    pass  # not a bucket file id: cannot rule it out
-                kept.append(slc)
-            slices = kept
+    def _prune_for_keys(self, view: TableView, slices: list[FileSlice],
+                        keys: pa.Array) -> list[FileSlice]:
+        """Slices that may hold one of ``keys``: by bucket, then by base file footers. A key
+        lives in its bucket's group: of the live bucket groups placement puts keys in
+        (:func:`~engine.layout.view.live_buckets` under the table's recorded index, with
+        its recorded bucket count), those of other buckets are left out; any other group
+        may hold it."""
+        num_buckets = self.config.num_buckets
+        live = (live_buckets(view, self.config.index_type)
+                if num_buckets and not self.config.consistent_hashing  # rings name no bucket
+                else {})
+        try:
+            buckets = set(bucket_ids(keys, num_buckets).tolist()) if live and num_buckets \
+                else None
+        except ValueError:  # a key no writer can have stored: prune by footers only
+            buckets = None
+        if buckets is not None:
+            bucket_of = {(part, fid): bucket for (part, bucket), fid in live.items()}
+            wanted = {None, *buckets}  # None: not a bucket group
+            slices = [s for s in slices
+                      if bucket_of.get((s.partition_path, s.file_id)) in wanted]
         return [s for s in slices if _slice_may_hold(self.storage, s, keys)]
 
     def _read_columns(self, spec: ReadSpec, schema: pa.Schema | None) -> list[str] | None:
