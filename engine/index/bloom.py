@@ -40,7 +40,7 @@ from engine.format.base_file import FooterKeys, read_footer_keys
 from engine.format.bloom import BloomFilter
 from engine.index.simple import concat_locations, slice_locations
 from engine.layout.file_group import BaseFile, FileSlice
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
 from engine.timeline.active import Timeline

@@ -30,7 +30,7 @@ from engine.index.simple import ORDERING, concat_locations, key_locations
 from engine.layout.file_group import FileSlice
 from engine.merge.policy import stays_in_place
 from engine.metadata import record_index_lookup as rli
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import RECORD_KEY
 
 _log = logging.getLogger(__name__)

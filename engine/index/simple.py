@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.layout.file_group import FileSlice
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import RECORD_KEY
 
 LOCATION_SCHEMA = pa.schema([

@@ -6,7 +6,7 @@ optionally ``as_of`` an instant or up to an ``end_completion``), as hudi-rs's
 are visible, the file slices (the latest of each live group, or every slice), lookups by
 partition and by group, the (partition, bucket) → file id map of the bucket layout, the
 consistent-hashing rings, the groups pending compactions and clusterings hold and the groups
-replacecommits replaced, and a :class:`~engine.read.reader.SliceReader` over the snapshot.
+replacecommits replaced, and a :class:`~engine.read.slice_reader.SliceReader` over the snapshot.
 
 The data files are listed by one method, :meth:`TableView.list_table_files`, once per view;
 everything else is derived from that listing and the timeline, computed on first use and
@@ -21,11 +21,11 @@ the timeline's caches behind, so a task never lists the table again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-from engine.config import TableConfig
+from engine.config import IndexType, TableConfig
 from engine.index.bucket import bucket_from_file_id
 from engine.index.consistent_hashing import HashingMetadata, load_metadata
 from engine.layout.file_group import (
@@ -39,13 +39,11 @@ from engine.layout.file_group import (
 )
 from engine.layout.plans import FileGroupId, planned_groups
 from engine.metadata.listing import metadata_listing
+from engine.read.slice_reader import SliceReader
 from engine.schema import table_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.instant import Action
-
-if TYPE_CHECKING:
-    from engine.read.reader import SliceReader
 
 _SERVICE_ACTIONS = (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING,
                     Action.REPLACE_COMMIT)
@@ -140,8 +138,8 @@ class TableView:
 
     def bucket_groups(self) -> Mapping[tuple[str, int], str]:
         """(partition, bucket) → file id of the live groups whose id names a bucket (the
-        first such group by file id, where two do). Whether a writer places keys in them is
-        :func:`engine.write.placement.live_buckets`'s rule."""
+        first such group by file id, where two do). Whether keys live in them is
+        :func:`live_buckets`'s rule."""
         if self._buckets is None:
             buckets: dict[tuple[str, int], str] = {}
             for s in self.latest_file_slices():
@@ -203,9 +201,9 @@ class TableView:
 
     def slice_reader(self, schema: pa.Schema | None = None, *,
                      use_threads: bool = True) -> SliceReader:
-        """A reader of this view's slices (``schema``: the table's, by default)."""
-        from engine.read.reader import SliceReader  # the reader module asks views
-
+        """A reader of this view's slices (``schema``: the table's, by default): the slice
+        reader sits below the view (:mod:`engine.read.slice_reader`), the view only hands out
+        one built on its instants."""
         return SliceReader(self.storage, self.timeline, self.visible,
                            self.table_schema() if schema is None else schema,
                            use_threads=use_threads)
@@ -237,3 +235,21 @@ class TableView:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+LiveBuckets: TypeAlias = Mapping[tuple[str, int], str]
+"""(partition, bucket) → file id of the live group (:meth:`TableView.bucket_groups`)."""
+
+
+def live_buckets(view: TableView, index: IndexType | None) -> LiveBuckets:
+    """The live bucket groups of ``view`` that keys are placed in, and so found in, under
+    ``index`` (``hoodie.index.type``: for a writer, the one the table records or, on a table
+    that records none, the writer's option; for a reader, the one the table records): the
+    groups whose file id names a bucket (:meth:`TableView.bucket_groups`, the first 8
+    characters as Hudi's ``BucketIdentifier.bucketIdFromFileId`` reads them) under the
+    ``BUCKET`` index, none under any other (a UUID file id may start with 8 digits by
+    chance). The write client, the streaming job's write tasks and its global-state index
+    place keys by it (:mod:`engine.write.placement`); the reader's bucket pruning keeps, of
+    these groups, those of the keys' buckets
+    (:meth:`engine.read.reader.TableReader.plan`)."""
+    return view.bucket_groups() if index is IndexType.BUCKET else {}

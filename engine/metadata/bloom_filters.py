@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from engine.format.base_file import BaseFileWriteResult, read_footer_keys
 from engine.format.bloom import BloomFilter
-from engine.metadata.indexes import IndexPartition, register
+from engine.metadata.indexes import IndexPartition
 from engine.metadata.keys import BLOOM_FILTERS as BLOOM_FILTERS_TYPE
 from engine.metadata.records import MetadataRecord, bloom_filter_record
 from engine.metadata.table import declared_partitions
@@ -36,6 +36,8 @@ from engine.storage import Storage
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
+    from engine.timeline.active import Timeline
+    from engine.timeline.instant import Instant
 
 BLOOM_FILTERS = BLOOM_FILTERS_TYPE.name
 
@@ -76,6 +78,16 @@ def removed_update(removed: Mapping[str, Iterable[str]], instant_time: str) -> M
     return update
 
 
+def _sync(_data_timeline: Timeline, instant: Instant, content: bytes,
+          _update: MetadataUpdate) -> MetadataUpdate | None:
+    """What a data action changes beyond its write stats' entries: deleted entries for the
+    base files a clean, rollback or restore removed."""
+    from engine.metadata.files import change_of
+
+    removed = change_of(instant, content).removed
+    return removed_update(removed, instant.requested_time) if removed else None
+
+
 def _build(view: TableView, write_config: WriteConfig) -> Iterator[MetadataRecord]:
     """An entry for every committed base file the listing holds (replaced ones too, until
     cleaned, as the partition's incremental updates keep them), from its footer."""
@@ -91,13 +103,13 @@ def _build(view: TableView, write_config: WriteConfig) -> Iterator[MetadataRecor
             yield file_record(base.partition_path, base.name, base.instant_time, bloom)
 
 
-PARTITION = register(IndexPartition(
+PARTITION = IndexPartition(
     name=BLOOM_FILTERS,
     wanted=lambda c: c.metadata_bloom_filter_enable,
     file_groups=lambda _view, c: c.metadata_bloom_filter_file_groups,
     build=_build,
-    removed=removed_update,
-))
+    sync=_sync,
+)
 
 
 # -- reading ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
@@ -115,24 +115,15 @@ def read_base_file(data: bytes) -> list[MetadataRecord]:
     return [decode(row, value) for row, value in HFileReader(data).cells()]
 
 
-def read_log_file(data: bytes, keys: Collection[str] | None = None,
-                  decode: CellDecoder | None = None, *, rows: Sequence[bytes] | None = None
-                  ) -> Iterator[tuple[str, MetadataRecord | None]]:
-    """(key, record) in log order; a delete-block entry gives (key, None). ``keys``: only
-    those keys' cells are decoded, found through each HFile block's index (only the HFile
-    data blocks holding them are decompressed: a log can hold a whole bulk insert's keys
-    until the MDT compacts); delete blocks are still given whole. ``rows``: the keys already
-    UTF-8 encoded and sorted (a caller reading several logs encodes them once)."""
+def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
+    """(key, record) in log order; a delete-block entry gives (key, None). (A lookup of some
+    keys reads their cells only: :func:`engine.metadata.reader.slice_cells`.)"""
     from engine.format.delete_block import decode_delete_block
 
-    if rows is None and keys is not None:
-        rows = sorted(k.encode("utf-8") for k in keys)
-    decode = decode or CellDecoder()
+    decode = CellDecoder()
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
-            cells = (decode_hfile_data_block(block) if rows is None
-                     else HFileReader(block.content).get_many(rows))
-            for row, value in cells:
+            for row, value in decode_hfile_data_block(block):
                 record = decode(row, value)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:

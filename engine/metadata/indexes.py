@@ -1,17 +1,28 @@
-"""The metadata table's index partitions: which ones a writer keeps, and how each is built
-from the table when it is first enabled.
+"""The shape every index partition of the metadata table has (:class:`IndexPartition`), and
+the runner its builders split their work over.
 
-Each index partition registers an :class:`IndexPartition` here: its MDT partition name, its
-file group count for a table, and a builder that yields every record of the partition for
-the committed table (read through a :class:`~engine.layout.view.TableView` of the timeline
-loaded under the lock). :func:`engine.metadata.sync.prepare` builds the partitions a writer
-wants and the table does not declare, and drops the declared ones it does not want (as
-Hudi's ``deleteMetadataIndexIfNecessary``).
+An index partition is one module (:mod:`engine.metadata.bloom_filters`,
+:mod:`~engine.metadata.column_stats`, :mod:`~engine.metadata.partition_stats`,
+:mod:`~engine.metadata.record_index`) that defines one ``PARTITION``: its MDT partition name,
+whether a writer keeps it, its file group count, how it is **initialised from the table**
+(every record for the committed table a :class:`~engine.layout.view.TableView` sees), and the
+**records a commit's metadata adds** beyond its write stats' (``sync``: for a clean, rollback
+or restore, what the files it removed take away). Its **lookup** is the read side's, keyed by
+the partition's name (:func:`engine.metadata.lookups.lookup`, below the view, with the payload
+decoded on top: ``read_filters``, ``record_index_lookup.lookup_locations``, data skipping's
+stats), so a reader never imports a writer's module. ``files`` has the same shape
+(:mod:`engine.metadata.files_partition`). The partitions are registered in one place,
+:mod:`engine.metadata.index_partitions`; :mod:`engine.metadata.sync` iterates them:
+:func:`~engine.metadata.sync.prepare` builds the partitions a writer wants and the table does
+not declare and drops the declared ones it does not want (as Hudi's
+``deleteMetadataIndexIfNecessary``), :func:`~engine.metadata.sync.sync_instant` asks every
+declared one, ``files`` first, for a commit's records. A new partition (the secondary index)
+is one module and one line there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,7 +44,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class IndexPartition:
-    """One index partition of the MDT (``files`` is not one: it is always kept)."""
+    """One partition of the MDT, as the writer keeps it (module docstring): ``files``, the
+    listing every table with an MDT keeps, has the same shape."""
 
     name: str
     wanted: Callable[[WriteConfig], bool | None]
@@ -44,27 +56,15 @@ class IndexPartition:
     file_groups: Callable[[TableView, WriteConfig], int]
     """How many file groups the partition gets when built for this table."""
     build: Callable[[TableView, WriteConfig], Iterable[MetadataRecord]]
-    """Every record of the partition for the committed table the view sees."""
+    """Initialising from the table: every record of the partition for the committed table
+    the view sees."""
     sync: Callable[[Timeline, Instant, bytes, MetadataUpdate], MetadataUpdate | None] | None \
         = None
-    """What a data action adds to the partition beyond its write stats' records, given the
-    data timeline, the instant about to complete, its content and the update so far
-    (earlier partitions' additions included); called by
-    :func:`engine.metadata.sync.sync_instant` under the lock, for declared partitions."""
-    removed: Callable[[Mapping[str, set[str]], str], MetadataUpdate] | None = None
-    """What a clean, rollback or restore at an instant changes in the partition, from the
-    files it deleted (data partition → file names); None: nothing."""
-
-
-INDEX_PARTITIONS: dict[str, IndexPartition] = {}
-"""Registered index partitions by MDT partition name, in Hudi's initialization order (all of
-them once :mod:`engine.metadata.index_partitions` is imported: read them from there)."""
-
-
-def register(partition: IndexPartition) -> IndexPartition:
-    """Add an index partition to :data:`INDEX_PARTITIONS` (at import of its module)."""
-    INDEX_PARTITIONS[partition.name] = partition
-    return partition
+    """The records a data action (a commit, or a clean, rollback or restore: what it
+    removed) adds to the partition beyond its write stats' records, given the data
+    timeline, the instant about to complete, its content and the update so far (earlier
+    partitions' additions included); called by :func:`engine.metadata.sync.sync_instant`
+    under the lock, for declared partitions; None: nothing beyond the write stats'."""
 
 
 _RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)

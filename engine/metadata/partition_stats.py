@@ -1,4 +1,7 @@
-"""Recomputing ``partition_stats`` when a commit syncs (``hudi-metadata-table.md`` §4.4).
+"""The ``partition_stats`` partition of the metadata table (``hudi-metadata-table.md`` §4.4,
+partitioned tables): per (column, partition), the union of the column stats
+(:mod:`engine.metadata.file_stats`) of the files of the partition's latest file slices,
+recomputed for every partition a commit touches.
 
 For every partition a commit writes, the partition's stats per indexed column are the union
 of the column stats of the files of its latest file slices **as they are once the commit
@@ -17,22 +20,30 @@ from typing import TYPE_CHECKING
 
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import BaseFile, LogFile, TableFiles, build_file_slices
-from engine.metadata.column_stats import (
-    COLUMN_STATS,
-    PARTITION_STATS,
+from engine.metadata.file_stats import (
     columns_to_index,
     merge_bounds,
+    table_columns,
+    table_file_stats,
 )
+from engine.metadata.indexes import IndexPartition
+from engine.metadata.keys import COLUMN_STATS as COLUMN_STATS_TYPE
+from engine.metadata.keys import PARTITION_STATS as PARTITION_STATS_TYPE
 from engine.metadata.keys import b64_xxh64, column_stats_key, partition_identifier
 from engine.metadata.records import ColumnStats, MetadataRecord, partition_stats_record
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.instant import Action
 
 if TYPE_CHECKING:
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
     from engine.metadata.writer import MetadataUpdate
     from engine.storage import Storage
     from engine.timeline.active import Timeline
     from engine.timeline.instant import Instant
+
+COLUMN_STATS = COLUMN_STATS_TYPE.name
+PARTITION_STATS = PARTITION_STATS_TYPE.name
 
 _LAST = "9" * 20
 """A completion key after every other: the commit being synced completes last."""
@@ -158,3 +169,29 @@ def recompute(data_timeline: Timeline, instant: Instant, content: bytes,
             records.append(partition_stats_record(partition, c, merged))
     out.add(PARTITION_STATS, records)
     return out
+
+
+# -- the partition ----------------------------------------------------------------------------
+
+def _build(view: TableView, write_config: WriteConfig) -> list[MetadataRecord]:
+    if not view.config.partition_fields:
+        return []
+    by_partition: dict[str, list[dict[str, ColumnStats]]] = {}
+    for (partition, _), stats in table_file_stats(view, write_config).items():
+        by_partition.setdefault(partition, []).append(stats)
+    columns = table_columns(view, write_config)
+    return [partition_stats_record(p, c, merge_bounds((f.get(c) for f in files), c))
+            for p, files in sorted(by_partition.items()) for c in columns]
+
+
+def _wanted(write_config: WriteConfig) -> bool | None:
+    if write_config.column_stats_enable is False:
+        return False  # partition stats are built from column stats
+    if write_config.partition_stats_enable is not None:
+        return write_config.partition_stats_enable
+    return write_config.column_stats_enable  # Hudi: follows column stats by default
+
+
+PARTITION = IndexPartition(PARTITION_STATS, _wanted,
+                           lambda _view, wc: wc.partition_stats_file_groups, _build,
+                           sync=recompute)

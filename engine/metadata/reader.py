@@ -201,64 +201,67 @@ def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: 
     return made
 
 
+def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
+                ) -> Iterator[tuple[bytes, bytes | None]]:
+    """(row, value bytes) of the keys ``rows`` (UTF-8, sorted) in one group slice, oldest
+    first: the base file's cells, then each log's in log order, a delete-block entry as
+    (row, None). No record is decoded: :func:`lookup_slice` merges decoded records,
+    :func:`lookup_values` keeps the newest bytes. The base file and the logs' HFile blocks
+    are searched through their block indexes (only the data blocks holding the keys are
+    decompressed, each once; a log holds a whole bulk insert's keys until the MDT
+    compacts); delete blocks are read whole. Executor-safe."""
+    if not rows:
+        return
+    wanted = set(rows)
+    if piece.base_path is not None:
+        yield from base_reader(storage, piece.base_path).get_many(rows)
+    for path in piece.log_paths:
+        blocks = log_blocks(storage, path)
+        if blocks is None:  # a frame does not hold: read the log whole
+            for block in iter_blocks(storage.read(path)):
+                if block.block_type is BlockType.HFILE_DATA:
+                    yield from HFileReader(block.content).get_many(rows)
+                elif block.block_type is BlockType.DELETE:
+                    yield from _deleted(block, wanted)
+            continue
+        for frame, reader in blocks:
+            if reader is not None:
+                yield from reader.get_many(rows)
+            elif frame.block_type is BlockType.DELETE:
+                yield from _deleted(LogBlock(frame.block_type, frame.header, storage.read_range(
+                    path, frame.content_offset, frame.content_length)), wanted)
+
+
+def _deleted(block: LogBlock, wanted: set[bytes]) -> Iterator[tuple[bytes, None]]:
+    """(row, None) for the ``wanted`` keys a delete block deletes."""
+    for deleted in decode_delete_block(block):
+        row = str(deleted.record_key).encode("utf-8")
+        if row in wanted:
+            yield row, None
+
+
 def lookup_slice(storage: Storage, piece: GroupSlice,
                  keys: Iterable[str]) -> dict[str, MetadataRecord]:
-    """The merged records of ``keys`` in one group slice: the base file and the logs' HFile
-    blocks are searched through their block indexes (only the data blocks holding the keys
-    are decompressed, each once; a log holds a whole bulk insert's keys until the MDT
-    compacts); delete blocks are read whole. Executor-safe."""
-    wanted = set(keys)
+    """The merged records of ``keys`` in one group slice (:func:`slice_cells`, each cell
+    decoded and merged by Hudi's rules). Executor-safe."""
     merged: dict[str, MetadataRecord] = {}
     decode = CellDecoder()
-    rows = sorted(k.encode("utf-8") for k in wanted)
-    if piece.base_path is not None and wanted:
-        reader = base_reader(storage, piece.base_path)
-        for row, value in reader.get_many(rows):
+    for row, value in slice_cells(storage, piece, sorted({k.encode("utf-8") for k in keys})):
+        if value is None:
+            _merge(merged, row.decode("utf-8"), None)
+        else:
             record = decode(row, value)
-            merged[record.key] = record
-    for path in piece.log_paths:
-        for key, newer in _lookup_log(storage, path, wanted, rows, decode):
-            if key in wanted:
-                _merge(merged, key, newer)
+            _merge(merged, record.key, record)
     return merged
 
 
 def lookup_values(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
                   ) -> dict[bytes, bytes | None]:
     """Row → the newest value bytes of ``rows`` (UTF-8 keys, sorted) in one group slice, None
-    for a key whose newest entry is a delete: :func:`lookup_slice` for a partition whose
-    newer entry simply replaces the older (``record_index``), with no record decoded, so a
-    caller decodes each distinct value once. Executor-safe."""
-    found: dict[bytes, bytes | None] = {}
-    if not rows:
-        return found
-    if piece.base_path is not None:
-        found.update(base_reader(storage, piece.base_path).get_many(rows))
-    wanted = set(rows)
-    for path in piece.log_paths:
-        blocks = log_blocks(storage, path)
-        if blocks is None:  # a frame does not hold: read the log whole
-            for block in iter_blocks(storage.read(path)):
-                if block.block_type is BlockType.HFILE_DATA:
-                    found.update(HFileReader(block.content).get_many(rows))
-                elif block.block_type is BlockType.DELETE:
-                    _deleted(found, block, wanted)
-            continue
-        for frame, reader in blocks:
-            if reader is not None:
-                found.update(reader.get_many(rows))
-            elif frame.block_type is BlockType.DELETE:
-                _deleted(found, LogBlock(frame.block_type, frame.header, storage.read_range(
-                    path, frame.content_offset, frame.content_length)), wanted)
-    return found
-
-
-def _deleted(found: dict[bytes, bytes | None], block: LogBlock, wanted: set[bytes]) -> None:
-    """Mark the ``wanted`` keys a delete block deletes (None) in ``found``."""
-    for deleted in decode_delete_block(block):
-        row = str(deleted.record_key).encode("utf-8")
-        if row in wanted:
-            found[row] = None
+    for a key whose newest entry is a delete (:func:`slice_cells`): a lookup for a partition
+    whose newer entry simply replaces the older (``record_index``), with no record decoded,
+    so a caller decodes each distinct value once. Executor-safe."""
+    return dict(slice_cells(storage, piece, rows))
 
 
 SMALL_LOG_BLOCK = 256 * 1024
@@ -302,25 +305,6 @@ def _ranges_from(storage: Storage, path: str, start: int) -> Callable[[int, int]
     """``read_range`` of the part of ``path`` that starts at ``start`` (an HFile inside a
     log block)."""
     return lambda offset, length: storage.read_range(path, start + offset, length)
-
-
-def _lookup_log(storage: Storage, path: str, wanted: set[str], rows: list[bytes],
-                decode: CellDecoder) -> Iterator[tuple[str, MetadataRecord | None]]:
-    """(key, record) of ``wanted`` keys in one MDT log, in log order (a delete gives None)."""
-    blocks = log_blocks(storage, path)
-    if blocks is None:
-        yield from read_log_file(storage.read(path), wanted, decode, rows=rows)
-        return
-    for frame, reader in blocks:
-        if reader is not None:
-            for row, value in reader.get_many(rows):
-                record = decode(row, value)
-                yield record.key, record
-        elif frame.block_type is BlockType.DELETE:
-            content = storage.read_range(path, frame.content_offset, frame.content_length)
-            for deleted in decode_delete_block(LogBlock(frame.block_type, frame.header,
-                                                        content)):
-                yield str(deleted.record_key), None
 
 
 def route(keys: Iterable[str], groups: int) -> dict[int, list[str]]:

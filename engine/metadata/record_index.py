@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
-from engine.metadata.indexes import IndexPartition, register, run_tasks
+from engine.metadata.indexes import IndexPartition, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 
 # the read side (record_index_lookup), re-exported for the index and the Spark glue
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from engine.layout.view import TableView
     from engine.merge.record_merger import Layer
     from engine.metadata.writer import MetadataUpdate
-    from engine.read.reader import SliceReader
+    from engine.read.slice_reader import SliceReader
     from engine.timeline.commit_metadata import WriteStat
     from engine.write.write_handle import WriteContext, WriteTask
 
@@ -131,7 +131,7 @@ def build(view: TableView, write_config: WriteConfig) -> Iterable[MetadataRecord
     return _BUILT.pop(view, None) or _all_records(view)
 
 
-PARTITION = register(IndexPartition(RECORD_INDEX, wanted, file_groups, build))
+PARTITION = IndexPartition(RECORD_INDEX, wanted, file_groups, build)
 
 
 # -- what a write emits ----------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _slice_layers(ctx: WriteContext, task: WriteTask, storage: Storage, keys: pa
     from engine.format.log_block import BlockType, iter_blocks
     from engine.format.log_format import decode_avro_data_block, decode_parquet_data_block
     from engine.merge.record_merger import DataLayer, DeleteLayer
-    from engine.read.reader import delete_columns
+    from engine.read.slice_reader import delete_columns
 
     columns = _columns(ctx)
     base = None

@@ -19,8 +19,7 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from engine.layout.file_group import TableFiles, list_table_files, visible_instants
-from engine.metadata.files import change_of, listing_of, syncs
+from engine.metadata.files import syncs
 from engine.metadata.listing import base_boundary, missing_deltacommits
 from engine.metadata.reader import validity
 from engine.metadata.table import (
@@ -65,18 +64,19 @@ def initialize(storage: Storage, data_timeline: Timeline) -> MetadataTable:
     """Build the MDT's ``files`` partition from the committed data files (hold the lock;
     ``data_timeline`` loaded under it), then declare it in the data table's
     ``hoodie.properties``. Any MDT folder already there is dropped first."""
+    from engine.config import WriteConfig
+    from engine.layout.view import TableView
+    from engine.metadata.index_partitions import FILES_PARTITION
+
     mdt = MetadataTable(storage, data_timeline.config)
     if declared_partitions(storage):
         set_declared_partitions(storage, ())
     mdt.delete()
     mdt.create()
-    visible = visible_instants(data_timeline)
-    listed = list_table_files(storage)
-    committed = TableFiles(
-        tuple(f for f in listed.base_files if f.instant_time in visible),
-        tuple(f for f in listed.log_files if f.instant_time in visible),
-        listed.partitions)
-    initialize_partition(mdt, FILES, 1, listing_of(committed))
+    forget_metadata(data_timeline)  # no MDT declared now: the view lists storage
+    view, config = TableView(storage, data_timeline), WriteConfig()
+    initialize_partition(mdt, FILES, FILES_PARTITION.file_groups(view, config),
+                         FILES_PARTITION.build(view, config))
     forget_metadata(data_timeline)
     return mdt
 
@@ -269,24 +269,19 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     mdt_timeline = _drop_dead_compactions(mdt, mdt_timeline)
     mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline)
     full = MetadataUpdate()
-    change = change_of(instant, content)
-    full.add(FILES, change.records())
-    if change.removed:
-        from engine.metadata.index_partitions import removal_updates
-
-        full.extend(removal_updates(change.removed, t))
     if update is not None:
         full.extend(update)
-    _sync_index_partitions(data_timeline, instant, content, full, declared)
+    _sync_partitions(data_timeline, instant, content, full, declared)
     return write_deltacommit(mdt, mdt_timeline, t, full, declared=declared)
 
 
-def _sync_index_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
-                           full: MetadataUpdate, declared: Collection[str]) -> None:
-    """Add what each declared index partition derives from the action (its ``sync``)."""
-    from engine.metadata.index_partitions import INDEX_PARTITIONS
+def _sync_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
+                     full: MetadataUpdate, declared: Collection[str]) -> None:
+    """Add what each declared partition, ``files`` first, derives from the action (its
+    ``sync``)."""
+    from engine.metadata.index_partitions import METADATA_PARTITIONS
 
-    for partition in INDEX_PARTITIONS.values():
+    for partition in METADATA_PARTITIONS.values():
         if partition.sync is not None and partition.name in declared:
             more = partition.sync(data_timeline, instant, content, full)
             if more is not None:

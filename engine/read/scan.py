@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +27,10 @@ import pyarrow.compute as pc
 from engine.errors import TidelakeError
 from engine.layout.file_group import FileSlice, Visibility
 from engine.read.skipping import Pruning
+from engine.read.slice_reader import SliceReader, dictionary_meta
 from engine.schema import COMMIT_TIME, META_FIELDS, META_SCHEMA
 from engine.storage import Storage
 from engine.timeline.active import Timeline
-
-if TYPE_CHECKING:
-    from engine.read.reader import SliceReader
 
 
 def read_schema(schema: pa.Schema | None, populate_meta_fields: bool = True,
@@ -89,8 +87,6 @@ class SliceScan:
     def slice_reader(self) -> SliceReader:
         """The engine's reader of slices under this scan's instants (made once)."""
         if self._reader is None:
-            from engine.read.reader import SliceReader
-
             self._reader = SliceReader(self.storage, self.timeline, self.visible, self.schema,
                                        use_threads=self.use_threads)
         return self._reader
@@ -121,13 +117,11 @@ class SliceScan:
     def read_files(self, slc: FileSlice) -> pa.Table:
         """:meth:`read` letting ``FileNotFoundError`` through (for :meth:`Scan.to_table`,
         which plans again)."""
-        from engine.read.reader import _dictionary_meta
-
         part = self.slice_reader().read_slice(slc, read_optimized=self.read_optimized,
                                               columns=self.read_columns, keys=self.keys)
         if not part.num_rows:
             return part
-        part = _dictionary_meta(part)
+        part = dictionary_meta(part)
         if not self.populate_meta_fields:
             # Meta columns hold no values in such tables; Hudi readers leave them out.
             part = part.drop_columns([c for c in META_FIELDS if c in part.column_names])

@@ -25,28 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import IndexType
 from engine.errors import InvalidRecordError
 from engine.index.bucket import bucket_file_id, bucket_ids
 from engine.index.consistent_hashing import HashingMetadata, ensure_initial_metadata, route
-from engine.layout.view import TableView
+from engine.layout.view import LiveBuckets
+from engine.layout.view import live_buckets as live_buckets  # the rule lives below the reader
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
-
-LiveBuckets = Mapping[tuple[str, int], str]
-"""(partition, bucket) → file id of the live group
-(:meth:`engine.layout.view.TableView.bucket_groups`)."""
-
-
-def live_buckets(view: TableView, index: IndexType) -> LiveBuckets:
-    """The live bucket groups of ``view`` that keys are placed in, for a writer with
-    ``index`` (``hoodie.index.type``, which the table records or, on a table that records
-    none, the writer's option): the groups whose file id names a bucket
-    (:meth:`~engine.layout.view.TableView.bucket_groups`, the first 8 characters as Hudi's
-    ``BucketIdentifier.bucketIdFromFileId`` reads them) under the ``BUCKET`` index, none
-    under any other (a UUID file id may start with 8 digits by chance). The write client,
-    the streaming job's write tasks and its global-state index all ask this."""
-    return view.bucket_groups() if index is IndexType.BUCKET else {}
 
 
 def new_bucket_file_id(table_name: str, partition: str, bucket: int,

@@ -43,7 +43,8 @@ from engine.layout import markers
 from engine.layout.partition import write_partition_metadata
 from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_layers
 from engine.metadata import bloom_filters, record_index
-from engine.metadata.column_stats import arrow_stats, base_file_stats, handle_update
+from engine.metadata.column_stats import handle_update
+from engine.metadata.file_stats import arrow_stats, base_file_stats
 from engine.metadata.records import ColumnStats
 from engine.metadata.writer import merge_updates
 from engine.schema import (

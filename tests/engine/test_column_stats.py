@@ -14,7 +14,7 @@ import pytest
 
 from engine import Table
 from engine.metadata.codec import read_base_file as read_hfile
-from engine.metadata.column_stats import base_file_stats, columns_to_index, log_file_stats
+from engine.metadata.file_stats import base_file_stats, columns_to_index, log_file_stats
 from engine.metadata.records import ColumnStats
 from engine.read.reader import to_expression
 from engine.storage import Storage
