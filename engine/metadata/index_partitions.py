@@ -16,7 +16,7 @@ from engine.metadata.indexes import INDEX_PARTITIONS
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
 __all__ = ["INDEX_PARTITIONS", "removal_updates", "wanted_partitions"]
 
@@ -30,7 +30,7 @@ def wanted_partitions(write_config: WriteConfig) -> dict[str, bool | None]:
 def removal_updates(removed: Mapping[str, set[str]], instant_time: str) -> MetadataUpdate:
     """What deleting these data files (a clean, rollback or restore at ``instant_time``)
     changes in the index partitions (the writer keeps only the declared ones)."""
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
     update = MetadataUpdate()
     if removed:

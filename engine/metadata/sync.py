@@ -37,9 +37,9 @@ from engine.metadata.table import (
     snapshot_metadata_timeline,
     snapshot_properties,
 )
+from engine.metadata.update import MetadataUpdate
 from engine.metadata.writer import (
     MAX_DELTA_COMMITS,
-    MetadataUpdate,
     clean,
     compact,
     initialize_partition,

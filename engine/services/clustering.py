@@ -71,8 +71,8 @@ from engine.layout.file_group import FileSlice
 from engine.layout.partition import write_partition_metadata
 from engine.layout.view import TableView
 from engine.metadata import bloom_filters
-from engine.metadata.record_index import RECORD_INDEX, changes, with_update
-from engine.metadata.writer import collect_updates
+from engine.metadata.record_index import RECORD_INDEX, changes
+from engine.metadata.update import collect_updates, with_update
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,

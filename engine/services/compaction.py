@@ -51,7 +51,7 @@ from engine.layout.file_group import BaseFile, FileSlice, LogFile
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
 from engine.metadata import bloom_filters
-from engine.metadata.writer import collect_updates
+from engine.metadata.update import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,

@@ -29,7 +29,7 @@ from engine.timeline.history import ArchivedInstant, ArchivedTimeline, load_arch
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 
 if TYPE_CHECKING:
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
 HOODIE = ".hoodie"
 

@@ -48,7 +48,7 @@ from engine.merge.resolve import VersionColumns
 from engine.metadata import sync as metadata
 from engine.metadata.indexes import build_runner
 from engine.metadata.table import FILES, declared_partitions, snapshot_declared
-from engine.metadata.writer import collect_updates
+from engine.metadata.update import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     PARTITION_PATH,

@@ -45,7 +45,7 @@ from engine.merge.record_merger import DataLayer, DeleteLayer, Layer, merge_laye
 from engine.metadata import bloom_filters, record_index
 from engine.metadata.column_stats import arrow_stats, base_file_stats, handle_update
 from engine.metadata.records import ColumnStats
-from engine.metadata.writer import merge_updates
+from engine.metadata.update import merge_updates
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,
