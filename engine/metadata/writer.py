@@ -42,7 +42,7 @@ from engine.metadata.table import (
     set_declared_partitions,
 )
 from engine.metadata.update import MetadataUpdate
-from engine.timeline.active import Timeline
+from engine.timeline.active import MetadataSynced, Timeline
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan
 from engine.timeline.instant import Action, new_instant_time
@@ -115,7 +115,7 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
                 file_size_in_bytes=len(data), base_file="", log_files=(name,),
                 total_log_blocks=1, total_log_records=count))
     done = mdt_timeline.complete(inflight, _commit_meta(stats, "UPSERT_PREPPED"),
-                                 listed=True)
+                                 MetadataSynced(instant_time), listed=True)
     return done.completion_time or done.requested_time
 
 
@@ -162,7 +162,7 @@ def initialize_partition(mdt: MetadataTable, partition: str, num_groups: int,
                                partition_path=partition, num_writes=len(by_group[index]),
                                num_inserts=len(by_group[index]),
                                total_write_bytes=len(data), file_size_in_bytes=len(data)))
-    timeline.complete(inflight, _commit_meta(stats, "BULK_INSERT"))
+    timeline.complete(inflight, _commit_meta(stats, "BULK_INSERT"), MetadataSynced(instant))
     set_declared_partitions(mdt.data_storage, [*declared, partition])
     _log.info("metadata table of %s: initialized %s (%d file groups, %d records)",
               mdt.data_storage.base_path, partition, num_groups,
@@ -221,7 +221,8 @@ def compact(mdt: MetadataTable, mdt_timeline: Timeline, data_timeline: Timeline,
                                partition_path=piece.partition, num_writes=len(kept),
                                total_write_bytes=len(data), file_size_in_bytes=len(data),
                                total_log_files_compacted=len(piece.log_paths)))
-    mdt_timeline.complete(inflight, _commit_meta(stats, "COMPACT", compacted=True))
+    mdt_timeline.complete(inflight, _commit_meta(stats, "COMPACT", compacted=True),
+                          MetadataSynced(c))
     return c
 
 

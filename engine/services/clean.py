@@ -54,6 +54,7 @@ from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, format_instant_time
+from engine.write.commit import commit_instant
 from engine.write.write_client import WriteClient
 
 PLAN_SCHEMA = "HoodieCleanerPlan"
@@ -447,7 +448,7 @@ def _execute(client: WriteClient, instant: Instant, runner: TaskRunner) -> int |
         if current is None or current.is_completed:
             return None
         client.lock.verify()
-        now.complete(current, content)
+        commit_instant(now, current, content)
     return sum(len(r.deleted) for r in results)
 
 

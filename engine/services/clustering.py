@@ -95,6 +95,7 @@ from engine.timeline.commit_metadata import (
     write_avro_ocf,
 )
 from engine.timeline.instant import Action, Instant, new_instant_time
+from engine.write.commit import commit_instant
 from engine.write.conflict import FileGroupId
 
 if TYPE_CHECKING:
@@ -685,7 +686,7 @@ def _commit(attempt: _Attempt) -> Instant:
                 rings = attempt.write_rings(now)
                 content = attempt.metadata(now)
                 inflight = attempt.instant
-                done = now.complete(inflight, content, collect_updates(
+                done = commit_instant(now, inflight, content, collect_updates(
                     s for stats in attempt.stats.values() for s in stats))
                 for folder in rings:  # lost on a crash: loading commits it (completed T)
                     client.storage.write_replace(

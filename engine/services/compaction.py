@@ -73,6 +73,7 @@ from engine.timeline.commit_metadata import (
 )
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.timeline.instant import Action, new_instant_time, parse_instant_time
+from engine.write.commit import commit_instant
 from engine.write.write_client import WriteClient
 
 COMPACT = "COMPACT"
@@ -423,8 +424,9 @@ def _execute(client: WriteClient, instant_time: str,
                                              client.config.name)}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
-            done = now.complete(attempt.instant, meta.encode(client.config.table_version),
-                                collect_updates(stats))
+            done = commit_instant(now, attempt.instant,
+                                  meta.encode(client.config.table_version),
+                                  collect_updates(stats))
     except BaseException as exc:
         attempt.abandon()
         if isinstance(exc, AttemptSupersededError):

@@ -46,6 +46,7 @@ from engine.timeline.commit_metadata import RollbackMetadata, read_avro_ocf
 from engine.timeline.heartbeat import delete_heartbeat
 from engine.timeline.instant import Action, Instant, State
 from engine.timeline.version import TableVersion
+from engine.write.commit import commit_instant
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
@@ -254,7 +255,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
             storage.delete(path)
     meta = RollbackMetadata(rb.requested_time, ((target, action),), deleted,
                             int((time.monotonic() - started) * 1000))
-    timeline.complete(rb, meta.to_avro_bytes())
+    commit_instant(timeline, rb, meta.to_avro_bytes())
     storage.delete_tree(temp_folder(target))
     delete_heartbeat(storage, target)
     if failed is not None:

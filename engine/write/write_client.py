@@ -75,6 +75,7 @@ from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
 from engine.timeline.version import WRITE_TABLE_VERSION
+from engine.write.commit import commit_instant
 from engine.write.concurrency import check_begin
 from engine.write.concurrency import concurrency_mode as concurrency_mode
 from engine.write.conflict import check_conflicts
@@ -791,7 +792,8 @@ class WriteClient:
                     and not any(_is_base_file(stat.path) for stat in stats)),
                     replaced_only=self.mode is ConcurrencyMode.SINGLE_WRITER)
                 self.lock.verify()
-                done = now.complete(instant, content, collect_updates(stats), listed=True)
+                done = commit_instant(now, instant, content, collect_updates(stats),
+                                      listed=True)
                 self.committed = now.after_completing(done)
         except WriteConflictError:
             self.abort(instant)
