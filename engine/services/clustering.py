@@ -85,7 +85,6 @@ from engine.schema import (
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.curves import normalize_strategy, sort_table
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import (
@@ -95,6 +94,7 @@ from engine.timeline.commit_metadata import (
     write_avro_ocf,
 )
 from engine.timeline.instant import Action, Instant, new_instant_time
+from engine.timeline.rollback_plan import discard_if_superseded
 from engine.write.commit import commit_instant
 from engine.write.conflict import FileGroupId
 

@@ -64,7 +64,6 @@ from engine.schema import (
 )
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import (
@@ -73,6 +72,7 @@ from engine.timeline.commit_metadata import (
 )
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.timeline.instant import Action, new_instant_time, parse_instant_time
+from engine.timeline.rollback_plan import discard_if_superseded
 from engine.write.commit import commit_instant
 from engine.write.write_client import WriteClient
 

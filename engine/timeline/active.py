@@ -14,7 +14,7 @@ Commit protocol (docs/engine.md, "A write, step by step"), as the writer drives 
 
 Readers only ever consider completed instants. An instant left requested or inflight by
 a crashed writer is rolled back by the first writer after its heartbeat expired
-(:mod:`engine.services.rollback`, :mod:`engine.timeline.heartbeat`).
+(:mod:`engine.write.rollback`, :mod:`engine.timeline.heartbeat`).
 """
 
 from __future__ import annotations

@@ -61,12 +61,6 @@ from engine.schema import (
     data_schema_of,
     evolve_schema,
 )
-from engine.services.rollback import (
-    drop_abandoned_compactions,
-    reverted_since,
-    rollback_failed_writes,
-    rollback_instant,
-)
 from engine.storage import Storage
 from engine.tasks import TaskRunner
 from engine.timeline.active import Timeline, temp_folder
@@ -74,6 +68,7 @@ from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State, new_instant_time
 from engine.timeline.lock import table_lock
+from engine.timeline.rollback_plan import reverted_since
 from engine.timeline.version import WRITE_TABLE_VERSION
 from engine.write.commit import commit_instant
 from engine.write.concurrency import check_begin
@@ -91,6 +86,11 @@ from engine.write.placement import (
     place_buckets,
     record_buckets,
     routed,
+)
+from engine.write.rollback import (
+    drop_abandoned_compactions,
+    rollback_failed_writes,
+    rollback_instant,
 )
 from engine.write.write_handle import WriteContext, WriteTask, execute
 

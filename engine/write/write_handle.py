@@ -54,9 +54,9 @@ from engine.schema import (
     RECORD_KEY,
     evolve_columns,
 )
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.commit_metadata import WriteStat
+from engine.timeline.rollback_plan import discard_if_superseded
 from engine.timeline.version import EIGHT, TableVersion
 from engine.write.meta_columns import constant_strings, numbered_strings
 
