@@ -6,7 +6,7 @@ The lookup is the only part of its own: the batch's keys are routed to the recor
 groups they hash to, and only those groups are read (a base HFile through its block index,
 the group's logs whole). The result is the simple index's location table, so what a location
 means — an update in place, a move to another partition, an insert — is the write client's,
-the same code as GLOBAL_SIMPLE (:meth:`engine.write.write_client.WriteClient._tag_updates`).
+the same code as GLOBAL_SIMPLE (:meth:`engine.index.tagging.Tagger.tag_updates`).
 
 Under event-time ordering a key that moves to another partition is compared with its stored
 version before its old copy is deleted (a move that loses writes nothing), which needs the

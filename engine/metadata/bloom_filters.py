@@ -30,7 +30,7 @@ from engine.metadata.indexes import IndexPartition
 from engine.metadata.keys import BLOOM_FILTERS as BLOOM_FILTERS_TYPE
 from engine.metadata.records import MetadataRecord, bloom_filter_record
 from engine.metadata.table import declared_partitions
-from engine.metadata.writer import MetadataUpdate
+from engine.metadata.update import MetadataUpdate
 from engine.storage import Storage
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from engine.metadata.records import ColumnStats, MetadataRecord, column_stats_re
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.timeline.active import Timeline
     from engine.timeline.instant import Instant
 
@@ -66,7 +66,7 @@ def deleted_records(partition: str, file_name: str,
 def handle_update(partition: str, file_name: str,
                   stats: Mapping[str, ColumnStats]) -> MetadataUpdate:
     """What a write handle puts in its stat's ``metadata`` for the file it wrote."""
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
     update = MetadataUpdate()
     update.add(COLUMN_STATS, file_records(partition, file_name, stats))
@@ -92,7 +92,7 @@ def _sync(data_timeline: Timeline, instant: Instant, content: bytes,
     files its write stats name without them (read from the files), deleted entries for
     files a clean or rollback removed."""
     from engine.metadata.files import change_of
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.schema import table_schema
 
     change = change_of(instant, content)

@@ -18,7 +18,7 @@ from engine.metadata.records import MetadataRecord
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.timeline.active import Timeline
     from engine.timeline.instant import Instant
 
@@ -38,7 +38,7 @@ def _build(view: TableView, _write_config: WriteConfig) -> list[MetadataRecord]:
 def _sync(_data_timeline: Timeline, instant: Instant, content: bytes,
           _update: MetadataUpdate) -> MetadataUpdate:
     """The files a data action adds, and tombstones for those a clean or rollback removed."""
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
     update = MetadataUpdate()
     update.add(FILES, change_of(instant, content).records())

@@ -37,7 +37,7 @@ R = TypeVar("R")
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.timeline.active import Timeline
     from engine.timeline.instant import Instant
 

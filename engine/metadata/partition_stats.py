@@ -37,7 +37,7 @@ from engine.timeline.instant import Action
 if TYPE_CHECKING:
     from engine.config import WriteConfig
     from engine.layout.view import TableView
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.storage import Storage
     from engine.timeline.active import Timeline
     from engine.timeline.instant import Instant
@@ -96,7 +96,7 @@ def recompute(data_timeline: Timeline, instant: Instant, content: bytes,
     """The partition_stats records of the partitions the commit ``instant`` writes (see
     the module docstring); None for other actions and non-partitioned tables."""
     from engine.layout.view import TableView
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.schema import table_schema
 
     config = data_timeline.config

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -41,6 +40,7 @@ from engine.metadata.records import (
     MetadataRecord,
     record_index_record,
 )
+from engine.metadata.update import with_update
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from engine.layout.file_group import FileSlice
     from engine.layout.view import TableView
     from engine.merge.record_merger import Layer
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
     from engine.read.slice_reader import SliceReader
     from engine.timeline.commit_metadata import WriteStat
     from engine.write.write_handle import WriteContext, WriteTask
@@ -156,7 +156,7 @@ def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[
     """The record_index entries of one written file: ``inserted`` keys now live in
     (``partition``, ``file_id``) since ``instant_time``; ``removed`` keys left it. None if
     neither."""
-    from engine.metadata.writer import MetadataUpdate
+    from engine.metadata.update import MetadataUpdate
 
     upserts = _records(inserted, partition, file_id, instant_time)
     gone = list(removed)
@@ -168,20 +168,6 @@ def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[
     if gone:
         update.delete(RECORD_INDEX, gone)
     return update
-
-
-def with_update(stat: WriteStat, update: MetadataUpdate | None) -> WriteStat:
-    """``stat`` carrying ``update`` besides what it carries already."""
-    if update is None:
-        return stat
-    if stat.metadata is not None:
-        from engine.metadata.writer import MetadataUpdate
-
-        merged = MetadataUpdate()
-        merged.extend(stat.metadata)
-        merged.extend(update)
-        update = merged
-    return replace(stat, metadata=update)
 
 
 def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,

@@ -3,11 +3,12 @@ per data action, taking a rolled-back data instant's entries back, compaction an
 
 The order is Hudi's (``hudi-metadata-table.md`` §3.6, pitfall 1): a data action's files are
 written, then its MDT deltacommit completes **at the same instant time**, then the data
-instant completes with a later completion time. :meth:`engine.timeline.active.Timeline.complete`
-calls :func:`sync_instant` for every data action that changes the listing, so no writer or
-service can complete one without it; they all hold the table lock there, which serializes
-the MDT's writers. A crash between the two commits leaves an MDT deltacommit that readers
-ignore (its data instant is not completed) and that the data instant's rollback removes.
+instant completes with a later completion time. The commit protocol
+(:func:`engine.write.commit.commit_instant`) calls :func:`sync_instant` for every data action
+that changes the listing, so no writer or service can complete one without it; they all hold
+the table lock there, which serializes the MDT's writers. A crash between the two commits
+leaves an MDT deltacommit that readers ignore (its data instant is not completed) and that
+the data instant's rollback removes.
 
 A writer that finds the MDT missing or missing a data action rebuilds it from storage
 before it writes (:func:`rebuild`), never trusting a stale one.
@@ -36,9 +37,9 @@ from engine.metadata.table import (
     snapshot_metadata_timeline,
     snapshot_properties,
 )
+from engine.metadata.update import MetadataUpdate
 from engine.metadata.writer import (
     MAX_DELTA_COMMITS,
-    MetadataUpdate,
     clean,
     compact,
     initialize_partition,
@@ -232,8 +233,8 @@ def sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
                  update: MetadataUpdate | None = None) -> str | None:
     """Write the MDT deltacommit of the data action ``instant`` (about to complete with
     ``content``; ``update``: what it adds to the index partitions) and return its
-    completion time, or None when the table keeps no MDT. Called by ``Timeline.complete``
-    under the table lock."""
+    completion time, or None when the table keeps no MDT. Called by the commit protocol
+    (:func:`engine.write.commit.commit_instant`) under the table lock."""
     storage = data_timeline.storage
     if is_metadata_storage(storage) \
             or not data_timeline.config.table_version.keeps_metadata_table \

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from engine.layout.partition import write_partition_metadata
 from engine.metadata.codec import base_file_bytes, init_log_file, log_file_bytes
@@ -42,7 +41,8 @@ from engine.metadata.table import (
     read_data_properties,
     set_declared_partitions,
 )
-from engine.timeline.active import Timeline
+from engine.metadata.update import MetadataUpdate
+from engine.timeline.active import MetadataSynced, Timeline
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan
 from engine.timeline.instant import Action, new_instant_time
@@ -56,55 +56,6 @@ compacted (Hudi's default)."""
 RETAINED_SLICES = 2
 """File slices of each MDT file group kept by MDT cleaning: the newest and the one before
 (a reader that loaded the MDT just before a compaction still finds its files)."""
-
-
-@dataclass
-class MetadataUpdate:
-    """What one data action writes to the MDT: per MDT partition, records to upsert and
-    keys to delete."""
-
-    upserts: dict[str, list[MetadataRecord]] = field(default_factory=dict)
-    deletes: dict[str, list[str]] = field(default_factory=dict)
-
-    def add(self, partition: str, records: Iterable[MetadataRecord]) -> None:
-        """Upsert ``records`` into ``partition``."""
-        self.upserts.setdefault(partition, []).extend(records)
-
-    def delete(self, partition: str, keys: Iterable[str]) -> None:
-        """Delete ``keys`` from ``partition``."""
-        self.deletes.setdefault(partition, []).extend(keys)
-
-    def partitions(self) -> list[str]:
-        """The MDT partitions this update touches."""
-        return sorted(set(self.upserts) | set(self.deletes))
-
-    def extend(self, other: MetadataUpdate) -> None:
-        """Add everything ``other`` holds."""
-        for partition in other.partitions():
-            self.add(partition, other.upserts.get(partition, ()))
-            self.delete(partition, other.deletes.get(partition, ()))
-
-
-def merge_updates(*updates: MetadataUpdate | None) -> MetadataUpdate | None:
-    """The updates given (None for none) as one; None if all are None."""
-    present = [u for u in updates if u is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-    merged = MetadataUpdate()
-    for update in present:
-        merged.extend(update)
-    return merged
-
-
-def collect_updates(stats: Iterable[WriteStat]) -> MetadataUpdate | None:
-    """The MDT index records the write stats of one action carry, merged (None if none)."""
-    merged: MetadataUpdate | None = None
-    for stat in stats:
-        if stat.metadata is not None:
-            if merged is None:
-                merged = MetadataUpdate()
-            merged.extend(stat.metadata)
-    return merged
 
 
 def _commit_meta(stats: Sequence[WriteStat], operation: str, *,
@@ -164,7 +115,7 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
                 file_size_in_bytes=len(data), base_file="", log_files=(name,),
                 total_log_blocks=1, total_log_records=count))
     done = mdt_timeline.complete(inflight, _commit_meta(stats, "UPSERT_PREPPED"),
-                                 listed=True)
+                                 MetadataSynced(instant_time), listed=True)
     return done.completion_time or done.requested_time
 
 
@@ -211,7 +162,7 @@ def initialize_partition(mdt: MetadataTable, partition: str, num_groups: int,
                                partition_path=partition, num_writes=len(by_group[index]),
                                num_inserts=len(by_group[index]),
                                total_write_bytes=len(data), file_size_in_bytes=len(data)))
-    timeline.complete(inflight, _commit_meta(stats, "BULK_INSERT"))
+    timeline.complete(inflight, _commit_meta(stats, "BULK_INSERT"), MetadataSynced(instant))
     set_declared_partitions(mdt.data_storage, [*declared, partition])
     _log.info("metadata table of %s: initialized %s (%d file groups, %d records)",
               mdt.data_storage.base_path, partition, num_groups,
@@ -270,7 +221,8 @@ def compact(mdt: MetadataTable, mdt_timeline: Timeline, data_timeline: Timeline,
                                partition_path=piece.partition, num_writes=len(kept),
                                total_write_bytes=len(data), file_size_in_bytes=len(data),
                                total_log_files_compacted=len(piece.log_paths)))
-    mdt_timeline.complete(inflight, _commit_meta(stats, "COMPACT", compacted=True))
+    mdt_timeline.complete(inflight, _commit_meta(stats, "COMPACT", compacted=True),
+                          MetadataSynced(c))
     return c
 
 

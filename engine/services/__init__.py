@@ -1,1 +1,2 @@
-"""Table services: rollback (compaction, clustering, cleaning, archival to come)."""
+"""Table services: compaction, clustering, cleaning, archival, savepoints (rolling back,
+which every writer does first, is :mod:`engine.write.rollback`)."""

@@ -48,12 +48,12 @@ from engine.config import CompactionTrigger, TableConfig, WriteConfig
 from engine.errors import CorruptTableError
 from engine.layout.view import TableView
 from engine.services.base import ServiceRun
-from engine.services.rollback import remove_orphan_files
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf
 from engine.timeline.history import ArchivedInstant, LSMHistory
 from engine.timeline.instant import Action, Instant, State
+from engine.write.rollback import remove_orphan_files
 from engine.write.write_client import WriteClient
 
 SERVICE = "archive"

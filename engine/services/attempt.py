@@ -21,7 +21,7 @@ compaction and clustering:
   and the lock is still held. Otherwise nothing is committed.
 * **Late tasks**: a task that publishes a file checks afterwards that no rollback of its
   instant was requested since its attempt started, and deletes the file if one was
-  (:func:`~engine.services.rollback.discard_if_superseded`).
+  (:func:`~engine.timeline.rollback_plan.discard_if_superseded`).
 * **Failure** (:meth:`ServiceAttempt.abandon`): an attempt that still owns the plan
   reverts it (the plan runs again later); one that was taken over deletes only its own
   files and leaves the instant — and its heartbeat, the same file — to the new owner.
@@ -36,14 +36,11 @@ from dataclasses import dataclass
 from engine.errors import TransientError
 from engine.format.naming import parse_base_file
 from engine.layout.file_group import list_table_files
-from engine.services.rollback import (
-    revert_inflight_service,
-    reverted_since,
-    rollback_failed_writes,
-)
 from engine.timeline.active import Timeline
 from engine.timeline.heartbeat import Heartbeat, is_abandoned
 from engine.timeline.instant import Action, Instant, State
+from engine.timeline.rollback_plan import reverted_since
+from engine.write.rollback import revert_inflight_service, rollback_failed_writes
 from engine.write.write_client import WriteClient
 
 

@@ -49,11 +49,12 @@ from engine.read.retention import (  # re-exported: the cleaner's side of what s
 )
 from engine.read.retention import check_readable as check_readable
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.services.rollback import remove_orphan_files
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 from engine.timeline.commit_metadata import read_avro_ocf, write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, format_instant_time
+from engine.write.commit import commit_instant
+from engine.write.rollback import remove_orphan_files
 from engine.write.write_client import WriteClient
 
 PLAN_SCHEMA = "HoodieCleanerPlan"
@@ -447,7 +448,7 @@ def _execute(client: WriteClient, instant: Instant, runner: TaskRunner) -> int |
         if current is None or current.is_completed:
             return None
         client.lock.verify()
-        now.complete(current, content)
+        commit_instant(now, current, content)
     return sum(len(r.deleted) for r in results)
 
 
@@ -515,7 +516,7 @@ def run_clean(client: WriteClient, *, schedule_only: bool = False,
 def _rolled_back_since_last_clean(timeline: Timeline) -> bool:
     """Whether a rollback completed since the latest completed clean: only a rolled-back or
     refused write leaves files no instant owns, so only then is the table listed for them
-    (:func:`~engine.services.rollback.remove_orphan_files`)."""
+    (:func:`~engine.write.rollback.remove_orphan_files`)."""
     cleans = [i.requested_time for i in timeline.instants
               if i.action is Action.CLEAN and i.is_completed]
     last = cleans[-1] if cleans else ""

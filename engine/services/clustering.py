@@ -71,8 +71,8 @@ from engine.layout.file_group import FileSlice
 from engine.layout.partition import write_partition_metadata
 from engine.layout.view import TableView
 from engine.metadata import bloom_filters
-from engine.metadata.record_index import RECORD_INDEX, changes, with_update
-from engine.metadata.writer import collect_updates
+from engine.metadata.record_index import RECORD_INDEX, changes
+from engine.metadata.update import collect_updates, with_update
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
@@ -85,7 +85,6 @@ from engine.schema import (
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.services.curves import normalize_strategy, sort_table
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline, temp_folder
 from engine.timeline.commit_metadata import (
@@ -95,6 +94,8 @@ from engine.timeline.commit_metadata import (
     write_avro_ocf,
 )
 from engine.timeline.instant import Action, Instant, new_instant_time
+from engine.timeline.rollback_plan import discard_if_superseded
+from engine.write.commit import commit_instant
 from engine.write.conflict import FileGroupId
 
 if TYPE_CHECKING:
@@ -685,7 +686,7 @@ def _commit(attempt: _Attempt) -> Instant:
                 rings = attempt.write_rings(now)
                 content = attempt.metadata(now)
                 inflight = attempt.instant
-                done = now.complete(inflight, content, collect_updates(
+                done = commit_instant(now, inflight, content, collect_updates(
                     s for stats in attempt.stats.values() for s in stats))
                 for folder in rings:  # lost on a crash: loading commits it (completed T)
                     client.storage.write_replace(

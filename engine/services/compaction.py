@@ -51,7 +51,7 @@ from engine.layout.file_group import BaseFile, FileSlice, LogFile
 from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
 from engine.metadata import bloom_filters
-from engine.metadata.writer import collect_updates
+from engine.metadata.update import collect_updates
 from engine.read.reader import SliceReader
 from engine.schema import (
     FILE_NAME,
@@ -64,7 +64,6 @@ from engine.schema import (
 )
 from engine.services.attempt import AttemptSupersededError, ServiceAttempt, start_attempt
 from engine.services.base import ServiceRun, TaskRunner, local_runner
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import (
@@ -73,6 +72,8 @@ from engine.timeline.commit_metadata import (
 )
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan, read_plan
 from engine.timeline.instant import Action, new_instant_time, parse_instant_time
+from engine.timeline.rollback_plan import discard_if_superseded
+from engine.write.commit import commit_instant
 from engine.write.write_client import WriteClient
 
 COMPACT = "COMPACT"
@@ -423,8 +424,9 @@ def _execute(client: WriteClient, instant_time: str,
                                              client.config.name)}
             meta = CommitMetadata(write_stats=tuple(stats), operation_type=COMPACT,
                                   extra_metadata=extra, compacted=True)
-            done = now.complete(attempt.instant, meta.encode(client.config.table_version),
-                                collect_updates(stats))
+            done = commit_instant(now, attempt.instant,
+                                  meta.encode(client.config.table_version),
+                                  collect_updates(stats))
     except BaseException as exc:
         attempt.abandon()
         if isinstance(exc, AttemptSupersededError):

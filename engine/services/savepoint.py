@@ -24,6 +24,7 @@ from engine.read.retention import (  # savepoints: re-exported, readers need it 
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import write_avro_ocf
 from engine.timeline.instant import Action, Instant, State, parse_instant_time
+from engine.write.commit import commit_instant
 from engine.write.write_client import WriteClient
 
 SCHEMA = "HoodieSavepointMetadata"
@@ -88,7 +89,7 @@ def create_savepoint(client: WriteClient, instant: str | None = None, comment: s
         rel = f"{timeline.folder}/{inflight.file_name(timeline.config.timeline_layout)}"
         if not client.storage.exists(rel):
             client.storage.write_new(rel, b"")
-        timeline.complete(inflight, write_avro_ocf(SCHEMA, record))
+        commit_instant(timeline, inflight, write_avro_ocf(SCHEMA, record))
     return t
 
 

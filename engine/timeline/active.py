@@ -6,11 +6,15 @@ Commit protocol (docs/engine.md, "A write, step by step"), as the writer drives 
 2. :meth:`Timeline.transition_to_inflight` — ``T.<action>.inflight`` (``T.inflight`` for
    ``commit``); data files are written after this;
 3. :meth:`Timeline.complete` — ``T_C.<action>`` published with
-   :meth:`~engine.storage.Storage.write_new` (atomic and exclusive), last.
+   :meth:`~engine.storage.Storage.write_new` (atomic and exclusive), last. The writer
+   reaches it through the commit protocol (:func:`engine.write.commit.commit_instant`),
+   which first brings the metadata table in step with the instant; the timeline knows
+   nothing of the metadata table and completes an instant only with the protocol's
+   :class:`MetadataSynced` for it.
 
 Readers only ever consider completed instants. An instant left requested or inflight by
 a crashed writer is rolled back by the first writer after its heartbeat expired
-(:mod:`engine.services.rollback`, :mod:`engine.timeline.heartbeat`).
+(:mod:`engine.write.rollback`, :mod:`engine.timeline.heartbeat`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.config import TableConfig
 from engine.errors import CommitConflictError, CorruptTableError, InstantStateError
@@ -27,9 +32,6 @@ from engine.storage import Storage
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.history import ArchivedInstant, ArchivedTimeline, load_archived
 from engine.timeline.instant import Action, Instant, State, new_instant_time
-
-if TYPE_CHECKING:
-    from engine.metadata.writer import MetadataUpdate
 
 HOODIE = ".hoodie"
 
@@ -44,6 +46,20 @@ instant's file is never written again, and where completed names hold the comple
 lookup opens the table anew and needs the latest commit's schema)."""
 _COMMITS: OrderedDict[tuple[str, str], CommitMetadata] = OrderedDict()
 _COMMITS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class MetadataSynced:
+    """The commit protocol's word (:func:`engine.write.commit.commit_instant`) that the
+    metadata table is in step with the instant ``instant_time`` about to complete:
+    ``completion_time`` is that of the MDT deltacommit written at the instant, None when none
+    was due (the table keeps no MDT, or the action changes no file listing). The instant
+    completes later than it. :meth:`Timeline.complete` requires one for the very instant it
+    completes; only the commit protocol and the MDT's own writer (whose table keeps no MDT)
+    make them."""
+
+    instant_time: str
+    completion_time: str | None = None
 
 
 class Timeline:
@@ -339,26 +355,29 @@ class Timeline:
         self._write(inflight, content, exclusive=True)
         return inflight
 
-    def complete(self, instant: Instant, content: bytes,
-                 metadata: MetadataUpdate | None = None, *, listed: bool = False) -> Instant:
+    def complete(self, instant: Instant, content: bytes, synced: MetadataSynced, *,
+                 listed: bool = False) -> Instant:
         """Inflight → completed: publish ``T_C.<action>`` atomically, the commit point.
 
-        A data action that changes the file listing first writes its metadata-table
-        deltacommit at the same instant (:func:`engine.metadata.sync.sync_instant`), with
-        ``metadata`` (what the action adds to the MDT's index partitions), so the MDT never
-        misses a completed data action. Hold the table lock.
+        ``synced``: the commit protocol's :class:`MetadataSynced` for this instant (a data
+        action that changes the file listing has its metadata-table deltacommit at the
+        same instant written by then; :func:`engine.write.commit.commit_instant`); one for
+        another instant is refused. Hold the table lock.
 
-        The completion time is later than every time on the timeline: the timeline folder
-        is listed again for it, unless ``listed`` says this snapshot was loaded under the
-        lock the caller still holds (every instant is started and completed under it, so
-        nothing newer can be on storage; the caller's own files since are counted)."""
+        The completion time is later than every time on the timeline and than the MDT
+        deltacommit's: the timeline folder is listed again for it, unless ``listed`` says
+        this snapshot was loaded under the lock the caller still holds (every instant is
+        started and completed under it, so nothing newer can be on storage; the caller's
+        own files since are counted)."""
         if instant.state is not State.INFLIGHT:
             raise InstantStateError(f"{instant} is not inflight")
-        from engine.metadata.sync import sync_instant  # the MDT is built on this module
-
-        synced = sync_instant(self, instant, content, metadata)
+        if synced.instant_time != instant.requested_time:
+            raise InstantStateError(
+                f"{instant} cannot complete with the metadata-table step of instant "
+                f"{synced.instant_time}: complete it through engine.write.commit")
         floor = max(self.latest_instant_time(), instant.requested_time,
-                    "" if listed else self._latest_on_storage(), synced or "")
+                    "" if listed else self._latest_on_storage(),
+                    synced.completion_time or "")
         completion = new_instant_time(floor)
         # (before version 8 the completed file names no completion time: the instant is
         # ordered by its requested time, in memory as when listed again)

@@ -20,7 +20,6 @@ import fastavro
 from engine.errors import CorruptTableError
 
 if TYPE_CHECKING:
-    from engine.metadata.writer import MetadataUpdate
     from engine.timeline.version import TableVersion
 
 
@@ -86,11 +85,13 @@ class WriteStat:
     total_log_files_compacted: int = 0
     total_log_size_compacted: int = 0
     total_updated_records_compacted: int = 0
-    metadata: MetadataUpdate | None = field(default=None, compare=False, repr=False,
-                                             metadata={"in_memory": True})
+    metadata: Any = field(default=None, compare=False, repr=False,
+                          metadata={"in_memory": True})
     """What this file adds to the metadata table's index partitions (column stats of the
     file, record-index entries of the keys it inserted or deleted), made where the file is
-    written and handed to the commit; never stored in commit metadata."""
+    written and handed to the commit; never stored in commit metadata. An
+    :class:`engine.metadata.update.MetadataUpdate` or None, untyped here (the timeline sits
+    below the metadata table): :func:`engine.metadata.update.carried` reads it typed."""
 
     def to_avro(self) -> dict[str, Any]:
         """Record for the ``HoodieWriteStat`` Avro schema."""

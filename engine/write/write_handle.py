@@ -46,7 +46,7 @@ from engine.metadata import bloom_filters, record_index
 from engine.metadata.column_stats import handle_update
 from engine.metadata.file_stats import arrow_stats, base_file_stats
 from engine.metadata.records import ColumnStats
-from engine.metadata.writer import merge_updates
+from engine.metadata.update import merge_updates
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,
@@ -55,9 +55,9 @@ from engine.schema import (
     RECORD_KEY,
     evolve_columns,
 )
-from engine.services.rollback import discard_if_superseded
 from engine.storage import Storage
 from engine.timeline.commit_metadata import WriteStat
+from engine.timeline.rollback_plan import discard_if_superseded
 from engine.timeline.version import EIGHT, TableVersion
 from engine.write.meta_columns import constant_strings, numbered_strings
 

@@ -443,7 +443,7 @@ def test_dead_inflight_attempt_with_partial_file_is_reverted_and_reexecuted(
 
 
 def test_attempt_taken_over_by_another_executor_never_commits(tmp_path: Path) -> None:
-    from engine.services.rollback import revert_inflight_service
+    from engine.write.rollback import revert_inflight_service
 
     table = _new(tmp_path)
     oracle = Oracle()

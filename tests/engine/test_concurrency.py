@@ -28,8 +28,11 @@ from engine.config import WriteConfig
 from engine.errors import InvalidOptionError, LockTimeoutError
 from engine.layout.file_group import list_table_files
 from engine.storage import Storage
+from engine.timeline.active import Timeline
+from engine.timeline.commit_metadata import RollbackMetadata
 from engine.timeline.heartbeat import heartbeat_path
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
+from engine.timeline.rollback_plan import task_superseded
 from engine.write.write_client import UPSERT, WriteClient
 from tests.helpers import hudi_rs_read, rows_by_key
 from tests.soak import SOAK
@@ -301,6 +304,33 @@ def test_occ_instant_rolled_back_by_other_writer_refused_at_commit(tmp_path: Pat
     expected = {"k0": (1, 0), "k1": (5, 2)}
     assert rows_by_key(table.read(), "key", VALUES) == expected
     assert _files_of_uncommitted(table) == []
+
+
+def test_task_superseded_by_a_rollback_plan_it_cannot_tell_from_one_of_its_instant(
+        tmp_path: Path) -> None:
+    # One rule reads a rollback plan's target (engine.timeline.rollback_plan): a task that
+    # published a file deletes it when a later rollback targets its instant or when the
+    # plan does not say whom it targets (unreadable, or naming no instant), as a writer's
+    # commit point refuses then.
+    table = _new_table(tmp_path, "COPY_ON_WRITE")
+    table.upsert(_batch(["k0"], 1, 0))
+    client = _client(table)
+    _, inflight = client.begin()
+    t = inflight.requested_time
+    folder = Timeline.folder_for(table.config)
+    plans = {"20990101000000001": RollbackMetadata("", (("20000101000000000", "commit"),),
+                                                   {}).plan_avro_bytes(),
+             "20990101000000002": RollbackMetadata("", (("", "commit"),), {}).plan_avro_bytes(),
+             "20990101000000003": b"Obj\x01 damaged",
+             "20990101000000004": RollbackMetadata("", ((t, "commit"),), {}).plan_avro_bytes()}
+    seen = {}
+    for rb, plan in plans.items():
+        table.storage.write_new(f"{folder}/{rb}.rollback.requested", plan)
+        seen[rb] = task_superseded(table.storage, folder, t)
+        table.storage.delete(f"{folder}/{rb}.rollback.requested")
+    assert seen == {"20990101000000001": False, "20990101000000002": True,
+                    "20990101000000003": True, "20990101000000004": True}
+    client.abort(inflight)
 
 
 def test_live_writer_instant_never_rolled_back(tmp_path: Path) -> None:

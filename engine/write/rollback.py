@@ -22,11 +22,17 @@ takes an instant older than the active timeline and absent from the history as a
 i.e. committed. Three rules keep it so. A writer whose instant another writer already rolled
 back deletes its own files (:func:`rollback_instant`). A task that publishes a file checks
 afterwards that its instant (or its service attempt) was not rolled back meanwhile, and
-deletes the file if it was (:func:`task_superseded`): the rollback writes its plan before it
-lists the files, the task publishes before it reads the timeline, so one of the two always
-sees the other. And :func:`remove_orphan_files`, run by the cleaner and by archival before
-it moves the timeline's start, deletes data files whose instant is neither on the active
-timeline nor in the history.
+deletes the file if it was (:func:`~engine.timeline.rollback_plan.task_superseded`): the
+rollback writes its plan before it lists the files, the task publishes before it reads the
+timeline, so one of the two always sees the other. And :func:`remove_orphan_files`, run by
+the cleaner and by archival before it moves the timeline's start, deletes data files whose
+instant is neither on the active timeline nor in the history.
+
+Every writer rolls back first, so this module sits in the write layer, below the services
+that use it too (Hudi's rollback action executors are called by the write client,
+``BaseHoodieWriteClient.rollbackFailedWrites``, as by its table services). Which instant a
+rollback's plan targets, and whether an instant is being rolled back, is
+:mod:`engine.timeline.rollback_plan`'s.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ from engine.layout.file_group import list_table_files
 from engine.layout.markers import marked_files
 from engine.storage import TEMP_PREFIX, Storage
 from engine.timeline.active import HOODIE, Timeline, temp_folder
-from engine.timeline.commit_metadata import RollbackMetadata, read_avro_ocf
+from engine.timeline.commit_metadata import RollbackMetadata
 from engine.timeline.heartbeat import delete_heartbeat
 from engine.timeline.instant import Action, Instant, State
+from engine.timeline.rollback_plan import rollback_plan_target
 from engine.timeline.version import TableVersion
+from engine.write.commit import commit_instant
 
 WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
@@ -198,44 +206,13 @@ def _rollback(storage: Storage, timeline: Timeline, failed: Instant) -> None:
 
 
 def _rollback_target(storage: Storage, timeline: Timeline, rb: Instant) -> tuple[str, str]:
-    """(instant time, action) a rollback's plan targets."""
-    rel = f"{timeline.folder}/{rb.requested_time}.rollback.requested"
+    """(instant time, action) the plan of the pending rollback ``rb`` targets."""
     try:
-        plan = read_avro_ocf(storage.read(rel))
+        return rollback_plan_target(storage, timeline.folder, rb.requested_time)
     except FileNotFoundError:
-        raise CorruptTableError(f"pending rollback {rb.requested_time} has no plan {rel}; "
+        raise CorruptTableError(f"pending rollback {rb.requested_time} has no plan "
+                                f"{timeline.folder}/{rb.requested_time}.rollback.requested; "
                                 "it cannot be finished") from None
-    except (ValueError, OSError, EOFError) as exc:
-        raise CorruptTableError(f"rollback plan {rel} cannot be read: {exc}") from exc
-    info = plan.get("instantToRollback") or {}
-    target = str(info.get("commitTime") or "") if isinstance(info, dict) else ""
-    if not target:
-        raise CorruptTableError(f"rollback plan {rel} names no instant to roll back")
-    action = str(info.get("action") or "") or Action.DELTA_COMMIT.value
-    return target, action
-
-
-def rollback_targets(timeline: Timeline, after: str = "") -> dict[str, str]:
-    """Rollback instant time → the instant time it targets, for every rollback on the
-    timeline (any state) requested after ``after``. A plan that cannot be read maps to
-    '' (callers then assume the worst)."""
-    found: dict[str, str] = {}
-    for rb in timeline.instants:
-        if rb.action is not Action.ROLLBACK or rb.requested_time <= after:
-            continue
-        try:
-            found[rb.requested_time] = _rollback_target(timeline.storage, timeline, rb)[0]
-        except CorruptTableError:
-            found[rb.requested_time] = ""
-    return found
-
-
-def reverted_since(timeline: Timeline, instant_time: str, floor: str) -> bool:
-    """True if a rollback requested after ``floor`` targets ``instant_time`` (or cannot
-    be read): a service attempt that started at ``floor`` was taken over, a writer's
-    instant is being rolled back."""
-    return any(target in (instant_time, "")
-               for target in rollback_targets(timeline, floor).values())
 
 
 def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant | None,
@@ -254,7 +231,7 @@ def _finish(storage: Storage, timeline: Timeline, rb: Instant, failed: Instant |
             storage.delete(path)
     meta = RollbackMetadata(rb.requested_time, ((target, action),), deleted,
                             int((time.monotonic() - started) * 1000))
-    timeline.complete(rb, meta.to_avro_bytes())
+    commit_instant(timeline, rb, meta.to_avro_bytes())
     storage.delete_tree(temp_folder(target))
     delete_heartbeat(storage, target)
     if failed is not None:
@@ -304,47 +281,6 @@ def drop_abandoned_compactions(storage: Storage, timeline: Timeline,
     return dropped
 
 # -- files no instant owns ---------------------------------------------------------------------
-
-
-def task_superseded(storage: Storage, timeline_folder: str, instant_time: str,
-                    floor: str | None = None) -> bool:
-    """Executor side, after a task published a file of ``instant_time``: True if the
-    instant was rolled back meanwhile (no timeline file of it is left, or a rollback of it
-    requested after ``floor`` — a service attempt's start; the instant itself for a
-    writer — is on the timeline). The task must then delete what it published."""
-    listed = [Instant.parse(s.name) for s in storage.list_dir(timeline_folder)]
-    instants = [i for i in listed if i is not None]
-    if not any(i.requested_time == instant_time and i.action is not Action.ROLLBACK
-               for i in instants):
-        return True
-    since = floor or instant_time
-    rollbacks = {i.requested_time for i in instants
-                 if i.action is Action.ROLLBACK and i.requested_time > since}
-    for rb_time in sorted(rollbacks):
-        try:
-            plan = read_avro_ocf(storage.read(f"{timeline_folder}/{rb_time}.rollback.requested"))
-        except FileNotFoundError:
-            continue  # completed and archived meanwhile: not a rollback of a live instant
-        except (ValueError, OSError, EOFError):
-            return True  # cannot tell: never leave a file behind a rollback
-        info = plan.get("instantToRollback") or {}
-        if isinstance(info, dict) and info.get("commitTime") == instant_time:
-            return True
-    return False
-
-
-def discard_if_superseded(storage: Storage, timeline_folder: str, instant_time: str,
-                          paths: list[str], floor: str | None = None) -> None:
-    """Executor side: delete the files a task just published and raise
-    :class:`~engine.errors.WriteConflictError` if their instant was rolled back meanwhile
-    (:func:`task_superseded`)."""
-    if not task_superseded(storage, timeline_folder, instant_time, floor):
-        return
-    for path in paths:
-        storage.delete(path)
-    raise WriteConflictError(
-        f"instant {instant_time} was rolled back while this task ran (another writer judged "
-        f"it dead, or its writer gave up); the task removed its {len(paths)} file(s)")
 
 
 def remove_orphan_files(storage: Storage, config: TableConfig) -> list[str]:
