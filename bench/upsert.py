@@ -21,11 +21,13 @@ import gc
 import io
 import os
 import pstats
+import resource
 import shlex
 import shutil
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -404,6 +406,8 @@ class Result:
     load_rate: float | None = None
     load_seconds: float | None = None
     batch_rates: list[float] = field(default_factory=list)
+    batch_cpu: list[float] = field(default_factory=list)
+    """CPU seconds of the whole process (every thread) during each batch's upsert."""
     read_rate: float | None = None
     read_seconds: float | None = None
     lookup_seconds: float | None = None
@@ -503,16 +507,34 @@ class Profiler:
             log(f"profile written to {target}")
 
 
-def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Sequence[str],
-               check_keys: Sequence[int], profiler: Profiler) -> Result:
+@dataclass
+class Run:
+    """One engine's way through the phases of a run: its result so far and whether it is
+    still going (an engine that failed skips its later phases)."""
+
+    engine: Engine
+    folder: str
+    result: Result
+    alive: bool = True
+
+    def fail(self, exc: BaseException) -> None:
+        self.result.error = f"{type(exc).__name__}: {exc}"
+        self.alive = False
+        log(f"[{self.engine.name}] ERROR: {self.result.error}")
+        traceback.print_exc(file=sys.stderr)
+
+
+def start_engine(engine: Engine, workload: Workload, folder: str, profiler: Profiler) -> Run:
+    """Create the engine's table and load the initial rows."""
     res = Result(engine.name, engine.description, engine.is_tidelake,
                  engine.upsert_target, engine.read_target)
+    run = Run(engine, folder, res)
     reason = engine.unavailable()
     if reason is not None:
         res.skipped = reason
+        run.alive = False
         log(f"[{engine.name}] skipped: {reason}")
-        return res
-    spec = workload.spec
+        return run
     try:
         log(f"[{engine.name}] {engine.description}")
         engine.create(folder)
@@ -522,43 +544,96 @@ def run_engine(engine: Engine, workload: Workload, folder: str, lookup_keys: Seq
         res.load_rate = rate(workload.initial.num_rows, sw.seconds)
         log(f"[{engine.name}] initial load {workload.initial.num_rows:,} rows: "
             f"{sw.seconds:.2f} s ({fmt_rate(res.load_rate)} rows/s)")
-        for i, batch in enumerate(workload.batches, 1):
-            with Stopwatch() as sw:
-                profiler.run("upsert", engine, functools.partial(engine.upsert, batch))
-            res.batch_rates.append(rate(batch.num_rows, sw.seconds))
-            log(f"[{engine.name}] upsert batch {i}/{spec.batches}: {sw.seconds:.2f} s "
-                f"({fmt_rate(res.batch_rates[-1])} rows/s)")
-        gc.collect()
-        with Stopwatch() as sw:
-            table = profiler.run("read", engine, engine.read_full)
-        res.read_seconds = sw.seconds
-        res.rows = table.num_rows
-        res.read_rate = rate(table.num_rows, sw.seconds)
-        log(f"[{engine.name}] full read {table.num_rows:,} rows: {sw.seconds:.2f} s "
-            f"({fmt_rate(res.read_rate)} rows/s)")
-        res.problems.extend(verify(table, workload, check_keys))
-        del table
-        gc.collect()
-        times: list[float] = []
-        for key in lookup_keys:
-            with Stopwatch() as sw:
-                hit = profiler.run("lookup", engine, functools.partial(engine.lookup, key))
-            times.append(sw.seconds)
-            if hit.num_rows != 1 or hit.column("key")[0].as_py() != key:
-                res.problems.append(f"lookup of {key} returned {hit.num_rows} rows")
-        res.lookup_seconds = median(times)
-        log(f"[{engine.name}] point lookup: median {fmt_seconds(res.lookup_seconds)} of "
-            f"{len(times)} ({', '.join(fmt_seconds(t) for t in times)})")
-        res.size = dir_size(folder)
-        compact_and_read(engine, workload, check_keys, res)
-        for problem in res.problems:
-            log(f"[{engine.name}] CHECK FAILED: {problem}")
     except Exception as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-        log(f"[{engine.name}] ERROR: {res.error}")
-        traceback.print_exc(file=sys.stderr)
+        run.fail(exc)
+    return run
+
+
+def upsert_batch(run: Run, number: int, batch: pa.Table, batches: int,
+                 profiler: Profiler) -> None:
+    """Upsert one batch: its wall time and the process's CPU time (every thread) meanwhile."""
+    if not run.alive:
+        return
+    engine, res = run.engine, run.result
+    try:
+        cpu = time.process_time()
+        with Stopwatch() as sw:
+            profiler.run("upsert", engine, functools.partial(engine.upsert, batch))
+        res.batch_cpu.append(time.process_time() - cpu)
+        res.batch_rates.append(rate(batch.num_rows, sw.seconds))
+        log(f"[{engine.name}] upsert batch {number}/{batches}: {sw.seconds:.2f} s, "
+            f"{res.batch_cpu[-1]:.2f} s CPU ({fmt_rate(res.batch_rates[-1])} rows/s)")
+    except Exception as exc:
+        run.fail(exc)
+
+
+def finish_engine(run: Run, workload: Workload, lookup_keys: Sequence[str],
+                  check_keys: Sequence[int], profiler: Profiler) -> None:
+    """Read the final table, check it, look keys up, measure its size, compact (MOR)."""
+    engine, res = run.engine, run.result
+    if run.alive:
+        try:
+            gc.collect()
+            with Stopwatch() as sw:
+                table = profiler.run("read", engine, engine.read_full)
+            res.read_seconds = sw.seconds
+            res.rows = table.num_rows
+            res.read_rate = rate(table.num_rows, sw.seconds)
+            log(f"[{engine.name}] full read {table.num_rows:,} rows: {sw.seconds:.2f} s "
+                f"({fmt_rate(res.read_rate)} rows/s)")
+            res.problems.extend(verify(table, workload, check_keys))
+            del table
+            gc.collect()
+            times: list[float] = []
+            for key in lookup_keys:
+                with Stopwatch() as sw:
+                    hit = profiler.run("lookup", engine, functools.partial(engine.lookup, key))
+                times.append(sw.seconds)
+                if hit.num_rows != 1 or hit.column("key")[0].as_py() != key:
+                    res.problems.append(f"lookup of {key} returned {hit.num_rows} rows")
+            res.lookup_seconds = median(times)
+            log(f"[{engine.name}] point lookup: median {fmt_seconds(res.lookup_seconds)} of "
+                f"{len(times)} ({', '.join(fmt_seconds(t) for t in times)})")
+            res.size = dir_size(run.folder)
+            compact_and_read(engine, workload, check_keys, res)
+            for problem in res.problems:
+                log(f"[{engine.name}] CHECK FAILED: {problem}")
+        except Exception as exc:
+            run.fail(exc)
     profiler.report(engine)
-    return res
+
+
+def run_engines(engines: Sequence[Engine], workload: Workload, out: str,
+                lookup_keys: Sequence[str], check_keys: Sequence[int], profiler: Profiler,
+                *, sequential: bool = False) -> list[Result]:
+    """Every engine through load, upserts and reads. By default the engines take turns:
+    each loads, then each batch is upserted by every engine before the next batch (the
+    first engine of a round moves one place each round), so a change of the machine's load
+    falls on all of them alike and the per-batch ratios compare like with like; the reads
+    follow. ``sequential``: one engine after another, each through every phase."""
+    spec = workload.spec
+    runs: list[Run] = []
+
+    def upserts(group: Sequence[Run]) -> None:
+        for i, batch in enumerate(workload.batches):
+            shift = i % len(group)
+            for run in [*group[shift:], *group[:shift]]:
+                upsert_batch(run, i + 1, batch, spec.batches, profiler)
+
+    if sequential:
+        for e in engines:
+            run = start_engine(e, workload, os.path.join(out, e.name), profiler)
+            upserts([run])
+            finish_engine(run, workload, lookup_keys, check_keys, profiler)
+            runs.append(run)
+            gc.collect()
+        return [r.result for r in runs]
+    runs = [start_engine(e, workload, os.path.join(out, e.name), profiler) for e in engines]
+    upserts(runs)
+    for run in runs:
+        finish_engine(run, workload, lookup_keys, check_keys, profiler)
+        gc.collect()
+    return [r.result for r in runs]
 
 
 def compact_and_read(engine: Engine, workload: Workload, check_keys: Sequence[int],
@@ -625,12 +700,15 @@ def notes(results: Sequence[Result], spec: WorkloadSpec, full_size: bool,
             out.append(f"{r.engine}: {r.description}")
             if r.batch_rates:
                 out.append(f"{r.engine}: upsert rows/s per batch: "
-                           + " ".join(fmt_rate(x) for x in r.batch_rates))
+                           + " ".join(fmt_rate(x) for x in r.batch_rates)
+                           + "; CPU s per batch (whole process, every thread): "
+                           + " ".join(f"{x:.2f}" for x in r.batch_cpu))
             if r.compact_seconds is not None:
                 out.append(f"{r.engine}: Table.compact() at the defaults took "
                            f"{fmt_seconds(r.compact_seconds)}; read after compaction = the full "
                            "read again afterwards (size is measured before it)")
             out.extend(f"{r.engine}: check failed: {p}" for p in r.problems)
+    out.extend(pair_notes(results))
     out.append(f"expected final rows: {spec.expected_rows:,}; check = row count, no duplicate "
                "keys, sampled keys carry their latest values, lookups find one row")
     out.append(f"load average at the end of the run: {end_load} on "
@@ -639,6 +717,38 @@ def notes(results: Sequence[Result], spec: WorkloadSpec, full_size: bool,
     if not full_size:
         out.append("not the full workload (1,000,000 + 10 x 100,000): the targets apply to "
                    "the full workload on a 2-core machine, pass/miss here is only indicative")
+    return out
+
+
+def pair_ratios(ours: Result, peer: Result) -> tuple[list[float], list[float]] | None:
+    """Per batch, tidelake's upsert rate over the peer's (wall), and the peer's CPU seconds
+    over tidelake's; None unless both upserted every batch."""
+    if not ours.batch_rates or len(ours.batch_rates) != len(peer.batch_rates):
+        return None
+    wall = [a / b for a, b in zip(ours.batch_rates, peer.batch_rates, strict=True)]
+    cpu = [b / a if a > 0 else float("nan")
+           for a, b in zip(ours.batch_cpu, peer.batch_cpu, strict=True)]
+    return wall, cpu
+
+
+def pair_notes(results: Sequence[Result]) -> list[str]:
+    """One line per (tidelake engine, peer): the ratios batch by batch and their median.
+    Under the default turn-taking the two ran each batch back to back, so the machine's
+    load weighs on both alike; the median of these ratios is the figure to quote."""
+    out: list[str] = []
+    for ours in (r for r in results if r.is_tidelake):
+        for peer in (r for r in results if not r.is_tidelake):
+            found = pair_ratios(ours, peer)
+            if found is None:
+                continue
+            wall, cpu = found
+            out.append(f"{ours.engine} / {peer.engine}: upsert rate ratio per batch "
+                       + " ".join(f"{x:.2f}x" for x in wall)
+                       + f", median {median(wall):.2f}x; CPU ratio ({peer.engine} CPU s / "
+                       f"{ours.engine} CPU s) median {median(cpu):.2f}x")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB on Linux
+    out.append(f"peak RSS of the whole process (data generation and every engine): "
+               f"{peak:.2f} GiB")
     return out
 
 
@@ -707,6 +817,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="tidelake bucket index: buckets per partition (default 4)")
     p.add_argument("--initial-load", choices=("bulk_insert", "insert"), default="bulk_insert",
                    help="tidelake operation for the initial load (default bulk_insert)")
+    p.add_argument("--sequential", action="store_true",
+                   help="one engine after another through every phase, instead of taking "
+                        "turns batch by batch (the default)")
     p.add_argument("--profile", choices=("load", "upsert", "read", "lookup"), default=None,
                    help="cProfile this phase of the tidelake engines and print the top "
                         "functions by cumulative time to stderr")
@@ -765,11 +878,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         profiler = Profiler(args.profile, args.profile_top, args.profile_dir)
         if args.profile_dir:
             os.makedirs(args.profile_dir, exist_ok=True)
-        results: list[Result] = []
-        for e in engines:
-            results.append(run_engine(e, workload, os.path.join(out, e.name), lookup_keys,
-                                      check_keys, profiler))
-            gc.collect()
+        results = run_engines(engines, workload, out, lookup_keys, check_keys, profiler,
+                              sequential=args.sequential)
     finally:
         if temp:
             shutil.rmtree(out, ignore_errors=True)

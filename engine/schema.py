@@ -98,6 +98,8 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     (a base file's bloom filter) never travels into the file it is rewritten to."""
     if table.schema.equals(schema, check_metadata=True):
         return table
+    if table.schema.equals(schema):  # the same columns, other metadata: only relabel
+        return pa.Table.from_arrays(table.columns, schema=schema)
     columns = []
     for f in schema:
         if f.name in table.column_names:
@@ -323,7 +325,7 @@ def evolve_columns(data: pa.Table, schema: pa.Schema | None) -> pa.Table:
     zone-less files beside files of instants);
     every other column stays as read (dictionary-encoded meta columns too), columns of the
     file that ``schema`` lacks stay after them. None leaves ``data`` as it is."""
-    if schema is None:
+    if schema is None or data.schema.equals(schema):
         return data
     names = data.column_names
     if all(f.name in names and not _reads_as(data.schema.field(f.name).type, f.type)

@@ -406,6 +406,10 @@ def java_min_max(keys: pa.Array | pa.ChunkedArray) -> tuple[str | None, str | No
     has_astral = has_high_bmp = False
     for chunk in chunks:
         data = _data_bytes(chunk)
+        # One reduction settles the common case (no byte from EE up: neither kind of
+        # character); the two scans run only when one may be there.
+        if not len(data) or int(data.max()) < 0xEE:
+            continue
         has_astral = has_astral or bool(np.any(data >= 0xF0))
         has_high_bmp = has_high_bmp or bool(np.any((data == 0xEE) | (data == 0xEF)))
     if has_astral and has_high_bmp:
@@ -446,6 +450,9 @@ def _check_file_names(table: pa.Table, name: str) -> None:
     column = table.column(_FILE_NAME)
     if len(column) == column.null_count:
         return
+    if pa.types.is_dictionary(column.type) and all(
+            chunk.dictionary.to_pylist() in ([name], []) for chunk in column.chunks):
+        return  # every value is one of the dictionaries' values: the name alone
     distinct = pc.unique(column.combine_chunks())
     if pa.types.is_dictionary(distinct.type):
         distinct = distinct.cast(distinct.type.value_type)

@@ -280,7 +280,11 @@ def _write_base(ctx: WriteContext, task: WriteTask, storage: Storage,
         if incoming is not None:
             layers.append(DataLayer(incoming))
             incoming_keys = incoming.column(RECORD_KEY).combine_chunks()
-            existing = pc.is_in(incoming_keys, value_set=base_keys)
+            # The incoming keys the file holds, by a hash of the few incoming keys (not of
+            # the file's many): the file's keys found among them, then those looked up.
+            found = base_keys.filter(pc.is_valid(pc.index_in(base_keys,
+                                                             value_set=incoming_keys)))
+            existing = pc.is_in(incoming_keys, value_set=found)
             updates = int(pc.sum(existing).as_py() or 0)
             new_keys = incoming_keys.filter(pc.invert(existing))
         if task.deletes is not None and task.deletes.num_rows:

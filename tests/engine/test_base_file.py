@@ -149,6 +149,27 @@ def test_write_base_file_bad_table_raises_value_error(tmp_path: Path, table: pa.
     assert os.listdir(tmp_path) == []
 
 
+def _dictionary_file_names(table: pa.Table, dictionary: list[str], indices: list[int]
+                           ) -> pa.Table:
+    column = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                            pa.array(dictionary, pa.string()))
+    return table.set_column(4, "_hoodie_file_name", column)
+
+
+def test_write_base_file_dictionary_file_names_checked_by_value(tmp_path: Path) -> None:
+    # A copy-on-write merge passes _hoodie_file_name as a one-value dictionary column: the
+    # check reads the dictionary, and a dictionary holding another name used by a row is
+    # still refused (one holding it unused is not: the rows carry the right name).
+    good = _dictionary_file_names(_table(["a", "b"]), [NAME], [0, 0])
+    write_base_file(str(tmp_path / "1" / NAME), good)
+    unused = _dictionary_file_names(_table(["a", "b"]), [NAME, "other.parquet"], [0, 0])
+    write_base_file(str(tmp_path / "2" / NAME), unused)
+    used = _dictionary_file_names(_table(["a", "b"]), [NAME, "other.parquet"], [0, 1])
+    with pytest.raises(ValueError, match=r"other\.parquet"):
+        write_base_file(str(tmp_path / "3" / NAME), used)
+    assert not (tmp_path / "3" / NAME).exists()
+
+
 def test_java_min_max_astral_vs_high_bmp_uses_utf16_order() -> None:
     # UTF-16: "😀" starts with 0xD83D < 0xFFFF; UTF-8 byte order says the opposite.
     keys = pa.array(["\uffff", "😀", "b", "\ue000x"])
