@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from engine.metadata.update import MetadataUpdate
     from engine.read.slice_reader import SliceReader
     from engine.timeline.commit_metadata import WriteStat
-    from engine.write.write_handle import WriteContext, WriteTask
+    from engine.write.write_task import WriteContext, WriteTask
 
 RECORD_INDEX = RECORD_INDEX_TYPE.name
 """The MDT partition name, ``record_index``."""
@@ -192,7 +192,7 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
     the slice's log files decoded), so a key that becomes live in the group is an insert and
     a key that stops being live a delete, whatever the merge mode decides; updates in place
     emit nothing. An append of upserts whose task knows the keys its index located in the
-    group (:attr:`~engine.write.write_handle.WriteTask.located_keys`) reads nothing: the
+    group (:attr:`~engine.write.write_task.WriteTask.located_keys`) reads nothing: the
     others are inserts, as Hudi's append handle reports them. Nothing unless the table keeps
     the partition."""
     if RECORD_INDEX not in ctx.metadata_partitions or not new_layers:

@@ -28,7 +28,8 @@ from engine.merge.resolve import (
 )
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.timeline.commit_metadata import WriteStat
-from engine.write.write_handle import APPEND, CREATE, MERGE, WriteContext, WriteTask, execute
+from engine.write.write_handle import execute
+from engine.write.write_task import APPEND, CREATE, MERGE, WriteContext, WriteTask
 
 # The write operations (Hudi's WriteOperationType names); the task of a group depends on them.
 UPSERT = "UPSERT"
@@ -103,7 +104,7 @@ class GroupWriter:
         nothing is to be written. ``decided``: an index applied the rules already (one row
         per key). ``located_keys``: the keys of ``rows`` a key lookup found in this group
         (updates in place; every other upserted key is new to the group), as the write
-        client's plan tells its tasks (:attr:`~engine.write.write_handle.WriteTask.
+        client's plan tells its tasks (:attr:`~engine.write.write_task.WriteTask.
         located_keys`); None when not known. The task fsyncs the files it publishes (a
         driver's sync reaches only its own host)."""
         existing = view.latest_slice(partition, file_id)

@@ -37,7 +37,7 @@ from engine.write.placement import (
     record_buckets,
     routed,
 )
-from engine.write.write_handle import WriteContext, WriteTask
+from engine.write.write_task import WriteContext, WriteTask
 
 
 @dataclass

@@ -8,7 +8,7 @@ lifecycle, and each step is a unit of its own:
   conformed to the table's schema, keyed, duplicates combined;
 * **plan** (:mod:`engine.write.planner`): records and deletes tagged with the index
   (:mod:`engine.index.tagging`), inserts placed, one
-  :class:`~engine.write.write_handle.WriteTask` per file group (its kind and a Spark write
+  :class:`~engine.write.write_task.WriteTask` per file group (its kind and a Spark write
   task's work on one file group are :mod:`engine.write.group_writer`'s);
 * **execute**: :func:`engine.write.write_handle.execute` runs the tasks (here in the calling
   process, :meth:`WriteClient.execute_local`; under Spark inside executor tasks);
@@ -73,7 +73,8 @@ from engine.write.rollback import (
     rollback_failed_writes,
     rollback_instant,
 )
-from engine.write.write_handle import WriteContext, execute
+from engine.write.write_handle import execute
+from engine.write.write_task import WriteContext
 
 
 class WriteClient:

@@ -18,7 +18,8 @@ import pytest
 from engine import Table
 from engine.storage import Storage
 from engine.write.write_client import WriteClient
-from engine.write.write_handle import CREATE, WriteTask, execute
+from engine.write.write_handle import execute
+from engine.write.write_task import CREATE, WriteTask
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
                                 reason="needs /proc/self/fd to name fsynced descriptors")

@@ -12,7 +12,8 @@ from engine.schema import PARTITION_PATH, RECORD_KEY, avro_full_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from engine.timeline.commit_metadata import CommitMetadata
-from engine.write.write_handle import APPEND, WriteContext, WriteTask, execute
+from engine.write.write_handle import execute
+from engine.write.write_task import APPEND, WriteContext, WriteTask
 from tests.helpers import hudi_rs_read
 
 
