@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,8 @@ from engine.errors import TerminalError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HEADERS_TYPE", "RecordChunk", "contiguous_length", "decode_records", "offset_hole",
+__all__ = ["HEADERS_TYPE", "RecordChunk", "contiguous_length", "decode_batches",
+           "decode_records", "offset_hole",
            "refuse_offset_holes", "use_record_chunks"]
 
 
@@ -203,32 +205,59 @@ def _record_starts(buf: Any, pos: int, count: int) -> tuple[np.ndarray, np.ndarr
     return np.array(body, np.int64), np.array(lengths, np.int64)
 
 
+BatchRecords = tuple[Any, int, int, int, int, "int | None"]
+"""One v2 record batch's records: (buffer, position of the first record, record count, base
+offset, first timestamp, the batch's max timestamp if it uses log-append time else None)."""
+
+
 def decode_records(buf: Any, pos: int, count: int, base_offset: int, first_timestamp: int,
                    append_time: int | None) -> RecordChunk:
-    """Decode ``count`` v2 records starting at ``buf[pos]`` (uncompressed).
+    """Decode ``count`` v2 records starting at ``buf[pos]`` (uncompressed): one batch's
+    records, as :func:`decode_batches`."""
+    return decode_batches([(buf, pos, count, base_offset, first_timestamp, append_time)])
+
+
+def decode_batches(batches: Sequence[BatchRecords]) -> RecordChunk:
+    """Decode the records of consecutive v2 record batches (uncompressed) as one chunk.
 
     Record: length, attributes, timestamp delta, offset delta, key, value (varint-length bytes,
     -1 = null), headers (count, then key string + nullable value each); every integer a zigzag
-    varint. ``append_time``: the batch's max timestamp when it uses log-append time (then every
-    record has it). After :func:`_record_starts` has found each record, every field is decoded
-    for all records at once with numpy (:func:`_varints`) and keys and values are cut out by
-    Arrow (:func:`_byte_ranges`); only records that carry headers are decoded one by one.
+    varint. A batch that uses log-append time gives every record its max timestamp. After
+    :func:`_record_starts` has found each record, every field is decoded for all records of
+    all the batches at once with numpy (:func:`_varints`) and keys and values are cut out by
+    Arrow (:func:`_byte_ranges`); only records that carry headers are decoded one by one. The
+    batches of one fetch are decoded together: numpy's and Arrow's cost per call would
+    dominate batches of a few hundred records (producers with a short linger send those).
     """
-    body, lengths = _record_starts(buf, pos, count)
-    view = memoryview(buf)
+    views = [memoryview(buf)[pos:] for buf, pos, *_ in batches]
     try:
-        data = np.zeros(len(view) - pos + _VARINT_PAD, np.uint8)
-        data[:len(view) - pos] = np.frombuffer(view, np.uint8, offset=pos)
+        data = np.zeros(sum(len(v) for v in views) + _VARINT_PAD, np.uint8)
+        bodies, sizes, placed = [], [], 0
+        for (buf, pos, count, *_), view in zip(batches, views, strict=True):
+            data[placed:placed + len(view)] = np.frombuffer(view, np.uint8)
+            body, length = _record_starts(buf, pos, count)
+            bodies.append(body + placed)
+            sizes.append(length)
+            placed += len(view)
     finally:
-        view.release()
+        for view in views:
+            view.release()
+    body = np.concatenate(bodies) if len(bodies) != 1 else bodies[0]
+    lengths = np.concatenate(sizes) if len(sizes) != 1 else sizes[0]
+    counts = np.array([b[2] for b in batches], np.int64)
+    count = int(counts.sum())
     end = body + lengths
+
+    def where(i: int) -> str:
+        batch = int(np.searchsorted(np.cumsum(counts), i, side="right"))
+        return f"record {i - int(counts[:batch].sum())} of the batch at offset {batches[batch][3]}"
 
     def inside(at: np.ndarray, what: str) -> None:
         over = np.flatnonzero(at > end)
         if over.size:
             i = int(over[0])
-            raise CorruptRecordsError(f"record at {int(body[i])}: its {what} runs past the "
-                                      f"record's length {int(lengths[i])}")
+            raise CorruptRecordsError(f"{where(i)}: its {what} runs past the record's length "
+                                      f"{int(lengths[i])}")
 
     stamps, at = _varints(data, body + 1)  # + 1: attributes, one byte, unused
     inside(at, "timestamp delta")
@@ -254,12 +283,14 @@ def decode_records(buf: Any, pos: int, count: int, base_offset: int, first_times
     wrong = np.flatnonzero(at != end)
     if wrong.size:
         i = int(wrong[0])
-        raise CorruptRecordsError(f"record at {int(body[i])} holds {int(at[i] - body[i])} "
-                                  f"bytes, its length says {int(lengths[i])}")
-    offsets = deltas + base_offset
-    stamps = (np.full(count, append_time, np.int64) if append_time is not None
-              else stamps + first_timestamp)
-    return RecordChunk(int(offsets[-1]) if count else base_offset - 1, offsets, stamps,
+        raise CorruptRecordsError(f"{where(i)} holds {int(at[i] - body[i])} bytes, its length "
+                                  f"says {int(lengths[i])}")
+    offsets = deltas + np.repeat(np.array([b[3] for b in batches], np.int64), counts)
+    appended = np.array([-1 if b[5] is None else b[5] for b in batches], np.int64)
+    firsts = np.array([b[4] for b in batches], np.int64)
+    stamps = np.where(np.repeat(appended >= 0, counts), np.repeat(appended, counts),
+                      stamps + np.repeat(firsts, counts))
+    return RecordChunk(int(offsets[-1]) if count else batches[-1][3] - 1, offsets, stamps,
                        _byte_ranges(data, key_starts, key_lengths),
                        _byte_ranges(data, value_starts, value_lengths), headers)
 
@@ -303,12 +334,16 @@ def _chunk_of_legacy(batch: Any, check_crcs: bool) -> RecordChunk:
                                    for r in records])
 
 
-def _batch_chunk(batch: Any) -> RecordChunk:
-    """One v2 record batch (already CRC-checked, not a control batch) as a chunk."""
-    batch._maybe_uncompress()
-    append_time = batch.max_timestamp if batch.timestamp_type == batch.LOG_APPEND_TIME else None
-    return decode_records(batch._buffer, batch._pos, batch.records_count, batch.base_offset,
-                          batch.first_timestamp, append_time)
+def _batch_chunk(*batches: Any) -> RecordChunk:
+    """Consecutive v2 record batches (already CRC-checked, no control batch) as one chunk."""
+    parts: list[BatchRecords] = []
+    for batch in batches:
+        batch._maybe_uncompress()
+        append_time = (batch.max_timestamp if batch.timestamp_type == batch.LOG_APPEND_TIME
+                       else None)
+        parts.append((batch._buffer, batch._pos, batch.records_count, batch.base_offset,
+                      batch.first_timestamp, append_time))
+    return decode_batches(parts)
 
 
 @functools.cache
@@ -325,6 +360,7 @@ def _chunked_class(base: type, read_committed: Any) -> type:
                 return
             batch = records.next_batch()
             last_batch = None
+            group: list[Any] = []  # consecutive v2 batches of records, decoded together
             while batch is not None:
                 last_batch = batch
                 if self.check_crcs and not batch.validate_crc():
@@ -332,30 +368,46 @@ def _chunked_class(base: type, read_committed: Any) -> type:
                                              f"{batch.base_offset} failed crc check")
                 if batch.magic == 2:
                     self.leader_epoch = batch.leader_epoch
-                    if (self.isolation_level == read_committed and batch.has_producer_id()
-                            and self._skip_aborted(batch)):
+                    if ((self.isolation_level == read_committed and batch.has_producer_id()
+                            and self._skip_aborted(batch))
+                            or batch.is_control_batch):  # transaction markers: not records
+                        yield from self._chunk_of(tp, group)
+                        group = []
                         self.next_fetch_offset = batch.next_offset
-                        batch = records.next_batch()
-                        continue
-                    if batch.is_control_batch:  # transaction markers: not records
-                        self.next_fetch_offset = batch.next_offset
-                        batch = records.next_batch()
-                        continue
-                try:
-                    chunk = (_batch_chunk(batch) if batch.magic == 2
-                             else _chunk_of_legacy(batch, self.check_crcs))
-                except CorruptRecordsError as exc:
-                    raise CorruptRecordError(f"Record batch for partition {tp} at offset "
-                                             f"{batch.base_offset}: {exc}") from None
-                chunk = chunk.since(self.fetch_offset)
-                if len(chunk):
-                    self.records_read += len(chunk)
-                    self.next_fetch_offset = chunk.offset + 1
-                    yield chunk
+                    else:
+                        group.append(batch)
+                else:
+                    yield from self._chunk_of(tp, group)
+                    group = []
+                    try:
+                        chunk = _chunk_of_legacy(batch, self.check_crcs)
+                    except CorruptRecordsError as exc:
+                        raise CorruptRecordError(f"Record batch for partition {tp} at offset "
+                                                 f"{batch.base_offset}: {exc}") from None
+                    yield from self._yield(chunk)
                 batch = records.next_batch()
+            yield from self._chunk_of(tp, group)
             if last_batch is not None and last_batch.magic == 2:
                 self.next_fetch_offset = last_batch.next_offset
             self.drain()
+
+        def _chunk_of(self, tp: Any, group: list[Any]) -> Any:
+            """Yield the records of ``group`` (v2 batches) from the fetch offset on."""
+            if not group:
+                return
+            try:
+                chunk = _batch_chunk(*group)
+            except CorruptRecordsError as exc:
+                raise CorruptRecordError(f"Record batches for partition {tp} from offset "
+                                         f"{group[0].base_offset}: {exc}") from None
+            yield from self._yield(chunk)
+
+        def _yield(self, chunk: RecordChunk) -> Any:
+            chunk = chunk.since(self.fetch_offset)
+            if len(chunk):
+                self.records_read += len(chunk)
+                self.next_fetch_offset = chunk.offset + 1
+                yield chunk
 
         def _skip_aborted(self, batch: Any) -> bool:
             """``read_committed``: True for a batch of an aborted transaction (the rule of

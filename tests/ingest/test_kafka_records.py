@@ -330,3 +330,25 @@ def test_broker_fetched_hostile_records_read_like_kafka_python(
     assert whole == rows("false", 0, end)
     assert rows("true", 37, end - 5) == rows("false", 37, end - 5)
     assert any(r["headers"] for r in whole) and any(r["key"] is None for r in whole)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_consecutive_batches_decode_together_like_kafka_python(seed: int) -> None:
+    """The batches of one fetch are decoded as one chunk: batches of every shape (one with
+    log-append time, compressed ones, base offsets far apart), each record with its own
+    batch's offset and timestamp base."""
+    rng = random.Random(50 + seed)
+    data = b""
+    for i in range(rng.choice([2, 5, 9])):
+        one = build(hostile_records(rng, rng.choice([1, 3, 40])), rng.choice([0, 1]))
+        if i == 1:
+            one = _with_log_append_time(one, 1_700_000_000_123)
+        data += (1_000 * i + rng.randrange(3)).to_bytes(8, "big") + one[8:]
+    batches, expected = [], []
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        batches.append(batch)
+        expected += [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+    fresh = MemoryRecords(data)
+    chunk = batch_chunk(*iter(fresh.next_batch, None))
+    assert chunk_rows(chunk) == expected
