@@ -28,6 +28,7 @@ from engine.errors import TransientError
 from ingest.kafka_offsets import check_offset_range, report_data_loss
 from ingest.kafka_options import KafkaSourceOptions
 from ingest.kafka_records import (
+    HEADERS_TYPE,
     RecordChunk,
     offset_hole,
     refuse_offset_holes,
@@ -46,7 +47,6 @@ __all__ = [
 # Read-task warnings keep the source's logger name, so logging set up for it still applies.
 log = logging.getLogger("ingest.kafka_source")
 
-_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 ARROW_SCHEMA = pa.schema([
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
@@ -54,7 +54,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("partition", pa.int32()),
     pa.field("offset", pa.int64()),
     pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("headers", pa.list_(pa.field("element", _HEADER))),
+    pa.field("headers", HEADERS_TYPE),
 ])
 """Arrow form of :data:`ingest.kafka_source.KAFKA_DDL`, exactly as Spark expects record
 batches from ``read``."""
@@ -276,45 +276,55 @@ def _is_compacted(options: KafkaSourceOptions, topic: str) -> bool:
 
 
 class _Pending:
-    """Records read but not yet handed on, as columns."""
+    """Records read but not yet handed on: the chunks as decoded, and the records of a
+    consumer that yields kafka-python's ``ConsumerRecord`` objects (collected into a chunk
+    before the next chunk or batch)."""
 
     def __init__(self) -> None:
-        self.offsets: list[int] = []
-        self.stamps: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.headers: list[Any] = []
+        self.chunks: list[RecordChunk] = []
+        self.loose: list[tuple[int, int, bytes | None, bytes | None, Any]] = []
+        self.rows = 0
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self.rows
 
     def add(self, item: Any, end: int) -> bool:
         """Add a :class:`RecordChunk` or a kafka-python ``ConsumerRecord``, up to offset
         ``end`` (exclusive); False once ``end`` is reached."""
         if isinstance(item, RecordChunk):
+            self._gather()
             chunk = item.before(end)
-            self.offsets += chunk.offsets
-            self.stamps += chunk.timestamps
-            self.keys += chunk.keys
-            self.values += chunk.values
-            self.headers += chunk.headers or [None] * len(chunk)
+            if len(chunk):
+                self.chunks.append(chunk)
+                self.rows += len(chunk)
             return len(chunk) == len(item)
         if item.offset >= end:
             return False
-        self.offsets.append(item.offset)
-        self.stamps.append(item.timestamp)
-        self.keys.append(item.key)
-        self.values.append(item.value)
-        self.headers.append(item.headers)
+        self.loose.append((item.offset, item.timestamp, item.key, item.value, item.headers))
+        self.rows += 1
         return True
+
+    def _gather(self) -> None:
+        if self.loose:
+            self.chunks.append(RecordChunk.of_records(self.loose))
+            self.loose = []
 
     def take(self, topic: str, partition: int, n: int) -> pa.RecordBatch:
         """The first ``n`` records as one batch of :data:`ARROW_SCHEMA`."""
-        batch = _to_batch(topic, partition, self.offsets[:n], self.stamps[:n], self.keys[:n],
-                          self.values[:n], self.headers[:n])
-        for column in (self.offsets, self.stamps, self.keys, self.values, self.headers):
-            del column[:n]
-        return batch
+        self._gather()
+        taken: list[RecordChunk] = []
+        need = n
+        while need:
+            chunk = self.chunks[0]
+            if len(chunk) <= need:
+                taken.append(self.chunks.pop(0))
+                need -= len(chunk)
+            else:
+                taken.append(chunk._slice(0, need))
+                self.chunks[0] = chunk._slice(need, len(chunk))
+                need = 0
+        self.rows -= n
+        return _to_batch(topic, partition, taken)
 
 
 @functools.cache
@@ -326,23 +336,22 @@ def _warn_if_crc_in_python() -> None:
                     "about 4x: install the 'crc32c' package (kafka-python[crc32c])")
 
 
-def _to_batch(topic: str, partition: int, offsets: list[int], stamps: list[int],
-              keys: list[bytes | None], values: list[bytes | None],
-              headers: list[Any]) -> pa.RecordBatch:
-    """Record columns to one batch of :data:`ARROW_SCHEMA` (timestamps in milliseconds)."""
-    n = len(offsets)
-    millis = np.fromiter(stamps, dtype=np.int64, count=n)
+def _to_batch(topic: str, partition: int, chunks: list[RecordChunk]) -> pa.RecordBatch:
+    """Consecutive chunks as one batch of :data:`ARROW_SCHEMA` (timestamps in milliseconds)."""
+    n = sum(len(c) for c in chunks)
     header_type = ARROW_SCHEMA.field("headers").type
-    if any(headers):
-        header_array = pa.array([h or None for h in headers], type=header_type)
+    if any(c.headers is not None for c in chunks):
+        header_array = pa.concat_arrays([pa.nulls(len(c), header_type) if c.headers is None
+                                         else c.headers for c in chunks])
     else:
         header_array = pa.nulls(n, header_type)
+    millis = np.concatenate([c.timestamps for c in chunks])
     return pa.RecordBatch.from_arrays([
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        pa.concat_arrays([c.keys for c in chunks]),
+        pa.concat_arrays([c.values for c in chunks]),
         pa.array([topic] * n, pa.string()),
         pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(np.fromiter(offsets, dtype=np.int64, count=n)),
+        pa.array(np.concatenate([c.offsets for c in chunks])),
         pa.array(millis * 1000, pa.timestamp("us", tz="UTC")),
         header_array,
     ], schema=ARROW_SCHEMA)

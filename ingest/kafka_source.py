@@ -110,17 +110,15 @@ from ingest.kafka_read import (
 from ingest.kafka_read import (
     TASK_CONSUMERS as _TASK_CONSUMERS,  # noqa: F401  (tests/kafka_broker.py clears it)
 )
-from ingest.prepare import (
-    PrepareSpec,
-    output_schema,
-    prepare_stream,
-    spark_schema,
-    spec_from_json,
-    spec_to_json,
-)
 
+# ingest.prepare (the decoders and the engine's key and placement code, a third of this
+# module's import time) is imported where a prepare step runs: Spark starts several Python
+# processes per query that unpickle this module's classes (planning, the stream reader's
+# driver side), and only read tasks and the schema prepare rows.
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from ingest.prepare import PrepareSpec
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -380,6 +378,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         spec = prepare_spec(self.options)
         if spec is None:
             return batches
+        from ingest.prepare import prepare_stream
+
         return prepare_stream(batches, spec)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -421,6 +421,8 @@ class KafkaDataSource(DataSource):
         options = KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the key
         spec = prepare_spec(options)
         if spec is not None:
+            from ingest.prepare import output_schema, spark_schema
+
             return spark_schema(output_schema(spec))
         return kafka_spark_schema()
 
@@ -457,6 +459,8 @@ def prepare_option(spec: PrepareSpec) -> str:
     """The ``tidelake.prepare`` option value for ``spec``: plain data (JSON, see
     :func:`ingest.prepare.spec_to_json`), never a pickle — option values travel through
     plans, logs and checkpoints, and are parsed again in every read task."""
+    from ingest.prepare import spec_to_json
+
     return spec_to_json(spec)
 
 
@@ -469,6 +473,8 @@ def prepare_spec(options: KafkaSourceOptions) -> PrepareSpec | None:
 
 @functools.lru_cache(maxsize=8)
 def _decode_spec(text: str) -> PrepareSpec:
+    from ingest.prepare import spec_from_json
+
     return spec_from_json(text, "tidelake.prepare")
 
 

@@ -16,12 +16,13 @@ import argparse
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from jobs.ingest_job import start, watch
+from jobs.ingest_job import build_spark, check_source, start, watch
 from jobs.job_config import load
 from jobs.progress import Progress, format_progress
 from jobs.sample_events import SCHEMA_DDL, SampleEvents, produce
@@ -110,12 +111,17 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
     if not getattr(args, "verbose", False):
         spark_log = str(out / "spark.log")
         print(f"Spark's log: {spark_log}")
-    spark, sink, query = start(config, spark_log=spark_log)
+    launched = time.monotonic()
+    check_source(config)
+    spark = build_spark(config, spark_log=spark_log)
+    timing = StartUp(launched, time.monotonic())
+    spark, sink, query = start(config, spark, check=False)
+    timing.query_started = time.monotonic()
 
     def report(p: Progress) -> None:
+        timing.batch(p)
         print(f"  {format_progress(p)}", flush=True)
 
-    started = time.monotonic()
     try:
         progress = watch(query, sink, duration=args.duration, report=report,
                          until=lambda p: done.is_set() and p.records >= events.produced)
@@ -129,16 +135,66 @@ def run_streaming_demo(args: argparse.Namespace) -> int:
     if progress.interrupted:
         print("stopped (Ctrl-C)")
         return 130
-    elapsed = time.monotonic() - started
     location, options = _table_location(args, out)
-    return _summary(out, events, progress, elapsed, Table, complete=done.is_set()
+    print()
+    print(timing.describe(progress, args.rate))
+    return _summary(out, events, progress, Table, complete=done.is_set()
                     and progress.records >= events.produced, location=location,
                     options=options)
 
 
-def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float,
-             table_cls: Any, *, complete: bool, location: str,
-             options: dict[str, str]) -> int:
+@dataclass
+class StartUp:
+    """When the demo's job started and reached its first committed batch, and its records
+    after that (the steady part), from the progress it reports after each batch."""
+
+    launched: float
+    """Before the Spark session was built."""
+    session_ready: float
+    query_started: float = 0.0
+    first_at: float | None = None
+    first_records: int = 0
+    first_batches: int = 0
+    last_at: float = 0.0
+    last_records: int = 0
+    first_busy: float = 0.0
+    """Seconds the sink had spent in micro-batches when the first batch committed."""
+
+    def batch(self, progress: Progress, now: float | None = None) -> None:
+        """After each reported batch (``now``: its time.monotonic(), default now)."""
+        now = time.monotonic() if now is None else now
+        if self.first_at is None:
+            if not progress.commits:
+                return
+            self.first_at, self.first_records = now, progress.records
+            self.first_busy, self.first_batches = progress.seconds, progress.batches
+        self.last_at, self.last_records = now, progress.records
+
+    def describe(self, progress: Progress, producer_rate: float) -> str:
+        """Two lines: the start-up, and the steady rate after the first committed batch."""
+        if self.first_at is None:
+            return "no batch committed"
+        lines = [f"start-up: first batch committed {self.first_at - self.launched:.1f} s "
+                 f"after the job was launched (Spark session "
+                 f"{self.session_ready - self.launched:.1f} s, starting the query "
+                 f"{self.query_started - self.session_ready:.1f} s, its first batch "
+                 f"{self.first_at - self.query_started:.1f} s)"]
+        records, seconds = self.last_records - self.first_records, self.last_at - self.first_at
+        if records <= 0 or seconds <= 0:
+            return lines[0] + f"; {progress.records:,} records in that one batch"
+        busy = progress.seconds - self.first_busy
+        sent = (f", as fast as the producer sent them ({producer_rate:,.0f}/s)"
+                if producer_rate else "")
+        batches = progress.batches - self.first_batches
+        lines.append(f"steady: {records:,} records in {batches} batches over "
+                     f"{seconds:.1f} s after it = {records / seconds:,.0f}/s{sent}; the "
+                     f"batches themselves took {busy:.1f} s = {records / max(busy, 1e-9):,.0f}"
+                     " records/s while busy")
+        return "\n".join(lines)
+
+
+def _summary(out: Path, events: SampleEvents, progress: Progress, table_cls: Any, *,
+             complete: bool, location: str, options: dict[str, str]) -> int:
     table = table_cls.open(location, storage_options=options)
     result = table.read(columns=["trip_id", "ts", "fare"])
     ours = {r["trip_id"]: (r["ts"], r["fare"]) for r in result.to_pylist()}
@@ -150,8 +206,7 @@ def _summary(out: Path, events: SampleEvents, progress: Progress, elapsed: float
                                 storage_options=options).read().num_rows
     except TableNotFoundError:
         errors = 0
-    print(f"\n{progress.records:,} records ingested in {elapsed:.1f}s "
-          f"({progress.records / max(elapsed, 1e-9):,.0f}/s), {progress.batches} batches")
+    print(f"{progress.records:,} records ingested in {progress.batches} batches")
     ok = True
     if complete:
         same = ours == expected

@@ -23,20 +23,22 @@ from ingest_parts.producers import send_warmup, steady_producer
 from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
 from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
 
-KEEP_PHASE_COMMITS = {"hoodie.cleaner.commits.retained": "200", "hoodie.keep.min.commits": "210",
-                      "hoodie.keep.max.commits": "220"}
-"""Table options of the latency phase: the cleaner (default: 10 commits retained) must leave
-the files of every commit of the phase, which the incremental reads that measure it reach
-back to; a job committing every second outruns the default within a minute."""
-
 
 class TimelinePoller:
-    """Lists the table's timeline every ``interval`` s; notes when each commit is first seen."""
+    """Lists the table's timeline every ``interval`` s and measures each new commit as it
+    completes: the first time it is seen, and the ``ts`` of the records it made visible
+    (``read_incremental`` from the previous commit), read at once, while the commit's files
+    are still there. (Reading every commit after the run fails: with the table's default
+    services the cleaner keeps 10 commits, and a job committing every second removes the
+    oldest files within the minute.) Commits completed by ``after`` are not measured."""
 
-    def __init__(self, table_path: str, interval: float = 0.1) -> None:
+    def __init__(self, table_path: str, after: str, interval: float = 0.1) -> None:
         self.table_path = table_path
+        self.after = after
         self.interval = interval
         self.seen: dict[str, float] = {}  # completion time → wall time first seen
+        self.stamps: dict[str, np.ndarray] = {}  # completion time → ts (s) of its records
+        self.unread: dict[str, str] = {}  # completion time → why its read failed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-poller", daemon=True)
 
@@ -44,6 +46,7 @@ class TimelinePoller:
         from engine.table import Table
 
         table = None
+        previous = self.after
         while not self._stop.wait(self.interval):
             try:
                 table = table or Table.open(self.table_path)
@@ -51,9 +54,18 @@ class TimelinePoller:
             except Exception:
                 continue
             stamp = time.time()
-            for e in entries:
-                if e.state == "completed" and e.completion_time:
-                    self.seen.setdefault(e.completion_time, stamp)
+            done = sorted(e.completion_time for e in entries
+                          if e.state == "completed" and e.completion_time
+                          and e.completion_time > previous)
+            for completion in done:
+                self.seen.setdefault(completion, stamp)
+                try:
+                    rows = table.read_incremental(previous, completion, columns=["ts"])
+                    self.stamps[completion] = rows.column("ts").to_numpy().astype(
+                        np.float64) / 1000
+                except Exception as exc:  # counted and reported, never silently dropped
+                    self.unread[completion] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                previous = completion
 
     def __enter__(self) -> TimelinePoller:
         self._thread.start()
@@ -132,8 +144,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
     config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
                         max_offsets=args.latency_max_offsets, buckets=args.buckets,
                         log_format=args.log_format, available_now=False,
-                        interval=args.trigger_interval, shuffle=args.shuffle_partitions,
-                        table_options=KEEP_PHASE_COMMITS)
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
     log(f"latency: {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s into topic "
         f"{topic}, trigger every {args.trigger_interval}")
     ctx = multiprocessing.get_context("spawn")
@@ -154,7 +165,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
         producer.start()
         if not ready.wait(120):
             raise RuntimeError("the producer process did not start")
-        with TimelinePoller(table_path) as poller, CpuMeter() as cpu:
+        with TimelinePoller(table_path, warm_completion) as poller, CpuMeter() as cpu:
             producer.join(args.latency_seconds * 3 + 120)
             if producer.exitcode != 0:
                 raise RuntimeError(f"the producer process failed (exit {producer.exitcode})")
@@ -163,6 +174,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             expected = {p: warm.get(p, 0) + n for p, n in report["per_partition"].items()}
             last = wait_committed(query, sink, table_path, expected, args.timeout)
             result.drain_seconds = time.monotonic() - drain_started
+            if last is not None:
+                time.sleep(3 * poller.interval)  # the poller reads the last commit too
         result.cpu = cpu.describe()
         result.triggers = _trigger_summary(query, warm_batches)
         result.sent, result.send_seconds = report["sent"], report["seconds"]
@@ -172,7 +185,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
             raise RuntimeError(f"the query failed: {exc}" if exc is not None else
                                f"not every record was committed within {args.timeout:.0f} s")
         query.stop()
-        _latencies(Table.open(table_path), warm_completion, poller.seen, result)
+        _latencies(poller, result)
         rows = Table.open(table_path).read(columns=["key"]).num_rows
         want = report["distinct"] + WARMUP_RECORDS
         if rows != want:
@@ -220,22 +233,16 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
             f"between trigger starts {spread(gaps)}")
 
 
-def _latencies(table: Any, after: str, seen: dict[str, float], result: LatencyResult) -> None:
-    """Latency of every record visible in each commit completed after ``after``."""
-    commits = sorted(e.completion_time for e in table.timeline()
-                     if e.state == "completed" and e.completion_time
-                     and e.completion_time > after)
-    lat: list[np.ndarray] = []
-    seen_lat: list[np.ndarray] = []
-    previous = after
-    for completion in commits:
-        rows = table.read_incremental(previous, completion, columns=["ts"])
-        ts = rows.column("ts").to_numpy().astype(np.float64) / 1000
-        lat.append(epoch_seconds(completion) - ts)
-        if completion in seen:
-            seen_lat.append(seen[completion] - ts)
-        previous = completion
-    result.commits = len(commits)
+def _latencies(poller: TimelinePoller, result: LatencyResult) -> None:
+    """Latency of every record visible in each commit the poller measured."""
+    commits = sorted(poller.stamps)
+    result.commits = len(commits) + len(poller.unread)
+    if poller.unread:
+        first = min(poller.unread)
+        result.problems.append(f"{len(poller.unread)} commit(s) not readable when seen, e.g. "
+                               f"{first}: {poller.unread[first]}")
+    lat = [epoch_seconds(c) - poller.stamps[c] for c in commits]
+    seen_lat = [poller.seen[c] - poller.stamps[c] for c in commits]
     if not lat:
         result.problems.append("no commit after the warm-up")
         return
@@ -243,9 +250,7 @@ def _latencies(table: Any, after: str, seen: dict[str, float], result: LatencyRe
     result.visible = int(values.size)
     result.p50, result.p99 = (float(x) for x in np.percentile(values, [50, 99]))
     result.maximum = float(values.max())
-    if seen_lat:
-        seen_values = np.concatenate(seen_lat)
-        result.seen_p50, result.seen_p99 = (float(x) for x in
-                                            np.percentile(seen_values, [50, 99]))
+    seen_values = np.concatenate(seen_lat)
+    result.seen_p50, result.seen_p99 = (float(x) for x in np.percentile(seen_values, [50, 99]))
     if values.min() < -0.002:
         result.problems.append(f"a record is visible {-values.min():.3f} s before it was sent")

@@ -1058,3 +1058,17 @@ def test_read_task_past_log_end_reports_loss_naming_partition(kafka_bootstrap: s
     rows = [r["offset"] for b in relaxed.read(KafkaInputPartition(topic, 0, 3, 10))
             for r in b.to_pylist()]
     assert rows == list(range(3, 10))
+
+
+def test_importing_the_source_leaves_the_prepare_step_to_read_tasks() -> None:
+    """Spark unpickles the source in several Python processes per query (planning, the
+    stream reader's driver side); only read tasks and the schema need ingest.prepare, so
+    importing the source must not pull it in (a third of the source's import time)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ingest.kafka_source; "
+            "print(sorted(m for m in sys.modules if m in ('ingest.prepare', 'ingest.decode')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"

@@ -147,3 +147,24 @@ def test_table_metadata_validate_rebuild_and_show(tmp_path: Path,
     assert "deleted" in capsys.readouterr().out
     assert main(["table", "metadata", "validate", str(path)]) == 0
     assert "keeps no metadata table" in capsys.readouterr().out
+
+
+def test_streaming_demo_summary_splits_start_up_from_the_steady_rate() -> None:
+    """The demo's summary: start-up up to the first committed batch, then the rate of the
+    records after it (what the job keeps up with), not one rate over both."""
+    from jobs.demo import StartUp
+    from jobs.progress import Progress
+
+    timing = StartUp(launched=100.0, session_ready=106.0, query_started=106.5)
+    p = Progress()
+    timing.batch(p, now=108.0)  # a batch without data committed nothing: no start-up yet
+    p.batches, p.commits, p.records, p.seconds = 1, 1, 4_000, 1.5
+    timing.batch(p, now=110.0)
+    p.batches, p.commits, p.records, p.seconds = 11, 11, 54_000, 6.5
+    timing.batch(p, now=120.0)
+    assert timing.describe(p, 5_000.0).splitlines() == [
+        "start-up: first batch committed 10.0 s after the job was launched (Spark session "
+        "6.0 s, starting the query 0.5 s, its first batch 3.5 s)",
+        "steady: 50,000 records in 10 batches over 10.0 s after it = 5,000/s, as fast as the "
+        "producer sent them (5,000/s); the batches themselves took 5.0 s = 10,000 records/s "
+        "while busy"]
