@@ -79,9 +79,10 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     from engine.write.partitioner import InsertBucket
     from engine.write.placement import live_buckets
     from ingest.decode import JsonDecoder
-    from ingest.prepare import FILE_ID, OP, UPSERT, VERSIONS, group_rows, prepare_batch
+    from ingest.prepare import prepare_batch
     from ingest.record_index import LOCATED, RecordIndexSpec, place_inserts, tag_rows
     from ingest.resolve import POLICY
+    from ingest.rows import FILE_ID, OP, UPSERT, VERSIONS, group_rows
     from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
     from ingest.spark_write import WriteSpec, place_rows, start_instant, write_group
 

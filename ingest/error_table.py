@@ -38,7 +38,7 @@ from engine.layout.keygen import partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.table import Table
-from ingest.prepare import (
+from ingest.rows import (
     BUCKET,
     ERROR,
     FILE_ID,

@@ -110,14 +110,8 @@ from ingest.kafka_read import (
 from ingest.kafka_read import (
     TASK_CONSUMERS as _TASK_CONSUMERS,  # noqa: F401  (tests/kafka_broker.py clears it)
 )
-from ingest.prepare import (
-    PrepareSpec,
-    output_schema,
-    prepare_stream,
-    spark_schema,
-    spec_from_json,
-    spec_to_json,
-)
+from ingest.prepare import PrepareSpec, output_schema, prepare_stream, spec_from_json, spec_to_json
+from ingest.rows import spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -25,8 +25,8 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    groups first, then new ones); a narrow step gives each insert its group
    (:func:`engine.write.partitioner.insert_file_ids`, a hash of its key: the same on replay);
 4. the write tasks write the tagged rows as decided (:func:`ingest.spark_write.write_rows`),
-   telling the engine which keys the lookup located in each group (:data:`LOCATED`,
-   :func:`located_keys`: the ``located_keys`` of
+   telling the engine which keys the lookup located in each group (:data:`~ingest.rows.LOCATED`,
+   :func:`~ingest.rows.located_keys`: the ``located_keys`` of
    :meth:`engine.write.group_writer.GroupWriter.write`, as the write client's plan tells its
    tasks); their write handles emit the record_index entries of the keys that entered or
    left a group — a log append of upserts alone without reading the group's slice — and the
@@ -61,11 +61,13 @@ from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.write.partitioner import InsertBucket, insert_file_ids
 from engine.write.write_client import WriteClient
-from ingest.prepare import (
+from ingest.resolve import POLICY, arrival_order
+from ingest.rows import (
     DELETE,
     ERROR,
     FILE_ID,
     KAFKA_PARTITION,
+    LOCATED,
     OFFSET,
     OP,
     ORDERING,
@@ -76,21 +78,17 @@ from ingest.prepare import (
     VERSIONS,
     spark_schema,
 )
-from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from ingest.spark_write import InstantPlan
 
-__all__ = ["LOCATED", "MDT_GROUP", "RecordIndexSpec", "TaggedBatch", "located_keys",
-           "route_rows", "tag_batch", "tag_rows", "tagged_schema"]
+__all__ = ["MDT_GROUP", "RecordIndexSpec", "TaggedBatch", "route_rows", "tag_batch", "tag_rows",
+           "tagged_schema"]
 
 MDT_GROUP = "_tl_mdt_group"
 """The record_index file group (index among the partition's groups) a row's key hashes to."""
-LOCATED = "_tl_located"
-"""Tagged rows: true for an upsert whose key the lookup located in the row's file group (an
-update in place), false for every other row (inserts, deletes, skipped versions, errors)."""
 _ROW = "_tl_row"
 
 
@@ -114,18 +112,6 @@ class RecordIndexSpec:
 def tagged_schema(schema: pa.Schema) -> pa.Schema:
     """The schema of prepared rows (``schema``) once tagged: with :data:`LOCATED`."""
     return schema.append(pa.field(LOCATED, pa.bool_()))
-
-
-def located_keys(rows: pa.Table) -> pa.Array | None:
-    """The keys of ``rows`` (tagged rows of one file group) that the lookup located in the
-    group: what :meth:`engine.write.group_writer.GroupWriter.write` takes as
-    ``located_keys``; None for rows that were not tagged (no :data:`LOCATED`). Executor
-    side."""
-    if LOCATED not in rows.column_names:
-        return None
-    located = pc.and_(pc.fill_null(rows.column(LOCATED), False),
-                      pc.equal(rows.column(OP), UPSERT))
-    return rows.column(RECORD_KEY).filter(located).combine_chunks().cast(pa.string())
 
 
 def _flagged(rows: pa.Table, located: bool) -> pa.Table:

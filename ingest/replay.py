@@ -79,7 +79,10 @@ from engine.write.write_client import WriteClient
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY
 from ingest.error_table import ERROR_SCHEMA
 from ingest.kafka_offsets import parse_hudi_checkpoint
-from ingest.prepare import (
+from ingest.prepare import PrepareSpec, prepare_batch
+from ingest.replay_guard import one_replay
+from ingest.resolve import POLICY
+from ingest.rows import (
     DELETE,
     ERROR,
     KAFKA_PARTITION,
@@ -91,11 +94,7 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VERSIONS,
-    PrepareSpec,
-    prepare_batch,
 )
-from ingest.replay_guard import one_replay
-from ingest.resolve import POLICY
 from ingest.sink_config import GLOBAL_STATE
 
 if TYPE_CHECKING:

@@ -64,7 +64,9 @@ from engine.write.placement import (
 )
 from engine.write.write_client import WriteClient
 from ingest.error_table import ErrorStaging
-from ingest.prepare import (
+from ingest.prepare import PrepareSpec, attach_data
+from ingest.resolve import POLICY, arrival_order
+from ingest.rows import (
     BUCKET,
     DELETE,
     ERROR,
@@ -79,14 +81,11 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VERSIONS,
-    PrepareSpec,
-    attach_data,
     group_rows,
+    located_keys,
     spark_schema,
     unpack_rows,
 )
-from ingest.record_index import located_keys
-from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -197,11 +196,11 @@ def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
 
 def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
                live: Mapping[tuple[str, int], str]) -> pa.Table:
-    """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the file group
+    """Fill :data:`~ingest.rows.FILE_ID` of upserts/deletes that lack one: the file group
     of the key's bucket (:func:`engine.write.placement.bucket_file_ids`, as the write client
     places keys).
 
-    The bucket is the row's :data:`~ingest.prepare.BUCKET` when prepare computed it, else the
+    The bucket is the row's :data:`~ingest.rows.BUCKET` when prepare computed it, else the
     record key's. Rows that already name a file group (the global-state index decided) keep
     it; other rows (errors, skipped versions) are dropped. A delete without a partition (a
     tombstone on a partitioned BUCKET table) is copied to the key's bucket in every partition
@@ -222,7 +221,7 @@ def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
 
 
 def _buckets(rows: pa.Table, num_buckets: int) -> pa.Array:
-    """Each row's bucket: prepare's :data:`~ingest.prepare.BUCKET`, else the key's."""
+    """Each row's bucket: prepare's :data:`~ingest.rows.BUCKET`, else the key's."""
     if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
         return rows.column(BUCKET).combine_chunks().cast(pa.int32())
     return pa.array(record_buckets(rows.column(RECORD_KEY), num_buckets), pa.int32())
@@ -230,8 +229,8 @@ def _buckets(rows: pa.Table, num_buckets: int) -> pa.Array:
 
 def place_on_rings(rows: pa.Table, *, storage: Storage, num_buckets: int,
                    rings: Mapping[str, HashingMetadata]) -> tuple[pa.Table, tuple[str, ...]]:
-    """Consistent hashing: fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes from the
-    node prepare found (:data:`~ingest.prepare.BUCKET`) in the ring of the instant's snapshot
+    """Consistent hashing: fill :data:`~ingest.rows.FILE_ID` of upserts/deletes from the
+    node prepare found (:data:`~ingest.rows.BUCKET`) in the ring of the instant's snapshot
     (:func:`engine.write.placement.ring_file_ids`).
 
     Prepare read the rings itself (:data:`~ingest.prepare.RING` names the one it used), and
@@ -386,7 +385,7 @@ def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
     """Write one file group's rows, in arrival order unless an index decided every key
     already, as the engine resolves and writes a group
     (:meth:`engine.write.group_writer.GroupWriter.write`; rows the record index tagged tell
-    it the keys their lookup located in the group: :func:`ingest.record_index.located_keys`);
+    it the keys their lookup located in the group: :func:`ingest.rows.located_keys`);
     None if nothing to write."""
     decided = spec.decided or spec.attach is not None
     task_partition, stage, attempt = token

@@ -22,7 +22,7 @@ from engine.layout import view as view_module
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 from ingest import spark_write
-from ingest.prepare import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
+from ingest.rows import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
 from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.helpers import (
     Event,
