@@ -87,13 +87,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from engine.errors import InvalidOptionError, TerminalError
-from engine.index.simple import ORDERING as LOC_ORDERING
-from engine.index.simple import key_locations
-from engine.layout.view import TableView
 from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
-from engine.write.placement import live_buckets
+from engine.write.distributed import STORED_ORDERING, TableView, slice_key_locations
+from engine.write.distributed import live_bucket_groups as live_bucket_groups_of
 from ingest.rows import (
     FILE_ID,
     SHARD,
@@ -242,8 +240,8 @@ def check_state_layout(checkpoint: str) -> None:
 
 def _state_rows(locations: pa.Table, spec_ordering: pa.DataType) -> pa.Table:
     n = locations.num_rows
-    if LOC_ORDERING in locations.column_names:
-        ordering = locations.column(LOC_ORDERING).combine_chunks()
+    if STORED_ORDERING in locations.column_names:
+        ordering = locations.column(STORED_ORDERING).combine_chunks()
         # The same values the prepared rows carry (timestamps as UTC micros, dates as days).
         ordering = ordering_column(ordering, ordering.type).cast(spec_ordering)
     else:
@@ -266,13 +264,11 @@ def _packed_by_shard(parts: list[pa.Table], shards: int) -> Iterator[pa.RecordBa
 def _read_locations(view: TableView, ordering_type: pa.DataType, shards: int
                     ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        reader = view.slice_reader()
-        slices = view.latest_file_slices()
         held: list[pa.Table] = []
         held_rows = 0
         for batch in batches:
-            for i in batch.column(0).to_pylist():
-                found = key_locations(reader, [slices[int(i)]], None)
+            indexes = [int(i) for i in batch.column(0).to_pylist()]
+            for found in slice_key_locations(view, indexes):
                 if found.num_rows:
                     held.append(_state_rows(found, ordering_type))
                     held_rows += found.num_rows
@@ -305,7 +301,7 @@ def bootstrap_frame(spark: SparkSession, table: Table, spec: GlobalIndexSpec) ->
 
 def live_bucket_groups(table: Table) -> dict[tuple[str, int], str]:
     """(partition, bucket) → file id of the table's live bucket groups (driver side;
-    :func:`engine.write.placement.live_buckets`)."""
-    return dict(live_buckets(TableView.load(table.storage, table.config),
-                             table.write_config.index_type))
+    :func:`engine.write.distributed.live_bucket_groups`)."""
+    return live_bucket_groups_of(TableView.load(table.storage, table.config),
+                                 table.write_config)
 

@@ -20,8 +20,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from engine.errors import TerminalError
-from engine.index.bucket import bucket_id, bucket_ids
-from engine.index.relocation import Relocations
+from engine.layout.incoming import bucket_id, key_buckets
 from engine.merge.policy import (
     ABSENT,
     DELETED,
@@ -33,7 +32,7 @@ from engine.merge.policy import (
     stays_in_place,
 )
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from engine.write.placement import bucket_group, unreplaced_generation
+from engine.write.distributed import Relocations, bucket_group, unreplaced_generation
 from ingest.global_index import (
     BLOB_KEY_SCHEMA,
     BLOB_STATE,
@@ -336,7 +335,7 @@ class GlobalIndexProcessor(StatefulProcessor):
         """Every key's bucket (vectorized); None for keys only the scalar rule can judge —
         computed (or refused, naming the key) where one is needed."""
         try:
-            return bucket_ids(keys, self.spec.num_buckets).tolist()
+            return key_buckets(keys, self.spec.num_buckets).to_pylist()
         except ValueError:
             return [None] * len(keys)
 

@@ -43,9 +43,7 @@ import pyarrow.compute as pc
 
 from engine.config import TableConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
-from engine.index.bucket import bucket_ids
-from engine.index.consistent_hashing import committed_ring, locate_nodes
-from engine.layout.keygen import partition_paths, record_keys
+from engine.layout.incoming import key_buckets, partition_paths, record_keys, ring_nodes
 from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
@@ -627,30 +625,19 @@ def _is_formatted_key(text: str, config: TableConfig) -> bool:
 def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
     """The bucket of every keyed row's record key (null for errors)."""
     keyed = np.flatnonzero(op != ERROR)
-    ids = bucket_ids(keys.take(pa.array(keyed, pa.int64())), num_buckets)
-    return _scatter(pa.array(ids, pa.int32()), keyed, len(keys))
+    return _scatter(key_buckets(keys.take(pa.array(keyed, pa.int64())), num_buckets), keyed,
+                    len(keys))
 
 
 def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, storage: Storage,
                 num_buckets: int) -> tuple[pa.Array, pa.Array]:
     """Consistent hashing: the index of every keyed row's node in its partition's committed
-    ring, and that ring's instant (nulls for errors)."""
-    n = len(keys)
-    nodes = np.zeros(n, np.int32)
-    which = np.full(n, -1, np.int32)  # index into `instants` of each row's ring
-    instants: list[str] = []
+    ring, and that ring's instant (:func:`engine.layout.incoming.ring_nodes`; nulls for
+    errors)."""
     keyed = np.flatnonzero(op != ERROR)
-    if len(keyed):
-        where = pa.array(keyed, pa.int64())
-        for ring, rows, at in locate_nodes(
-                keys.take(where), paths.take(where),
-                lambda part: committed_ring(storage, part, num_buckets)):
-            nodes[keyed[rows]] = at
-            which[keyed[rows]] = len(instants)
-            instants.append(ring.instant)
-    missing = which < 0
-    return (pa.array(nodes, pa.int32(), mask=missing),
-            pa.array(instants, pa.string()).take(pa.array(which, pa.int32(), mask=missing)))
+    where = pa.array(keyed, pa.int64())
+    nodes, instants = ring_nodes(keys.take(where), paths.take(where), storage, num_buckets)
+    return _scatter(nodes, keyed, len(keys)), _scatter(instants, keyed, len(keys))
 
 
 def _zero(arrow_type: pa.DataType) -> pa.Scalar:

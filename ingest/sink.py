@@ -65,8 +65,7 @@ from engine.errors import (
 )
 from engine.schema import normalize_input_schema
 from engine.storage import is_local
-from engine.timeline.active import Timeline, temp_folder
-from engine.timeline.commit_metadata import WriteStat
+from engine.write.distributed import Timeline, WriteStat, bucket_count, clustered
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     batch_end_offsets,
@@ -284,8 +283,8 @@ class HudiStreamingSink:
                                 key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
                                 with_data=self.index != GLOBAL_STATE,
-                                num_buckets=(table_config.num_buckets
-                                             or self.table.write_config.num_buckets)
+                                num_buckets=bucket_count(table_config,
+                                                         self.table.write_config)
                                 if self.index == BUCKET else None,
                                 pack=self.index != RECORD_INDEX,
                                 state_shards=self.state_shards
@@ -342,9 +341,10 @@ class HudiStreamingSink:
         spark = source.sparkSession
         ensure_state_store(spark)
         config = self.table.config
+        moves = clustered(self.table.write_config)
         spec = GlobalIndexSpec(
             table_name=config.name,
-            num_buckets=config.num_buckets or self.table.write_config.num_buckets,
+            num_buckets=bucket_count(config, self.table.write_config),
             bucket_groups=live_bucket_groups(self.table),
             slim_schema=prepared_schema(self.spec, with_data=False),
             event_time=config.orders_by_event_time, ordering_type=self.spec.ordering_type,
@@ -352,9 +352,9 @@ class HudiStreamingSink:
             shards=self.state_shards,
             fold_min_rows=self.state_fold[0], max_deltas=self.state_fold[1],
             index_id=f"{self.table.path}#{self.identifier}",
-            # a table without the bucket layout can be clustered: tasks follow moved keys
-            table_storage=None if config.num_buckets else self.table.storage,
-            table_config=None if config.num_buckets else config)
+            # a table a clustering may rewrite: tasks follow the keys it moved
+            table_storage=self.table.storage if moves else None,
+            table_config=config if moves else None)
         self._tagged = True
         return tag_frame(prepared, spec, bootstrap_frame(spark, self.table, spec))
 
@@ -474,7 +474,7 @@ class HudiStreamingSink:
                 return plan.finish(stats, tasks, extra)
             except LockTimeoutError as exc:
                 self._spend_retry(batch_id, exc, f"committing instant "
-                                  f"{plan.instant.requested_time} of {plan.table.path} again "
+                                  f"{plan.instant_time} of {plan.table.path} again "
                                   "(still inflight, its files kept)")
 
     def _abort(self, plan: InstantPlan) -> None:
@@ -606,7 +606,7 @@ class HudiStreamingSink:
                         query_id):
             return None
         return ErrorStaging(storage=self.table.storage,
-                            folder=f"{temp_folder(plan.instant.requested_time)}/errors",
+                            folder=plan.write.scratch_path("errors"),
                             batch_id=batch_id, target_table=self.table.config.name,
                             config=table.config)
 
@@ -643,7 +643,7 @@ def _abort_quietly(plan: InstantPlan) -> bool:
     except Exception:  # the original error matters more
         log.warning("could not roll back instant %s of %s now; trying again before the next "
                     "batch (or a later writer will, once its heartbeat expired)",
-                    plan.instant.requested_time, plan.table.path, exc_info=True)
+                    plan.instant_time, plan.table.path, exc_info=True)
         return False
     return True
 

@@ -19,11 +19,10 @@ from engine.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from engine.layout.keygen import check_field_types
+from engine.layout.incoming import check_field_types
 from engine.schema import data_schema_of, evolve_schema, table_schema
 from engine.table import Table
-from engine.timeline.active import Timeline
-from engine.write.write_client import DELETE_MARKER, WriteClient
+from engine.write.distributed import DELETE_MARKER, Timeline, WriteClient
 from ingest.decode import Decoder
 from ingest.prepare import check_ordering_type
 from ingest.rows import RESERVED_PREFIXES

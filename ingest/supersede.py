@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from engine.config import TableConfig
 from engine.errors import InvalidRecordError
-from engine.layout.keygen import record_keys
+from engine.layout.incoming import record_keys
 from ingest.decode import DecoderError
 
 __all__ = ["later_written", "superseded_keys", "value_keys"]
