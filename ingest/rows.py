@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from engine.merge.resolve import VersionColumns
 from engine.schema import PARTITION_PATH, RECORD_KEY
+from ingest.kafka_schema import KAFKA_ROW_SCHEMA
 from ingest.state_index import key_shards
 
 if TYPE_CHECKING:
@@ -86,8 +87,9 @@ PACK_BYTES = 256 << 20
 """Prepared bytes packed at a time, at most (a packed column stays far below 2 GiB)."""
 RESERVED_PREFIXES = ("_tl_", "_hoodie_")
 
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
-"""Columns of the source rows (Spark's Kafka schema; headers are ignored)."""
+KAFKA_COLUMNS = tuple(KAFKA_ROW_SCHEMA.names)
+"""Columns of the source rows (:data:`ingest.kafka_schema.KAFKA_ROW_SCHEMA`; headers are
+ignored)."""
 LOCATED = "_tl_located"
 """Rows tagged by the record index (:mod:`ingest.record_index`): true for an upsert whose key
 the lookup located in the row's file group (an update in place), false for every other row
