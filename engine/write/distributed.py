@@ -115,10 +115,11 @@ def bucket_count(config: TableConfig, write_config: WriteConfig) -> int:
 
 def clustered(write_config: WriteConfig) -> bool:
     """Whether a clustering may rewrite the table's file groups into new ones, so that an
-    index kept outside the table must follow the keys it moved: every table but those whose
-    writer places keys by bucket (:func:`~engine.services.clustering.schedule_clustering`
-    never clusters them; a consistent-hashing resize is refused to such an index), as
-    :func:`~engine.write.placement.live_buckets` tells bucket groups by the same index."""
+    index kept outside the table must follow the keys it moved: unless the writer places keys
+    by bucket (``hoodie.index.type=BUCKET``: :func:`~engine.services.clustering.
+    schedule_clustering` never rewrites those groups, which :func:`~engine.write.placement.
+    live_buckets` tells by the same index). A consistent-hashing table's resizes do move keys,
+    but its rings place every key: no index is kept outside such a table."""
     return write_config.index_type is not IndexType.BUCKET
 
 
