@@ -48,11 +48,6 @@ if str(REPO_ROOT) not in sys.path:
 DDL = "key STRING, ts BIGINT, part STRING, amount DOUBLE, note STRING"
 PARTITIONS = 4
 BUCKETS = 8
-KAFKA = pa.schema([
-    pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-])
 
 
 def key_of(i: int | np.ndarray) -> Any:
@@ -95,6 +90,8 @@ class Source:
         self.latest: dict[str, tuple[int, str, float]] = {}
 
     def add(self, ids: Sequence[int], ts: int) -> None:
+        from ingest.kafka_schema import KAFKA_ROW_SCHEMA
+
         values, keys = [], []
         for j, i in enumerate(ids):
             key = key_of(int(i))
@@ -109,7 +106,7 @@ class Source:
             "key": keys, "value": values, "topic": ["bench"] * n, "partition": [0] * n,
             "offset": list(range(self.offset, self.offset + n)),
             "timestamp": [1_700_000_000_000_000 + self.offset + k for k in range(n)],
-        }, schema=KAFKA)
+        }, schema=KAFKA_ROW_SCHEMA)
         self.offset += n
         path = self.dir / f"batch-{self.files:05d}.parquet"
         pq.write_table(rows, path)
@@ -120,7 +117,9 @@ class Source:
     def frame(self, spark: Any) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return (spark.readStream.schema(from_arrow_schema(KAFKA))
+        from ingest.kafka_schema import KAFKA_ROW_SCHEMA
+
+        return (spark.readStream.schema(from_arrow_schema(KAFKA_ROW_SCHEMA))
                 .option("maxFilesPerTrigger", 1).parquet(str(self.dir)))
 
 

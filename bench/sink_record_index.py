@@ -77,11 +77,11 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     """One batch through the sink's task functions; CPU and wall seconds per part."""
     from engine.metadata import record_index as rli
     from engine.write.partitioner import InsertBucket
-    from engine.write.placement import live_buckets
     from ingest.decode import JsonDecoder
-    from ingest.prepare import FILE_ID, OP, UPSERT, VERSIONS, group_rows, prepare_batch
-    from ingest.record_index import LOCATED, RecordIndexSpec, place_inserts, tag_rows
+    from ingest.prepare import prepare_batch
+    from ingest.record_index import place_inserts, tag_rows
     from ingest.resolve import POLICY
+    from ingest.rows import FILE_ID, LOCATED, OP, UPSERT, VERSIONS, group_rows
     from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
     from ingest.spark_write import WriteSpec, place_rows, start_instant, write_group
 
@@ -93,16 +93,12 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     prepared = prepare_batch(kafka, sink.spec)
     plan = start_instant(table, sink.data_schema)
     cpu, wall = time.process_time(), time.perf_counter()
-    pieces = (tuple(rli.group_slices(table.storage, plan.timeline))
-              if rli.is_kept(table.storage) else ())
-    spec = RecordIndexSpec(table.storage, table.config, table.write_config, pieces)
-    tagged, _ = tag_rows(prepared, spec, plan.view)
+    tagged, _ = tag_rows(prepared, plan.write.record_index_task(), plan.view)
     inserts = tagged.filter(pc.and_(pc.equal(tagged.column(OP), UPSERT),
                                     pc.is_null(tagged.column(FILE_ID))))
     counts = {p: int(n) for p, n in zip(*pc.value_counts(inserts.column("_hoodie_partition_path"))
                                         .flatten(), strict=True)} if inserts.num_rows else {}
-    buckets = plan.client.insert_buckets(plan.timeline, plan.view, "UPSERT",
-                                         {str(p): n for p, n in counts.items()})
+    buckets = plan.write.insert_buckets({str(p): n for p, n in counts.items()})
     plain = {p: [InsertBucket(b.partition_path, b.file_id, b.count, None) for b in found]
              for p, found in buckets.items()}
     placed = place_inserts(tagged, plain)
@@ -110,14 +106,11 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
         placed = placed.drop_columns([LOCATED])
     out["tag_cpu"], out["tag_wall"] = time.process_time() - cpu, time.perf_counter() - wall
 
-    writer = plan.client.group_writer(plan.instant, plan.data_schema, columns=VERSIONS,
-                                      event_time=sink.spec.event_time, policy=POLICY,
-                                      timeline=plan.timeline)
-    index = table.write_config.index_type
-    write_spec = WriteSpec(writer, table.config.name, 0, index, decided=True)
+    write_task = plan.write.write_task(plan.data_schema, columns=VERSIONS,
+                                 event_time=sink.spec.event_time, policy=POLICY)
+    write_spec = WriteSpec(write_task, decided=True)
     cpu, wall = time.process_time(), time.perf_counter()
-    rows = place_rows(placed, table_name=table.config.name, num_buckets=0,
-                      live=live_buckets(plan.view, index))
+    rows = place_rows(placed, write_task.placement, plan.view)
     ordered, (parts, fids), sizes = group_rows(
         rows, [rows.column("_hoodie_partition_path"), rows.column(FILE_ID)])
     stats, first = [], 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -57,6 +57,9 @@ from engine.write.write_client import (
     WriteClient,
     concurrency_mode,
 )
+
+if TYPE_CHECKING:
+    from engine.read.options import ReadOptions
 
 PROPERTIES = f"{HOODIE}/hoodie.properties"
 _CREATE_KEYS = tuple(key for spec in CREATE_KEYS for key in (spec.key, *spec.aliases))
@@ -564,3 +567,31 @@ class Table:
     def __repr__(self) -> str:
         return (f"Table({self.path!r}, name={self.config.name!r}, "
                 f"type={self.config.table_type.value})")
+
+    # -- what the streaming job (ingest/) asks of the table beyond reads and writes --------
+
+    def write_client(self) -> WriteClient:
+        """The table's write client, as its writers and table services run with it (the
+        streaming job's service thread schedules and executes plans through it,
+        :mod:`engine.services.table_services`)."""
+        return WriteClient(self.storage, self.config, self.write_config)
+
+    @property
+    def archives_automatically(self) -> bool:
+        """Whether writers archive after their commits (``hoodie.archive.automatic``; never
+        on a table version whose history tidelake does not write)."""
+        from engine.services.archive import archives_automatically
+        return archives_automatically(self.config, self.write_config)
+
+    def plan_read(self, options: ReadOptions) -> Scan:
+        """The read Hudi's read ``options`` ask for (:class:`~engine.read.options.ReadOptions`):
+        an incremental read from ``begin_instant`` (inclusive, as Hudi 1.x) to
+        ``end_instant``, else a snapshot or read-optimized read, as of ``as_of_instant`` if
+        given. A Spark read source plans with it on the driver and reads each slice in a
+        task (:mod:`engine.read.distributed`)."""
+        from engine.read.options import QueryType
+        if options.query_type is QueryType.INCREMENTAL:
+            return self.scan_incremental(options.begin_instant, options.end_instant,
+                                         start_inclusive=True)
+        return self.scan(None, None, options.as_of_instant,
+                         read_optimized=options.query_type is QueryType.READ_OPTIMIZED)

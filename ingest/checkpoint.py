@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.errors import CorruptTableError, TableNotFoundError
-from engine.timeline.active import Timeline
-from engine.timeline.commit_metadata import CommitMetadata
+from engine.write.distributed import Timeline
 from ingest.kafka_offsets import (
     format_hudi_checkpoint,
     offsets_from_json_dict,
@@ -90,7 +89,7 @@ class CommittedBatch:
 
 def _newest_first(timeline: Timeline) -> Iterator[tuple[str, Mapping[str, str]]]:
     for instant in reversed(timeline.completed_data_instants):
-        meta: CommitMetadata = timeline.commit_metadata(instant)
+        meta = timeline.commit_metadata(instant)
         yield instant.requested_time, meta.extra_metadata
 
 

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from engine.errors import TerminalError
-from engine.format.avro_codec import MalformedAvroError, avro_schema_to_arrow, decode_records
+from engine.layout.incoming import MalformedAvroError, avro_schema_to_arrow, decode_records
 from ingest.ddl import parse_ddl, sql_type_name
 
 __all__ = [

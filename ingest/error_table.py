@@ -33,12 +33,11 @@ import pyarrow.parquet as pq
 
 from engine.config import TableConfig
 from engine.errors import TableExistsError, TableNotFoundError
-from engine.index.bucket import bucket_ids
-from engine.layout.keygen import partition_paths, record_keys
+from engine.layout.incoming import key_buckets, partition_paths, record_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.table import Table
-from ingest.prepare import (
+from ingest.rows import (
     BUCKET,
     ERROR,
     FILE_ID,
@@ -164,7 +163,7 @@ def error_rows(prepared: pa.Table, *, batch_id: int, target_table: str,
         TOPIC: topic,
         KAFKA_PARTITION: partition,
         OFFSET: offset,
-        BUCKET: pa.array(bucket_ids(keys, config.num_buckets or 1), pa.int32()),
+        BUCKET: key_buckets(keys, config.num_buckets or 1),
     })
     return pa.table(columns, schema=write_schema())
 

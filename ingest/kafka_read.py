@@ -28,12 +28,12 @@ from engine.errors import TransientError
 from ingest.kafka_offsets import check_offset_range, report_data_loss
 from ingest.kafka_options import KafkaSourceOptions
 from ingest.kafka_records import (
-    HEADERS_TYPE,
     RecordChunk,
     offset_hole,
     refuse_offset_holes,
     use_record_chunks,
 )
+from ingest.kafka_schema import ARROW_SCHEMA
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -46,18 +46,6 @@ __all__ = [
 
 # Read-task warnings keep the source's logger name, so logging set up for it still applies.
 log = logging.getLogger("ingest.kafka_source")
-
-ARROW_SCHEMA = pa.schema([
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("headers", HEADERS_TYPE),
-])
-"""Arrow form of :data:`ingest.kafka_source.KAFKA_DDL`, exactly as Spark expects record
-batches from ``read``."""
 
 BATCH_ROWS = 10_000
 """Rows a read task hands on at most per Arrow batch."""

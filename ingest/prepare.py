@@ -18,7 +18,8 @@ Bad records are data here, never exceptions: one bad record never fails a batch.
 that fails for another reason (:class:`~ingest.decode.DecoderError`: a bug, not bad data)
 fails the batch, naming the Kafka record (topic, partition, offset) it failed on.
 
-Two shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
+The columns of prepared rows, and their packing for a shuffle, are :mod:`ingest.rows`'s. Two
+shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
 them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value
 (the global-state index path: only these pass through the state operator, whose pandas
 conversion could otherwise alter data columns; :func:`attach_data` decodes the value again
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +43,8 @@ import pyarrow.compute as pc
 
 from engine.config import TableConfig
 from engine.errors import InvalidOptionError, InvalidRecordError, TidelakeError
-from engine.index.bucket import bucket_ids
-from engine.index.consistent_hashing import committed_ring, locate_nodes
-from engine.layout.keygen import partition_paths, record_keys
-from engine.merge.resolve import VersionColumns, ordering_column, ordering_column_type
+from engine.layout.incoming import key_buckets, partition_paths, record_keys, ring_nodes
+from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from ingest.decode import (
@@ -55,81 +54,50 @@ from ingest.decode import (
     arrow_schema_to_text,
     decoder_from_spec,
 )
-from ingest.state_index import key_shards
+from ingest.rows import (
+    BUCKET,
+    DELETE,
+    ERROR,
+    FILE_ID,
+    KAFKA_COLUMNS,
+    KAFKA_KEY,
+    KAFKA_PARTITION,
+    OFFSET,
+    OP,
+    ORDERING,
+    ORDERING_NULL,
+    PACK_BYTES,
+    PACK_ROWS,
+    REASON,
+    RING,
+    SUPERSEDED,
+    TIMESTAMP,
+    TOPIC,
+    UPSERT,
+    VALUE,
+    pack_by_shard,
+    pack_rows,
+    packed_schema,
+    shard_packed_schema,
+    spark_schema,
+)
 from ingest.supersede import superseded_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
 
 __all__ = [
-    "BUCKET",
-    "DELETE",
-    "ERROR",
-    "SKIP",
-    "SUPERSEDED",
-    "UPSERT",
-    "VERSIONS",
     "PrepareSpec",
     "attach_data",
-    "group_rows",
-    "is_prepared",
-    "pack_by_shard",
-    "pack_rows",
-    "packed_schema",
+    "check_ordering_type",
+    "output_schema",
     "prepare_batch",
     "prepare_frame",
     "prepare_stream",
     "prepared_schema",
-    "shard_packed_schema",
-    "spark_schema",
     "spec_from_json",
     "spec_to_json",
-    "unpack_blobs",
-    "unpack_rows",
 ]
-
-# Operations (column OP, int8).
-UPSERT = 0
-DELETE = 1
-ERROR = 2
-SKIP = 3
-"""A row that writes nothing (it lost to a newer version); kept for its Kafka offset."""
-
-OP = "_tl_op"
-REASON = "_tl_error"
-TOPIC = "_tl_topic"
-KAFKA_PARTITION = "_tl_kafka_partition"
-OFFSET = "_tl_offset"
-TIMESTAMP = "_tl_timestamp"
-KAFKA_KEY = "_tl_kafka_key"
-VALUE = "_tl_value"
-ORDERING = "_tl_ordering"
-ORDERING_NULL = "_tl_ordering_null"
-FILE_ID = "_tl_file_id"
-BUCKET = "_tl_bucket"
-RING = "_tl_ring"
-"""Consistent hashing: the instant of the ring prepare placed the row's key with."""
-SUPERSEDED = "_tl_superseded"
-"""Error rows: the record key of a later record of the batch that was written, null if none
-(or the row's key could not be told); :mod:`ingest.supersede`."""
-ROWS = "_tl_rows"
-"""Packed rows: an Arrow IPC stream of prepared rows of one file group (see :func:`pack_rows`)."""
-VERSIONS = VersionColumns(op=OP, delete=DELETE, ordering=ORDERING, ordering_null=ORDERING_NULL)
-"""Where prepared rows keep what the engine resolves versions by
-(:func:`engine.merge.resolve.resolve`)."""
-SPREAD = "_tl_spread"
-SHARD = "_tl_shard"
-"""Rows packed for the GLOBAL_STATE index's state operator: the shard of their keys
-(:func:`ingest.state_index.key_shards`; null for error rows)."""
-PACK_ROWS = 65_536
-"""Prepared rows packed at a time, and at most per packed row."""
-PACK_BYTES = 256 << 20
-"""Prepared bytes packed at a time, at most (a packed column stays far below 2 GiB)."""
-RESERVED_PREFIXES = ("_tl_", "_hoodie_")
-
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
-"""Columns of the source rows (Spark's Kafka schema; headers are ignored)."""
 
 _UTC_US = pa.timestamp("us", tz="UTC")
 _ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or timestamp"
@@ -342,13 +310,6 @@ def prepared_schema(spec: PrepareSpec, *, with_data: bool | None = None) -> pa.S
     full = spec.with_data if with_data is None else with_data
     data = [f.with_nullable(True) for f in spec.data_schema] if full else []
     return pa.schema(data + meta_fields(spec))
-
-
-def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark ``StructType`` of an Arrow schema (for ``mapInArrow`` outputs)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 def _column(batch: pa.Table, name: str, arrow_type: pa.DataType) -> pa.Array:
@@ -664,30 +625,19 @@ def _is_formatted_key(text: str, config: TableConfig) -> bool:
 def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
     """The bucket of every keyed row's record key (null for errors)."""
     keyed = np.flatnonzero(op != ERROR)
-    ids = bucket_ids(keys.take(pa.array(keyed, pa.int64())), num_buckets)
-    return _scatter(pa.array(ids, pa.int32()), keyed, len(keys))
+    return _scatter(key_buckets(keys.take(pa.array(keyed, pa.int64())), num_buckets), keyed,
+                    len(keys))
 
 
 def _ring_nodes(keys: pa.Array, paths: pa.Array, op: np.ndarray, storage: Storage,
                 num_buckets: int) -> tuple[pa.Array, pa.Array]:
     """Consistent hashing: the index of every keyed row's node in its partition's committed
-    ring, and that ring's instant (nulls for errors)."""
-    n = len(keys)
-    nodes = np.zeros(n, np.int32)
-    which = np.full(n, -1, np.int32)  # index into `instants` of each row's ring
-    instants: list[str] = []
+    ring, and that ring's instant (:func:`engine.layout.incoming.ring_nodes`; nulls for
+    errors)."""
     keyed = np.flatnonzero(op != ERROR)
-    if len(keyed):
-        where = pa.array(keyed, pa.int64())
-        for ring, rows, at in locate_nodes(
-                keys.take(where), paths.take(where),
-                lambda part: committed_ring(storage, part, num_buckets)):
-            nodes[keyed[rows]] = at
-            which[keyed[rows]] = len(instants)
-            instants.append(ring.instant)
-    missing = which < 0
-    return (pa.array(nodes, pa.int32(), mask=missing),
-            pa.array(instants, pa.string()).take(pa.array(which, pa.int32(), mask=missing)))
+    where = pa.array(keyed, pa.int64())
+    nodes, instants = ring_nodes(keys.take(where), paths.take(where), storage, num_buckets)
+    return _scatter(nodes, keyed, len(keys)), _scatter(instants, keyed, len(keys))
 
 
 def _zero(arrow_type: pa.DataType) -> pa.Scalar:
@@ -728,111 +678,6 @@ def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
     columns[OP] = pa.array(op, pa.int8())
     columns[REASON] = pa.array(reasons, pa.string())
     return pa.table(columns, schema=full)
-
-
-def packed_schema(keys: Sequence[pa.Field] | None = None) -> pa.Schema:
-    """Arrow schema of packed rows: what they are packed by — by default the file group's
-    partition and bucket (null for error rows) —, a number spreading the packs of rows
-    without a file group over tasks, the rows themselves."""
-    if keys is None:
-        keys = (pa.field(PARTITION_PATH, pa.string()), pa.field(BUCKET, pa.int32()))
-    return pa.schema([*keys, pa.field(SPREAD, pa.int64()), pa.field(ROWS, pa.binary())])
-
-
-def shard_packed_schema() -> pa.Schema:
-    """Arrow schema of rows packed by key shard (:func:`pack_by_shard`)."""
-    return packed_schema([pa.field(SHARD, pa.int32())])
-
-
-def pack_rows(prepared: pa.Table, max_rows: int = PACK_ROWS, *,
-              keys: Mapping[str, pa.Array] | None = None) -> pa.Table:
-    """Rows packed by ``keys`` (name → one value per row; by default the rows' partition and
-    :data:`BUCKET`, their file group): one row per distinct key and up to ``max_rows`` rows,
-    holding them as an Arrow IPC stream.
-
-    The shuffle to the write tasks then moves a few large values per file group instead of
-    every record: Spark's per-row work (converting Arrow to its rows, serializing, converting
-    back) is what dominated a micro-batch. Rows whose last key is null (no file group: errors)
-    are packed together; :data:`SPREAD` (their first offset; null for rows without
-    :data:`OFFSET`) spreads such packs over the write tasks. Row order within a pack is the
-    input order. Executor side.
-    """
-    if keys is None:
-        keys = {PARTITION_PATH: prepared.column(PARTITION_PATH),
-                BUCKET: prepared.column(BUCKET)}
-    names = list(keys)
-    ordered, group_keys, sizes = group_rows(prepared, [keys[name] for name in names])
-    values: list[list[Any]] = [[] for _ in names]
-    spreads: list[int | None] = []
-    ends = [0]
-    offsets = ordered.column(OFFSET) if OFFSET in ordered.column_names else None
-    sink = pa.BufferOutputStream()  # every pack back to back: one binary column, no copies
-    first = 0
-    for g, size in enumerate(sizes):
-        last = group_keys[-1][g]
-        for begin in range(first, first + size, max_rows):
-            length = min(max_rows, first + size - begin)
-            with pa.ipc.new_stream(sink, prepared.schema) as writer:
-                writer.write_table(ordered.slice(begin, length))
-            ends.append(sink.tell())
-            for column, found in zip(values, group_keys, strict=True):
-                column.append(found[g])
-            spreads.append(None if last is not None or offsets is None
-                           else offsets[begin].as_py())
-        first += size
-    if ends[-1] >= 2**31:
-        raise ValueError(f"pack_rows: {ends[-1]} bytes do not fit one binary column")
-    blobs = pa.Array.from_buffers(pa.binary(), len(spreads), [
-        None, pa.py_buffer(np.asarray(ends, dtype=np.int32)), sink.getvalue()])
-    schema = packed_schema([pa.field(name, keys[name].type) for name in names])
-    return pa.table([*(pa.array(v, schema.field(i).type) for i, v in enumerate(values)),
-                     pa.array(spreads, pa.int64()), blobs], schema=schema)
-
-
-def group_rows(rows: pa.Table, keys: Sequence[pa.Array | pa.ChunkedArray]
-               ) -> tuple[pa.Table, list[list[Any]], list[int]]:
-    """``rows`` taken once, grouped by ``keys`` (one value per row each) and in input order
-    within a group: the reordered rows, every group's key values (one list per key) and every
-    group's row count — group *g* is the slice after the first *g* counts."""
-    index = pa.table({**{f"k{i}": key for i, key in enumerate(keys)},
-                      "i": pa.array(np.arange(rows.num_rows, dtype=np.int64))})
-    grouped = index.group_by([f"k{i}" for i in range(len(keys))],
-                             use_threads=False).aggregate([("i", "list")])
-    lists = grouped.column("i_list").combine_chunks()
-    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    group_of = np.empty(rows.num_rows, dtype=np.int64)
-    group_of[lists.flatten().to_numpy()] = np.repeat(np.arange(len(sizes)), sizes)
-    ordered = rows.take(pa.array(np.argsort(group_of, kind="stable")))
-    return (ordered, [grouped.column(f"k{i}").to_pylist() for i in range(len(keys))],
-            sizes.tolist())
-
-
-def pack_by_shard(prepared: pa.Table, shards: int, max_rows: int = PACK_ROWS) -> pa.Table:
-    """Prepared rows packed by the shard of their key (error rows: by none), for the
-    GLOBAL_STATE index's state operator (:mod:`ingest.global_index`). Executor side."""
-    shard = key_shards(prepared.column(RECORD_KEY), shards)
-    shard = pc.if_else(pc.equal(prepared.column(OP), ERROR), pa.scalar(None, pa.int32()), shard)
-    return pack_rows(prepared, max_rows, keys={SHARD: shard})
-
-
-def unpack_rows(packed: pa.Table) -> pa.Table:
-    """The prepared rows of (at least one) packed row (:func:`pack_rows`), pack by pack.
-    Executor side."""
-    return unpack_blobs([chunk[i].as_buffer() for chunk in packed.column(ROWS).chunks
-                         for i in range(len(chunk))])
-
-
-def unpack_blobs(blobs: Sequence[bytes | pa.Buffer]) -> pa.Table:
-    """The rows of (at least one) pack, given as its Arrow IPC bytes. Executor side."""
-    if not blobs:
-        raise ValueError("unpack_blobs: no packs")
-    return pa.concat_tables([pa.ipc.open_stream(pa.py_buffer(b) if isinstance(b, bytes) else b)
-                             .read_all() for b in blobs])
-
-
-def is_prepared(columns: Sequence[str]) -> bool:
-    """True for the columns of prepared (or packed) rows, False for Kafka rows."""
-    return OP in columns or ROWS in columns
 
 
 def output_schema(spec: PrepareSpec) -> pa.Schema:

@@ -3,14 +3,14 @@
 
 Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batch`):
 
-1. driver: the record_index's file group slices of the instant's snapshot
-   (:func:`engine.metadata.record_index.group_slices`, one small listing of the metadata
-   table), shipped in a picklable :class:`RecordIndexSpec`;
+1. driver: the record_index's file group slices of the instant's snapshot, one small
+   listing of the metadata table, in a picklable
+   :class:`~engine.write.distributed.RecordIndexTask` (``InstantWrite.record_index_task``);
 2. executor tasks: the prepared rows are repartitioned by the record_index file group their
-   key hashes to (:func:`engine.metadata.keys.file_group_indexes`), and each task looks its keys
-   up in only those groups (:func:`engine.metadata.record_index.lookup_group`: a base HFile
-   through its block index, never a whole file). :func:`tag_rows` then
-   resolves each key's versions in the batch against what the table stores
+   key hashes to (``RecordIndexTask.group_indexes``), and each task looks its keys up in only
+   those groups (``RecordIndexTask.lookup``: a base HFile through its block index, never a
+   whole file; the engine's fallback reads the table while the partition is incomplete).
+   :func:`tag_rows` then resolves each key's versions in the batch against what the table stores
    (:func:`engine.merge.resolve.resolve`) and tags the winner exactly as the engine's
    RECORD_INDEX/GLOBAL_SIMPLE write does (:meth:`engine.write.write_client.WriteClient.
    tag_located`): an update goes to the group holding its key, a key whose partition value
@@ -25,8 +25,8 @@ Per micro-batch (after prepare; :meth:`ingest.sink.HudiStreamingSink._write_batc
    groups first, then new ones); a narrow step gives each insert its group
    (:func:`engine.write.partitioner.insert_file_ids`, a hash of its key: the same on replay);
 4. the write tasks write the tagged rows as decided (:func:`ingest.spark_write.write_rows`),
-   telling the engine which keys the lookup located in each group (:data:`LOCATED`,
-   :func:`located_keys`: the ``located_keys`` of
+   telling the engine which keys the lookup located in each group (:data:`~ingest.rows.LOCATED`,
+   :func:`~ingest.rows.located_keys`: the ``located_keys`` of
    :meth:`engine.write.group_writer.GroupWriter.write`, as the write client's plan tells its
    tasks); their write handles emit the record_index entries of the keys that entered or
    left a group — a log append of upserts alone without reading the group's slice — and the
@@ -45,27 +45,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import TableConfig, WriteConfig
-from engine.index import record_index as record_index_lookup
-from engine.index.simple import LOCATION_SCHEMA, concat_locations, tag
-from engine.layout.file_group import FileSlice
-from engine.layout.view import TableView
-from engine.merge.policy import update_partition_path
+from engine.config import TableConfig
 from engine.merge.resolve import ordering_column, resolve, tombstone_keys
-from engine.metadata import record_index as rli
-from engine.metadata.keys import file_group_indexes
-from engine.metadata.reader import GroupSlice, route
-from engine.metadata.table import MetadataTable
-from engine.read.reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY
-from engine.storage import Storage
-from engine.write.partitioner import InsertBucket, insert_file_ids
-from engine.write.write_client import WriteClient
-from ingest.prepare import (
+from engine.write.distributed import InsertBucket, RecordIndexTask, TableView, insert_file_ids
+from ingest.resolve import POLICY, arrival_order
+from ingest.rows import (
     DELETE,
     ERROR,
     FILE_ID,
     KAFKA_PARTITION,
+    LOCATED,
     OFFSET,
     OP,
     ORDERING,
@@ -76,39 +66,17 @@ from ingest.prepare import (
     VERSIONS,
     spark_schema,
 )
-from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from ingest.spark_write import InstantPlan
 
-__all__ = ["LOCATED", "MDT_GROUP", "RecordIndexSpec", "TaggedBatch", "located_keys",
-           "route_rows", "tag_batch", "tag_rows", "tagged_schema"]
+__all__ = ["MDT_GROUP", "TaggedBatch", "route_rows", "tag_batch", "tag_rows", "tagged_schema"]
 
 MDT_GROUP = "_tl_mdt_group"
 """The record_index file group (index among the partition's groups) a row's key hashes to."""
-LOCATED = "_tl_located"
-"""Tagged rows: true for an upsert whose key the lookup located in the row's file group (an
-update in place), false for every other row (inserts, deletes, skipped versions, errors)."""
 _ROW = "_tl_row"
-
-
-@dataclass(frozen=True)
-class RecordIndexSpec:
-    """What the tagging tasks need (picklable, built on the driver per instant)."""
-
-    storage: Storage
-    config: TableConfig
-    write_config: WriteConfig
-    pieces: tuple[GroupSlice, ...]
-    """The record_index's latest file group slices, in file id order (their count is the
-    routing modulus); empty when the partition is not complete (then the engine's fallback
-    reads the table, as GLOBAL_SIMPLE)."""
-
-    @property
-    def event_time(self) -> bool:
-        return self.config.orders_by_event_time
 
 
 def tagged_schema(schema: pa.Schema) -> pa.Schema:
@@ -116,83 +84,23 @@ def tagged_schema(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field(LOCATED, pa.bool_()))
 
 
-def located_keys(rows: pa.Table) -> pa.Array | None:
-    """The keys of ``rows`` (tagged rows of one file group) that the lookup located in the
-    group: what :meth:`engine.write.group_writer.GroupWriter.write` takes as
-    ``located_keys``; None for rows that were not tagged (no :data:`LOCATED`). Executor
-    side."""
-    if LOCATED not in rows.column_names:
-        return None
-    located = pc.and_(pc.fill_null(rows.column(LOCATED), False),
-                      pc.equal(rows.column(OP), UPSERT))
-    return rows.column(RECORD_KEY).filter(located).combine_chunks().cast(pa.string())
-
-
 def _flagged(rows: pa.Table, located: bool) -> pa.Table:
     return rows.append_column(LOCATED, pa.array(np.full(rows.num_rows, located), pa.bool_()))
 
 
-def route_rows(rows: pa.Table, groups: int) -> pa.Table:
+def route_rows(rows: pa.Table, task: RecordIndexTask) -> pa.Table:
     """``rows`` with :data:`MDT_GROUP`: the record_index group of their key (null for rows
     without one: errors). Executor side."""
     keys = rows.column(RECORD_KEY).to_pylist()
     ops = rows.column(OP).to_pylist()
     routed = [k is not None and op in (UPSERT, DELETE) for k, op in zip(keys, ops, strict=True)]
     values: list[int | None] = [None] * rows.num_rows
-    if groups:
+    if task.groups:
         wanted = [i for i, keep in enumerate(routed) if keep]
-        indexes = file_group_indexes([keys[i] for i in wanted], groups).tolist()
+        indexes = task.group_indexes([keys[i] for i in wanted]).tolist()
         for i, index in zip(wanted, indexes, strict=True):
             values[i] = index
     return rows.append_column(MDT_GROUP, pa.array(values, pa.int32()))
-
-
-def _lookup(spec: RecordIndexSpec, view: TableView, work: pa.Table, keys: pa.Array
-            ) -> tuple[pa.Table, tuple[str, ...]]:
-    """Locations of ``keys`` (the distinct keys of the batch's versions ``work``) and the
-    record_index file groups read: only those the keys hash to. Under event time the stored
-    ordering value comes along for the keys :func:`_compared` names."""
-    reader = view.slice_reader(use_threads=False)
-    slices = view.latest_file_slices()
-    if not slices or not len(keys):
-        return LOCATION_SCHEMA.empty_table(), ()
-    if not spec.pieces:  # not complete: the engine's fallback (reads the table)
-        found = record_index_lookup.locations(reader, slices, keys)
-        return _with_orderings(spec, reader, slices, found, work), ()
-    mdt_storage = MetadataTable(spec.storage, spec.config).storage
-    tables, read = [], []
-    for index, group_keys in sorted(route(keys.to_pylist(), len(spec.pieces)).items()):
-        piece = spec.pieces[index]
-        read.append(piece.file_id)
-        tables.append(rli.lookup_group(mdt_storage, piece, group_keys))
-    found = _with_orderings(spec, reader, slices, concat_locations(tables), work)
-    return found, tuple(read)
-
-
-def _with_orderings(spec: RecordIndexSpec, reader: SliceReader, slices: list[FileSlice],
-                    found: pa.Table, work: pa.Table) -> pa.Table:
-    """``found`` restricted to the live groups, with the stored ordering value of the
-    locations :func:`_compared` names (event time)."""
-    live = {(s.partition_path, s.file_id): s for s in slices}
-    read = _compared(spec, found, work) if spec.event_time else None
-    return record_index_lookup.attach_orderings(reader, live, found, read=read)
-
-
-def _compared(spec: RecordIndexSpec, found: pa.Table, work: pa.Table) -> pa.Array:
-    """The locations whose stored version the batch compares with (event time): those an
-    upsert of the batch moves away from (another partition), and those of keys with a
-    tombstone (a delete without an ordering value deletes at the stored one). An update in
-    place is written uncompared: if it loses, every merge keeps the stored version."""
-    if "loc_ordering" in found.column_names:  # the fallback read every ordering value
-        return pa.array(np.zeros(found.num_rows, dtype=bool))
-    upserts = work.filter(pc.equal(work.column(OP), UPSERT))
-    moves = record_index_lookup.moving(
-        found, upserts.column(RECORD_KEY).combine_chunks(),
-        upserts.column(PARTITION_PATH).combine_chunks(),
-        update_partition_path=update_partition_path(spec.write_config))
-    tombs = pc.is_in(found.column("key"),
-                     value_set=tombstone_keys(work, VERSIONS, event_time=True))
-    return pc.or_(moves, tombs)
 
 
 def _stored(found: pa.Table, event_time: bool) -> dict[str, Any]:
@@ -219,7 +127,7 @@ def _written(rows: pa.Table, partition: str, file_id: str, op: int) -> pa.Table:
     return _set(rows, OP, pa.scalar(op, pa.int8()))
 
 
-def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
+def tag_rows(rows: pa.Table, task: RecordIndexTask, view: TableView
              ) -> tuple[pa.Table, tuple[str, ...]]:
     """Tag prepared rows (all versions of their keys in the batch) against the record index:
     every input row comes back once with its Kafka coordinates — the winner of each key with
@@ -237,28 +145,30 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
         return others, ()
     work = work.append_column(_ROW, pa.array(np.arange(work.num_rows, dtype=np.int64)))
     keys = pc.unique(work.column(RECORD_KEY).combine_chunks())
-    found, read = _lookup(spec, view, work, keys)
-    resolved = resolve(arrival_order(work), columns=VERSIONS, event_time=spec.event_time,
-                       policy=POLICY, stored=_stored(found, spec.event_time))
-    client = WriteClient(spec.storage, spec.config, spec.write_config)
+    event_time = task.config.orders_by_event_time
+    upserts = work.filter(pc.equal(work.column(OP), UPSERT))
+    found, read = task.lookup(
+        view, keys, upsert_keys=upserts.column(RECORD_KEY).combine_chunks(),
+        upsert_partitions=upserts.column(PARTITION_PATH).combine_chunks(),
+        tombstoned=tombstone_keys(work, VERSIONS, event_time=True))
+    resolved = resolve(arrival_order(work), columns=VERSIONS, event_time=event_time,
+                       policy=POLICY, stored=_stored(found, event_time))
     out: list[pa.Table] = []
     in_place: list[bool] = []  # per table of out: updates the lookup located there
     if resolved.upserts.num_rows:
-        tagged = client.tag_located(resolved.upserts, view.slice_reader(use_threads=False),
-                                    view.latest_file_slices(), found)
+        tagged = task.tag_upserts(view, resolved.upserts, found)
         for (part, fid), piece in sorted(tagged.updates.items()):
             out.append(_written(piece, part, fid, UPSERT))
             in_place.append(True)
         for (part, fid), piece in sorted(tagged.moved_out.items()):
-            out.append(_moved_out(piece, part, fid, work.schema, spec))
+            out.append(_moved_out(piece, part, fid, work.schema, task.config))
             in_place.append(False)
         if tagged.inserts.num_rows:
             out.append(_set(tagged.inserts, FILE_ID, pa.scalar(None, pa.string())))
             in_place.append(False)
     deletes = resolved.deletes
     if deletes.num_rows:
-        located = tag(deletes.column(RECORD_KEY).combine_chunks(),
-                      pa.nulls(deletes.num_rows, pa.string()), found, global_index=True)
+        located = task.delete_locations(deletes.column(RECORD_KEY).combine_chunks(), found)
         hit = located.filter(pc.is_valid(located.column("loc_file_id")))
         if hit.num_rows:
             piece = deletes.take(hit.column("row"))
@@ -293,7 +203,7 @@ def tag_rows(rows: pa.Table, spec: RecordIndexSpec, view: TableView
 
 
 def _moved_out(deletes: pa.Table, partition: str, file_id: str, schema: pa.Schema,
-               spec: RecordIndexSpec) -> pa.Table:
+               config: TableConfig) -> pa.Table:
     """Prepared rows deleting the old copies of moved keys (the engine's deletes: key,
     partition and, if the delete policy gives one, the ordering value)."""
     n = deletes.num_rows
@@ -302,7 +212,7 @@ def _moved_out(deletes: pa.Table, partition: str, file_id: str, schema: pa.Schem
     columns[PARTITION_PATH] = pa.array([partition] * n, pa.string())
     columns[FILE_ID] = pa.array([file_id] * n, pa.string())
     columns[OP] = pa.array([DELETE] * n, pa.int8())
-    ordering = spec.config.precombine_field
+    ordering = config.precombine_field
     if ORDERING in schema.names:
         if ordering and ordering in deletes.column_names:
             values = deletes.column(ordering).combine_chunks()
@@ -356,29 +266,26 @@ def tag_batch(rows: DataFrame, plan: InstantPlan, schema: pa.Schema, *,
     (tag and count; the rows are persisted), the write is the third."""
     from pyspark.sql import functions as F
 
-    table = plan.table
-    storage = table.storage
-    pieces = (tuple(rli.group_slices(storage, plan.timeline)) if rli.is_kept(storage) else ())
-    spec = RecordIndexSpec(storage, table.config, table.write_config, pieces)
+    task = plan.write.record_index_task()
     spark = rows.sparkSession
     sc = spark.sparkContext
     view = sc.broadcast(plan.view)
     read: Any = sc.accumulator([], _GroupsRead())  # type: ignore[arg-type]
     with_group = schema.append(pa.field(MDT_GROUP, pa.int32()))
     out_schema = tagged_schema(schema)
-    groups = len(pieces)
+    groups = task.groups
 
     def add_group(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             if batch.num_rows:
-                yield from route_rows(pa.Table.from_batches([batch]), groups).to_batches()
+                yield from route_rows(pa.Table.from_batches([batch]), task).to_batches()
 
     def tag_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         collected = [b for b in batches if b.num_rows]
         if not collected:
             return
         table = pa.Table.from_batches(collected).drop_columns([MDT_GROUP])
-        tagged, groups_read = tag_rows(table.cast(schema), spec, view.value)
+        tagged, groups_read = tag_rows(table.cast(schema), task, view.value)
         read.add(list(groups_read))
         yield from tagged.to_batches()
 
@@ -390,7 +297,7 @@ def tag_batch(rows: DataFrame, plan: InstantPlan, schema: pa.Schema, *,
         counts = {r[PARTITION_PATH]: int(r["count"]) for r in
                   tagged.where((F.col(OP) == UPSERT) & F.col(FILE_ID).isNull())
                   .groupBy(PARTITION_PATH).count().collect()}
-        buckets = plan.client.insert_buckets(plan.timeline, plan.view, "UPSERT", counts)
+        buckets = plan.write.insert_buckets(counts)
         placed = tagged.mapInArrow(_place_inserts(_plain(buckets)), spark_schema(out_schema))
     except BaseException:
         tagged.unpersist()

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import uuid
@@ -70,16 +69,21 @@ from engine.errors import InvalidOptionError, TableExistsError, WriteConflictErr
 from engine.merge.resolve import field_ordering, ordering_column, resolve
 from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
-from engine.timeline.active import DATA_ACTION_NAMES, Timeline
-from engine.timeline.commit_metadata import CommitMetadata
-from engine.timeline.instant import Action
-from engine.write.conflict import check_conflicts
-from engine.write.write_client import UPSERT as UPSERT_OPERATION
-from engine.write.write_client import WriteClient
+from engine.write.distributed import UPSERT as UPSERT_OPERATION
+from engine.write.distributed import (
+    Timeline,
+    WriteClient,
+    check_conflicts,
+    data_commits,
+    write_pending,
+)
 from ingest.checkpoint import STREAMER_CHECKPOINT_KEY
 from ingest.error_table import ERROR_SCHEMA
 from ingest.kafka_offsets import parse_hudi_checkpoint
-from ingest.prepare import (
+from ingest.prepare import PrepareSpec, prepare_batch
+from ingest.replay_guard import one_replay
+from ingest.resolve import POLICY
+from ingest.rows import (
     DELETE,
     ERROR,
     KAFKA_PARTITION,
@@ -91,11 +95,7 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VERSIONS,
-    PrepareSpec,
-    prepare_batch,
 )
-from ingest.replay_guard import one_replay
-from ingest.resolve import POLICY
 from ingest.sink_config import GLOBAL_STATE
 
 if TYPE_CHECKING:
@@ -192,22 +192,12 @@ def decode_records(text: str) -> set[Coordinates]:
     return out
 
 
-def _data_commits(timeline: Timeline) -> list[tuple[str, Callable[[], CommitMetadata]]]:
-    """Every completed data commit, archived ones included, oldest first: its instant time
-    and how to read its metadata."""
-    history = [(row.requested_time, functools.partial(timeline.archived_commit_metadata, row))
-               for row in timeline.archived() if row.action in DATA_ACTION_NAMES]
-    active = [(i.requested_time, functools.partial(timeline.commit_metadata, i))
-              for i in timeline.completed_data_instants]
-    return sorted(history + active, key=lambda item: item[0])
-
-
 def replayed_records(table: Table) -> dict[Coordinates, str]:
     """Every record a completed replay commit of ``table`` wrote (archived commits
     included), and that commit's instant time."""
     timeline = Timeline.load(table.storage, table.config)
     found: dict[Coordinates, str] = {}
-    for instant_time, metadata in _data_commits(timeline):
+    for instant_time, metadata in data_commits(timeline):
         text = metadata().extra_metadata.get(REPLAY_RECORDS_KEY)
         if text:
             for record in decode_records(text):
@@ -246,7 +236,7 @@ def _arrivals(table: Table, coordinates: Iterable[Coordinates]) -> dict[Coordina
     for offsets in wanted.values():
         offsets.sort()
     found: dict[Coordinates, str] = {}
-    for instant_time, metadata in _data_commits(Timeline.load(table.storage, table.config)):
+    for instant_time, metadata in data_commits(Timeline.load(table.storage, table.config)):
         text = metadata().extra_metadata.get(STREAMER_CHECKPOINT_KEY)
         if not text:
             continue
@@ -426,7 +416,7 @@ def _in_flight(table: Table, rows: pa.Table) -> np.ndarray:
     if not rows.num_rows or not table.exists:
         return none
     timeline = Timeline.load(table.storage, table.config)
-    if not timeline.pending((Action.COMMIT, Action.DELTA_COMMIT)):
+    if not write_pending(timeline):
         return none
     coordinates = _coordinates(rows)
     covered = _arrivals(table, coordinates)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from engine.errors import LockTimeoutError, TransientError, WriteConflictError
 from engine.storage import Storage
 from engine.table import Table
-from engine.timeline.lock import LOCK_FILE, FileSystemLock
+from engine.write.distributed import LOCK_FILE, FileSystemLock
 
 __all__ = ["MARKER_EXPIRY_SECONDS", "MARKER_FOLDER", "ReplayRunningError", "one_replay"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from engine.merge.policy import DeletePolicy
-from ingest.prepare import KAFKA_PARTITION, OFFSET, TOPIC
+from ingest.rows import KAFKA_PARTITION, OFFSET, TOPIC
 
 __all__ = ["POLICY", "arrival_order"]
 

@@ -43,7 +43,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.services.archive import archives_automatically
 from engine.services.table_services import (
     ARCHIVE,
     CLEAN,
@@ -53,7 +52,6 @@ from engine.services.table_services import (
     pending_plans,
     schedule_due,
 )
-from engine.write.write_client import WriteClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -171,7 +169,7 @@ class StreamingServices:
                            and not table.config.table_version.compaction_holds_lock)
         self.clustering = enabled and wc.clustering_async
         self.clean = enabled and wc.clean_automatic
-        self.archive = enabled and archives_automatically(table.config, wc)
+        self.archive = enabled and table.archives_automatically
         self.max_pending = wc.max_pending_compactions
         self.state = ServicesState()
         self._wake = threading.Event()
@@ -187,9 +185,6 @@ class StreamingServices:
         """True if any service runs in this job."""
         return self.compaction or self.clustering or self.clean or self.archive
 
-    def _client(self) -> WriteClient:
-        return WriteClient(self.table.storage, self.table.config, self.table.write_config)
-
     # -- streaming thread ----------------------------------------------------------------
 
     def after_commit(self, spark: SparkSession) -> None:
@@ -200,7 +195,7 @@ class StreamingServices:
         self._spark = spark
         if self.compaction or self.clustering:
             try:
-                scheduled = schedule_due(self._client(), compaction=self.compaction,
+                scheduled = schedule_due(self.table.write_client(), compaction=self.compaction,
                                          clustering=self.clustering)
             except Exception as exc:
                 self._failed(COMPACTION if self.compaction else CLUSTERING, exc, "scheduling")
@@ -366,9 +361,9 @@ class StreamingServices:
             status = self.state.services[service]
             status.running_since = time.monotonic()
             try:
-                run = (execute_pending(self._client(), service,
+                run = (execute_pending(self.table.write_client(), service,
                                        runner=spark_runner(spark, self._parallelism(spark)))
-                       if spark else execute_pending(self._client(), service))
+                       if spark else execute_pending(self.table.write_client(), service))
             except Exception as exc:
                 if self._stop.is_set() or _spark_stopped(spark):
                     # the query ended and its session stopped under the step: not a failure

@@ -49,33 +49,23 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from engine.config import ROLLING_METADATA_KEYS
 from engine.errors import (
-    InvalidOptionError,
     InvalidRecordError,
     LockTimeoutError,
-    SchemaEvolutionError,
-    TableExistsError,
-    TableNotFoundError,
     TerminalError,
     WriteConflictError,
 )
-from engine.layout.keygen import check_field_types
-from engine.schema import data_schema_of, evolve_schema, normalize_input_schema, table_schema
+from engine.schema import normalize_input_schema
 from engine.storage import is_local
-from engine.table import Table
-from engine.timeline.active import Timeline, temp_folder
-from engine.timeline.commit_metadata import WriteStat
-from engine.write.write_client import DELETE_MARKER, WriteClient
+from engine.write.distributed import Timeline, WriteStat, bucket_count, clustered
 from ingest.checkpoint import (
     CHECKPOINT_KEYS,
     batch_end_offsets,
@@ -86,7 +76,6 @@ from ingest.checkpoint import (
     merge_offsets,
     starting_offsets_from_table,
 )
-from ingest.decode import Decoder
 from ingest.error_table import ERROR_SCHEMA, ErrorStaging, open_error_table, read_staged
 from ingest.global_index import (
     GlobalIndexSpec,
@@ -95,19 +84,16 @@ from ingest.global_index import (
     check_state_layout,
     ensure_state_store,
     live_bucket_groups,
-    tag_frame,
 )
+from ingest.global_index_processor import tag_frame
 from ingest.prepare import (
-    RESERVED_PREFIXES,
     PrepareSpec,
-    check_ordering_type,
-    is_prepared,
     output_schema,
     prepare_frame,
     prepared_schema,
-    spark_schema,
 )
 from ingest.record_index import tag_batch
+from ingest.rows import is_prepared, spark_schema
 from ingest.services import StreamingServices
 from ingest.sink_config import (
     BUCKET,
@@ -116,6 +102,14 @@ from ingest.sink_config import (
     GLOBAL_STATE,
     RECORD_INDEX,
     SinkConfig,
+)
+from ingest.sink_table import (
+    check_reserved,
+    check_table_schema,
+    checked_data_schema,
+    key_decoder,
+    materialize,
+    open_or_define,
 )
 from ingest.spark_write import (
     InstantPlan,
@@ -223,18 +217,6 @@ class SinkTotals:
         return replace(self, retries=self.retries + 1)
 
 
-def _fields(value: str | Sequence[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return tuple(str(v).strip() for v in items if str(v).strip())
-
-
-def _default_name(path: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", Path(path).name) or "table"
-    return name if not name[0].isdigit() else f"t_{name}"
-
-
 class HudiStreamingSink:
     """A ``foreachBatch`` sink writing Kafka micro-batches into one Hudi table.
 
@@ -267,7 +249,7 @@ class HudiStreamingSink:
         self.update_partition_path = bool(config.update_partition_path)  # resolved: a bool
         table_path, decoder = config.table_path, config.decoder
         decoded = normalize_input_schema(decoder.schema)
-        self._check_reserved(decoded)
+        check_reserved(decoded)
         # The engine stores no _hoodie_* data column (it drops them from its input).
         stored = pa.schema([f for f in decoded if not f.name.startswith("_hoodie_")])
         self.storage_options = dict(config.storage_options or {})
@@ -275,11 +257,8 @@ class HudiStreamingSink:
         # Service commits carry the checkpoint forward (a job without its Spark checkpoint
         # resumes from the table's offsets after any number of compactions and archivals).
         options = {ROLLING_METADATA_KEYS: ",".join(CHECKPOINT_KEYS), **(config.options or {})}
-        self.table = self._open_or_create(table_path, config.table_name, config.table_type,
-                                          config.record_key, config.precombine,
-                                          config.partition_by, config.num_buckets, options,
-                                          stored)
-        self.data_schema = self._check_schema(stored, decoded)
+        self.table = open_or_define(config, options, stored)
+        self.data_schema = checked_data_schema(self.table, stored, decoded)
         delete_column = config.delete_column
         key_format, key_schema = config.key_format, config.key_schema
         error_table_path = config.error_table_path
@@ -304,8 +283,8 @@ class HudiStreamingSink:
                                 key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
                                 with_data=self.index != GLOBAL_STATE,
-                                num_buckets=(table_config.num_buckets
-                                             or self.table.write_config.num_buckets)
+                                num_buckets=bucket_count(table_config,
+                                                         self.table.write_config)
                                 if self.index == BUCKET else None,
                                 pack=self.index != RECORD_INDEX,
                                 state_shards=self.state_shards
@@ -334,119 +313,9 @@ class HudiStreamingSink:
         """True once the table exists on storage (opened, or created by a batch)."""
         return self.table.exists
 
-    # -- setup (driver) --------------------------------------------------------------------
-
-    def _open_or_create(self, path: str, name: str | None, table_type: str,
-                        record_key: str | Sequence[str] | None, precombine: str | None,
-                        partition_by: str | Sequence[str] | None, num_buckets: int,
-                        options: Mapping[str, Any] | None, schema: pa.Schema) -> Table:
-        try:
-            table = Table.open(path, storage_options=self.storage_options)
-        except TableNotFoundError:
-            table = None
-        if table is None:
-            if not record_key:
-                raise ValueError(f"record_key: required to create the table at {path}")
-            opts = ({"hoodie.index.type": RECORD_INDEX} if self.index == RECORD_INDEX else
-                    {"hoodie.index.type": "BUCKET",
-                     "hoodie.bucket.index.num.buckets": str(num_buckets)}) | dict(options or {})
-            # Created on storage by the first batch with a valid record (_write_batch).
-            defined = Table.define(path, name=name or _default_name(path),
-                                   table_type=table_type, record_key=record_key,
-                                   precombine=precombine, partition_by=partition_by,
-                                   options=opts, schema=schema,
-                                   storage_options=self.storage_options)
-            self._check_index(defined)
-            return defined
-        config = table.config
-        for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
-                                    ("partition_by", _fields(partition_by),
-                                     config.partition_fields),
-                                    ("precombine", _fields(precombine),
-                                     _fields(config.precombine_field))):
-            if wanted and wanted != actual:
-                raise ValueError(f"{arg}: the table at {path} has {', '.join(actual) or 'none'}"
-                                 f", not {', '.join(wanted)}")
-        if self.index == BUCKET and config.num_buckets is None:
-            raise ValueError(f"index: the table at {path} was not created with the BUCKET "
-                             "index (hoodie.index.type=BUCKET); use index=GLOBAL_STATE")
-        if self.index == RECORD_INDEX:  # the table's index type is checked by Table.open
-            options = {**(options or {}), "hoodie.index.type": RECORD_INDEX}
-        if options:
-            table = Table.open(path, options, storage_options=self.storage_options)
-        self._check_index(table)
-        return table
-
-    def _check_index(self, table: Table) -> None:
-        if self.index == RECORD_INDEX:
-            # The engine's own check: RECORD_INDEX needs the metadata table kept
-            # (hoodie.metadata.enable), else InvalidOptionError naming the option.
-            WriteClient(table.storage, table.config, table.write_config)
-        if self.index == GLOBAL_STATE and table.config.consistent_hashing:
-            raise InvalidOptionError(
-                "hoodie.index.bucket.engine",
-                f"the table at {table.path} uses CONSISTENT_HASHING, whose rings place every "
-                "key; the GLOBAL_STATE index cannot write it (use index BUCKET)")
-
-    @staticmethod
-    def _check_reserved(decoded: pa.Schema) -> None:
-        for f in decoded:
-            if f.name.startswith(RESERVED_PREFIXES) and f.name != "_hoodie_is_deleted":
-                raise ValueError(f"decoder: field {f.name!r} uses a reserved prefix "
-                                 f"({', '.join(RESERVED_PREFIXES)})")
-
-    def _check_schema(self, decoded: pa.Schema, full: pa.Schema) -> pa.Schema:
-        """The table's data schema, which the decoder must produce (``decoded``: the decoder's
-        fields the engine stores; ``full``: all of them, for tables that stored a
-        ``_hoodie_is_deleted`` column)."""
-        config = self.table.config
-        timeline = Timeline.load(self.table.storage, config)
-        recorded = table_schema(timeline)
-        stores_marker = recorded is not None and DELETE_MARKER in recorded.names
-        produced = full if stores_marker else decoded
-        schema = self._evolved(timeline, produced)
-        # Checked on the decoder's own fields: a table column the decoder lacks is kept (as
-        # nulls) with hoodie.write.set.null.for.missing.columns, but no key may be null.
-        for name in (*config.record_key_fields, *config.partition_fields):
-            if name not in produced.names:
-                raise ValueError(f"decoder: the schema has no field {name!r} (a key or "
-                                 "partition field of the table)")
-        # A key or partition type with no Java text would fail every batch: refuse it now.
-        check_field_types(schema, (*config.record_key_fields, *config.partition_fields))
-        if config.precombine_field:
-            if config.precombine_field not in produced.names:
-                raise ValueError(f"decoder: the schema has no ordering field "
-                                 f"{config.precombine_field!r}")
-            check_ordering_type(config.precombine_field,
-                                schema.field(config.precombine_field).type)
-        return schema
-
-    def _evolved(self, timeline: Timeline, decoded: pa.Schema) -> pa.Schema:
-        """The table's data schema once the decoder's rows are written: the engine's rule
-        (:func:`engine.schema.evolve_schema`: new fields added, types widened, anything else
-        refused with :class:`~engine.errors.SchemaEvolutionError` naming the column)."""
-        recorded = table_schema(timeline)
-        return evolve_schema(
-            data_schema_of(recorded) if recorded is not None else None, decoded,
-            set_null_for_missing=self.table.write_config.set_null_for_missing_columns)
-
     def _check_table_schema(self, timeline: Timeline) -> None:
-        """Before a batch starts its instant: the table's schema must still evolve to the one
-        this job writes; another writer that evolved it since fails the batch, naming the
-        first column that differs (nothing is written; restart the job with a decoder of the
-        table's schema)."""
-        restart = ("the table's schema changed since this job started (another writer "
-                   "evolved it): restart the job with a decoder of the table's schema")
-        try:
-            now = self._evolved(timeline, self.data_schema)
-        except SchemaEvolutionError as exc:
-            raise SchemaEvolutionError(exc.column, f"{exc}; {restart}") from None
-        if now.equals(self.data_schema):
-            return
-        column = next((f.name for f in now if f.name not in self.data_schema.names
-                       or not f.type.equals(self.data_schema.field(f.name).type)),
-                      now.names[-1])
-        raise SchemaEvolutionError(column, f"column {column!r}: {restart}")
+        """Before a batch starts its instant: :func:`ingest.sink_table.check_table_schema`."""
+        check_table_schema(self.table, timeline, self.data_schema)
 
     # -- the streaming plan (driver) -------------------------------------------------------
 
@@ -472,9 +341,10 @@ class HudiStreamingSink:
         spark = source.sparkSession
         ensure_state_store(spark)
         config = self.table.config
+        moves = clustered(self.table.write_config)
         spec = GlobalIndexSpec(
             table_name=config.name,
-            num_buckets=config.num_buckets or self.table.write_config.num_buckets,
+            num_buckets=bucket_count(config, self.table.write_config),
             bucket_groups=live_bucket_groups(self.table),
             slim_schema=prepared_schema(self.spec, with_data=False),
             event_time=config.orders_by_event_time, ordering_type=self.spec.ordering_type,
@@ -482,9 +352,9 @@ class HudiStreamingSink:
             shards=self.state_shards,
             fold_min_rows=self.state_fold[0], max_deltas=self.state_fold[1],
             index_id=f"{self.table.path}#{self.identifier}",
-            # a table without the bucket layout can be clustered: tasks follow moved keys
-            table_storage=None if config.num_buckets else self.table.storage,
-            table_config=None if config.num_buckets else config)
+            # a table a clustering may rewrite: tasks follow the keys it moved
+            table_storage=self.table.storage if moves else None,
+            table_config=config if moves else None)
         self._tagged = True
         return tag_frame(prepared, spec, bootstrap_frame(spark, self.table, spec))
 
@@ -604,7 +474,7 @@ class HudiStreamingSink:
                 return plan.finish(stats, tasks, extra)
             except LockTimeoutError as exc:
                 self._spend_retry(batch_id, exc, f"committing instant "
-                                  f"{plan.instant.requested_time} of {plan.table.path} again "
+                                  f"{plan.instant_time} of {plan.table.path} again "
                                   "(still inflight, its files kept)")
 
     def _abort(self, plan: InstantPlan) -> None:
@@ -675,7 +545,7 @@ class HudiStreamingSink:
                                     batch_end_offsets(rows.sparkSession, batch_id))
             extra = checkpoint_metadata(self.identifier, batch_id, query_id, offsets or None)
             if uncreated:
-                self._materialize()
+                materialize(self.table, self.storage_options)
             committing = time.monotonic()
             outcome = self._commit(plan, written.stats, written.tasks, extra, batch_id)
             done = time.monotonic()
@@ -711,24 +581,6 @@ class HudiStreamingSink:
             "decoder's schema fits the data; to route such batches to the error table "
             "anyway, raise max_error_fraction (errors.max_fraction; 1 turns the check off)")
 
-    def _materialize(self) -> None:
-        """Create the defined table on storage; if another writer (a second job) created it
-        first, go on with it when it is laid out as this sink's table would be."""
-        try:
-            self.table.materialize()
-        except TableExistsError:
-            existing = Table.open(self.table.path,
-                                  storage_options=self.storage_options).config
-            ours = self.table.config
-            layout = ("table_type", "record_key_fields", "partition_fields",
-                      "precombine_field", "index_type", "num_buckets", "keygen_type")
-            differs = [f for f in layout if getattr(existing, f) != getattr(ours, f)]
-            if differs:
-                raise ValueError(
-                    f"table_path: another writer created {self.table.path} meanwhile with "
-                    f"another {differs[0]} ({getattr(existing, differs[0])!r}, not "
-                    f"{getattr(ours, differs[0])!r})") from None
-
     def _discard_uncreated(self, *, quietly: bool = False) -> None:
         """Remove what a batch left in the folder of a table that does not exist yet (no
         ``hoodie.properties``): the timeline and scratch files, partition folders that hold
@@ -754,7 +606,7 @@ class HudiStreamingSink:
                         query_id):
             return None
         return ErrorStaging(storage=self.table.storage,
-                            folder=f"{temp_folder(plan.instant.requested_time)}/errors",
+                            folder=plan.write.scratch_path("errors"),
                             batch_id=batch_id, target_table=self.table.config.name,
                             config=table.config)
 
@@ -791,34 +643,9 @@ def _abort_quietly(plan: InstantPlan) -> bool:
     except Exception:  # the original error matters more
         log.warning("could not roll back instant %s of %s now; trying again before the next "
                     "batch (or a later writer will, once its heartbeat expired)",
-                    plan.instant.requested_time, plan.table.path, exc_info=True)
+                    plan.instant_time, plan.table.path, exc_info=True)
         return False
     return True
-
-
-KEY_FORMATS = ("string", "json", "avro")
-
-
-def key_decoder(key_format: str, key_schema: Any, config: Any,
-                data_schema: pa.Schema) -> Decoder | None:
-    """The decoder of tombstones' Kafka keys for ``key_format`` (None for ``"string"``)."""
-    from ingest.decode import AvroDecoder, JsonDecoder
-
-    if key_format not in KEY_FORMATS:
-        raise ValueError(f"key_format: expected one of {', '.join(KEY_FORMATS)}, "
-                         f"got {key_format!r}")
-    if key_format == "string":
-        if key_schema is not None:
-            raise ValueError("key_schema: only used with key_format 'json' or 'avro'")
-        return None
-    if key_format == "avro":
-        if key_schema is None:
-            raise ValueError("key_schema: key_format 'avro' needs the key's Avro schema")
-        return AvroDecoder(key_schema)
-    if key_schema is None:
-        names = [*config.record_key_fields, *config.partition_fields]
-        key_schema = pa.schema([data_schema.field(n) for n in dict.fromkeys(names)])
-    return JsonDecoder(key_schema)
 
 
 def start_ingest(spark: SparkSession, source_df: DataFrame, sink: HudiStreamingSink,

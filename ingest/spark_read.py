@@ -83,16 +83,22 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from engine.errors import InvalidOptionError
-from engine.layout.file_group import FileSlice
-from engine.read.changes import CDC_SCHEMA
-from engine.read.options import CDC, EARLIEST, LATEST, QueryType, ReadOptions
-from engine.read.scan import Scan, SliceScan
-from engine.read.stream_schema import check_stream_schema
+from engine.read.distributed import (
+    CDC,
+    CDC_SCHEMA,
+    EARLIEST,
+    LATEST,
+    FileSlice,
+    ReadOptions,
+    Scan,
+    SliceScan,
+    check_stream_schema,
+    latest_completion,
+)
 from engine.redact import redact, spark_redaction_regex
 from engine.schema import conform
 from engine.storage import is_storage_option
 from engine.table import Table
-from engine.timeline.active import Timeline, completion_key
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -226,8 +232,7 @@ def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa
 def _latest_completion(table: Table) -> str:
     """The completion key of the table's latest completed data instant (or
     :data:`BEFORE_FIRST_COMMIT`)."""
-    done = Timeline.load(table.storage, table.config).completed_data_instants
-    return completion_key(done[-1]) if done else BEFORE_FIRST_COMMIT
+    return latest_completion(table.storage, table.config) or BEFORE_FIRST_COMMIT
 
 
 class TidelakeReader(DataSourceReader):
@@ -246,12 +251,7 @@ class TidelakeReader(DataSourceReader):
     def plan(self) -> Scan:
         """Driver: the engine's plan of this read (one slice per Spark partition)."""
         table = Table.open(self.path, storage_options=self._storage_options)
-        opts = self.options
-        if opts.query_type is QueryType.INCREMENTAL:
-            return table.scan_incremental(opts.begin_instant, opts.end_instant,
-                                          start_inclusive=True)
-        return table.scan(None, None, opts.as_of_instant,
-                          read_optimized=opts.query_type is QueryType.READ_OPTIMIZED)
+        return table.plan_read(self.options)
 
     def partitions(self) -> Sequence[InputPartition]:
         """Driver: one partition per file slice the engine plans to read (the change feed:

@@ -39,32 +39,21 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.config import IndexType
 from engine.errors import InvalidOptionError
-from engine.index.consistent_hashing import (
+from engine.schema import PARTITION_PATH, RECORD_KEY
+from engine.write.distributed import (
     HashingMetadata,
+    InstantWrite,
+    Placement,
+    TableView,
+    Timeline,
+    WriteStat,
+    WriteTask,
 )
-from engine.layout.view import TableView
-from engine.schema import (
-    PARTITION_PATH,
-    RECORD_KEY,
-)
-from engine.storage import Storage
-from engine.timeline.active import Timeline
-from engine.timeline.commit_metadata import WriteStat
-from engine.timeline.instant import Instant
-from engine.write.group_writer import UPSERT as UPSERT_OPERATION
-from engine.write.group_writer import GroupWriter
-from engine.write.placement import (
-    bucket_file_ids,
-    live_buckets,
-    record_buckets,
-    ring_file_ids,
-    spread_tombstones,
-)
-from engine.write.write_client import WriteClient
 from ingest.error_table import ErrorStaging
-from ingest.prepare import (
+from ingest.prepare import PrepareSpec, attach_data
+from ingest.resolve import POLICY, arrival_order
+from ingest.rows import (
     BUCKET,
     DELETE,
     ERROR,
@@ -79,14 +68,11 @@ from ingest.prepare import (
     TOPIC,
     UPSERT,
     VERSIONS,
-    PrepareSpec,
-    attach_data,
     group_rows,
+    located_keys,
     spark_schema,
     unpack_rows,
 )
-from ingest.record_index import located_keys
-from ingest.resolve import POLICY, arrival_order
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -137,28 +123,37 @@ class InstantPlan:
     """Driver-side state of one instant between :func:`start_instant` and :meth:`finish`."""
 
     table: Table
-    client: WriteClient
-    timeline: Timeline
-    instant: Instant
-    view: TableView
-    """The snapshot the instant writes on (broadcast to the write tasks)."""
+    write: InstantWrite
+    """The engine's instant (:class:`engine.write.distributed.InstantWrite`)."""
     data_schema: pa.Schema
+
+    @property
+    def view(self) -> TableView:
+        """The snapshot the instant writes on (broadcast to the write tasks)."""
+        return self.write.view
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.write.timeline
+
+    @property
+    def instant_time(self) -> str:
+        return self.write.instant_time
 
     def finish(self, stats: Sequence[WriteStat], tasks: Sequence[TaskReport],
                extra_metadata: Mapping[str, str]) -> WriteOutcome:
         """Complete the instant (driver only): the commit point."""
-        extra = self.client.commit_extra(self.data_schema, extra_metadata)
-        done = self.client.finish(self.timeline, self.instant, stats, UPSERT_OPERATION, extra)
-        return WriteOutcome(done.requested_time, tuple(stats), tuple(tasks))
+        done = self.write.finish(stats, self.data_schema, extra_metadata)
+        return WriteOutcome(done, tuple(stats), tuple(tasks))
 
     @property
     def scratch_folder(self) -> str:
         """Absolute path of the instant's scratch folder (deleted by its commit or rollback)."""
-        return self.client.scratch_folder(self.instant)
+        return self.write.scratch_folder
 
     def abort(self) -> None:
         """Roll the instant back now (driver only), rather than at the next write."""
-        self.client.abort(self.instant)
+        self.write.abort()
 
 
 def check_spark_conf(spark: SparkSession) -> None:
@@ -178,63 +173,61 @@ def start_instant(table: Table, data_schema: pa.Schema) -> InstantPlan:
     """Roll back failed writes, start an inflight instant (its heartbeat beats until
     :meth:`InstantPlan.finish` or :meth:`InstantPlan.abort`), take the view of its snapshot
     (listed now). Driver only."""
-    client = WriteClient(table.storage, table.config, table.write_config)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
+    runner = None
     if spark is not None:  # a metadata-table index built at the start runs in Spark tasks
         from ingest.services import spark_runner
 
-        client.task_runner = spark_runner(spark, spark.sparkContext.defaultParallelism)
-    timeline, instant = client.begin()
-    view = TableView(table.storage, timeline)
-    view.materialize()
-    return InstantPlan(table, client, timeline, instant, view, data_schema)
+        runner = spark_runner(spark, spark.sparkContext.defaultParallelism)
+    write = InstantWrite.start(table.storage, table.config, table.write_config, runner=runner)
+    return InstantPlan(table, write, data_schema)
 
 
 # --- placement (executor side) --------------------------------------------------------------
 
 
-def place_rows(rows: pa.Table, *, table_name: str, num_buckets: int,
-               live: Mapping[tuple[str, int], str]) -> pa.Table:
-    """Fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes that lack one: the file group
-    of the key's bucket (:func:`engine.write.placement.bucket_file_ids`, as the write client
-    places keys).
+def place_rows(rows: pa.Table, placement: Placement, view: TableView) -> pa.Table:
+    """Fill :data:`~ingest.rows.FILE_ID` of upserts/deletes that lack one: the file group
+    of the key's bucket (:meth:`engine.write.distributed.Placement.bucket_groups`, as the
+    write client places keys).
 
-    The bucket is the row's :data:`~ingest.prepare.BUCKET` when prepare computed it, else the
+    The bucket is the row's :data:`~ingest.rows.BUCKET` when prepare computed it, else the
     record key's. Rows that already name a file group (the global-state index decided) keep
     it; other rows (errors, skipped versions) are dropped. A delete without a partition (a
     tombstone on a partitioned BUCKET table) is copied to the key's bucket in every partition
-    that has it (:func:`engine.write.placement.spread_tombstones`); the caller must hand over
-    all rows of a bucket at once (``write_rows(..., by_bucket=True)``). Executor side.
+    that has it (:meth:`engine.write.distributed.Placement.spread_tombstones`); the caller
+    must hand over all rows of a bucket at once (``write_rows(..., by_bucket=True)``).
+    Executor side.
     """
     ops = rows.column(OP).combine_chunks()
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
     if rows.column(PARTITION_PATH).null_count:
-        rows = spread_tombstones(rows, _buckets(rows, num_buckets).to_pylist(), live)
+        rows = placement.spread_tombstones(view, rows, _buckets(rows, placement).to_pylist())
     fids = rows.column(FILE_ID).combine_chunks()
     if not rows.num_rows or not fids.null_count:
         return rows
-    placed = bucket_file_ids(rows.column(PARTITION_PATH).combine_chunks(),
-                             _buckets(rows, num_buckets), table_name=table_name, live=live)
+    placed = placement.bucket_groups(view, rows.column(PARTITION_PATH).combine_chunks(),
+                                     _buckets(rows, placement))
     return rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(fids, placed))
 
 
-def _buckets(rows: pa.Table, num_buckets: int) -> pa.Array:
-    """Each row's bucket: prepare's :data:`~ingest.prepare.BUCKET`, else the key's."""
+def _buckets(rows: pa.Table, placement: Placement) -> pa.Array:
+    """Each row's bucket: prepare's :data:`~ingest.rows.BUCKET`, else the key's."""
     if BUCKET in rows.column_names and not rows.column(BUCKET).null_count:
         return rows.column(BUCKET).combine_chunks().cast(pa.int32())
-    return pa.array(record_buckets(rows.column(RECORD_KEY), num_buckets), pa.int32())
+    return placement.record_buckets(rows.column(RECORD_KEY))
 
 
-def place_on_rings(rows: pa.Table, *, storage: Storage, num_buckets: int,
-                   rings: Mapping[str, HashingMetadata]) -> tuple[pa.Table, tuple[str, ...]]:
-    """Consistent hashing: fill :data:`~ingest.prepare.FILE_ID` of upserts/deletes from the
-    node prepare found (:data:`~ingest.prepare.BUCKET`) in the ring of the instant's snapshot
-    (:func:`engine.write.placement.ring_file_ids`).
+def place_on_rings(rows: pa.Table, placement: Placement, rings: Mapping[str, HashingMetadata]
+                   ) -> tuple[pa.Table, tuple[str, ...]]:
+    """Consistent hashing: fill :data:`~ingest.rows.FILE_ID` of upserts/deletes from the
+    node prepare found (:data:`~ingest.rows.BUCKET`) in the ring of the instant's snapshot
+    (:meth:`engine.write.distributed.Placement.ring_groups`).
 
-    Prepare read the rings itself (:data:`~ingest.prepare.RING` names the one it used), and
+    Prepare read the rings itself (:data:`~ingest.rows.RING` names the one it used), and
     the rows of one file group reach one task only if it used the snapshot's ring: rows of a
     partition whose ring differs (a resize committed in between) are left out, and their
     partitions returned — the instant must then be written again (the driver raises a
@@ -244,10 +237,9 @@ def place_on_rings(rows: pa.Table, *, storage: Storage, num_buckets: int,
     rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
     if not rows.num_rows:
         return rows, ()
-    placed, stale = ring_file_ids(
+    placed, stale = placement.ring_groups(
         rows.column(PARTITION_PATH).combine_chunks(), rows.column(RING).combine_chunks(),
-        rows.column(BUCKET).combine_chunks().cast(pa.int32()), rings=rings,
-        storage=storage, num_buckets=num_buckets)
+        rows.column(BUCKET).combine_chunks().cast(pa.int32()), rings)
     rows = rows.set_column(rows.schema.get_field_index(FILE_ID), FILE_ID,
                            pc.coalesce(rows.column(FILE_ID).combine_chunks(), placed))
     return rows.filter(pc.is_valid(rows.column(FILE_ID))), stale
@@ -260,13 +252,8 @@ def place_on_rings(rows: pa.Table, *, storage: Storage, num_buckets: int,
 class WriteSpec:
     """What a write task needs besides its rows (picklable)."""
 
-    writer: GroupWriter
-    """What each file group's task writes, as the write client decides it."""
-    table_name: str
-    num_buckets: int
-    index: IndexType
-    """The writer's ``hoodie.index.type``: whether live groups are bucket groups
-    (:func:`engine.write.placement.live_buckets`)."""
+    task: WriteTask
+    """Placement and each file group's write, as the write client decides them."""
     attach: PrepareSpec | None = None
     """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
@@ -386,13 +373,13 @@ def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
     """Write one file group's rows, in arrival order unless an index decided every key
     already, as the engine resolves and writes a group
     (:meth:`engine.write.group_writer.GroupWriter.write`; rows the record index tagged tell
-    it the keys their lookup located in the group: :func:`ingest.record_index.located_keys`);
+    it the keys their lookup located in the group: :func:`ingest.rows.located_keys`);
     None if nothing to write."""
     decided = spec.decided or spec.attach is not None
     task_partition, stage, attempt = token
-    return spec.writer.write(view, partition, file_id, rows if decided else arrival_order(rows),
-                             decided=decided, located_keys=located_keys(rows),
-                             task_partition=task_partition, stage=stage, attempt=attempt)
+    return spec.task.write(view, partition, file_id, rows if decided else arrival_order(rows),
+                           decided=decided, located_keys=located_keys(rows),
+                           task_partition=task_partition, stage=stage, attempt=attempt)
 
 
 def source_counts(rows: pa.Table) -> tuple[dict[tuple[str, int], SourceCount],
@@ -469,12 +456,9 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         view = view_of()
         stale: tuple[str, ...] = ()
         if view.config.consistent_hashing:
-            placed, stale = place_on_rings(rows, storage=spec.writer.context.storage,
-                                           num_buckets=spec.num_buckets, rings=view.rings())
+            placed, stale = place_on_rings(rows, spec.task.placement, view.rings())
         else:
-            placed = place_rows(rows, table_name=spec.table_name,
-                                num_buckets=spec.num_buckets,
-                                live=live_buckets(view, spec.index))
+            placed = place_rows(rows, spec.task.placement, view)
         stats: list[WriteStat] = []
         groups: list[str] = []
         for (partition, file_id), group in _groups(placed):
@@ -546,13 +530,9 @@ def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallel
     """
     spark = rows.sparkSession
     broadcast = spark.sparkContext.broadcast(plan.view)
-    config = plan.table.config
-    writer = plan.client.group_writer(plan.instant, plan.data_schema, columns=VERSIONS,
-                                      event_time=event_time, policy=POLICY,
-                                      timeline=plan.timeline)
-    spec = WriteSpec(writer, config.name,
-                     config.num_buckets or plan.table.write_config.num_buckets,
-                     plan.table.write_config.index_type, attach, errors, decided)
+    task = plan.write.write_task(plan.data_schema, columns=VERSIONS, event_time=event_time,
+                                 policy=POLICY)
+    spec = WriteSpec(task, attach, errors, decided)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
                                                                by_bucket=by_bucket))

@@ -7,7 +7,7 @@ the bad record must not overwrite it (:mod:`ingest.replay`); with one, it decide
 ordering values the same way (Hudi's merge gives a tie to the later-arriving record,
 ``DefaultHoodieRecordPayload``). The Kafka order within a batch is not recorded anywhere
 else — the table keeps no offsets per row — so the prepare step records it on the error row
-itself: :data:`ingest.prepare.SUPERSEDED` (the error table's ``superseded_key`` column) is the
+itself: :data:`ingest.rows.SUPERSEDED` (the error table's ``superseded_key`` column) is the
 record key of a later record of the same batch that was written (upsert or delete), null when
 there was none or the record's key could not be told.
 
@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from engine.config import TableConfig
 from engine.errors import InvalidRecordError
-from engine.layout.keygen import record_keys
+from engine.layout.incoming import record_keys
 from ingest.decode import DecoderError
 
 __all__ = ["later_written", "superseded_keys", "value_keys"]

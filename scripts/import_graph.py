@@ -7,7 +7,10 @@ module, else of ``a.b``; a package's ``__init__`` run by importing its submodule
 
 - the circles: strongly connected components of two or more files, per top package;
 - the upward imports inside engine/: an import from a module to one in a higher layer of the
-  `layers` contract in pyproject.toml (docs/layers.md), its `ignore_imports` counted too.
+  `layers` contract in pyproject.toml (docs/layers.md), its `ignore_imports` counted too;
+- the engine modules ingest/ imports (its engine surface, docs/engine.md: at most
+  :data:`INGEST_SURFACE_LIMIT`; the ``forbidden`` contract "ingest imports only the engine's
+  surface" enforces the list).
 
 Run: ``.venv/bin/python scripts/import_graph.py`` (``--edges`` also lists each circle's
 imports). The contracts in pyproject.toml (``lint-imports``) enforce what this measures.
@@ -24,6 +27,8 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "ingest", "jobs")
+INGEST_SURFACE_LIMIT = 12
+"""Engine modules ingest/ may import (issue 35; docs/engine.md, "ingest's engine surface")."""
 
 def contract_layers() -> dict[str, int]:
     """Module (or package) → layer number, 1 lowest, from the `layers` contract of pyproject.toml.
@@ -158,8 +163,21 @@ def upward(edges: dict[str, dict[str, int]]) -> list[tuple[str, int, str, int, i
     return found
 
 
+def ingest_surface(edges: dict[str, dict[str, int]]) -> dict[str, list[str]]:
+    """Engine module → the ingest modules importing it (``from engine import x`` counts as
+    ``engine.x`` when that is a module)."""
+    found: dict[str, list[str]] = {}
+    for module, out in sorted(edges.items()):
+        if module.split(".")[0] == "ingest":
+            for target in out:
+                if target.split(".")[0] == "engine":
+                    found.setdefault(target, []).append(module)
+    return dict(sorted(found.items()))
+
+
 def main(argv: list[str]) -> int:
-    """Print the circles and the upward imports; exit 0 (a measurement, not a check)."""
+    """Print the circles, the upward imports and ingest's engine modules; exit 0 (a
+    measurement, not a check) unless ingest imports more than the limit."""
     edges = graph()
     found = circles(edges)
     for package in PACKAGES:
@@ -182,7 +200,11 @@ def main(argv: list[str]) -> int:
     print(f"\nupward imports in engine/: {len(ups)}")
     for module, low, target, high, line in ups:
         print(f"  {module}:{line} (layer {low}) -> {target} (layer {high})")
-    return 0
+    surface = ingest_surface(edges)
+    print(f"\nengine modules ingest/ imports: {len(surface)} (at most {INGEST_SURFACE_LIMIT})")
+    for target, importers in surface.items():
+        print(f"  {target} ({len(importers)} files)")
+    return 1 if len(surface) > INGEST_SURFACE_LIMIT else 0
 
 
 if __name__ == "__main__":

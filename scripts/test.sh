@@ -22,6 +22,8 @@ phase "setup"
 # The engine's layers and the packages' circles (pyproject.toml's import-linter contracts,
 # docs/layers.md): a new upward import or circle fails here with its file and line.
 .venv/bin/lint-imports --no-cache
+# circles, upward imports, and ingest's engine modules (fails above 12: docs/engine.md)
+.venv/bin/python scripts/import_graph.py
 phase "ruff, mypy and lint-imports"
 # The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
 # per Java and Spark install (about a minute and a half, beside the engine's quick tests, which

@@ -19,16 +19,14 @@ import pyarrow.parquet as pq
 
 from engine import Table
 from ingest.decode import JsonDecoder
+from ingest.kafka_schema import KAFKA_ROW_SCHEMA
 from ingest.sink import HudiStreamingSink, start_ingest
 from tests.helpers import Oracle, hudi_rs_read, rows_by_key
 
 DDL = "id STRING, ts BIGINT, city STRING, fare DOUBLE, _hoodie_is_deleted BOOLEAN"
 CITIES = ("oslo", "rome", "lima")
-KAFKA = pa.schema([
-    pa.field("key", pa.binary()), pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-])
+KAFKA = KAFKA_ROW_SCHEMA
+"""Kafka rows as the sink reads them (:data:`ingest.rows.KAFKA_ROW_SCHEMA`)."""
 DAY_MS = 1_700_000_000_000  # 2023-11-14 UTC
 ROW = ("city", "ts", "fare")
 """The columns of a key's row, as :func:`table_rows` and :attr:`EventOracle.rows` give them."""

@@ -150,9 +150,10 @@ def install_service_crash_points(arm: str, signal_file: str, *, executors: bool,
 
 def install_tagging_crash_point(arm: str, signal_file: str, module: Any = None) -> None:
     """Inside a state operator task, stop at ``tagging`` when armed (a Spark Python worker;
-    see ``crash_site/sitecustomize.py``); ``module``: ``ingest.global_index``, if imported."""
+    see ``crash_site/sitecustomize.py``); ``module``: ``ingest.global_index_processor``, if
+    imported."""
     if module is None:
-        import ingest.global_index as module
+        import ingest.global_index_processor as module
     GlobalIndexProcessor = module.GlobalIndexProcessor
 
     original = GlobalIndexProcessor.handleInputRows
@@ -203,7 +204,7 @@ def install_executor_crash_points(arm: str, signal_file: str) -> None:
 
     hooks = {
         "ingest.decode": lambda m: install_decode_crash_point(arm, signal_file, m),
-        "ingest.global_index": lambda m: install_tagging_crash_point(arm, signal_file, m),
+        "ingest.global_index_processor": lambda m: install_tagging_crash_point(arm, signal_file, m),
         **{module_name: (lambda m: install_service_crash_points(
             arm, signal_file, executors=True, module=m))
            for module_name, _, in_executors, _ in SERVICE_POINTS.values() if in_executors},

@@ -26,7 +26,8 @@ from engine.write.write_client import UPSERT as UPSERT_OPERATION
 from engine.write.write_client import WriteClient
 from ingest.checkpoint import checkpoint_metadata
 from ingest.error_table import ERROR_SCHEMA, error_rows
-from ingest.prepare import DELETE, OP, UPSERT, prepare_batch
+from ingest.prepare import prepare_batch
+from ingest.rows import DELETE, OP, UPSERT
 from jobs.ingest_job import build_decoder, build_sink
 from jobs.job_config import load
 from tests.helpers import Oracle, rows_by_key

@@ -20,8 +20,9 @@ from engine import Table
 from engine.errors import InvalidOptionError
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from ingest.decode import JsonDecoder
-from ingest.prepare import DELETE, ERROR, OP, REASON, UPSERT, PrepareSpec, prepare_batch
-from ingest.sink import key_decoder
+from ingest.prepare import PrepareSpec, prepare_batch
+from ingest.rows import DELETE, ERROR, OP, REASON, UPSERT
+from ingest.sink_table import key_decoder
 from jobs.job_config import load as load_job_config
 from tests.ingest.helpers import KAFKA
 

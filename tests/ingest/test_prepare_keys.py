@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from engine import Table
 from ingest.decode import JsonDecoder
-from ingest.prepare import UPSERT, PrepareSpec, prepare_batch
+from ingest.prepare import PrepareSpec, prepare_batch
+from ingest.rows import UPSERT
 
 DDL = "id DOUBLE, ts BIGINT, city STRING, d DATE"
 

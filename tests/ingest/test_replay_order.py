@@ -92,7 +92,8 @@ def test_prepare_records_superseded_key_from_value_or_kafka_key_only_for_later_w
     order are judged in that order."""
     import json
 
-    from ingest.prepare import OFFSET, SUPERSEDED, prepare_batch
+    from ingest.prepare import prepare_batch
+    from ingest.rows import OFFSET, SUPERSEDED
     from tests.ingest.helpers import KAFKA
 
     sink = fixed_sink(tmp_path, **COMMIT_TIME)
@@ -124,7 +125,8 @@ def test_prepare_superseded_key_from_a_json_kafka_key(tmp_path: Path) -> None:
     lacks the key field, names nothing."""
     import json
 
-    from ingest.prepare import SUPERSEDED, prepare_batch
+    from ingest.prepare import prepare_batch
+    from ingest.rows import SUPERSEDED
     from tests.ingest.helpers import KAFKA
 
     sink = fixed_sink(tmp_path, key_format="json", **COMMIT_TIME)

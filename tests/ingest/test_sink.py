@@ -49,7 +49,9 @@ from ingest.checkpoint import (
 )
 from ingest.decode import DecoderError, JsonDecoder
 from ingest.kafka_produce import create_topic, produce
-from ingest.prepare import (
+from ingest.prepare import PrepareSpec, prepare_batch
+from ingest.resolve import POLICY
+from ingest.rows import (
     BUCKET,
     DELETE,
     ERROR,
@@ -62,15 +64,12 @@ from ingest.prepare import (
     SPREAD,
     UPSERT,
     VERSIONS,
-    PrepareSpec,
     pack_by_shard,
     pack_rows,
     packed_schema,
-    prepare_batch,
     shard_packed_schema,
     unpack_rows,
 )
-from ingest.resolve import POLICY
 from ingest.sink import (
     GLOBAL_STATE,
     HudiStreamingSink,

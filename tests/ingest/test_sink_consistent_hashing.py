@@ -16,13 +16,15 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
+from engine.config import IndexType
 from engine.errors import InvalidOptionError, WriteConflictError
 from engine.index.consistent_hashing import HashingMetadata, load_metadata, xxh32
 from engine.layout import view as view_module
 from engine.storage import Storage
 from engine.timeline.active import Timeline
+from engine.write.distributed import Placement
 from ingest import spark_write
-from ingest.prepare import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
+from ingest.rows import BUCKET, FILE_ID, OP, PARTITION_PATH, RECORD_KEY, RING, UPSERT
 from ingest.sink import HudiStreamingSink, SinkConfig
 from tests.ingest.helpers import (
     Event,
@@ -172,8 +174,8 @@ def test_place_on_rings_leaves_out_rows_placed_with_another_ring(tmp_path: Path)
                      OP: pa.array([UPSERT] * 3, pa.int8()), FILE_ID: pa.nulls(3, pa.string()),
                      BUCKET: pa.array([1, 0, 0], pa.int32()),
                      RING: [old.instant, old.instant, old.instant]})
-    placed, stale = spark_write.place_on_rings(rows, storage=Storage(str(tmp_path / "t")),
-                                               num_buckets=2, rings={"a": new})
+    placement = Placement("t", 2, IndexType.BUCKET, Storage(str(tmp_path / "t")))
+    placed, stale = spark_write.place_on_rings(rows, placement, {"a": new})
     assert stale == ("a",)
     assert placed.column(RECORD_KEY).to_pylist() == ["z"]
     assert placed.column(FILE_ID).to_pylist() == [HashingMetadata.initial("b", 2).nodes[0]
@@ -181,8 +183,7 @@ def test_place_on_rings_leaves_out_rows_placed_with_another_ring(tmp_path: Path)
     folder = tmp_path / "t" / ".hoodie/.bucket_index/consistent_hashing_metadata/b"
     assert sorted(p.name for p in folder.iterdir()) == ["00000000000000.commit",
                                                         "00000000000000.hashing_meta"]
-    placed, stale = spark_write.place_on_rings(rows, storage=Storage(str(tmp_path / "t")),
-                                               num_buckets=2, rings={"a": old})
+    placed, stale = spark_write.place_on_rings(rows, placement, {"a": old})
     assert stale == () and placed.column(FILE_ID).to_pylist()[:2] == [
         old.nodes[1].file_id, old.nodes[0].file_id]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ingest.global_index import _missing_deltas
+from ingest.global_index_processor import _missing_deltas
 from ingest.state_index import (
     Meta,
     ShardImage,
