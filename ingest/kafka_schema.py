@@ -1,8 +1,8 @@
 """The Kafka row schema, written once: Spark's ``kafka`` source's columns as Arrow.
 
-:data:`ARROW_SCHEMA` is what the read tasks of ``tidelake-kafka`` return (its DDL is
-:data:`ingest.kafka_source.KAFKA_DDL`; ``tests/ingest/test_kafka_source.py`` checks the two
-agree); :data:`KAFKA_ROW_SCHEMA` is the same less the headers, the rows prepare reads
+:data:`ARROW_SCHEMA` is what the read tasks of ``tidelake-kafka`` return (its DDL,
+:data:`ingest.kafka_source.KAFKA_DDL`, and Spark ``StructType`` are derived from it;
+``tests/ingest/test_kafka_source.py`` checks the Spark form converts back to it unchanged); :data:`KAFKA_ROW_SCHEMA` is the same less the headers, the rows prepare reads
 (:data:`ingest.rows.KAFKA_COLUMNS`) and the Kafka-shaped files tests and benchmarks write.
 Imports only pyarrow: read tasks load it first.
 """

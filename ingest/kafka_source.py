@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -56,14 +57,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from engine.errors import InvalidOptionError
@@ -152,11 +146,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-KAFKA_DDL = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-)
-"""Row schema: Spark's ``kafka`` source with ``includeHeaders=true``, less ``timestampType``."""
+KAFKA_DDL = ", ".join(f"{field.name} {field.dataType.simpleString()}"
+                      for field in from_arrow_schema(ARROW_SCHEMA).fields)
+"""Row schema: Spark's ``kafka`` source with ``includeHeaders=true``, less ``timestampType``,
+as DDL (written once, as Arrow: :data:`ingest.kafka_schema.ARROW_SCHEMA`)."""
 
 
 # --- the driver's view of the cluster ----------------------------------------------------------
@@ -397,13 +390,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def kafka_spark_schema() -> StructType:
     """:data:`KAFKA_DDL` as a ``StructType``, built without a SparkSession (for executors)."""
-    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    return StructType([
-        StructField("key", BinaryType()), StructField("value", BinaryType()),
-        StructField("topic", StringType()), StructField("partition", IntegerType()),
-        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-        StructField("headers", ArrayType(header)),
-    ])
+    return from_arrow_schema(ARROW_SCHEMA)
 
 
 class KafkaDataSource(DataSource):
