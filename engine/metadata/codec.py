@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterator, Sequence
 
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hudi_base_hfile
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
@@ -45,21 +48,29 @@ def block_size(partition: str) -> int:
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
-def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tuple[bytes, bytes]]:
-    """(key, Avro value) per record, sorted by key bytes. A value does not hold its key (it
-    is written as ""), so records sharing one payload object — every record-index entry of a
-    file group — share one encoding: it is computed once."""
+def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
+    """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
+    order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
+    sharing one payload object — every record-index entry of a file group — share one
+    encoding: it is computed once."""
     encoded: dict[tuple[int, int], bytes] = {}
-    cells = []
+    values: list[bytes] = []
+    last: tuple[object, object, bytes] | None = None
     for record in records:
+        if last is not None and record.payload is last[0] and record.type == last[1]:
+            values.append(last[2])
+            continue
         memo = (record.type, id(record.payload))
         value = encoded.get(memo)
         if value is None:
             value = encoded[memo] = encode_metadata_value(
                 dataclasses.replace(record, file_name=file_name))
-        cells.append((record.key.encode("utf-8"), value))
-    cells.sort(key=lambda cell: cell[0])
-    return cells
+        values.append(value)
+        last = (record.payload, record.type, value)
+    rows = pa.array([record.key for record in records], pa.large_string()).cast(
+        pa.large_binary())
+    order = pc.sort_indices(rows)
+    return Cells(rows.take(order), pa.array(values, pa.large_binary()).take(order))
 
 
 def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:
