@@ -3,7 +3,6 @@ views and by hudi-rs, repaired when out of step, validated against storage."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -379,6 +378,6 @@ def test_metadata_files_listing_naming_a_folder_outside_the_table_is_refused() -
     change.add("a", name, 10)
     record = next(r for r in change.records() if r.key == "a")  # (and the partition list)
     bad = ".x/../../y_20250101000000000.log.1_0-0-0"  # writers refuse such a name
-    forged = dataclasses.replace(record, payload={bad: FileInfo(10)})
+    forged = record._replace(payload={bad: FileInfo(10)})
     with pytest.raises(CorruptTableError, match="not a file name"):
         table_files({forged.key: forged})
