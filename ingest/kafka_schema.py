@@ -2,7 +2,8 @@
 
 :data:`ARROW_SCHEMA` is what the read tasks of ``tidelake-kafka`` return (its DDL,
 :data:`ingest.kafka_source.KAFKA_DDL`, and Spark ``StructType`` are derived from it;
-``tests/ingest/test_kafka_source.py`` checks the Spark form converts back to it unchanged); :data:`KAFKA_ROW_SCHEMA` is the same less the headers, the rows prepare reads
+``tests/ingest/test_kafka_source.py`` checks the Spark form converts back to it unchanged);
+:data:`KAFKA_ROW_SCHEMA` is the same less the headers, the rows prepare reads
 (:data:`ingest.rows.KAFKA_COLUMNS`) and the Kafka-shaped files tests and benchmarks write.
 Imports only pyarrow: read tasks load it first.
 """

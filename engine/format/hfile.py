@@ -27,9 +27,13 @@ import bisect
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.errors import CorruptTableError
 from engine.format.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_ENTRIES, BloomFilter
@@ -37,8 +41,10 @@ from engine.format.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_EN
 __all__ = [
     "COMPARATOR",
     "DEFAULT_BLOCK_SIZE",
+    "Cells",
     "HFileError",
     "HFileReader",
+    "cell_arrays",
     "gzip_boundary_hazard",
     "gzip_member",
     "key_value_key",
@@ -216,9 +222,12 @@ def _safe_gzip(raw: bytes) -> bytes:
     return payload
 
 
-def _block(magic: bytes, raw: bytes, prev: int, codec: int) -> bytes:
-    """One complete on-disk block: header, payload, CRC32C checksums."""
-    payload = _safe_gzip(raw) if codec == _CODECS["GZ"] else raw
+def _block(magic: bytes, raw: bytes, prev: int, codec: int,
+           payload: bytes | None = None) -> bytes:
+    """One complete on-disk block: header, payload, CRC32C checksums (``payload``: ``raw``
+    compressed already)."""
+    if payload is None:
+        payload = _safe_gzip(raw) if codec == _CODECS["GZ"] else raw
     with_header = _HEADER_SIZE + len(payload)
     n_sums = -(-with_header // _BYTES_PER_CHECKSUM)
     header = _HEADER.pack(magic, len(payload) + 4 * n_sums, len(raw), prev, _CRC32C,
@@ -249,24 +258,133 @@ def _midpoint_row(left: bytes, right: bytes) -> bytes:
     return right[: d + 1]
 
 
+class Cells(NamedTuple):
+    """Cells as two Arrow arrays of equal length: row keys (sorted by bytes) and values.
+    What :func:`write_hfile` takes besides (row, value) tuples: a writer with many cells
+    (a record index of a million keys) builds them without a Python object per cell."""
+
+    rows: pa.Array
+    values: pa.Array
+
+
+def cell_arrays(cells: Sequence[tuple[bytes, bytes]] | Cells) -> Cells:
+    """``cells`` as :class:`Cells` of two ``large_binary`` arrays (one chunk each)."""
+    if isinstance(cells, Cells):
+        arrays = [cells.rows, cells.values]
+    else:
+        arrays = [pa.array([row for row, _ in cells], pa.large_binary()),
+                  pa.array([value for _, value in cells], pa.large_binary())]
+    out: list[pa.Array] = []
+    for array in arrays:
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if not array.type.equals(pa.large_binary()):
+            array = array.cast(pa.large_binary())
+        out.append(array)
+    if len(out[0]) != len(out[1]):
+        raise ValueError(f"{len(out[0])} rows but {len(out[1])} values")
+    if out[0].null_count or out[1].null_count:
+        raise ValueError("cells hold a null row or value")
+    return Cells(out[0], out[1])
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The ``n + 1`` value offsets of a ``large_binary`` array (int64)."""
+    raw = np.frombuffer(array.buffers()[1], dtype=np.int64)
+    return raw[array.offset : array.offset + len(array) + 1]
+
+
+def _check_order(rows: pa.Array, allow_duplicates: bool) -> None:
+    """Raise ``ValueError`` unless ``rows`` ascend by bytes (strictly unless
+    ``allow_duplicates``), or when a row is longer than HFile allows."""
+    n = len(rows)
+    if n and pc.max(pc.binary_length(rows)).as_py() > _MAX_ROW:
+        i = int(np.argmax(np.diff(_offsets(rows))))
+        raise ValueError(f"row key of {len(rows[i].as_py())} bytes exceeds HFile's limit of "
+                         f"{_MAX_ROW}")
+    if n < 2:
+        return
+    before, after = rows.slice(0, n - 1), rows.slice(1)
+    bad = pc.less(after, before) if allow_duplicates else pc.less_equal(after, before)
+    if pc.any(bad).as_py():
+        i = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0]) + 1
+        prev, row = rows[i - 1].as_py(), rows[i].as_py()
+        what = "duplicate" if row == prev else "unsorted"
+        raise ValueError(f"{what} row key at cell {i}: {row!r} after {prev!r}")
+
+
+_CELL_MIDDLE = b"\x00" + _LATEST_TS + bytes([_PUT])
+
+
+def _cell_bytes(cells: Cells) -> tuple[pa.Buffer, np.ndarray]:
+    """Every cell encoded (``keyLen | valueLen | key | value | mvcc 00``, the key a Put at
+    LATEST), back to back, and the ``n + 1`` cell offsets into those bytes: one Arrow
+    element-wise join over the whole file instead of a Python step per cell."""
+    rows, values = cells
+    n = len(rows)
+    row_len = np.diff(_offsets(rows))
+    head = np.empty((n, 10), dtype=np.uint8)
+    head[:, 0:4] = (row_len + 12).astype(">i4").view(np.uint8).reshape(n, 4)
+    head[:, 4:8] = np.diff(_offsets(values)).astype(">i4").view(np.uint8).reshape(n, 4)
+    head[:, 8:10] = row_len.astype(">i2").view(np.uint8).reshape(n, 2)
+    heads = pa.Array.from_buffers(pa.large_binary(), n, [
+        None, pa.py_buffer(np.arange(0, 10 * n + 1, 10, dtype=np.int64)),
+        pa.py_buffer(head)])
+    joined = pc.binary_join_element_wise(
+        heads, rows, pa.scalar(_CELL_MIDDLE, pa.large_binary()), values,
+        pa.scalar(b"\x00", pa.large_binary()), pa.scalar(b"", pa.large_binary()))
+    offsets = _offsets(joined)
+    return joined.buffers()[2], offsets - offsets[0] if n else np.zeros(1, np.int64)
+
+
 def _cut_blocks(
-    cells: Sequence[tuple[bytes, bytes]], block_size: int
+    offsets: np.ndarray, rows: pa.Array, block_size: int, allow_duplicates: bool
 ) -> list[tuple[int, int]]:
-    """[start, end) cell ranges of the data blocks (HBase ``checkBlockBoundary``)."""
+    """[start, end) cell ranges of the data blocks (HBase ``checkBlockBoundary``: a block
+    ends before the first cell with a new row once it holds ``block_size`` bytes of cells);
+    ``offsets``: the ``n + 1`` cell offsets."""
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    if allow_duplicates and n > 1:  # a block never starts inside a run of equal rows
+        starts_row = np.concatenate([[True], pc.not_equal(
+            rows.slice(1), rows.slice(0, n - 1)).to_numpy(zero_copy_only=False)])
+        row_starts = np.flatnonzero(starts_row)
+    else:
+        row_starts = None
     ranges: list[tuple[int, int]] = []
-    start, size = 0, 0
-    for i, (row, value) in enumerate(cells):
-        if i > start and size >= block_size and row != cells[i - 1][0]:
-            ranges.append((start, i))
-            start, size = i, 0
-        size += 8 + len(row) + 12 + len(value) + 1
-    if cells:
-        ranges.append((start, len(cells)))
-    return ranges
+    start = 0
+    search = offsets.searchsorted
+    while True:
+        cut = max(start + 1, int(search(offsets[start] + block_size, "left")))
+        if row_starts is not None and cut < n:
+            at = int(row_starts.searchsorted(cut, "left"))
+            cut = int(row_starts[at]) if at < len(row_starts) else n
+        if cut >= n:
+            ranges.append((start, n))
+            return ranges
+        ranges.append((start, cut))
+        start = cut
+
+
+PARALLEL_BLOCKS = 256
+"""Data blocks from which :func:`write_hfile` compresses in two threads (zlib releases the
+GIL while it deflates: a record index of a million keys is ~21,000 blocks of 4 KB)."""
+
+
+def _compressed(raws: list[bytes]) -> list[bytes]:
+    """``_safe_gzip`` of each raw block, in order; two threads for many blocks."""
+    if len(raws) < PARALLEL_BLOCKS:
+        return [_safe_gzip(raw) for raw in raws]
+    half = (len(raws) + 1) // 2
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        parts = list(pool.map(lambda part: [_safe_gzip(raw) for raw in part],
+                              [raws[:half], raws[half:]]))
+    return parts[0] + parts[1]
 
 
 def write_hfile(
-    cells: Sequence[tuple[bytes, bytes]],
+    cells: Sequence[tuple[bytes, bytes]] | Cells,
     *,
     file_info: Mapping[str, bytes] | None = None,
     meta_blocks: Sequence[tuple[str, bytes]] = (),
@@ -276,7 +394,8 @@ def write_hfile(
 ) -> bytes:
     """A complete HFile v3 holding ``cells`` (row key, value), as Hudi 1.0 / HBase 2.4 writes it.
 
-    ``cells`` must be sorted by row bytes (unsigned); equal rows raise ``ValueError`` unless
+    ``cells`` ((row, value) pairs or :class:`Cells`) must be sorted by row bytes
+    (unsigned); equal rows raise ``ValueError`` unless
     ``allow_duplicates`` (log-block HFiles keep them in arrival order). ``file_info`` entries
     are merged over the standard keys this function computes (``KEY_VALUE_VERSION``,
     ``MAX_MEMSTORE_TS_KEY``, ``hfile.AVG_KEY_LEN``, ``hfile.AVG_VALUE_LEN``,
@@ -289,28 +408,34 @@ def write_hfile(
         raise ValueError(f"compression must be one of {sorted(_CODECS)}, got {compression!r}")
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    for i in range(1, len(cells)):
-        prev, row = cells[i - 1][0], cells[i][0]
-        if row < prev or (row == prev and not allow_duplicates):
-            what = "duplicate" if row == prev else "unsorted"
-            raise ValueError(f"{what} row key at cell {i}: {row!r} after {prev!r}")
+    cells = cell_arrays(cells)
+    _check_order(cells.rows, allow_duplicates)
+    data, starts = _cell_bytes(cells)
+    view = memoryview(data)
     out: list[bytes] = []
     offset = 0
     total_uncompressed = _TRAILER_SIZE
     index = bytearray()
     prev_data = -1
-    ranges = _cut_blocks(cells, block_size)
+    ranges = _cut_blocks(starts, cells.rows, block_size, allow_duplicates)
+
+    def row(i: int) -> bytes:  # the row of cell i, from its encoded bytes
+        at = int(starts[i])
+        length = view[at + 8] << 8 | view[at + 9]
+        return bytes(view[at + 10 : at + 10 + length])
+
+    last_row = b""
+    raws = [bytes(view[int(starts[start]) : int(starts[end])]) for start, end in ranges]
+    payloads = _compressed(raws) if codec == _CODECS["GZ"] else raws
     for n, (start, end) in enumerate(ranges):
-        raw = bytearray()
-        for row, value in cells[start:end]:
-            key = key_value_key(row)
-            raw += _CELL_HEAD.pack(len(key), len(value)) + key + value + b"\x00"
-        block = _block(_DATA, bytes(raw), prev_data, codec)
-        first = cells[start][0]
+        raw = raws[n]
+        block = _block(_DATA, raw, prev_data, codec, payloads[n])
+        first = row(start)
         if n == 0:
             index_key = key_value_key(first)
         else:
-            index_key = key_value_key(_midpoint_row(cells[start - 1][0], first), _FIRST_ON_ROW)
+            index_key = key_value_key(_midpoint_row(last_row, first), _FIRST_ON_ROW)
+        last_row = row(end - 1)
         index += _I64.pack(offset) + _I32.pack(len(block)) + _vint(len(index_key)) + index_key
         prev_data = offset
         out.append(block)
@@ -330,7 +455,7 @@ def write_hfile(
     root = _block(_ROOT, bytes(index), -1, codec)
     meta_root = _block(_ROOT, bytes(meta_index), load_on_open, codec)
     total_uncompressed += _HEADER_SIZE + len(meta_index)
-    info_raw = _file_info_bytes(cells, file_info)
+    info_raw = _file_info_bytes(cells, last_row, file_info)
     info = _block(_INFO, info_raw, -1, codec)
     total_uncompressed += _HEADER_SIZE + len(info_raw)
     out += [root, meta_root]
@@ -343,9 +468,9 @@ def write_hfile(
         _pb_varint(4 << 3) + _pb_varint(total_uncompressed),
         _pb_varint(5 << 3) + _pb_varint(len(ranges)),
         _pb_varint(6 << 3) + _pb_varint(len(meta_blocks)),
-        _pb_varint(7 << 3) + _pb_varint(len(cells)),
+        _pb_varint(7 << 3) + _pb_varint(len(cells.rows)),
         _pb_varint(8 << 3) + _pb_varint(1),
-        _pb_varint(9 << 3) + _pb_varint(0 if cells else -1),
+        _pb_varint(9 << 3) + _pb_varint(0 if len(cells.rows) else -1),
         _pb_varint(10 << 3) + _pb_varint(prev_data),
         _pb_bytes(11, COMPARATOR),
         _pb_varint(12 << 3) + _pb_varint(codec),
@@ -356,7 +481,7 @@ def write_hfile(
 
 
 def write_hudi_base_hfile(
-    cells: Sequence[tuple[bytes, bytes]],
+    cells: Sequence[tuple[bytes, bytes]] | Cells,
     schema: str,
     *,
     compression: str = "GZ",
@@ -371,12 +496,14 @@ def write_hudi_base_hfile(
     and the file info ``bloomFilterTypeCode``, ``minRecordKey``/``maxRecordKey`` (``""`` for
     an empty file) and ``schema`` (the MDT record schema JSON, with meta fields).
     """
+    cells = cell_arrays(cells)
+    rows = cells.rows
     bloom = BloomFilter.create(bloom_num_entries, bloom_fpp, DEFAULT_MAX_ENTRIES)
-    bloom.add_many([row.decode("utf-8") for row, _ in cells])
+    bloom.add_many(rows)
     file_info = {
         "bloomFilterTypeCode": bloom.type_code.value.encode(),
-        "minRecordKey": cells[0][0] if cells else b"",
-        "maxRecordKey": cells[-1][0] if cells else b"",
+        "minRecordKey": rows[0].as_py() if len(rows) else b"",
+        "maxRecordKey": rows[-1].as_py() if len(rows) else b"",
         "schema": schema.encode("utf-8"),
     }
     return write_hfile(cells, file_info=file_info,
@@ -384,12 +511,10 @@ def write_hudi_base_hfile(
                        compression=compression, block_size=block_size)
 
 
-def _file_info_bytes(
-    cells: Sequence[tuple[bytes, bytes]], extra: Mapping[str, bytes] | None
-) -> bytes:
-    n = len(cells)
-    key_total = sum(len(row) + 12 for row, _ in cells)
-    value_total = sum(len(value) for _, value in cells)
+def _file_info_bytes(cells: Cells, last_row: bytes, extra: Mapping[str, bytes] | None) -> bytes:
+    n = len(cells.rows)
+    key_total = int(_offsets(cells.rows)[-1] - _offsets(cells.rows)[0]) + 12 * n
+    value_total = int(_offsets(cells.values)[-1] - _offsets(cells.values)[0])
     info: dict[bytes, bytes] = {
         b"KEY_VALUE_VERSION": _I32.pack(1),
         b"MAX_MEMSTORE_TS_KEY": _I64.pack(0),
@@ -397,8 +522,8 @@ def _file_info_bytes(
         b"hfile.AVG_VALUE_LEN": _I32.pack(value_total // n if n else 0),
         b"hfile.CREATE_TIME_TS": _I64.pack(0),
     }
-    if cells:
-        info[b"hfile.LASTKEY"] = key_value_key(cells[-1][0])
+    if n:
+        info[b"hfile.LASTKEY"] = key_value_key(last_row)
     for name, value in (extra or {}).items():
         info[name.encode("utf-8")] = bytes(value)
     proto = b"".join(

@@ -43,7 +43,7 @@ from engine.format.delete_block import (
     encode_delete_block,
     encode_delete_content,
 )
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hfile
+from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hfile
 from engine.format.log_block import (
     I32,
     I32_PAIR,
@@ -234,7 +234,7 @@ def encode_rollback_command_block(instant_time: str, target_instant_time: str) -
 
 
 def encode_hfile_data_block(
-    cells: Sequence[tuple[bytes, bytes]],
+    cells: Sequence[tuple[bytes, bytes]] | Cells,
     avro_schema: Mapping[str, Any] | str,
     instant_time: str,
     *,
@@ -243,7 +243,8 @@ def encode_hfile_data_block(
 ) -> bytes:
     """A framed HFile data block (type 4) as Hudi 1.0 writes metadata-table log blocks.
 
-    ``cells`` are (row key, Avro value) sorted by row bytes, duplicates allowed (kept in
+    ``cells`` are (row key, Avro value) pairs or :class:`~engine.format.hfile.Cells`, sorted
+    by row bytes, duplicates allowed (kept in
     order). The content is a complete HFile whose file info adds only ``schema``; the headers
     are ``SCHEMA`` then ``INSTANT_TIME`` (Spark's order), so the bytes match Spark's output.
     """

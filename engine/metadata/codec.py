@@ -8,10 +8,14 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 
 from __future__ import annotations
 
-import dataclasses
+import operator
 from collections.abc import Iterator, Sequence
 
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, HFileReader, write_hudi_base_hfile
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
 from engine.format.log_block import BlockType, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
@@ -45,21 +49,27 @@ def block_size(partition: str) -> int:
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
-def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> list[tuple[bytes, bytes]]:
-    """(key, Avro value) per record, sorted by key bytes. A value does not hold its key (it
-    is written as ""), so records sharing one payload object — every record-index entry of a
-    file group — share one encoding: it is computed once."""
-    encoded: dict[tuple[int, int], bytes] = {}
-    cells = []
-    for record in records:
-        memo = (record.type, id(record.payload))
-        value = encoded.get(memo)
-        if value is None:
-            value = encoded[memo] = encode_metadata_value(
-                dataclasses.replace(record, file_name=file_name))
-        cells.append((record.key.encode("utf-8"), value))
-    cells.sort(key=lambda cell: cell[0])
-    return cells
+def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
+    """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
+    order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
+    sharing one payload object — every record-index entry of a file group — share one
+    encoding: it is computed once. The records are read by C-level iteration (a record is a
+    tuple), no Python step per record."""
+    n = len(records)
+    keys = list(map(operator.itemgetter(0), records))
+    kinds = np.fromiter(map(operator.itemgetter(1), records), dtype=np.int64, count=n)
+    if n and (kinds.min() < 0 or kinds.max() >= 16):
+        raise ValueError(f"metadata record type outside 0..15: {kinds.min()}..{kinds.max()}")
+    payloads = np.fromiter(map(id, map(operator.itemgetter(2), records)), dtype=np.int64,
+                           count=n)
+    _, first, inverse = np.unique(payloads * 16 + kinds, return_index=True,
+                                  return_inverse=True)
+    encoded = pa.array([encode_metadata_value(records[int(i)]._replace(file_name=file_name))
+                        for i in first], pa.large_binary())
+    values = encoded.take(pa.array(inverse.reshape(-1), pa.int64())) if n else encoded
+    rows = pa.array(keys, pa.large_string()).cast(pa.large_binary())
+    order = pc.sort_indices(rows)
+    return Cells(rows.take(order), values.take(order))
 
 
 def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:

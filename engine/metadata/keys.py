@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 __all__ = [
@@ -139,28 +141,89 @@ def file_group_index(key: str, num_file_groups: int) -> int:
     return abs(java_string_hash(key)) % num_file_groups
 
 
-def file_group_indexes(keys: Sequence[str], num_file_groups: int) -> np.ndarray:
-    """:func:`file_group_index` of every key at once (int64 array): Java's hash computed on
-    arrays of UTF-16 code units, one pass per key length, instead of a Python loop per
-    character (a batch routes its 100,000 keys in milliseconds, not seconds)."""
+def file_group_indexes(keys: Sequence[str] | pa.Array | pa.ChunkedArray,
+                       num_file_groups: int) -> np.ndarray:
+    """:func:`file_group_index` of every key at once (int64 array), computed on arrays: for
+    ASCII keys (one UTF-16 code unit per byte) over the keys' UTF-8 bytes in Arrow buffers,
+    ``Σ byte · 31^(len-1-i)`` by a running sum (a million keys in ~0.1 s); other keys over
+    their UTF-16 code units, one pass per key length."""
     if num_file_groups <= 0:
         raise ValueError(f"num_file_groups must be positive, got {num_file_groups}")
-    out = np.zeros(len(keys), dtype=np.int64)
-    if num_file_groups == 1 or not keys:
+    array = _key_array(keys)
+    n = len(array)
+    out = np.zeros(n, dtype=np.int64)
+    if num_file_groups == 1 or not n:
         return out
+    hashes = np.zeros(n, dtype=np.uint32)
+    ascii_mask = pc.string_is_ascii(array).to_numpy(zero_copy_only=False)
+    if ascii_mask.all():
+        for at in range(0, n, _HASH_CHUNK):
+            hashes[at : at + _HASH_CHUNK] = _ascii_hashes(array.slice(at, _HASH_CHUNK))
+    else:
+        plain = np.flatnonzero(ascii_mask)
+        for at in range(0, len(plain), _HASH_CHUNK):
+            rows = plain[at : at + _HASH_CHUNK]
+            hashes[rows] = _ascii_hashes(array.take(pa.array(rows)))
+        other = np.flatnonzero(~ascii_mask)
+        hashes[other] = _utf16_hashes(array.take(pa.array(other)).to_pylist())
+    return np.abs(hashes.view(np.int32).astype(np.int64)) % num_file_groups
+
+
+_HASH_CHUNK = 1 << 18
+"""Keys hashed at once (the running sum holds 8 bytes per key byte)."""
+
+
+def _key_array(keys: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``keys`` as one ``large_string`` array."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, pa.large_string())
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.dictionary_decode()
+    if not keys.type.equals(pa.large_string()):
+        keys = keys.cast(pa.large_string())
+    if keys.null_count:
+        raise ValueError(f"{keys.null_count} record key(s) are null")
+    return keys
+
+
+def _ascii_hashes(keys: pa.Array) -> np.ndarray:
+    """Java ``String.hashCode`` (uint32 bits) of ASCII keys: each byte times 31 to the
+    number of bytes after it, summed, modulo 2^32 (uint64 wraparound keeps it)."""
+    raw = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset
+                                                          + len(keys) + 1]
+    lengths = np.diff(raw)
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[raw[0] : raw[-1]]
+    starts = raw[:-1] - raw[0]
+    if not len(data):
+        return np.zeros(len(keys), dtype=np.uint32)
+    powers = np.ones(int(lengths.max()), dtype=np.uint64)
+    for i in range(1, len(powers)):
+        powers[i] = (powers[i - 1] * np.uint64(31)) & np.uint64(0xFFFFFFFF)
+    # the power of each byte: the key's bytes after it
+    after = np.repeat(starts + lengths, lengths) - np.arange(len(data)) - 1
+    sums = np.zeros(len(data) + 1, dtype=np.uint64)
+    np.cumsum(data.astype(np.uint64) * powers[after], out=sums[1:])
+    return ((sums[starts + lengths] - sums[starts]) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def _utf16_hashes(keys: Sequence[str]) -> np.ndarray:
+    """Java ``String.hashCode`` (uint32 bits) of any keys, over their UTF-16 code units,
+    one pass per key length."""
+    out = np.zeros(len(keys), dtype=np.uint32)
     units = [k.encode("utf-16-be", "surrogatepass") for k in keys]
     lengths = np.fromiter((len(u) // 2 for u in units), dtype=np.int64, count=len(units))
     for length in np.unique(lengths):
         rows = np.flatnonzero(lengths == length)
         if length == 0:
-            continue  # hash 0: group 0
+            continue  # hash 0
         code = np.frombuffer(b"".join(units[i] for i in rows), dtype=">u2").reshape(
             len(rows), int(length)).astype(np.uint32)
         h = np.zeros(len(rows), dtype=np.uint32)
         for column in range(int(length)):
             h = h * np.uint32(31) + code[:, column]  # wraps mod 2^32, as Java's int does
-        signed = h.view(np.int32).astype(np.int64)
-        out[rows] = np.abs(signed) % num_file_groups
+        out[rows] = h
     return out
 
 

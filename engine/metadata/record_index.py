@@ -18,6 +18,8 @@ live record key → the data partition and file group holding it (``hudi-metadat
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import weakref
 from collections.abc import Iterable, Sequence
@@ -139,16 +141,33 @@ PARTITION = IndexPartition(RECORD_INDEX, wanted, file_groups, build)
 def _records(keys: Iterable[str], partition: str, file_id: str,
              instant_time: str) -> list[MetadataRecord]:
     """record_index records of ``keys``, all pointing at one file group (the payload is
-    built once)."""
-    template = None
-    out = []
-    for key in keys:
-        if template is None:
-            template = record_index_record(key, partition, file_id, instant_time)
-            out.append(template)
-        else:
-            out.append(MetadataRecord(key, template.type, template.payload))
-    return out
+    built once, and shared)."""
+    listed = keys if isinstance(keys, list) else list(keys)
+    if not listed:
+        return []
+    template = record_index_record(listed[0], partition, file_id, instant_time)
+    # MetadataRecord(key, type, payload, None) per key, iterated in C (a million keys)
+    make = functools.partial(tuple.__new__, MetadataRecord)
+    return list(map(make, zip(listed, itertools.repeat(template.type),
+                              itertools.repeat(template.payload), itertools.repeat(None))))
+
+
+def _distinct(values: pa.Array | pa.ChunkedArray | None) -> pa.Array:
+    """The distinct keys of a key column as a string array (empty for None)."""
+    if values is None:
+        return pa.array([], pa.string())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return pc.unique(values.cast(pa.string()))
+
+
+def _sorted_keys(keys: pa.Array, unless_in: pa.Array | None = None) -> list[str]:
+    """``keys`` not in ``unless_in``, sorted (UTF-8 byte order, which is code point order)."""
+    if unless_in is not None and len(unless_in) and len(keys):
+        keys = keys.filter(pc.invert(pc.is_in(keys, value_set=unless_in)))
+    return keys.take(pc.sort_indices(keys)).to_pylist()
 
 
 def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[str],
@@ -179,10 +198,9 @@ def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,
     the partition."""
     if RECORD_INDEX not in ctx.metadata_partitions:
         return stat
-    old = record_keys(before) if before is not None else set()
-    new = record_keys(after)
+    old, new = _distinct(before), _distinct(after)
     return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
-                                     sorted(new - old), sorted(old - new)))
+                                     _sorted_keys(new, old), _sorted_keys(old, new)))
 
 
 def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat: WriteStat,
@@ -199,17 +217,17 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
         return stat
     from engine.merge.record_merger import DataLayer
 
-    touched: set[str] = set()
-    for layer in new_layers:
-        column = layer.table.column(RECORD_KEY) if isinstance(layer, DataLayer) else layer.keys
-        touched |= record_keys(column)
+    written = [_distinct(layer.table.column(RECORD_KEY) if isinstance(layer, DataLayer)
+                         else layer.keys) for layer in new_layers]
+    touched = _distinct(pa.chunked_array(written, pa.string()))
     if task.located_keys is not None and all(isinstance(layer, DataLayer)
                                              for layer in new_layers):
         # Upserts only, tagged by the index: a located key stays live in its group (an
         # update, winning or not, never deletes), every other key enters it.
         return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
-                                         sorted(touched - record_keys(task.located_keys)), ()))
-    keys = pa.array(sorted(touched), pa.string())
+                                         _sorted_keys(touched, _distinct(task.located_keys)),
+                                         ()))
+    keys = touched.take(pc.sort_indices(touched))
     stored = _slice_layers(ctx, task, storage, keys, schema)
     before = _live(ctx, stored, [], schema)
     after = _live(ctx, stored, new_layers, schema)

@@ -11,7 +11,6 @@ the table anew).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
@@ -181,7 +180,7 @@ def _compacted(record: MetadataRecord) -> MetadataRecord | None:
                 if isinstance(info, FileInfo) and not info.is_deleted}
         if not live and record.key != ALL_PARTITIONS_KEY:
             return None
-        return dataclasses.replace(record, payload=live)
+        return record._replace(payload=live)
     if isinstance(payload, ColumnStats | BloomFilterInfo) and payload.is_deleted:
         return None
     return record

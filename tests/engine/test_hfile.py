@@ -334,3 +334,29 @@ def test_reader_malformed_files_raise_named_error() -> None:
         list(HFileReader(bytes(broken), verify_checksums=True).cells())
     with pytest.raises(HFileError):
         HFileReader(good[:1000] + good[-4096:])  # index blocks missing
+
+
+def test_write_hfile_many_blocks_arrays_and_threads_same_bytes_as_pairs_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells given as Arrow arrays, and compressed in two threads (hundreds of blocks), make
+    the same bytes as (row, value) pairs compressed one block after another; duplicates are
+    kept in order and never split across blocks."""
+    import pyarrow as pa
+
+    from engine.format import hfile
+
+    cells = _cells(20_000, value_size=30)
+    dup = sorted([(f"r{i % 700:04d}".encode(), str(i).encode() * 9) for i in range(6000)],
+                 key=lambda c: c[0])
+    for given, duplicates in ((cells, False), (dup, True)):
+        arrays = hfile.Cells(pa.array([r for r, _ in given], pa.binary()),
+                             pa.chunked_array([[v for _, v in given]], pa.binary()))
+        threaded = write_hfile(arrays, block_size=256, allow_duplicates=duplicates)
+        monkeypatch.setattr(hfile, "PARALLEL_BLOCKS", 10**9)
+        serial = write_hfile(given, block_size=256, allow_duplicates=duplicates)
+        monkeypatch.undo()
+        assert threaded == serial
+        reader = HFileReader(threaded, verify_checksums=True)
+        assert reader.block_count > hfile.PARALLEL_BLOCKS
+        assert list(reader.cells()) == given
+        assert list(reader.get_many([given[5][0]])) == [c for c in given if c[0] == given[5][0]]

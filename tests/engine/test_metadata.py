@@ -3,7 +3,6 @@ views and by hudi-rs, repaired when out of step, validated against storage."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import shutil
 from pathlib import Path
@@ -317,9 +316,15 @@ def test_file_group_indexes_any_keys_equal_the_per_key_java_hash_route():
     alphabet = "abcXYZ019-_/\u00e9\u6f22\U0001F600\uFFFF\u0000"
     keys = ["polygenelubricants", ""] + [
         "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(5000)]
+    # ASCII keys (hashed over their bytes), long ones too, mixed with the others
+    ascii_keys = ["".join(rng.choice("az09-_/~\x7f\x01") for _ in range(rng.randrange(0, 300)))
+                  for _ in range(3000)]
+    keys = [k for pair in zip(keys[:3000], ascii_keys, strict=True) for k in pair] + keys[3000:]
     for groups in (1, 2, 7, 10, 1000):
         assert file_group_indexes(keys, groups).tolist() == [
             file_group_index(k, groups) for k in keys]
+        assert file_group_indexes(pa.chunked_array([keys[:7], keys[7:]]), groups).tolist() \
+            == [file_group_index(k, groups) for k in keys]
 
 
 def test_metadata_out_of_step_rebuild_keeps_declared_indexes_and_waits_to_add_new_ones(
@@ -373,6 +378,6 @@ def test_metadata_files_listing_naming_a_folder_outside_the_table_is_refused() -
     change.add("a", name, 10)
     record = next(r for r in change.records() if r.key == "a")  # (and the partition list)
     bad = ".x/../../y_20250101000000000.log.1_0-0-0"  # writers refuse such a name
-    forged = dataclasses.replace(record, payload={bad: FileInfo(10)})
+    forged = record._replace(payload={bad: FileInfo(10)})
     with pytest.raises(CorruptTableError, match="not a file name"):
         table_files({forged.key: forged})
