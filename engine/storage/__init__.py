@@ -33,8 +33,8 @@ Contract (what the write protocol and readers depend on):
   that both were told succeeded are lost without an error. So before its first write
   (:meth:`write_new`, :meth:`write_new_with`, :meth:`write_replace`) to a store and bucket,
   a process probes it: it creates a unique object under ``.hoodie/.aux/tidelake-probe/`` if
-  absent, then again — the second create must answer "exists" (412) — then (S3 and GCS)
-  updates it conditionally on an ETag (S3) or generation (GCS) it does not have — that must
+  absent, then again — the second create must answer "exists" (412) — then updates it
+  conditionally on an ETag (S3, Azure) or generation (GCS) it does not have — that must
   answer 412 too — and
   removes it (three ``PUT`` requests and a ``DELETE``). The verdict is kept for the
   process's life, per store (scheme, bucket, endpoint settings), and travels with a pickled

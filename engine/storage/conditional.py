@@ -127,8 +127,8 @@ class ConditionalWrites(Storage):
 
     def _probe(self) -> Verdict:
         """Create a unique object if absent, twice: the second create must answer "exists"
-        (412); then (S3 and GCS) update it conditionally on an ETag (S3) or generation (GCS)
-        it does not have: that must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once
+        (412); then update it conditionally on an ETag (S3, Azure) or generation (GCS) it
+        does not have: that must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once
         per process and store."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
@@ -145,12 +145,9 @@ class ConditionalWrites(Storage):
                                        "condition")
             except AlreadyExistsError:
                 pass
-            if self._store_identity()[0] not in ("s3", "gs"):
-                # Azure is its vendor's own service, which enforces conditions.
-                return Verdict(True, "conditional create enforced")
             try:
-                # object_store updates on S3 by ETag (If-Match), on GCS by generation
-                # (x-goog-if-generation-match): both given, each store takes its own.
+                # object_store updates on S3 and Azure by ETag (If-Match), on GCS by
+                # generation (x-goog-if-generation-match): both given, each takes its own.
                 obstore.put(self.store, key, b"update",
                             mode={"e_tag": _NO_SUCH_ETAG, "version": _NO_SUCH_GENERATION})
                 return Verdict(False, f"an update of the probe object {where} conditional "

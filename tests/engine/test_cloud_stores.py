@@ -1,9 +1,11 @@
-"""Tables on GCS: the S3 suite's checks against a GCS XML-API server on loopback.
+"""Tables on GCS and Azure: the S3 suite's checks against a GCS XML-API server and Azurite,
+both on loopback.
 
-The server (tests/gcs.py) enforces GCS's generation preconditions
-(``x-goog-if-generation-match``) unless a test makes it ignore them; every test has its own
-bucket. Reads are judged by the oracle and by hudi-rs reading the same ``gs://`` table with
-the same storage options (object_store's ``gcs_base_url`` in the service-account key).
+The GCS server (tests/gcs.py) enforces GCS's generation preconditions
+(``x-goog-if-generation-match``) unless a test makes it ignore them; Azurite (tests/azure.py)
+enforces Azure's ``If-None-Match: *`` and ``If-Match``. Every test has its own bucket
+(container). Reads are judged by the oracle and by hudi-rs reading the same ``gs://`` /
+``az://`` table with the same storage options.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +31,7 @@ from engine.errors import (
 )
 from engine.storage import ObjectStorage, Storage
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
+from tests.azure import ACCOUNT_KEY, AzureLocation, AzuriteServer
 from tests.engine.test_crash import CHILD, COLUMNS, CRASH_POINTS
 from tests.gcs import PRIVATE_KEY, GCSLocation
 from tests.helpers import Oracle, hudi_rs_read, row_tuples, rows_by_key, sorted_rows
@@ -38,30 +42,55 @@ SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.stri
                     ("fare", pa.float64())])
 
 
+Location = GCSLocation | AzureLocation
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[AzuriteServer]:
+    """Azurite for this module's tests (tests/azure.py)."""
+    server = AzuriteServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["gcs", "azure"])
+def store(request: pytest.FixtureRequest) -> Location:
+    """A new, empty bucket of the GCS server, or container of Azurite."""
+    if request.param == "gcs":
+        found: Location = request.getfixturevalue("gcs")
+        return found
+    azurite: AzuriteServer = request.getfixturevalue("azurite")
+    return AzureLocation(azurite, azurite.new_container())
+
+
+def _secret(store: Location) -> str:
+    return PRIVATE_KEY if isinstance(store, GCSLocation) else ACCOUNT_KEY
+
+
 def _rows(keys: range, ts: int) -> list[dict[str, object]]:
     return [{"key": f"k{i:03d}", "ts": ts, "region": ("eu", "us")[i % 2], "fare": i * 1.5 + ts}
             for i in keys]
 
 
-def _check(table: Table, oracle: Oracle, gcs: GCSLocation) -> None:
+def _check(table: Table, oracle: Oracle, store: Location) -> None:
     columns = ["key", "ts", "region", "fare"]
     expected = sorted_rows(oracle.rows.values(), columns)
     assert sorted_rows(table.read(), columns) == expected
-    assert sorted_rows(hudi_rs_read(table.path, storage_options=gcs.storage_options),
+    assert sorted_rows(hudi_rs_read(table.path, storage_options=store.storage_options),
                        columns) == expected
 
 
-def test_gcs_mor_table_create_upsert_delete_compact_read_matches_oracle_and_hudi_rs(
-        gcs: GCSLocation) -> None:
-    table = Table.create(gcs.uri(), name="trips", table_type="MERGE_ON_READ",
+def test_cloud_mor_table_create_upsert_delete_compact_read_matches_oracle_and_hudi_rs(
+        store: Location) -> None:
+    table = Table.create(store.uri(), name="trips", table_type="MERGE_ON_READ",
                          record_key="key", precombine="ts", partition_by="region",
-                         storage_options=gcs.storage_options)
+                         storage_options=store.storage_options)
     assert isinstance(table.storage, ObjectStorage)
     oracle = Oracle()
     batch = _rows(range(40), 1)
     table.insert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
-    _check(table, oracle, gcs)
+    _check(table, oracle, store)
     batch = _rows(range(20, 60), 2)
     table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
@@ -69,18 +98,18 @@ def test_gcs_mor_table_create_upsert_delete_compact_read_matches_oracle_and_hudi
     table.delete(pa.table({"key": victims, "region": [("eu", "us")[int(k[1:]) % 2]
                                                       for k in victims]}))
     oracle.delete(victims)
-    _check(table, oracle, gcs)
-    again = Table.open(gcs.uri(), storage_options=gcs.storage_options)
+    _check(table, oracle, store)
+    again = Table.open(store.uri(), storage_options=store.storage_options)
     assert again.read().num_rows == len(oracle.rows)
     table.compact()
-    _check(table, oracle, gcs)
+    _check(table, oracle, store)
     assert table.validate_metadata().ok
-    objects = gcs.server.objects(gcs.bucket)
+    objects = store.server.objects(store.bucket)
     assert any(k.startswith("t/.hoodie/metadata/") for k in objects)
 
 
-def test_gcs_write_new_two_writers_same_name_exactly_one_wins(gcs: GCSLocation) -> None:
-    storages = [Storage(gcs.uri(), gcs.storage_options) for _ in range(8)]
+def test_cloud_write_new_two_writers_same_name_exactly_one_wins(store: Location) -> None:
+    storages = [Storage(store.uri(), store.storage_options) for _ in range(8)]
     outcomes: list[str] = []
     barrier = threading.Barrier(len(storages))
 
@@ -104,20 +133,20 @@ def test_gcs_write_new_two_writers_same_name_exactly_one_wins(gcs: GCSLocation) 
     assert content == f"writer {winners[0].split()[1]}".encode()
 
 
-def test_gcs_two_table_writers_at_once_lose_no_commit(gcs: GCSLocation) -> None:
+def test_cloud_two_table_writers_at_once_lose_no_commit(store: Location) -> None:
     # Two writers (own Table objects, own storages) upsert at the same time, each its own
     # partition, three commits each, under optimistic concurrency: every row of every commit
     # is there, for the engine and for hudi-rs.
     options = {"hoodie.write.concurrency.mode": "optimistic_concurrency_control"}
-    base = Table.create(gcs.uri(), name="two", table_type="COPY_ON_WRITE", record_key="key",
+    base = Table.create(store.uri(), name="two", table_type="COPY_ON_WRITE", record_key="key",
                         precombine="ts", partition_by="region", options=options,
-                        storage_options=gcs.storage_options)
+                        storage_options=store.storage_options)
     errors: list[BaseException] = []
     barrier = threading.Barrier(2)
 
     def write(region: str) -> None:
         try:
-            table = Table.open(gcs.uri(), options, storage_options=gcs.storage_options)
+            table = Table.open(store.uri(), options, storage_options=store.storage_options)
             barrier.wait()
             for ts in (1, 2, 3):
                 table.upsert(pa.Table.from_pylist(
@@ -135,16 +164,16 @@ def test_gcs_two_table_writers_at_once_lose_no_commit(gcs: GCSLocation) -> None:
     expected = {f"{r}{ts}{i}": (ts,) for r in ("eu", "us") for ts in (1, 2, 3)
                 for i in range(5)}
     assert rows_by_key(base.read(), "key", ("ts",)) == expected
-    assert rows_by_key(hudi_rs_read(base.path, storage_options=gcs.storage_options), "key",
+    assert rows_by_key(hudi_rs_read(base.path, storage_options=store.storage_options), "key",
                        ("ts",)) == expected
     completed = [e for e in base.timeline() if e.state == "completed"]
     assert len(completed) == 6
 
 
-def test_gcs_lock_excludes_second_writer_and_renewal_keeps_own_file_only(
-        gcs: GCSLocation) -> None:
-    first = FileSystemLock(Storage(gcs.uri(), gcs.storage_options), 5.0, 60.0)
-    second = FileSystemLock(Storage(gcs.uri(), gcs.storage_options), 0.3, 60.0)
+def test_cloud_lock_excludes_second_writer_and_renewal_keeps_own_file_only(
+        store: Location) -> None:
+    first = FileSystemLock(Storage(store.uri(), store.storage_options), 5.0, 60.0)
+    second = FileSystemLock(Storage(store.uri(), store.storage_options), 0.3, 60.0)
     with first:
         with pytest.raises(LockTimeoutError):
             second.acquire()
@@ -157,13 +186,13 @@ def test_gcs_lock_excludes_second_writer_and_renewal_keeps_own_file_only(
         assert second.storage.exists(LOCK_FILE)
 
 
-def test_gcs_renewal_of_a_lock_replaced_since_read_refused_by_generation(
-        gcs: GCSLocation) -> None:
+def test_cloud_renewal_of_a_lock_replaced_since_read_refused_by_generation(
+        store: Location) -> None:
     # touch_if reads the lock, then replaces it only if its generation is unchanged: a
     # successor's lock written in between is left alone.
-    storage = Storage(gcs.uri(), gcs.storage_options)
+    storage = Storage(store.uri(), store.storage_options)
     storage.write_new(LOCK_FILE, b"mine")
-    other = Storage(gcs.uri(), gcs.storage_options)
+    other = Storage(store.uri(), store.storage_options)
 
     def successor_replaces(content: bytes) -> bool:
         other.write_replace(LOCK_FILE, b"successor")
@@ -174,10 +203,10 @@ def test_gcs_renewal_of_a_lock_replaced_since_read_refused_by_generation(
 
 
 @pytest.mark.parametrize("point", ["before_complete"])
-def test_sigkill_mid_commit_on_gcs_is_all_or_nothing(gcs: GCSLocation, point: str) -> None:
+def test_sigkill_mid_commit_on_cloud_store_is_all_or_nothing(store: Location, point: str) -> None:
     # The child finds the store through the environment alone (GOOGLE_*), as a job would.
-    path = gcs.uri()
-    options = gcs.storage_options
+    path = store.uri()
+    options = store.storage_options
     table = Table.create(path, name="crash", table_type="MERGE_ON_READ", record_key="key",
                          precombine="ts", partition_by=["part"],
                          options={"hoodie.parquet.max.file.size": "4000",
@@ -206,30 +235,30 @@ def test_sigkill_mid_commit_on_gcs_is_all_or_nothing(gcs: GCSLocation, point: st
     assert reopened.validate_metadata().ok
 
 
-def test_gcs_secrets_never_in_table_files_logs_or_errors(
-        gcs: GCSLocation, caplog: pytest.LogCaptureFixture) -> None:
+def test_cloud_secrets_never_in_table_files_logs_or_errors(
+        store: Location, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="engine")
-    table = Table.create(gcs.uri(), name="trips", table_type="MERGE_ON_READ",
+    table = Table.create(store.uri(), name="trips", table_type="MERGE_ON_READ",
                          record_key="key", precombine="ts",
-                         storage_options=gcs.storage_options)
+                         storage_options=store.storage_options)
     table.upsert(pa.Table.from_pylist(_rows(range(10), 1), schema=SCHEMA))
     table.upsert(pa.Table.from_pylist(_rows(range(5, 15), 2), schema=SCHEMA))
-    objects = gcs.server.objects(gcs.bucket)
+    objects = store.server.objects(store.bucket)
     assert any(k.endswith("hoodie.properties") for k in objects)
     assert any(".deltacommit" in k for k in objects)
     for key, body in objects.items():
-        assert PRIVATE_KEY.encode() not in body, key
-    assert PRIVATE_KEY not in repr(table.storage) + repr(table)
-    missing = f"gs://no-such-bucket-{gcs.bucket}/t"
+        assert _secret(store).encode() not in body, key
+    assert _secret(store) not in repr(table.storage) + repr(table)
+    missing = store.uri().replace(store.bucket, f"nosuch{store.bucket}")
     with pytest.raises((StorageError, TableNotFoundError)) as info:
-        Table.open(missing, storage_options=gcs.storage_options)
+        Table.open(missing, storage_options=store.storage_options)
     assert missing in str(info.value)
-    assert PRIVATE_KEY not in str(info.value)
+    assert _secret(store) not in str(info.value)
     with pytest.raises(StorageError) as info:  # a write refused by the store
         Table.create(missing, name="x", record_key="key", precombine="ts",
-                     storage_options=gcs.storage_options)
-    assert PRIVATE_KEY not in str(info.value)
-    assert PRIVATE_KEY not in caplog.text
+                     storage_options=store.storage_options)
+    assert _secret(store) not in str(info.value)
+    assert _secret(store) not in caplog.text
 
 
 @pytest.mark.parametrize("ignored", ["all", "updates"])
