@@ -13,3 +13,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[dev]"
   touch "$stamp"
 fi
+# Azurite (npm), the Azure Storage emulator the object-store tests start (tests/azure.py).
+if [ ! -x node_modules/.bin/azurite-blob ]; then
+  npm install --no-save --no-package-lock --no-audit --no-fund --loglevel=error azurite@3.37.0
+fi

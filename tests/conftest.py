@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests import spark_jvm, spark_python
+from tests.gcs import GCSLocation, GCSServer
 from tests.s3 import S3Location, S3Server
 
 spark_jvm.use_in_environment()  # the Spark JVMs the tests start: C1 and the class-data archive
@@ -70,3 +71,19 @@ def s3_server() -> Iterator[S3Server]:
 def s3(s3_server: S3Server) -> S3Location:
     """A new, empty bucket of the session's S3 server."""
     return S3Location(s3_server, s3_server.new_bucket())
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GCSServer]:
+    """A GCS XML-API server on loopback for the whole session (tests/gcs.py)."""
+    server = GCSServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server: GCSServer) -> Iterator[GCSLocation]:
+    """A new, empty bucket of the session's GCS server, which enforces preconditions."""
+    gcs_server.ignore_conditions = gcs_server.ignore_update_conditions = False
+    yield GCSLocation(gcs_server, gcs_server.new_bucket())
+    gcs_server.ignore_conditions = gcs_server.ignore_update_conditions = False

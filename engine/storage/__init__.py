@@ -9,7 +9,7 @@ location; paths given to it are relative to that location, with ``/`` separators
   :class:`ObjectStorage`, through `obstore <https://developmentseed.org/obstore/>`_, the
   Python binding of the Rust ``object_store`` crate that hudi-rs and delta-rs use. It was
   chosen over pyarrow's file systems because its ``put(mode="create")`` is a *conditional*
-  create (``If-None-Match: *`` on S3 and GCS, ``If-None-Match`` on Azure) and
+  create (``If-None-Match: *`` on S3 and Azure, ``x-goog-if-generation-match: 0`` on GCS) and
   ``put(mode={"e_tag": ...})`` a conditional update, the two operations a commit and the
   lock need; pyarrow's S3 file system has neither. Credentials come from the store's usual
   environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``, instance metadata) and from
@@ -33,8 +33,9 @@ Contract (what the write protocol and readers depend on):
   that both were told succeeded are lost without an error. So before its first write
   (:meth:`write_new`, :meth:`write_new_with`, :meth:`write_replace`) to a store and bucket,
   a process probes it: it creates a unique object under ``.hoodie/.aux/tidelake-probe/`` if
-  absent, then again — the second create must answer "exists" (412) — then (S3 protocol)
-  updates it conditionally on an ETag it does not have — that must answer 412 too — and
+  absent, then again — the second create must answer "exists" (412) — then updates it
+  conditionally on an ETag (S3, Azure) or generation (GCS) it does not have — that must
+  answer 412 too — and
   removes it (three ``PUT`` requests and a ``DELETE``). The verdict is kept for the
   process's life, per store (scheme, bucket, endpoint settings), and travels with a pickled
   storage to Spark executors; it is not written anywhere durable: it belongs to the

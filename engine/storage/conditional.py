@@ -45,6 +45,8 @@ _ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "OBJECT_STORE")
 _PUT_TOKEN = "tidelaketoken"
 """User metadata key of a create's token (letters only: valid on S3, GCS and Azure alike)."""
 _NO_SUCH_ETAG = '"tidelake-probe-no-such-etag"'
+_NO_SUCH_GENERATION = "1"
+"""A GCS generation no new object has (GCS numbers generations by microseconds since 1970)."""
 
 
 class ConditionalWrites(Storage):
@@ -125,9 +127,9 @@ class ConditionalWrites(Storage):
 
     def _probe(self) -> Verdict:
         """Create a unique object if absent, twice: the second create must answer "exists"
-        (412); then (S3 protocol) update it conditionally on an ETag it does not have: that
-        must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once per process and
-        store."""
+        (412); then update it conditionally on an ETag (S3, Azure) or generation (GCS) it
+        does not have: that must answer 412 too; then remove it. 3 PUTs and 1 DELETE, once
+        per process and store."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
@@ -143,17 +145,16 @@ class ConditionalWrites(Storage):
                                        "condition")
             except AlreadyExistsError:
                 pass
-            if self._store_identity()[0] != "s3":
-                # GCS and Azure are their vendors' own services, which enforce conditions;
-                # object_store updates on GCS by generation, not ETag (the lock's renewal
-                # passes both, read from the object).
-                return Verdict(True, "conditional create enforced")
             try:
-                obstore.put(self.store, key, b"update", mode={"e_tag": _NO_SUCH_ETAG})
+                # object_store updates on S3 and Azure by ETag (If-Match), on GCS by
+                # generation (x-goog-if-generation-match): both given, each takes its own.
+                obstore.put(self.store, key, b"update",
+                            mode={"e_tag": _NO_SUCH_ETAG, "version": _NO_SUCH_GENERATION})
                 return Verdict(False, f"an update of the probe object {where} conditional "
-                                       "on an ETag it does not have (If-Match) succeeded "
-                                       "instead of answering 412 Precondition Failed: the "
-                                       "store ignored the condition")
+                                       "on an ETag or generation it does not have (If-Match, "
+                                       "x-goog-if-generation-match) succeeded instead of "
+                                       "answering 412 Precondition Failed: the store ignored "
+                                       "the condition")
             except PreconditionError:
                 pass
             return Verdict(True, "conditional writes enforced")
