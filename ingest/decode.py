@@ -557,7 +557,7 @@ class JsonDecoder:
         return _assemble(self.schema, pieces, errors)
 
     def _parse(self, values: pa.BinaryArray, multiline: bool, index: np.ndarray) -> pa.Table:
-        part = values.take(pa.array(index))
+        part = values if len(index) == len(values) else values.take(pa.array(index))
         part.cast(pa.string())  # raises on invalid UTF-8 anywhere, as _screen does
         joined = pc.binary_join_element_wise(part, pa.scalar(b""), pa.scalar(b"\n"))
         data, starts, ends = _bounds(joined)

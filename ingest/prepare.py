@@ -35,7 +35,7 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -100,6 +100,7 @@ __all__ = [
 ]
 
 _UTC_US = pa.timestamp("us", tz="UTC")
+_Rows = TypeVar("_Rows", pa.Array, pa.Table)
 _ORDERING_TYPES = "integer, floating point, string, boolean, decimal, date or timestamp"
 
 
@@ -321,7 +322,12 @@ def _column(batch: pa.Table, name: str, arrow_type: pa.DataType) -> pa.Array:
 
 
 def _scatter(values: pa.Array, positions: np.ndarray, n: int) -> pa.Array:
-    """An array of length ``n``: ``values[i]`` at ``positions[i]``, null elsewhere."""
+    """An array of length ``n``: ``values[i]`` at ``positions[i]``, null elsewhere.
+
+    ``positions`` ascend without repeats (a subset of ``range(n)``), so ``n`` of them are every
+    row in order: ``values`` itself, no copy (the common batch, where every record decoded)."""
+    if len(positions) == n:
+        return values
     inverse = np.full(n, -1, dtype=np.int64)
     inverse[positions] = np.arange(len(positions), dtype=np.int64)
     indices = pa.array(inverse, mask=inverse < 0)
@@ -370,6 +376,14 @@ def _partitions(data: pa.Table, config: TableConfig) -> tuple[pa.Array, dict[int
     return pa.array(paths, pa.string()), bad
 
 
+def _take(rows: _Rows, positions: np.ndarray) -> _Rows:
+    """``rows`` at ``positions`` (ascending, without repeats): ``rows`` itself when they are
+    every row, else a copy of those rows."""
+    if len(positions) == len(rows):
+        return rows
+    return rows.take(pa.array(positions, pa.int64()))
+
+
 def _where(coordinates: pa.Table, rows: np.ndarray) -> str:
     """Kafka coordinates of ``rows`` of a batch: ``record topic-partition offset o``, or the
     first and last of several. ``coordinates`` has topic, partition and offset columns."""
@@ -392,7 +406,7 @@ def _data_rows(spec: PrepareSpec, values: pa.Array, op: np.ndarray,
     n = len(values)
     present = np.flatnonzero(~values.is_null().to_numpy(zero_copy_only=False))
     try:
-        result = spec.decoder.decode(values.take(pa.array(present, pa.int64())))
+        result = spec.decoder.decode(_take(values, present))
     except Exception as exc:
         known = [i for i in exc.rows if 0 <= i < len(present)] \
             if isinstance(exc, DecoderError) else []
@@ -439,7 +453,7 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
 
     # Records whose value decoded: keys, ordering values, partition paths.
     decoded = np.flatnonzero((op != ERROR) & ~tombstone)
-    rows = data.take(pa.array(decoded, pa.int64()))
+    rows = _take(data, decoded)
     for i, reason in enumerate(_bad_keys(rows, config)):
         if reason:
             op[decoded[i]], reasons[decoded[i]] = ERROR, reason
@@ -504,16 +518,16 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     null_str = pa.nulls(n, pa.string())
     error_mask = pa.array(error)
     columns.update({
-        RECORD_KEY: pc.if_else(error_mask, null_str, key_col),
-        PARTITION_PATH: pc.if_else(error_mask, null_str, path_col),
+        RECORD_KEY: _unless(error, key_col),
+        PARTITION_PATH: _unless(error, path_col),
         OP: pa.array(op, pa.int8()),
         REASON: pa.array(reasons, pa.string()),
         TOPIC: _column(table, "topic", pa.string()),
         KAFKA_PARTITION: _column(table, "partition", pa.int32()),
         OFFSET: _column(table, "offset", pa.int64()),
         TIMESTAMP: _column(table, "timestamp", _UTC_US),
-        KAFKA_KEY: pc.if_else(error_mask, kafka_keys, pa.nulls(n, pa.binary())),
-        VALUE: pc.if_else(pa.array(keep_raw), values, pa.nulls(n, pa.binary())),
+        KAFKA_KEY: _unless(~error, kafka_keys),
+        VALUE: _unless(~keep_raw, values),
         FILE_ID: null_str,
     })
     columns[SUPERSEDED] = superseded_keys(
@@ -532,6 +546,16 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     if rings is not None:
         columns[RING] = rings
     return pa.table(columns, schema=prepared_schema(spec))
+
+
+def _unless(mask: np.ndarray, values: pa.Array) -> pa.Array:
+    """``values`` with nulls where ``mask`` is true: no copy when it is true nowhere (a batch
+    without errors keeps every key) or everywhere (no raw value kept: all nulls)."""
+    if not mask.any():
+        return values
+    if mask.all():
+        return pa.nulls(len(values), values.type)
+    return pc.if_else(pa.array(mask), pa.nulls(len(values), values.type), values)
 
 
 def _no_key(raw: bytes | None, row: int, op: np.ndarray, reasons: list[str | None]) -> bool:
@@ -625,7 +649,7 @@ def _is_formatted_key(text: str, config: TableConfig) -> bool:
 def _buckets(keys: pa.Array, op: np.ndarray, num_buckets: int) -> pa.Array:
     """The bucket of every keyed row's record key (null for errors)."""
     keyed = np.flatnonzero(op != ERROR)
-    return _scatter(key_buckets(keys.take(pa.array(keyed, pa.int64())), num_buckets), keyed,
+    return _scatter(key_buckets(_take(keys, keyed), num_buckets), keyed,
                     len(keys))
 
 
