@@ -32,14 +32,18 @@ from engine.errors import (
 from engine.storage import ObjectStorage, Storage
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
 from tests.azure import ACCOUNT_KEY, AzureLocation, AzuriteServer
+from tests.engine.object_store_checks import (
+    SCHEMA,
+    assert_exactly_one_create_wins,
+    check_read,
+    region_rows,
+)
 from tests.engine.test_crash import CHILD, COLUMNS, CRASH_POINTS
 from tests.gcs import PRIVATE_KEY, GCSLocation
-from tests.helpers import Oracle, hudi_rs_read, row_tuples, rows_by_key, sorted_rows
+from tests.helpers import Oracle, hudi_rs_read, row_tuples, rows_by_key
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT_OUT = "tidelake.storage.allow.unsafe.single.writer"
-SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.string()),
-                    ("fare", pa.float64())])
 
 
 Location = GCSLocation | AzureLocation
@@ -67,17 +71,6 @@ def _secret(store: Location) -> str:
     return PRIVATE_KEY if isinstance(store, GCSLocation) else ACCOUNT_KEY
 
 
-def _rows(keys: range, ts: int) -> list[dict[str, object]]:
-    return [{"key": f"k{i:03d}", "ts": ts, "region": ("eu", "us")[i % 2], "fare": i * 1.5 + ts}
-            for i in keys]
-
-
-def _check(table: Table, oracle: Oracle, store: Location) -> None:
-    columns = ["key", "ts", "region", "fare"]
-    expected = sorted_rows(oracle.rows.values(), columns)
-    assert sorted_rows(table.read(), columns) == expected
-    assert sorted_rows(hudi_rs_read(table.path, storage_options=store.storage_options),
-                       columns) == expected
 
 
 def test_cloud_mor_table_create_upsert_delete_compact_read_matches_oracle_and_hudi_rs(
@@ -87,50 +80,29 @@ def test_cloud_mor_table_create_upsert_delete_compact_read_matches_oracle_and_hu
                          storage_options=store.storage_options)
     assert isinstance(table.storage, ObjectStorage)
     oracle = Oracle()
-    batch = _rows(range(40), 1)
+    batch = region_rows(range(40), 1)
     table.insert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
-    _check(table, oracle, store)
-    batch = _rows(range(20, 60), 2)
+    check_read(table, oracle, store.storage_options)
+    batch = region_rows(range(20, 60), 2)
     table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
     victims = [f"k{i:03d}" for i in range(0, 60, 7)]
     table.delete(pa.table({"key": victims, "region": [("eu", "us")[int(k[1:]) % 2]
                                                       for k in victims]}))
     oracle.delete(victims)
-    _check(table, oracle, store)
+    check_read(table, oracle, store.storage_options)
     again = Table.open(store.uri(), storage_options=store.storage_options)
     assert again.read().num_rows == len(oracle.rows)
     table.compact()
-    _check(table, oracle, store)
+    check_read(table, oracle, store.storage_options)
     assert table.validate_metadata().ok
     objects = store.server.objects(store.bucket)
     assert any(k.startswith("t/.hoodie/metadata/") for k in objects)
 
 
 def test_cloud_write_new_two_writers_same_name_exactly_one_wins(store: Location) -> None:
-    storages = [Storage(store.uri(), store.storage_options) for _ in range(8)]
-    outcomes: list[str] = []
-    barrier = threading.Barrier(len(storages))
-
-    def complete(i: int) -> None:
-        barrier.wait()
-        try:
-            storages[i].write_new(".hoodie/timeline/20260101000000000_x.commit",
-                                  f"writer {i}".encode())
-            outcomes.append(f"won {i}")
-        except FileExistsError:
-            outcomes.append("lost")
-
-    threads = [threading.Thread(target=complete, args=(i,)) for i in range(len(storages))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    winners = [o for o in outcomes if o.startswith("won")]
-    assert len(winners) == 1 and outcomes.count("lost") == len(storages) - 1
-    content = storages[0].read(".hoodie/timeline/20260101000000000_x.commit")
-    assert content == f"writer {winners[0].split()[1]}".encode()
+    assert_exactly_one_create_wins(store.uri(), store.storage_options)
 
 
 def test_cloud_two_table_writers_at_once_lose_no_commit(store: Location) -> None:
@@ -241,8 +213,8 @@ def test_cloud_secrets_never_in_table_files_logs_or_errors(
     table = Table.create(store.uri(), name="trips", table_type="MERGE_ON_READ",
                          record_key="key", precombine="ts",
                          storage_options=store.storage_options)
-    table.upsert(pa.Table.from_pylist(_rows(range(10), 1), schema=SCHEMA))
-    table.upsert(pa.Table.from_pylist(_rows(range(5, 15), 2), schema=SCHEMA))
+    table.upsert(pa.Table.from_pylist(region_rows(range(10), 1), schema=SCHEMA))
+    table.upsert(pa.Table.from_pylist(region_rows(range(5, 15), 2), schema=SCHEMA))
     objects = store.server.objects(store.bucket)
     assert any(k.endswith("hoodie.properties") for k in objects)
     assert any(".deltacommit" in k for k in objects)

@@ -14,7 +14,6 @@ import pickle
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,26 +24,19 @@ from engine.errors import LockTimeoutError, StorageError, TableNotFoundError
 from engine.format.base_file import read_base_file, read_footer_keys, write_base_file
 from engine.storage import ObjectStorage, Storage
 from engine.timeline.lock import LOCK_FILE, FileSystemLock
-from tests.helpers import Oracle, hudi_rs_read, sorted_rows
+from tests.engine.object_store_checks import (
+    SCHEMA,
+    assert_exactly_one_create_wins,
+    check_read,
+    region_rows,
+)
+from tests.helpers import Oracle
 from tests.s3 import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Location
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("region", pa.string()),
-                    ("fare", pa.float64())])
 
 
-def _rows(keys: range, ts: int) -> list[dict[str, object]]:
-    return [{"key": f"k{i:03d}", "ts": ts, "region": ("eu", "us")[i % 2], "fare": i * 1.5 + ts}
-            for i in keys]
-
-
-def _check(table: Table, oracle: Oracle, s3: S3Location) -> None:
-    columns = ["key", "ts", "region", "fare"]
-    expected = sorted_rows(oracle.rows.values(), columns)
-    assert sorted_rows(table.read(), columns) == expected
-    assert sorted_rows(hudi_rs_read(table.path, storage_options=s3.storage_options),
-                       columns) == expected
 
 
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
@@ -55,51 +47,30 @@ def test_s3_table_create_upsert_delete_read_matches_oracle_and_hudi_rs(
                          storage_options=s3.storage_options)
     assert isinstance(table.storage, ObjectStorage)
     oracle = Oracle()
-    batch = _rows(range(40), 1)
+    batch = region_rows(range(40), 1)
     table.insert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
-    _check(table, oracle, s3)
-    batch = _rows(range(20, 60), 2)
+    check_read(table, oracle, s3.storage_options)
+    batch = region_rows(range(20, 60), 2)
     table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
     victims = [f"k{i:03d}" for i in range(0, 60, 7)]
     table.delete(pa.table({"key": victims, "region": [("eu", "us")[int(k[1:]) % 2]
                                                       for k in victims]}))
     oracle.delete(victims)
-    _check(table, oracle, s3)
+    check_read(table, oracle, s3.storage_options)
     # A second process opens it by URI and options alone.
     again = Table.open(s3.uri(), storage_options=s3.storage_options)
     assert again.read().num_rows == len(oracle.rows)
     if table_type == "MERGE_ON_READ":
         table.compact()
-        _check(table, oracle, s3)
+        check_read(table, oracle, s3.storage_options)
     # The metadata table lives on S3 too and lists what storage holds.
     assert table.validate_metadata().ok
 
 
 def test_s3_write_new_two_writers_same_name_exactly_one_wins(s3: S3Location) -> None:
-    storages = [Storage(s3.uri(), s3.storage_options) for _ in range(8)]
-    outcomes: list[str] = []
-    barrier = threading.Barrier(len(storages))
-
-    def complete(i: int) -> None:
-        barrier.wait()
-        try:
-            storages[i].write_new(".hoodie/timeline/20260101000000000_x.commit",
-                                  f"writer {i}".encode())
-            outcomes.append(f"won {i}")
-        except FileExistsError:
-            outcomes.append("lost")
-
-    threads = [threading.Thread(target=complete, args=(i,)) for i in range(len(storages))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    winners = [o for o in outcomes if o.startswith("won")]
-    assert len(winners) == 1 and outcomes.count("lost") == len(storages) - 1
-    content = storages[0].read(".hoodie/timeline/20260101000000000_x.commit")
-    assert content == f"writer {winners[0].split()[1]}".encode()
+    assert_exactly_one_create_wins(s3.uri(), s3.storage_options)
 
 
 def test_s3_secrets_never_in_table_files_logs_or_errors(
@@ -107,8 +78,8 @@ def test_s3_secrets_never_in_table_files_logs_or_errors(
     caplog.set_level(logging.DEBUG, logger="engine")
     table = Table.create(s3.uri(), name="trips", table_type="MERGE_ON_READ", record_key="key",
                          precombine="ts", storage_options=s3.storage_options)
-    table.upsert(pa.Table.from_pylist(_rows(range(10), 1), schema=SCHEMA))
-    table.upsert(pa.Table.from_pylist(_rows(range(5, 15), 2), schema=SCHEMA))
+    table.upsert(pa.Table.from_pylist(region_rows(range(10), 1), schema=SCHEMA))
+    table.upsert(pa.Table.from_pylist(region_rows(range(5, 15), 2), schema=SCHEMA))
     objects = s3.server.objects(s3.bucket)
     assert any(k.endswith("hoodie.properties") for k in objects)
     assert any(".deltacommit" in k for k in objects)
@@ -233,10 +204,10 @@ def test_s3_upsert_with_metadata_table_lists_timelines_only_counted_at_server(
                          storage_options=s3.storage_options)
     oracle = Oracle()
     for keys, ts in ((range(40), 1), (range(20, 60), 2)):
-        batch = _rows(keys, ts)
+        batch = region_rows(keys, ts)
         table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
         oracle.upsert(batch)
-    batch = _rows(range(30, 70), 3)
+    batch = region_rows(range(30, 70), 3)
     with s3.server.requests(s3.bucket) as seen:
         table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
     oracle.upsert(batch)
@@ -247,5 +218,5 @@ def test_s3_upsert_with_metadata_table_lists_timelines_only_counted_at_server(
     assert data == []
     assert not [key for method, key in seen
                 if method == "HEAD" and key.endswith(".hoodie_partition_metadata")]
-    _check(table, oracle, s3)
+    check_read(table, oracle, s3.storage_options)
     assert table.validate_metadata().ok
