@@ -102,7 +102,7 @@ class ConcurrencyMode(str, Enum):
 
 SINGLE_WRITER_KEY = "tidelake.storage.allow.unsafe.single.writer"
 """The opt-out that lets a table be written on an object store that ignores conditional
-writes (``engine/storage.py``), as delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``."""
+writes (:mod:`engine.storage.conditional`), as delta-rs's ``AWS_S3_ALLOW_UNSAFE_RENAME``."""
 
 FS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
 IN_PROCESS_LOCK_PROVIDER = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
