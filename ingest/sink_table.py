@@ -32,15 +32,16 @@ __all__ = ["KEY_FORMATS", "check_index", "check_reserved", "check_table_schema",
            "checked_data_schema", "evolved_schema", "key_decoder", "materialize", "open_or_define"]
 
 
-def open_or_define(sink: SinkConfig, options: Mapping[str, Any] | None,
+def open_or_define(sink_config: SinkConfig, options: Mapping[str, Any] | None,
                    schema: pa.Schema) -> Table:
-    """The sink's table: opened at ``sink.table_path`` and checked against the sink's key,
+    """The sink's table: opened at ``sink_config.table_path`` and checked against its key,
     partition and ordering fields and index, or defined there (created on storage by the
     first batch with a valid record: :func:`materialize`) with ``schema``, the data columns
     the decoder stores. ``options``: the writer's table options. Driver side."""
-    path, index = sink.table_path, sink.index
-    record_key, precombine, partition_by = sink.record_key, sink.precombine, sink.partition_by
-    storage_options = dict(sink.storage_options or {})
+    path, index = sink_config.table_path, sink_config.index
+    record_key, precombine = sink_config.record_key, sink_config.precombine
+    partition_by = sink_config.partition_by
+    storage_options = dict(sink_config.storage_options or {})
     try:
         table = Table.open(path, storage_options=storage_options)
     except TableNotFoundError:
@@ -50,10 +51,11 @@ def open_or_define(sink: SinkConfig, options: Mapping[str, Any] | None,
             raise ValueError(f"record_key: required to create the table at {path}")
         opts = ({"hoodie.index.type": RECORD_INDEX} if index == RECORD_INDEX else
                 {"hoodie.index.type": "BUCKET",
-                 "hoodie.bucket.index.num.buckets": str(sink.num_buckets)}) | dict(options or {})
+                 "hoodie.bucket.index.num.buckets": str(sink_config.num_buckets)})
+        opts |= dict(options or {})
         # Created on storage by the first batch with a valid record (materialize).
-        defined = Table.define(path, name=sink.table_name or _default_name(path),
-                               table_type=sink.table_type, record_key=record_key,
+        defined = Table.define(path, name=sink_config.table_name or _default_name(path),
+                               table_type=sink_config.table_type, record_key=record_key,
                                precombine=precombine, partition_by=partition_by,
                                options=opts, schema=schema,
                                storage_options=storage_options)
