@@ -113,9 +113,11 @@ class ServiceAttempt:
             if path not in kept:
                 self.client.storage.delete(path)
 
-    def abandon(self) -> None:
+    def abandon(self) -> bool:
         """After a failure: revert the attempt if it still owns the plan, else delete only
-        its own files (those no commit names) and leave the instant to its owner."""
+        its own files (those no commit names) and leave the instant to its owner. True when
+        it still owned the plan (reverted it), False when another executor had completed or
+        reverted it meanwhile."""
         client = self.client
         ours = False
         try:
@@ -134,6 +136,20 @@ class ServiceAttempt:
         finally:
             # a new owner's heartbeat is the same file: leave it to that owner
             self.heartbeat.stop(delete=ours)
+        return ours
+
+    def failure(self, exc: BaseException, owned: bool) -> str:
+        """What a service error says of a failure that is no tidelake error (``owned``: what
+        :meth:`abandon` returned): reverted to run again, or superseded by another executor
+        (which may have completed the plan and the cleaner removed its inputs since, so a
+        resumed attempt finds files gone)."""
+        kind = self.instant.action.value
+        if owned:
+            return (f"{kind} {self.instant_time} failed ({type(exc).__name__}: {exc}); the "
+                    "attempt was reverted and its plan runs again on the next run")
+        return (f"{kind} {self.instant_time}: another executor completed or reverted the plan "
+                f"while this attempt ran ({type(exc).__name__}: {exc}); nothing of this attempt "
+                "was committed")
 
 
 def start_attempt(client: WriteClient, instant_time: str, action: Action, *,

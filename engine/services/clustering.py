@@ -711,9 +711,11 @@ def execute_clustering(client: WriteClient, instant_time: str, *,
         attempt.execute(owner.timeline, list(range(len(attempt.members))))
         done = _commit(attempt)
     except BaseException as exc:
-        owner.abandon()
+        owned = owner.abandon()
         if isinstance(exc, AttemptSupersededError):
             raise ClusteringError(str(exc)) from exc
+        if isinstance(exc, FileNotFoundError):  # an input the cleaner removed, or by hand
+            raise ClusteringError(owner.failure(exc, owned)) from exc
         raise
     owner.heartbeat.stop()
     client.storage.delete_tree(temp_folder(instant_time))

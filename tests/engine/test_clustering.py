@@ -530,3 +530,22 @@ def _writers_during_clustering(tmp_path: Path, table_type: str, seed: int) -> No
     assert run.completed
     assert run.details["carried_over_groups"] >= 1
     _check(table, oracle)
+
+
+def test_clustering_input_file_gone_fails_as_clustering_error_and_plan_runs_again(
+        tmp_path: Path) -> None:
+    # A clustering whose input base file vanished (hand-deleted here; in the stress test, the
+    # cleaner's, after another executor completed the same plan) fails with ClusteringError
+    # naming the missing file, not a bare FileNotFoundError, and the attempt is reverted.
+    from engine.services.clustering import ClusteringError
+
+    table, _, _ = _make(tmp_path / "t", "COPY_ON_WRITE")
+    instant = table.cluster(schedule_only=True).scheduled
+    assert instant is not None
+    for base in list_table_files(table.storage).base_files:
+        (tmp_path / "t" / base.path).unlink()
+    with pytest.raises(ClusteringError) as caught:
+        table.cluster(instant=instant)
+    assert "FileNotFoundError" in str(caught.value) and instant in str(caught.value)
+    states = {e.instant_time: e.state for e in table.timeline()}
+    assert states.get(instant) != "completed"
