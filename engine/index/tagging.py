@@ -33,7 +33,7 @@ from engine.merge.policy import (
     stays_in_place,
     update_partition_path,
 )
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY, cast_column
 
 Groups = dict[tuple[str, str], list[pa.Table]]

@@ -31,7 +31,6 @@ from engine.layout.view import TableView, live_buckets
 from engine.read.retention import check_readable
 from engine.read.scan import Scan, SliceScan
 from engine.read.skipping import KEY_PRUNERS, Pruning, prune
-from engine.read.slice_reader import SliceReader
 from engine.schema import META_FIELDS, RECORD_KEY, table_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -430,5 +429,5 @@ def _written_after(slc: FileSlice, visible: Visibility, start: str, inclusive: b
     return any(c is None or c > start or (inclusive and c == start) for c in completions)
 
 
-__all__ = ["RECORD_KEY", "ReadSpec", "Scan", "SliceReader", "SliceScan", "TableReader",
+__all__ = ["RECORD_KEY", "ReadSpec", "Scan", "SliceScan", "TableReader",
            "partition_values"]

@@ -73,7 +73,7 @@ from engine.layout.view import TableView
 from engine.metadata import bloom_filters
 from engine.metadata.record_index import RECORD_INDEX, changes
 from engine.metadata.update import collect_updates, with_update
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import (
     FILE_NAME,
     RECORD_KEY,

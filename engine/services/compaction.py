@@ -52,7 +52,7 @@ from engine.layout.view import TableView
 from engine.merge.record_merger import DataLayer, DeleteLayer, merge_layers
 from engine.metadata import bloom_filters
 from engine.metadata.update import collect_updates
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import (
     FILE_NAME,
     LOW_CARDINALITY_META,

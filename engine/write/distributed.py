@@ -44,7 +44,7 @@ from engine.index.record_index import attach_orderings, locations, moving
 from engine.index.relocation import Relocations
 from engine.index.simple import LOCATION_SCHEMA, concat_locations, key_locations, tag
 from engine.index.simple import ORDERING as STORED_ORDERING
-from engine.layout.view import TableView
+from engine.layout.view import TableView, live_buckets
 from engine.merge.policy import update_partition_path
 from engine.metadata.keys import file_group_indexes
 from engine.metadata.reader import GroupSlice, route
@@ -61,7 +61,6 @@ from engine.write.partitioner import InsertBucket, insert_file_ids
 from engine.write.placement import (
     bucket_file_ids,
     bucket_group,
-    live_buckets,
     record_buckets,
     ring_file_ids,
     spread_tombstones,
@@ -142,7 +141,7 @@ def write_pending(timeline: Timeline) -> bool:
 
 def live_bucket_groups(view: TableView, write_config: WriteConfig) -> dict[tuple[str, int], str]:
     """(partition, bucket) → file id of the live bucket groups keys are placed in
-    (:func:`~engine.write.placement.live_buckets`, under the writer's index). Driver side."""
+    (:func:`~engine.layout.view.live_buckets`, under the writer's index). Driver side."""
     return dict(live_buckets(view, write_config.index_type))
 
 

@@ -29,7 +29,6 @@ from engine.errors import InvalidRecordError
 from engine.index.bucket import bucket_file_id, bucket_ids
 from engine.index.consistent_hashing import HashingMetadata, ensure_initial_metadata, route
 from engine.layout.view import LiveBuckets
-from engine.layout.view import live_buckets as live_buckets  # the rule lives below the reader
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 

@@ -22,8 +22,8 @@ from engine.config import IndexType, TableConfig, WriteConfig
 from engine.index.consistent_hashing import HashingMetadata, load_or_create_metadata
 from engine.index.tagging import Groups, Tagger, split_by_columns
 from engine.layout.file_group import FileSlice
-from engine.layout.view import TableView
-from engine.read.reader import SliceReader
+from engine.layout.view import TableView, live_buckets
+from engine.read.slice_reader import SliceReader
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -32,7 +32,6 @@ from engine.write.group_writer import BULK_INSERT, UPSERT, TaskRule
 from engine.write.partitioner import InsertBucket, assign_inserts, average_record_size
 from engine.write.placement import (
     bucket_group,
-    live_buckets,
     place_buckets,
     record_buckets,
     routed,

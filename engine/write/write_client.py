@@ -43,7 +43,7 @@ from engine.metadata import sync as metadata
 from engine.metadata.indexes import build_runner
 from engine.metadata.table import FILES, declared_partitions, snapshot_declared
 from engine.metadata.update import collect_updates
-from engine.read.reader import SliceReader
+from engine.read.slice_reader import SliceReader
 from engine.schema import avro_data_schema, avro_full_schema, commit_schema
 from engine.storage import Storage
 from engine.tasks import TaskRunner

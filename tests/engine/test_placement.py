@@ -1,4 +1,4 @@
-"""Which live file groups are bucket groups is one rule (engine.write.placement.live_buckets).
+"""Which live file groups are bucket groups is one rule (engine.layout.view.live_buckets).
 
 The write client (``Table.upsert``) and the streaming job (its write tasks and its global-state
 index, which pass the table's ``write_config.index_type``) ask it alike. On a table whose
@@ -16,8 +16,8 @@ import pyarrow as pa
 from engine import Table
 from engine.config import P_CHECKSUM, P_DATABASE, P_NAME, IndexType, table_checksum
 from engine.layout.properties import dumps, loads
-from engine.layout.view import TableView
-from engine.write.placement import bucket_file_ids, live_buckets, record_buckets
+from engine.layout.view import TableView, live_buckets
+from engine.write.placement import bucket_file_ids, record_buckets
 
 BUCKET_OPTIONS = {"hoodie.index.type": "BUCKET", "hoodie.bucket.index.num.buckets": "3"}
 CITIES = ("a", "b", "c")

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 from engine import Table
-from engine.read.reader import SliceReader, to_expression
+from engine.read.reader import to_expression
+from engine.read.slice_reader import SliceReader
 from tests.engine.helpers import COLUMNS, SCHEMA, hudi_rs_locations, random_batch
 from tests.helpers import Oracle, sorted_rows
 
