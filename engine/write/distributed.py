@@ -44,6 +44,7 @@ from engine.index.record_index import attach_orderings, locations, moving
 from engine.index.relocation import Relocations
 from engine.index.simple import LOCATION_SCHEMA, concat_locations, key_locations, tag
 from engine.index.simple import ORDERING as STORED_ORDERING
+from engine.index.tagging import TaggedRecords
 from engine.layout.view import TableView, live_buckets
 from engine.merge.policy import update_partition_path
 from engine.metadata.keys import file_group_indexes
@@ -66,7 +67,8 @@ from engine.write.placement import (
     spread_tombstones,
     unreplaced_generation,
 )
-from engine.write.write_client import DELETE_MARKER, UPSERT, TaggedRecords, WriteClient
+from engine.write.prepare import DELETE_MARKER
+from engine.write.write_client import UPSERT, WriteClient
 
 if TYPE_CHECKING:
     from engine.merge.policy import DeletePolicy

@@ -32,8 +32,7 @@ from engine.errors import InvalidOptionError, WriteConflictError
 from engine.format.bloom import BloomSizing
 from engine.format.delete_block import ordering_kind
 from engine.format.naming import parse_base_file
-from engine.index.tagging import TaggedRecords as TaggedRecords
-from engine.index.tagging import Tagger
+from engine.index.tagging import TaggedRecords, Tagger
 from engine.layout import markers
 from engine.layout.file_group import FileSlice
 from engine.layout.view import TableView
@@ -66,7 +65,6 @@ from engine.write.group_writer import GroupWriter, TaskRule
 from engine.write.partitioner import InsertBucket
 from engine.write.planner import Planner
 from engine.write.planner import WritePlan as WritePlan
-from engine.write.prepare import DELETE_MARKER as DELETE_MARKER
 from engine.write.prepare import prepare_deletes, prepare_records, records_as_of
 from engine.write.rollback import (
     drop_abandoned_compactions,
