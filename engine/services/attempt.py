@@ -146,7 +146,7 @@ class ServiceAttempt:
         kind = self.instant.action.value
         if owned:
             return (f"{kind} {self.instant_time} failed ({type(exc).__name__}: {exc}); the "
-                    "attempt was reverted and its plan runs again on the next run")
+                    f"attempt was reverted and its plan runs again on the next {kind}")
         return (f"{kind} {self.instant_time}: another executor completed or reverted the plan "
                 f"while this attempt ran ({type(exc).__name__}: {exc}); nothing of this attempt "
                 "was committed")

@@ -428,14 +428,12 @@ def _execute(client: WriteClient, instant_time: str,
                                   meta.encode(client.config.table_version),
                                   collect_updates(stats))
     except BaseException as exc:
-        attempt.abandon()
+        owned = attempt.abandon()
         if isinstance(exc, AttemptSupersededError):
             raise CompactionError(str(exc)) from exc
         if isinstance(exc, TidelakeError) or not isinstance(exc, Exception):
             raise
-        raise CompactionError(
-            f"compaction {instant_time} failed ({type(exc).__name__}: {exc}); the attempt "
-            "was reverted and its plan runs again on the next compaction") from exc
+        raise CompactionError(attempt.failure(exc, owned)) from exc
     attempt.heartbeat.stop()
     return done.completion_time or "", len(stats), sum(s.num_writes for s in stats)
 
