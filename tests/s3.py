@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from urllib.parse import parse_qs, unquote
 ACCESS_KEY_ID = "AKIATIDELAKETESTKEY7"
 SECRET_ACCESS_KEY = "tidelake-test-secret-Zq9vX3mK"
 REGION = "us-east-1"
-_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
 
 
 @dataclass
@@ -32,6 +33,8 @@ class S3Server:
     _server: Any = field(repr=False)
     _count: itertools.count = field(default_factory=itertools.count, repr=False)
 
+    _sent: SentBytes = field(default_factory=lambda: SentBytes(None), repr=False)
+
     @classmethod
     def start(cls) -> S3Server:
         from moto.server import ThreadedMotoServer
@@ -40,7 +43,15 @@ class S3Server:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
-        return cls(f"http://{host}:{port}", server)
+        sent = SentBytes.install(server)
+        return cls(f"http://{host}:{port}", server, _sent=sent)
+
+    @contextlib.contextmanager
+    def fetched(self, bucket: str) -> Iterator[list[tuple[str, int]]]:
+        """The object ``GET`` answers the server sends for ``bucket`` while the block runs:
+        (key, bytes of the answer's body), counted at the server."""
+        with self._sent.watch(bucket) as seen:
+            yield seen
 
     def stop(self) -> None:
         self._server.stop()
@@ -129,6 +140,53 @@ class S3Server:
                 body = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
                 found[item["Key"]] = body
         return found
+
+
+class SentBytes:
+    """Counts the body bytes moto's server sends for object ``GET`` requests: a WSGI
+    wrapper around its application (installed by :meth:`install`), which a test or bench
+    watches per bucket."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self._watchers: list[tuple[str, list[tuple[str, int]]]] = []
+        self._guard = threading.Lock()
+
+    @classmethod
+    def install(cls, server: Any) -> SentBytes:
+        """Wrap the application of a started ``ThreadedMotoServer``."""
+        wsgi = server._server  # werkzeug's server: it calls .app for each request
+        sent = cls(wsgi.app)
+        wsgi.app = sent
+        return sent
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        parts = unquote(environ.get("PATH_INFO", "")).lstrip("/").split("/", 1)
+        is_object_get = (environ.get("REQUEST_METHOD") == "GET" and len(parts) == 2
+                         and parts[1] != "")
+        body = self._app(environ, start_response)
+        if not is_object_get or not self._watchers:
+            return body  # type: ignore[no-any-return]
+        chunks = list(body)
+        size = sum(len(c) for c in chunks)
+        with self._guard:
+            for bucket, seen in self._watchers:
+                if bucket == parts[0]:
+                    seen.append((parts[1], size))
+        return iter(chunks)
+
+    @contextlib.contextmanager
+    def watch(self, bucket: str) -> Iterator[list[tuple[str, int]]]:
+        """(key, bytes sent) of each object ``GET`` answered for ``bucket`` in the block."""
+        seen: list[tuple[str, int]] = []
+        entry = (bucket, seen)
+        with self._guard:
+            self._watchers.append(entry)
+        try:
+            yield seen
+        finally:
+            with self._guard:
+                self._watchers.remove(entry)
 
 
 @dataclass(frozen=True)

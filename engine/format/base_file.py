@@ -17,7 +17,11 @@ file is written under a hidden temporary name (``.tmp.`` prefix) in the target f
 fsynced, then linked to its final name, which must not exist yet; on an object store it is
 written to memory and put with a conditional create. A crash leaves at most a temporary
 file that no Hudi reader lists; no half-written file ever carries the final name. Readers
-take a path or an open file (:meth:`engine.storage.Storage.open_input`).
+take a path or an open file (:meth:`engine.storage.Storage.open_input`). A file open in
+parts on an object store (:class:`~engine.storage.RangedInput`) is read by its footer, from
+the bytes its open fetched, then only the column chunks a read needs
+(:func:`chunk_ranges`, fetched together before pyarrow decodes them): a one-column read of
+a file fetches that column's chunks and the footer, not the file.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.format.bloom import BloomFilter, BloomFilterTypeCode, BloomSizing
-from engine.storage import LocalStorage, Storage
+from engine.storage import LocalStorage, RangedInput, Storage
 
 META_COLUMNS = (
     "_hoodie_commit_time",
@@ -246,13 +250,24 @@ def read_base_file(
     caller merges).
     """
     dictionary = list(dictionary_columns) if dictionary_columns else None
-    if filters is None:
+    if filters is None or isinstance(path, RangedInput):
         # One file, no filter: ParquetFile skips the dataset layer (~20% faster on a
-        # 25,000-row file).
-        with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+        # 25,000-row file). A file read in parts too: the dataset layer would read its
+        # footer again, and the filter's columns are read here as asked.
+        with parquet_file(path, dictionary) as file:
             names = set(file.schema_arrow.names)
-            return file.read(columns=[c for c in columns if c in names]
-                             if columns is not None else None, use_threads=use_threads)
+            wanted = [c for c in columns if c in names] if columns is not None else None
+            if filters is None:
+                return read_row_groups(file, path, None, wanted, use_threads)
+            expression = filters if isinstance(filters, pc.Expression) \
+                else pq.filters_to_expression(filters)
+            rows = read_row_groups(file, path, None, wanted, use_threads)
+            try:
+                rows = rows.filter(expression)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                # the filter reads columns beyond ``columns`` (no API names them): all
+                rows = read_row_groups(file, path, None, None, use_threads).filter(expression)
+            return rows if wanted is None else rows.select(wanted)
     try:
         return pq.read_table(path, columns=list(columns) if columns is not None else None,
                              filters=filters, partitioning=None, read_dictionary=dictionary,
@@ -269,14 +284,70 @@ def read_base_file(
                          use_threads=use_threads)
 
 
+def parquet_file(source: str | pa.NativeFile,
+                 dictionary_columns: Sequence[str] | None = None) -> pq.ParquetFile:
+    """The parquet file ``source`` (a path or an open file), its footer parsed: a file open
+    in parts (:class:`~engine.storage.RangedInput`) has its footer taken from the bytes its
+    open fetched (one more request when it is larger), not from pyarrow's own 64 KiB tail
+    read."""
+    dictionary = list(dictionary_columns) if dictionary_columns else None
+    if not isinstance(source, RangedInput):
+        return pq.ParquetFile(source, read_dictionary=dictionary)
+    tail = source.tail()
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        # not a plain parquet file (or an encrypted footer): pyarrow's own reading and errors
+        return pq.ParquetFile(source, read_dictionary=dictionary)
+    needed = int.from_bytes(tail[-8:-4], "little") + 8
+    footer = tail[-needed:] if needed <= len(tail) else source.footer(needed)
+    source.remember_footer(needed)
+    metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+    return pq.ParquetFile(source, metadata=metadata, read_dictionary=dictionary)
+
+
+def chunk_ranges(metadata: pq.FileMetaData, row_groups: Sequence[int] | None,
+                 columns: Sequence[str] | None) -> list[tuple[int, int]]:
+    """Byte ranges ``(start, end)`` of the column chunks of ``columns`` (None: all; a name
+    takes every leaf below it, as pyarrow's ``columns`` do: ``s`` the leaves ``s.x`` and
+    ``s.y``, ``s.x`` the leaf ``s.x``) in ``row_groups`` (None: all): a chunk's dictionary
+    page and data pages."""
+    schema = metadata.schema
+    leaves = [i for i in range(metadata.num_columns)
+              if columns is None or any(_below(schema.column(i).path, c) for c in columns)]
+    groups = range(metadata.num_row_groups) if row_groups is None else row_groups
+    found = []
+    for group in groups:
+        row_group = metadata.row_group(group)
+        for leaf in leaves:
+            chunk = row_group.column(leaf)
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+                start = min(start, chunk.dictionary_page_offset)
+            found.append((start, start + chunk.total_compressed_size))
+    return found
+
+
+def _below(path: str, column: str) -> bool:
+    return path == column or path.startswith(column + ".")
+
+
+def read_row_groups(file: pq.ParquetFile, source: object, row_groups: Sequence[int] | None,
+                    columns: Sequence[str] | None, use_threads: bool) -> pa.Table:
+    """``file.read_row_groups`` (``row_groups`` None: the whole file), the chunks it needs
+    fetched first in as few requests as they allow when ``source`` is open in parts."""
+    if isinstance(source, RangedInput):
+        source.prefetch(chunk_ranges(file.metadata, row_groups, columns))
+    if row_groups is None:
+        return file.read(columns=columns, use_threads=use_threads)
+    return file.read_row_groups(row_groups, columns=columns, use_threads=use_threads)
+
+
 def read_base_file_and_footer(
     path: str | pa.NativeFile, dictionary_columns: Sequence[str] | None = None,
 ) -> tuple[pa.Table, pq.FileMetaData]:
     """Every row and column of a base file (as :func:`read_base_file`) and its footer, from
     one open of the file (a copy-on-write merge needs both)."""
-    dictionary = list(dictionary_columns) if dictionary_columns else None
-    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
-        return file.read(), file.metadata
+    with parquet_file(path, dictionary_columns) as file:
+        return read_row_groups(file, path, None, None, True), file.metadata
 
 
 def read_base_file_keys(
@@ -296,11 +367,10 @@ def read_base_file_keys(
     value_set = keys if keys.type == pa.string() else keys.cast(pa.string())
     if columns is not None and _RECORD_KEY not in columns:
         raise ValueError(f"columns must include {_RECORD_KEY} to read by key")
-    dictionary = list(dictionary_columns) if dictionary_columns else None
-    with pq.ParquetFile(path, read_dictionary=dictionary) as file:
+    with parquet_file(path, dictionary_columns) as file:
         names = file.schema_arrow.names
         if file.metadata.num_row_groups > 1 and _RECORD_KEY in names:
-            holding = _row_groups_holding(file, names.index(_RECORD_KEY), value_set,
+            holding = _row_groups_holding(file, path, names.index(_RECORD_KEY), value_set,
                                           use_threads)
             # a column the file lacks is left out (as read_base_file leaves it out)
             wanted = [c for c in columns if c in names] if columns is not None else None
@@ -309,7 +379,7 @@ def read_base_file_keys(
                 if wanted is not None:
                     schema = pa.schema([schema.field(c) for c in wanted])
                 return schema.empty_table()
-            part = file.read_row_groups(holding, columns=wanted, use_threads=use_threads)
+            part = read_row_groups(file, path, holding, wanted, use_threads)
             return part.filter(pc.is_in(part.column(_RECORD_KEY), value_set=value_set))
     return read_base_file(path, columns=columns, filters=pc.field(_RECORD_KEY).isin(value_set),
                           dictionary_columns=dictionary_columns, use_threads=use_threads)
@@ -320,8 +390,8 @@ FEW_KEYS = 8
 every key was seen."""
 
 
-def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
-                        use_threads: bool) -> list[int]:
+def _row_groups_holding(file: pq.ParquetFile, source: object, key_index: int,
+                        keys: pa.Array, use_threads: bool) -> list[int]:
     """Row groups of ``file`` holding one of ``keys``: those whose key statistics may hold
     one (parquet orders strings as UTF-8 bytes, as pyarrow compares them), checked on their
     decoded record key column."""
@@ -342,8 +412,8 @@ def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
         wanted = set(keys.to_pylist())
         holding = []
         for group in candidates:
-            found = file.read_row_groups([group], columns=[_RECORD_KEY],
-                                         use_threads=use_threads).column(0)
+            found = read_row_groups(file, source, [group], [_RECORD_KEY],
+                                    use_threads).column(0)
             hit = pc.filter(found, pc.is_in(found, value_set=keys))
             if len(hit):
                 holding.append(group)
@@ -351,8 +421,7 @@ def _row_groups_holding(file: pq.ParquetFile, key_index: int, keys: pa.Array,
                 if not wanted:
                     break
         return holding
-    found = file.read_row_groups(candidates, columns=[_RECORD_KEY],
-                                 use_threads=use_threads).column(0)
+    found = read_row_groups(file, source, candidates, [_RECORD_KEY], use_threads).column(0)
     hits = np.flatnonzero(pc.is_in(found, value_set=keys).to_numpy(zero_copy_only=False))
     ends = np.cumsum([meta.row_group(g).num_rows for g in candidates])
     return sorted({candidates[i] for i in np.searchsorted(ends, hits, side="right")})
@@ -366,7 +435,8 @@ def read_footer_keys(path: str | pa.NativeFile, *, with_bloom: bool = True) -> F
     ``com.uber.hoodie.bloomfilter``); without ``hoodie_bloom_filter_type_code`` it is
     ``SIMPLE``, as Java assumes. A malformed filter raises ``ValueError``.
     """
-    return footer_keys(pq.read_metadata(path), path, with_bloom=with_bloom)
+    with parquet_file(path) as file:
+        return footer_keys(file.metadata, path, with_bloom=with_bloom)
 
 
 def footer_keys(metadata: pq.FileMetaData, path: object,

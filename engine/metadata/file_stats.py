@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engine.format.base_file import parquet_file
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.metadata.records import ColumnStats, StatValue, bounds_unknown, wrap_stat_value
 from engine.schema import COMMIT_TIME, META_FIELDS, PARTITION_PATH, RECORD_KEY
@@ -186,7 +187,7 @@ def base_file_stats(source: str | pa.NativeFile,
                     columns: Iterable[str]) -> dict[str, ColumnStats]:
     """Stats of a base file (a local path, or a file open through
     :meth:`~engine.storage.Storage.open_input`) from its footer."""
-    with pq.ParquetFile(source) as f:
+    with parquet_file(source) as f:  # a file open in parts: its footer alone is fetched
         return footer_stats(f.metadata, f.schema_arrow, columns)
 
 

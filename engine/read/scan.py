@@ -28,7 +28,7 @@ from engine.errors import TidelakeError
 from engine.layout.file_group import FileSlice, Visibility
 from engine.read.skipping import Pruning
 from engine.read.slice_reader import SliceReader, dictionary_meta
-from engine.schema import COMMIT_TIME, META_FIELDS, META_SCHEMA
+from engine.schema import COMMIT_TIME, META_FIELDS, META_SCHEMA, RECORD_KEY
 from engine.storage import Storage
 from engine.timeline.active import Timeline
 
@@ -118,7 +118,7 @@ class SliceScan:
         """:meth:`read` letting ``FileNotFoundError`` through (for :meth:`Scan.to_table`,
         which plans again)."""
         part = self.slice_reader().read_slice(slc, read_optimized=self.read_optimized,
-                                              columns=self.read_columns, keys=self.keys)
+                                              columns=self.slice_columns(slc), keys=self.keys)
         if not part.num_rows:
             return part
         part = dictionary_meta(part)
@@ -133,6 +133,24 @@ class SliceScan:
         if self.columns is not None:
             part = part.select([c for c in self.columns if c in part.column_names])
         return part
+
+    def slice_columns(self, slc: FileSlice) -> list[str] | None:
+        """The columns read from ``slc``'s files: :attr:`read_columns`, but for a slice read
+        without a merge (a base file alone, or read-optimized) only those the read returns
+        or filters on — the meta columns and the ordering field are a merge's, and a
+        one-column read of a base file on an object store then fetches that column's chunks
+        and not the file (:class:`~engine.storage.RangedInput`)."""
+        if self.read_columns is None or self.columns is None \
+                or (slc.log_files and not self.read_optimized):
+            return self.read_columns
+        keep = set(self.columns)
+        if self.keys is not None:
+            keep.add(RECORD_KEY)  # the base file is read by key
+        if self.commit_times is not None:
+            keep.add(COMMIT_TIME)
+        # the filter's columns as planning found them (:meth:`TableReader._read_columns`)
+        named = str(self.expr) if self.expr is not None else ""
+        return [c for c in self.read_columns if c in keep or (named and c in named)]
 
     def __getstate__(self) -> dict[str, Any]:
         """A lean copy: the timeline's instants without its caches, no reader."""

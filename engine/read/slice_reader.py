@@ -72,9 +72,11 @@ class SliceReader:
         if slc.base_file is not None:
             wanted = [c for c in LOW_CARDINALITY_META if columns is None or c in columns]
             by_key = keys is not None and (columns is None or RECORD_KEY in columns)
-            # A read by key fetches the footer and the row groups it needs (ranged on an
-            # object store); any other read takes the whole file.
-            with self.storage.open_input(slc.base_file.path, whole=not by_key) as source:
+            # A read of some columns or by key fetches the footer and the chunks it needs
+            # (ranged on an object store); a read of every row and column, the whole file
+            # (one request).
+            whole = columns is None and keys is None
+            with self.storage.open_input(slc.base_file.path, whole=whole) as source:
                 if by_key:
                     assert keys is not None
                     base = read_base_file_keys(source, keys, columns=columns,

@@ -85,6 +85,12 @@ Contract (what the write protocol and readers depend on):
   before the task reports them: :meth:`sync` on the driver only reaches the driver's own
   host. A power loss can then lose an uncommitted write, never a committed one. On an
   object store a ``PUT`` is durable when it returns; ``fsync`` and :meth:`sync` do nothing.
+* Reads in parts: :meth:`Storage.open_input` with ``whole=False`` on an object store is
+  a :class:`RangedInput`: one ``GET`` of the file's tail (its footer, usually), then only the
+  ranges a reader asks for, each conditional on the ETag of the first answer, so a file
+  replaced meanwhile raises :class:`~engine.errors.FileChangedError` instead of mixing two
+  versions (:mod:`engine.storage.ranged`). Locally, ``whole`` changes nothing: pyarrow reads
+  what it needs from the file.
 * Errors: a missing file raises :class:`FileNotFoundError`, an existing one
   :class:`FileExistsError`; any other failure of an object store raises
   :class:`~engine.errors.StorageError` (transient) naming the operation and the location,
@@ -104,6 +110,7 @@ from engine.storage.locations import (
     scheme_of,
 )
 from engine.storage.object_store import ObjectStorage
+from engine.storage.ranged import RangedInput
 
 __all__ = [
     "OBJECT_SCHEMES",
@@ -114,6 +121,7 @@ __all__ = [
     "LocalStorage",
     "ObjectStorage",
     "Producer",
+    "RangedInput",
     "Storage",
     "fsync_folder",
     "is_local",

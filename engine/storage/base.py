@@ -96,8 +96,9 @@ class Storage:
 
     def open_input(self, rel: str, *, whole: bool = True) -> pa.NativeFile:
         """A random-access file to read ``rel`` with (close it after use). ``whole=False``
-        for a reader that reads only parts of it (a parquet footer): an object store then
-        fetches ranges on demand instead of the whole object."""
+        for a reader that reads only parts of it (a parquet footer, some column chunks): an
+        object store then fetches the file's tail and the ranges asked for instead of the
+        whole object (:class:`~engine.storage.RangedInput`)."""
         raise NotImplementedError
 
     def size(self, rel: str) -> int:
