@@ -1,5 +1,5 @@
 """Requests per commit on an S3 table, counted at the server, with and without the metadata
-table.
+table; and what a one-column, one-partition read fetches.
 
 Starts moto's S3-protocol server on loopback in this process (``pip install 'moto[server]'``),
 creates one table per mode, loads it, then runs ``--commits`` upserts and counts the HTTP
@@ -7,6 +7,13 @@ requests the server received during each (by kind: GET, HEAD, PUT, DELETE, LIST,
 the server's own request log. Prints the median per commit. Not a speed benchmark: the
 figures are request counts, which is what an object store bills and what its latency
 multiplies.
+
+Then the read rows: a table of ``--read-rows`` rows (the same 4 partitions; compacted when
+merge-on-read, so each slice is a base file) read as ``Table.read(["v"], part = p3)``,
+first in a process that has seen no footer of the table (cold), then again (warm), and read
+whole (``Table.read()``): the requests, and the bytes of base files the server sent (tests/s3.py
+counts each answer's body) against the bytes of the chunks of ``v`` (the column asked) and
+of ``part`` (the filter's), and of the files' footers.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|HEAD|DELETE|POST) (\S+) HTTP')
 
 
 class _Counter(logging.Handler):
@@ -56,11 +63,70 @@ def _batch(rng: random.Random, start: int, size: int, existing: int) -> pa.Table
                      "v": [rng.random() for _ in keys]})
 
 
+def _chunk_bytes(data: bytes, columns: list[str]) -> tuple[int, int]:
+    """Bytes of the chunks of ``columns`` in a parquet file, and of its footer."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    chunks = 0
+    for group in range(metadata.num_row_groups):
+        for leaf in range(metadata.num_columns):
+            if metadata.schema.column(leaf).path in columns:
+                chunks += metadata.row_group(group).column(leaf).total_compressed_size
+    return chunks, int.from_bytes(data[-8:-4], "little") + 8
+
+
+def read_rows(args: argparse.Namespace, client: object, options: dict[str, str],
+              counter: _Counter, sent: object) -> None:
+    """The read rows (module doc)."""
+    from engine import Table
+
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    table = Table.create(f"s3://{bucket}/t", name="bench", table_type=args.table_type,
+                         record_key="key", precombine="ts", partition_by="part",
+                         options={"hoodie.index.type": args.index},
+                         storage_options=options)
+    rng = random.Random(11)
+    table.bulk_insert(_batch(rng, 0, args.read_rows, 1))
+    table.upsert(_batch(rng, args.read_rows, args.batch_size, args.read_rows))
+    if args.table_type == "MERGE_ON_READ":
+        table.compact()
+    query: dict[str, object] = {"columns": ["v"], "filters": [("part", "=", "p3")]}
+    scan = table.scan(**query)  # type: ignore[arg-type]
+    v_chunks = part_chunks = footers = whole = 0
+    for slc in scan.slices:
+        assert slc.base_file is not None and not slc.log_files
+        data = client.get_object(  # type: ignore[attr-defined]
+            Bucket=bucket, Key=f"t/{slc.base_file.path}")["Body"].read()
+        v, footer = _chunk_bytes(data, ["v"])
+        part, _ = _chunk_bytes(data, ["part"])
+        v_chunks, part_chunks, footers, whole = (v_chunks + v, part_chunks + part,
+                                                 footers + footer, whole + len(data))
+    print(f"\nread of v where part = p3: {len(scan.slices)} base files, {whole:,} bytes; "
+          f"chunks of v {v_chunks:,}, of part {part_chunks:,}, footers {footers:,} bytes")
+    print(f"{'read':<22} {'requests':>8} {'base GETs':>9} {'base bytes':>11} "
+          f"{'/ v chunks':>10} {'/ v+part+footers':>16}")
+    for label, kwargs in (("one column, cold", query), ("one column, warm", query),
+                          ("whole table", {})):
+        counter.counts.clear()
+        with sent.watch(bucket) as got:  # type: ignore[attr-defined]
+            table.read(**kwargs)  # type: ignore[arg-type]
+        base = [size for key, size in got if key.endswith(".parquet")]
+        requests = sum(counter.counts.values())
+        fetched = sum(base)
+        needed = v_chunks + part_chunks + footers
+        ratios = (f"{fetched / v_chunks:>10.2f} {fetched / needed:>16.2f}" if kwargs
+                  else f"{'':>10} {'':>16}")
+        print(f"{label:<22} {requests:>8} {len(base):>9} {fetched:>11,} {ratios}")
+
+
 def run(args: argparse.Namespace) -> None:
     import boto3  # type: ignore[import-untyped]
     from moto.server import ThreadedMotoServer
 
     from engine import Table
+    from tests.sent_bytes import SentBytes
 
     counter = _Counter()
     werkzeug = logging.getLogger("werkzeug")
@@ -69,6 +135,7 @@ def run(args: argparse.Namespace) -> None:
     werkzeug.propagate = False
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=True)
     server.start()
+    sent = SentBytes.install(server)
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     options = {"aws_endpoint_url": endpoint, "aws_allow_http": "true",
@@ -81,7 +148,7 @@ def run(args: argparse.Namespace) -> None:
           "server (moto on loopback)")
     print(f"{'metadata table':<16} {'median':>7}  per kind (median per commit)")
     try:
-        for mdt in ("true", "false"):
+        for mdt in () if args.reads_only else ("true", "false"):
             bucket = f"bench-{uuid.uuid4().hex[:12]}"
             client.create_bucket(Bucket=bucket)
             table = Table.create(f"s3://{bucket}/t", name="bench", table_type=args.table_type,
@@ -105,6 +172,8 @@ def run(args: argparse.Namespace) -> None:
                                  if any(v))
             label = "on" if mdt == "true" else "off"
             print(f"{label:<16} {statistics.median(totals):>7g}  {per_kind}")
+        if args.read_rows:
+            read_rows(args, client, options, counter, sent)
     finally:
         server.stop()
 
@@ -117,6 +186,10 @@ def main() -> None:
     parser.add_argument("--table-type", default="MERGE_ON_READ",
                         choices=("MERGE_ON_READ", "COPY_ON_WRITE"))
     parser.add_argument("--index", default="BUCKET", help="hoodie.index.type (BUCKET)")
+    parser.add_argument("--read-rows", type=int, default=200_000,
+                        help="rows of the read rows' table (200,000; 0: no read rows)")
+    parser.add_argument("--reads-only", action="store_true",
+                        help="only the read rows (no upserts counted)")
     run(parser.parse_args())
 
 
