@@ -36,6 +36,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from engine.errors import StorageError
+
 TAIL_GUESS = 64 * 1024
 """The first tail fetched of a table's files, before any footer of it was seen (parquet's own
 first footer read)."""
@@ -141,8 +143,8 @@ class _Ranges(io.RawIOBase):
             start, end = span
             data = self._fetch(start, end)
             if len(data) != end - start:
-                raise EOFError(f"{self.name}: {len(data)} bytes at {start}, "
-                               f"{end - start} expected")
+                raise StorageError(f"GET {self.name}: {len(data)} bytes answered at {start}, "
+                                   f"{end - start} asked")
             self._hold(start, data)
 
         if len(ranges) == 1:
@@ -171,7 +173,7 @@ class _Ranges(io.RawIOBase):
             at = start
             while at < end:
                 if i >= len(self._starts):
-                    raise EOFError(f"{self.name}: bytes at {at} not held")
+                    raise StorageError(f"{self.name}: bytes at {at} missing after their GET")
                 first, part = self._starts[i], self._parts[i]
                 if first + len(part) > at >= first:
                     take = part[at - first:min(end, first + len(part)) - first]
