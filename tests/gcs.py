@@ -10,7 +10,7 @@ uploadType". So this module serves what GCS documents for the XML API
 (cloud.google.com/storage/docs/xml-api): ``PUT`` with ``x-goog-if-generation-match`` (``0``:
 create only if absent; a generation: replace only that generation; else 412), ``x-goog-meta-*``
 user metadata, ``ETag`` and ``x-goog-generation`` on every answer; ``GET`` (ranges, suffix
-ranges, ``If-Match`` on the ETag), ``HEAD``,
+ranges, ``If-Match`` and ``If-None-Match`` on the ETag), ``HEAD``,
 ``DELETE`` (404 when absent, as GCS), and ``GET /bucket?list-type=2`` listings (prefix,
 delimiter). ``ignore_conditions`` makes it a store that accepts and ignores the preconditions,
 ``ignore_update_conditions`` one that ignores them on replacing an object only.
@@ -217,6 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
         wanted = self.headers.get("If-Match")
         if wanted is not None and wanted not in ("*", obj.etag):
             self._error(HTTPStatus.PRECONDITION_FAILED, "PreconditionFailed")
+            return
+        if self.headers.get("If-None-Match") in ("*", obj.etag):
+            self._answer(HTTPStatus.NOT_MODIFIED, b"", headers, False)
             return
         ranged = self.headers.get("Range")
         if ranged:

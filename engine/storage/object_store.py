@@ -15,7 +15,7 @@ from engine.redact import REDACTED, is_secret_key
 from engine.storage.base import FileStatus, Producer
 from engine.storage.conditional import ConditionalWrites, Verdict
 from engine.storage.locations import normalize_location, scheme_of
-from engine.storage.ranged import Fetch, open_ranged
+from engine.storage.ranged import Fetch, Opened, known_footer, open_ranged
 
 
 class ObjectStorage(ConditionalWrites, local=False):
@@ -137,17 +137,23 @@ class ObjectStorage(ConditionalWrites, local=False):
         return open_ranged(lambda tail: self._open_version(rel, tail), self.full(rel),
                            self.base_path)
 
-    def _open_version(self, rel: str, tail: int) -> tuple[bytes, int, Fetch]:
+    def _open_version(self, rel: str, tail: int) -> Opened:
         """The last ``tail`` bytes of ``rel`` (one ``GET`` of a suffix range), its size, and
-        a fetch of ranges of that same version (``If-Match`` its ETag; :mod:`.ranged`)."""
+        a fetch of ranges of that same version (``If-Match`` its ETag; :mod:`.ranged`). A
+        file whose footer this process kept is asked for only if it is another version now
+        (``If-None-Match``): the same version answers no body, and the kept footer serves."""
         import obstore
-        from obstore.exceptions import NotSupportedError
+        from obstore.exceptions import NotModifiedError, NotSupportedError
 
         key = self._key(rel)
+        known = known_footer(self.full(rel))
         try:
             if self._suffix_ranges:
+                options: Any = {"range": {"suffix": tail}}
+                if known is not None:
+                    options["if_none_match"] = known.version
                 try:
-                    first = obstore.get(self.store, key, options={"range": {"suffix": tail}})
+                    first = obstore.get(self.store, key, options=options)
                 except NotSupportedError:
                     # Azure's API has no suffix ranges (object_store refuses them unsent):
                     # a HEAD for the size and ETag, then the tail on that ETag
@@ -155,17 +161,32 @@ class ObjectStorage(ConditionalWrites, local=False):
             if not self._suffix_ranges:
                 head: dict[str, Any] = dict(obstore.head(self.store, key))
                 size = int(head["size"])
-                options: Any = {"range": (max(size - tail, 0), size)}
+                if known is not None and (head.get("e_tag"), size) == (known.version,
+                                                                        known.size):
+                    raise NotModifiedError(f"{key} is still {known.version}")
+                options = {"range": (max(size - tail, 0), size)}
                 if head.get("e_tag"):
                     options["if_match"] = head["e_tag"]
                 first = obstore.get(self.store, key, options=options)
             data = bytes(first.bytes())
+        except NotModifiedError:
+            assert known is not None
+            return Opened(known.footer, known.size, known.version,
+                          self._fetch_version(rel, known.version), 0)
         except FileNotFoundError:
             raise FileNotFoundError(self.full(rel)) from None
         except Exception as exc:
             raise self._fail("GET", rel, exc) from None
         meta: dict[str, Any] = dict(first.meta)
         e_tag = meta.get("e_tag")
+        return Opened(data, int(meta["size"]), e_tag, self._fetch_version(rel, e_tag),
+                      len(data))
+
+    def _fetch_version(self, rel: str, e_tag: str | None) -> Fetch:
+        """A fetch of ranges of ``rel`` as long as it is version ``e_tag``."""
+        import obstore
+
+        key = self._key(rel)
 
         def fetch(start: int, end: int) -> bytes:
             from obstore.exceptions import PreconditionError
@@ -188,7 +209,7 @@ class ObjectStorage(ConditionalWrites, local=False):
             except Exception as exc:
                 raise self._fail("GET", rel, exc) from None
 
-        return data, int(meta["size"]), fetch
+        return fetch
 
     def size(self, rel: str) -> int:
         meta = self._head(rel)

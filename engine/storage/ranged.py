@@ -30,9 +30,10 @@ from __future__ import annotations
 import bisect
 import io
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -55,6 +56,68 @@ FETCHERS = 8
 Fetch = Callable[[int, int], bytes]
 """``fetch(start, end)``: bytes ``[start, end)`` of the object's version that was opened;
 raises :class:`~engine.errors.FileChangedError` if the object is another version now."""
+
+FOOTERS_KEPT = 64 * 1024 * 1024
+"""Bytes of footers a process keeps (:func:`known_footer`), the least recently used dropped
+first. A base file is never rewritten under its name (Hudi names each file by the write that
+made it), so a file read again is opened with a request conditional on the version read before
+(``If-None-Match``; on Azure, which has no suffix ranges, the ``HEAD`` it makes anyway): the
+store answers it with no body, and only the column chunks are fetched. Another version answers
+its tail as before."""
+
+
+class KnownFooter(NamedTuple):
+    """The footer of one version of a file, kept by :func:`keep_footer`."""
+
+    version: str
+    """The object's ETag."""
+    size: int
+    footer: bytes
+    """The file's last bytes: its footer and the 8 closing ones."""
+
+
+class Opened(NamedTuple):
+    """What the first request of a file answered (:func:`open_ranged`)."""
+
+    tail: bytes
+    """The file's last bytes (a kept footer when the store answered "not modified")."""
+    size: int
+    version: str | None
+    """The object's ETag (None where the store gives none: nothing is kept then)."""
+    fetch: Fetch
+    fetched: int
+    """Bytes the store sent (0 when a kept footer served)."""
+
+
+_FOOTERS: OrderedDict[str, KnownFooter] = OrderedDict()
+_footers_held = 0
+_FOOTERS_LOCK = threading.Lock()
+
+
+def known_footer(location: str) -> KnownFooter | None:
+    """The footer kept of the file at ``location``, if any."""
+    with _FOOTERS_LOCK:
+        found = _FOOTERS.get(location)
+        if found is not None:
+            _FOOTERS.move_to_end(location)
+        return found
+
+
+def keep_footer(location: str, known: KnownFooter) -> None:
+    """Keep ``known`` as the footer of the file at ``location`` (:data:`FOOTERS_KEPT`)."""
+    global _footers_held
+    if len(known.footer) > FOOTERS_KEPT // 16:
+        return
+    with _FOOTERS_LOCK:
+        old = _FOOTERS.pop(location, None)
+        if old is not None:
+            _footers_held -= len(old.footer)
+        _FOOTERS[location] = known
+        _footers_held += len(known.footer)
+        while _footers_held > FOOTERS_KEPT:
+            _, dropped = _FOOTERS.popitem(last=False)
+            _footers_held -= len(dropped.footer)
+
 
 _TAILS: dict[str, int] = {}
 """Footer sizes (with their 8 closing bytes) last seen, by table location: what the next
@@ -224,14 +287,18 @@ class RangedInput(pa.PythonFile):
     """The file's URI."""
     table: str
     """The location of the table the file belongs to (the footer sizes remembered)."""
+    version: str | None
+    """The ETag of the version read."""
     _first: int
 
     @classmethod
-    def over(cls, ranges: _Ranges, location: str, table: str, first: int) -> RangedInput:
+    def over(cls, ranges: _Ranges, location: str, table: str, first: int,
+             version: str | None = None) -> RangedInput:
         """The file over ``ranges``, whose first ``first`` bytes from the end the open
         fetched (pyarrow's ``PythonFile`` takes its own constructor arguments only)."""
         found = cls(ranges, mode="r")
         found.ranges, found.location, found.table, found._first = ranges, location, table, first
+        found.version = version
         return found
 
     def tail(self) -> bytes:
@@ -245,8 +312,12 @@ class RangedInput(pa.PythonFile):
 
     def remember_footer(self, length: int) -> None:
         """The file's footer is its last ``length`` bytes: the next files of the table are
-        opened with about that much (:func:`tail_guess`)."""
+        opened with about that much (:func:`tail_guess`), and this version's footer is kept
+        for the next read of the file (:data:`FOOTERS_KEPT`)."""
         remember_tail(self.table, length)
+        if self.version:
+            keep_footer(self.location,
+                        KnownFooter(self.version, self.ranges.size, self.footer(length)))
 
     def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None:
         """Fetch the ``(start, end)`` ranges a reader is about to read, merged where close,
@@ -266,16 +337,16 @@ class RangedInput(pa.PythonFile):
         return self.ranges.requests
 
 
-def open_ranged(first: Callable[[int], tuple[bytes, int, Fetch]], location: str,
-                table: str) -> RangedInput:
+def open_ranged(first: Callable[[int], Opened], location: str, table: str) -> RangedInput:
     """A :class:`RangedInput` of the object at ``location`` (a file of the table at
-    ``table``): ``first(n)`` makes the first request (the last ``n`` bytes, the object's
-    size, and a fetch of ranges of the same version)."""
-    tail, size, fetch = first(tail_guess(table))
-    ranges = _Ranges(fetch, size, tail, location)
-    ranges.requests, ranges.fetched = 1, len(tail)
-    return RangedInput.over(ranges, location, table, len(tail))
+    ``table``): ``first(n)`` makes the first request (the last ``n`` bytes, or the footer
+    kept of the same version, :func:`known_footer`)."""
+    opened = first(tail_guess(table))
+    ranges = _Ranges(opened.fetch, opened.size, opened.tail, location)
+    ranges.requests, ranges.fetched = 1, opened.fetched
+    return RangedInput.over(ranges, location, table, len(opened.tail), opened.version)
 
 
-__all__ = ["HOLE", "READ_AHEAD", "TAIL_GUESS", "RangedInput", "coalesce", "open_ranged",
+__all__ = ["FOOTERS_KEPT", "HOLE", "READ_AHEAD", "TAIL_GUESS", "KnownFooter", "Opened",
+           "RangedInput", "coalesce", "keep_footer", "known_footer", "open_ranged",
            "remember_tail", "tail_guess"]

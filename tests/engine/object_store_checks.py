@@ -88,13 +88,15 @@ def write_parts_file(storage: Storage, rel: str, table: pa.Table,
 def check_ranged_reads(storage: Storage) -> None:
     """A parquet file read in parts (:class:`~engine.storage.RangedInput`) gives the rows a
     read of its whole bytes gives, for a column with a dictionary page, a struct, a nested
-    field, a list, some row groups; a file replaced between its footer and its chunks raises
-    FileChangedError, and a new open reads the new file whole and right."""
+    field, a list, some row groups; a file read again is sent none of its footer; a file
+    replaced between its footer and its chunks raises FileChangedError, and a new open reads
+    the new file whole and right, not with the old version's footer."""
     import pyarrow.parquet as pq
 
     from engine.errors import FileChangedError
-    from engine.format.base_file import parquet_file, read_base_file, read_row_groups
+    from engine.format.base_file import chunk_ranges, parquet_file, read_base_file, read_row_groups
     from engine.storage import RangedInput
+    from engine.storage.ranged import HOLE
 
     table = parts_file()
     data = write_parts_file(storage, "p/f.parquet", table)
@@ -106,6 +108,15 @@ def check_ranged_reads(storage: Storage) -> None:
             with parquet_file(source) as file:
                 got = read_row_groups(file, source, None, columns, True)
         assert got.equals(whole.read(columns=columns)), columns
+    # read again: the footer kept of this version serves, the store sends none of it
+    # (If-None-Match answered "not modified"; on Azure the HEAD's ETag matched)
+    with storage.open_input("p/f.parquet", whole=False) as source:
+        assert (source.requests, source.fetched) == (1, 0)
+        with parquet_file(source) as file:
+            got = read_row_groups(file, source, None, ["v"], True)
+    assert got.equals(whole.read(columns=["v"]))
+    needed = sum(end - start for start, end in chunk_ranges(whole.metadata, None, ["v"]))
+    assert needed <= source.fetched < needed + 5 * HOLE
     with storage.open_input("p/f.parquet", whole=False) as source, parquet_file(source) as file:
         got = read_row_groups(file, source, [1, 3], ["v", "st.y"], True)
     assert got.equals(whole.read_row_groups([1, 3], columns=["v", "st.y"]))
@@ -124,5 +135,7 @@ def check_ranged_reads(storage: Storage) -> None:
             assert "p/f.parquet" in str(exc) and "changed" in str(exc)
         else:
             raise AssertionError("a replaced file was read without an error")
+    # the footer kept of the old version is not used for the new one
     with storage.open_input("p/f.parquet", whole=False) as source:
+        assert source.fetched > 0
         assert read_base_file(source, columns=["v"]).column("v").to_pylist() == [-1.0] * 30_000
