@@ -18,7 +18,7 @@ from common import (
     log,
 )
 
-from ingest_parts.metering import CpuMeter
+from ingest_parts.metering import SINK_PHASES, CpuMeter, SinkTimer
 from ingest_parts.producers import send_warmup, steady_producer
 from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
 from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
@@ -97,6 +97,8 @@ class LatencyResult:
     problems: list[str] = field(default_factory=list)
     cpu: str = ""
     triggers: str = ""
+    stages: str = ""
+    """Where a micro-batch's time went: the sink's driver-side steps, mean per batch."""
 
     @property
     def achieved(self) -> float | None:
@@ -165,7 +167,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
         producer.start()
         if not ready.wait(120):
             raise RuntimeError("the producer process did not start")
-        with TimelinePoller(table_path, warm_completion) as poller, CpuMeter() as cpu:
+        with TimelinePoller(table_path, warm_completion) as poller, CpuMeter() as cpu, \
+                SinkTimer() as timer:
             producer.join(args.latency_seconds * 3 + 120)
             if producer.exitcode != 0:
                 raise RuntimeError(f"the producer process failed (exit {producer.exitcode})")
@@ -178,6 +181,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
                 time.sleep(3 * poller.interval)  # the poller reads the last commit too
         result.cpu = cpu.describe()
         result.triggers = _trigger_summary(query, warm_batches)
+        result.stages = _sink_stages(timer)
         result.sent, result.send_seconds = report["sent"], report["seconds"]
         result.behind_ticks = report["behind_ticks"]
         if last is None:
@@ -210,6 +214,7 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
     planning (``latestOffset``: the source's end look-up), the batch (``addBatch``), the whole
     trigger, and the time between trigger starts."""
     seen, plan, add, whole, starts = set(before), [], [], [], []
+    others: dict[str, list[float]] = {}
     for p in query.recentProgress:
         batch = getattr(p, "batchId", None)
         if batch in seen or not int(getattr(p, "numInputRows", 0) or 0):
@@ -219,6 +224,9 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
         plan.append(float(durations.get("latestOffset", 0)) / 1000)
         add.append(float(durations.get("addBatch", 0)) / 1000)
         whole.append(float(durations.get("triggerExecution", 0)) / 1000)
+        for key, value in durations.items():
+            if key not in ("latestOffset", "addBatch", "triggerExecution"):
+                others.setdefault(key, []).append(float(value) / 1000)
         starts.append(datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
                       .timestamp())
     if not plan:
@@ -230,7 +238,22 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
 
     return (f"{len(plan)} micro-batches with data: planning (Spark's durationMs.latestOffset) "
             f"{spread(plan)}; addBatch {spread(add)}; whole trigger {spread(whole)}; "
-            f"between trigger starts {spread(gaps)}")
+            f"between trigger starts {spread(gaps)}; the trigger's other steps (median s): "
+            + ", ".join(f"{k} {np.median(v):.2f}" for k, v in sorted(others.items())))
+
+
+def _sink_stages(timer: SinkTimer) -> str:
+    """The sink's driver-side steps during the phase, mean seconds per micro-batch (the
+    write jobs hold the Spark stages: Kafka read + prepare, shuffle, write handles)."""
+    whole_label = SINK_PHASES[-1][2]
+    batches = timer.calls.get(whole_label, 0)
+    if not batches:
+        return ""
+    parts = [f"{label} {timer.seconds.get(label, 0.0) / batches:.2f}"
+             for *_, label in SINK_PHASES if label != whole_label]
+    return (f"{batches} foreachBatch calls, mean s per call: whole "
+            f"{timer.seconds[whole_label] / batches:.2f} = " + "; ".join(parts)
+            + " + the rest (timeline load, error table, offsets)")
 
 
 def _latencies(poller: TimelinePoller, result: LatencyResult) -> None:

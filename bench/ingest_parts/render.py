@@ -149,6 +149,7 @@ def _latency_notes(lat: LatencyResult) -> list[str]:
             f"after the producer stopped, the job caught up in "
             f"{fmt_seconds(lat.drain_seconds)}",
             *([f"latency: {lat.triggers}"] if lat.triggers else []),
+            *([f"latency: sink: {lat.stages}"] if lat.stages else []),
             f"latency: {lat.cpu}"]
 
 
