@@ -37,6 +37,7 @@ from jobs.progress import (
     format_summary,
     kafka_lag_by_partition,
 )
+from jobs.spark_jvm import with_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -102,7 +103,8 @@ def _launch_jvm(options: dict[str, str], spark_log: str | None) -> None:
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return  # a JVM is up already, or spark-submit started this process
     conf = SparkConf(loadDefaults=False)
-    conf.setAll(list(options.items()))
+    # the install's class-data archive (jobs.spark_jvm), where setup wrote one
+    conf.setAll(list(with_archive(options).items()))
     popen: dict[str, Any] = {"start_new_session": True}
     if spark_log is not None:
         # The JVM keeps the file open; this process needs no handle of its own.

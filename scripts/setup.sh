@@ -17,3 +17,9 @@ fi
 if [ ! -x node_modules/.bin/azurite-blob ]; then
   npm install --no-save --no-package-lock --no-audit --no-fund --loglevel=error azurite@3.37.0
 fi
+# The class-data archive every Spark driver JVM of a job maps (jobs/spark_jvm.py): written once
+# per Java and Spark install by one small demo run (about a minute), it halves the JVM's part of
+# a job's start. scripts/test.sh writes it itself, beside the engine's quick tests.
+if [ -z "${TIDELAKE_SETUP_SKIP_JVM_ARCHIVE:-}" ]; then
+  .venv/bin/python -m jobs.spark_jvm
+fi

@@ -9,7 +9,8 @@ if [ "${1:-}" = "--soak" ]; then
   shift
 fi
 phase() { echo "test.sh: $1 done at ${SECONDS} s"; }  # where a run's time goes
-bash scripts/setup.sh
+# The JVM archive is written below, beside the engine's quick tests, not by setup.
+TIDELAKE_SETUP_SKIP_JVM_ARCHIVE=1 bash scripts/setup.sh
 # Bytecode for the project's modules, written once: where PYTHONDONTWRITEBYTECODE is set (as
 # on the machines of docs/testing.md) every Python process the tests start — each job's
 # driver, Spark's Python workers, the engine tests' writer processes — would otherwise compile

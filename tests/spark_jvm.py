@@ -16,59 +16,33 @@ C1 and ``-XX:SharedArchiveFile`` (this archive)   13           27
 and a local session's first ``count()`` in 7 s instead of 17. The archive is a dynamic AppCDS
 archive (JDK 13+): the classes a representative job loaded, dumped by its JVM at exit
 (``-XX:ArchiveClassesAtExit``). ``python -m tests.spark_jvm`` writes it once per Java and Spark
-install (``scripts/test.sh`` runs it before the suites; about a minute); :func:`use_in_environment`
+install (``scripts/test.sh`` runs it before the suites; about a minute), at the path the
+product's jobs map it from (:mod:`jobs.spark_jvm`; its own writer in ``scripts/setup.sh``
+may have written it first); :func:`use_in_environment`
 (called by ``tests/conftest.py``) puts the options in ``SPARK_SUBMIT_OPTS``, which spark-submit
 adds to the driver JVM only, so the test session's own Spark, every child job (the crash, cluster
 and CLI tests) and the standalone cluster's driver start with them. A missing or stale archive is
 silently not used (``-Xshare:auto``, the JVM's default): the tests pass the same way, slower.
 
-Neither option changes what Spark or the JVM computes; the product's own JVMs are not touched.
+Neither option changes what Spark or the JVM computes; the product's own JVMs map the same
+archive, without C1-only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from jobs.spark_jvm import archive_path, jvms_writing
+
 __all__ = ["archive_path", "rocksdb_dir", "submit_opts", "use_in_environment", "write_archive"]
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 _DUMP_WAIT_S = 180.0
-
-
-def _java() -> Path | None:
-    """The ``java`` that pyspark launches (``JAVA_HOME`` first, as ``spark-class`` does)."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
-
-
-def archive_path() -> Path | None:
-    """Where the archive of this Java and this Spark install lives (None without a ``java``).
-
-    Keyed by the Java runtime's image and the Spark jars: an archive only maps into the JVM
-    and class path that wrote it."""
-    java = _java()
-    if java is None:
-        return None
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
-    key = hashlib.sha256()
-    modules = java.parent.parent / "lib" / "modules"
-    for path in (java, modules):
-        with contextlib.suppress(OSError):
-            stat = path.stat()
-            key.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    key.update(pyspark.__version__.encode())
-    key.update("\n".join(sorted(p.name for p in jars.glob("*.jar"))).encode())
-    return Path(sys.prefix) / "spark-cds" / f"{key.hexdigest()[:16]}.jsa"
 
 
 _ROCKSDB_LIBS = {"x86_64": "librocksdbjni-linux64.so", "aarch64": "librocksdbjni-linux-aarch64.so"}
@@ -138,18 +112,6 @@ def use_in_environment() -> None:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {ours}".strip()
 
 
-def _jvms_writing(target: Path) -> list[int]:
-    """Pids of live processes whose command line names ``target`` (the JVM dumping into it)."""
-    needle = str(target).encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-    return pids
-
-
 def write_archive() -> Path | None:
     """Write the archive unless it exists: run one GLOBAL_STATE job of the crash test's shape
     (two micro-batches through the Kafka source, the state operator, the sink and a commit)
@@ -189,13 +151,13 @@ def _dump(target: Path) -> Path | None:
         # The driver's JVM ends after its Python (it exits when the gateway's pipe closes)
         # and only then writes the archive.
         deadline = time.monotonic() + _DUMP_WAIT_S
-        while _jvms_writing(partial) and time.monotonic() < deadline:
+        while jvms_writing(partial) and time.monotonic() < deadline:
             time.sleep(0.2)
         if code != 0:
             partial.unlink(missing_ok=True)
             print(f"spark_jvm: the archive job failed (exit {code}); no archive:\n{job.tail()}")
             return None
-    if _jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
+    if jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
         partial.unlink(missing_ok=True)
         print("spark_jvm: the JVM wrote no class-data archive (this Java may lack a base CDS "
               "archive); Spark JVMs start without one")

@@ -18,7 +18,7 @@ from common import (
     log,
 )
 
-from ingest_parts.metering import CpuMeter
+from ingest_parts.metering import SINK_PHASES, CpuMeter, SinkTimer
 from ingest_parts.producers import send_warmup, steady_producer
 from ingest_parts.throughput import committed_offsets, epoch_seconds, job_config, wait_committed
 from ingest_parts.workload import WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, WARMUP_RECORDS
@@ -97,6 +97,10 @@ class LatencyResult:
     problems: list[str] = field(default_factory=list)
     cpu: str = ""
     triggers: str = ""
+    stages: str = ""
+    """Where a micro-batch's time went: the sink's driver-side steps, mean per batch."""
+    spark_stages: str = ""
+    """The Spark stages of the phase (the write jobs' insides), by kind."""
 
     @property
     def achieved(self) -> float | None:
@@ -154,6 +158,9 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
         bootstrap, topic, args.partitions, args.rate, args.latency_seconds, args.seed + 11,
         ready, results))
     query = None
+    # The sink's steps are wrapped before the query starts (foreachBatch keeps the method it
+    # was given); the warm-up's share is taken off below.
+    timer = SinkTimer().__enter__()
     try:
         _, sink, query = start(config, spark)
         warm = send_warmup(bootstrap, topic, args.partitions)
@@ -162,6 +169,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
         warm_completion = committed_offsets(table_path)[1]
         assert warm_completion is not None
         warm_batches = {getattr(p, "batchId", None) for p in query.recentProgress}
+        warm_sink = (dict(timer.seconds), dict(timer.calls))
+        phase_started_ms = int(time.time() * 1000)
         producer.start()
         if not ready.wait(120):
             raise RuntimeError("the producer process did not start")
@@ -178,6 +187,8 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
                 time.sleep(3 * poller.interval)  # the poller reads the last commit too
         result.cpu = cpu.describe()
         result.triggers = _trigger_summary(query, warm_batches)
+        result.stages = _sink_stages(timer, *warm_sink)
+        result.spark_stages = _spark_stages(spark, phase_started_ms)
         result.sent, result.send_seconds = report["sent"], report["seconds"]
         result.behind_ticks = report["behind_ticks"]
         if last is None:
@@ -195,6 +206,7 @@ def run_latency(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Name
         result.error = f"{type(exc).__name__}: {str(exc)[:500]}"
         result.check = "error"
     finally:
+        timer.__exit__(None, None, None)
         if query is not None and query.isActive:
             query.stop()
         if producer.is_alive():
@@ -210,6 +222,7 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
     planning (``latestOffset``: the source's end look-up), the batch (``addBatch``), the whole
     trigger, and the time between trigger starts."""
     seen, plan, add, whole, starts = set(before), [], [], [], []
+    others: dict[str, list[float]] = {}
     for p in query.recentProgress:
         batch = getattr(p, "batchId", None)
         if batch in seen or not int(getattr(p, "numInputRows", 0) or 0):
@@ -219,6 +232,9 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
         plan.append(float(durations.get("latestOffset", 0)) / 1000)
         add.append(float(durations.get("addBatch", 0)) / 1000)
         whole.append(float(durations.get("triggerExecution", 0)) / 1000)
+        for key, value in durations.items():
+            if key not in ("latestOffset", "addBatch", "triggerExecution"):
+                others.setdefault(key, []).append(float(value) / 1000)
         starts.append(datetime.fromisoformat(str(p.timestamp).replace("Z", "+00:00"))
                       .timestamp())
     if not plan:
@@ -230,7 +246,63 @@ def _trigger_summary(query: Any, before: set[Any]) -> str:
 
     return (f"{len(plan)} micro-batches with data: planning (Spark's durationMs.latestOffset) "
             f"{spread(plan)}; addBatch {spread(add)}; whole trigger {spread(whole)}; "
-            f"between trigger starts {spread(gaps)}")
+            f"between trigger starts {spread(gaps)}; the trigger's other steps (median s): "
+            + ", ".join(f"{k} {np.median(v):.2f}" for k, v in sorted(others.items())))
+
+
+def _spark_stages(spark: Any, since_ms: int) -> str:
+    """Spark's stages submitted since ``since_ms`` (epoch ms), from the application's status
+    store (kept with the UI off), grouped by call site and side of the shuffle: how many,
+    median wall seconds from submission to completion, median task seconds summed over the
+    stage's tasks, and CPU seconds in all."""
+    try:
+        jvm = spark.sparkContext._jvm
+        store = spark.sparkContext._jsc.sc().statusStore()
+        stages = store.stageList(None, False, False,
+                                 spark.sparkContext._gateway.new_array(jvm.double, 0),
+                                 jvm.java.util.ArrayList())
+    except Exception as exc:  # an instrument: say why it saw nothing
+        return f"status store not readable ({type(exc).__name__})"
+    groups: dict[str, list[tuple[float, float, float]]] = {}
+    for i in range(stages.size()):
+        stage = stages.apply(i)
+        submitted, completed = stage.submissionTime(), stage.completionTime()
+        if not submitted.isDefined() or not completed.isDefined():
+            continue
+        start = submitted.get().getTime()
+        if start < since_ms:
+            continue
+        side = ("shuffle map" if stage.shuffleWriteBytes() > 0 else "") + \
+            ("+" if stage.shuffleWriteBytes() > 0 and stage.shuffleReadBytes() > 0 else "") + \
+            ("shuffle reduce" if stage.shuffleReadBytes() > 0 else "")
+        site = str(stage.name()).split(" at ")[-1].rsplit("/", 1)[-1]
+        label = f"{str(stage.name()).split(' at ')[0]} at {site}" + (f" ({side})" if side else "")
+        groups.setdefault(label, []).append(
+            ((completed.get().getTime() - start) / 1000, stage.executorRunTime() / 1000,
+             stage.executorCpuTime() / 1e9))
+    ordered = sorted(groups.items(), key=lambda kv: -sum(w for w, _, _ in kv[1]))
+    return "; ".join(
+        f"{label}: {len(rows)} stages, median {np.median([w for w, _, _ in rows]):.2f} s wall, "
+        f"tasks {np.median([t for _, t, _ in rows]):.2f} s, CPU {sum(c for *_, c in rows):.1f} s"
+        for label, rows in ordered)
+
+
+def _sink_stages(timer: SinkTimer, before: dict[str, float], calls_before: dict[str, int]
+                 ) -> str:
+    """The sink's driver-side steps after ``before`` (the warm-up's), mean seconds per
+    micro-batch (the write jobs hold the Spark stages: Kafka read + prepare, shuffle, write
+    handles)."""
+    whole_label = SINK_PHASES[-1][2]
+    batches = timer.calls.get(whole_label, 0) - calls_before.get(whole_label, 0)
+    if batches <= 0:
+        return ""
+
+    def mean(label: str) -> float:
+        return (timer.seconds.get(label, 0.0) - before.get(label, 0.0)) / batches
+
+    parts = [f"{label} {mean(label):.2f}" for *_, label in SINK_PHASES if label != whole_label]
+    return (f"{batches} foreachBatch calls, mean s per call: whole {mean(whole_label):.2f} = "
+            + "; ".join(parts) + " + the rest (timeline load, error table, offsets)")
 
 
 def _latencies(poller: TimelinePoller, result: LatencyResult) -> None:

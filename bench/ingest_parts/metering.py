@@ -93,8 +93,13 @@ class CpuMeter:
     def _sample(self, initial: bool = False) -> None:
         for pid, seconds in self._descendants().items():
             if pid not in self.kind:
-                self.kind[pid] = _category(pid, self.own)
                 self.first[pid] = seconds if initial else 0.0
+            # Looked at again each time: spark-submit's shell script becomes the JVM by exec,
+            # under the same pid (a pid kept its first look's kind, so the JVM's seconds were
+            # counted as Python workers when the script was seen first).
+            kind = _category(pid, self.own)
+            if kind != "other" or pid not in self.kind:  # "other": maybe it just ended
+                self.kind[pid] = kind
             self.last[pid] = seconds
 
     def _run(self) -> None:
@@ -144,6 +149,8 @@ SINK_PHASES = (
      "+ shuffle by file group + write handles; error table: its staged rows)"),
     ("ingest.sink", "start_instant", "start instant (rollback check, requested → inflight)"),
     ("ingest.spark_write", "InstantPlan.finish", "commit (complete the instant)"),
+    ("ingest.services", "StreamingServices.after_commit",
+     "services after the commit (schedule what is due, back-pressure)"),
     ("ingest.sink", "HudiStreamingSink.process_batch", "whole foreachBatch call"),
 )
 

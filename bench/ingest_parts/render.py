@@ -21,7 +21,7 @@ from common import (
 
 from ingest_parts.latency import LatencyResult
 from ingest_parts.metering import SINK_PHASES
-from ingest_parts.producers import LATENCY_PRODUCER_SETTINGS, PRODUCER_SETTINGS, ProduceResult
+from ingest_parts.producers import PRODUCER_SETTINGS, TICK_S, ProduceResult
 from ingest_parts.profiling import StageRates, WorkerProfile
 from ingest_parts.throughput import RunResult
 from ingest_parts.workload import FULL_RECORDS, WARMUP_QUERY_BATCHES, WARMUP_QUERY_RECORDS, Stream
@@ -140,8 +140,8 @@ def _worker_notes(worker: WorkerProfile) -> list[str]:
 def _latency_notes(lat: LatencyResult) -> list[str]:
     return [f"latency: {lat.sent:,} records sent in {lat.send_seconds:.1f} s "
             f"(target rate {lat.rate:,.0f}/s; {lat.behind_ticks} moments >100 ms "
-            f"behind schedule) by one kafka-python producer process (linger "
-            f"{LATENCY_PRODUCER_SETTINGS['linger_ms']} ms); value ts = send time; "
+            f"behind schedule) by one producer process (pre-encoded record batches every "
+            f"{TICK_S * 1000:.0f} ms, acks=1); value ts = send time; "
             f"visible = completion time of the commit; records superseded "
             f"within a batch never become visible and are not counted",
             f"latency as seen by a poller listing the timeline every 100 ms: p50 "
@@ -149,6 +149,8 @@ def _latency_notes(lat: LatencyResult) -> list[str]:
             f"after the producer stopped, the job caught up in "
             f"{fmt_seconds(lat.drain_seconds)}",
             *([f"latency: {lat.triggers}"] if lat.triggers else []),
+            *([f"latency: sink: {lat.stages}"] if lat.stages else []),
+            *([f"latency: Spark stages: {lat.spark_stages}"] if lat.spark_stages else []),
             f"latency: {lat.cpu}"]
 
 
