@@ -9,14 +9,14 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
-from engine.format.log_block import BlockType, iter_blocks
+from engine.format.log_block import BlockType, HeaderKey, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
     encode_hfile_data_block,
@@ -101,28 +101,45 @@ class CellDecoder:
     """:func:`~engine.metadata.records.decode_metadata_value` that decodes each distinct
     record-index value once: every entry of a data file group carries the same value bytes,
     and a fastavro decode of the metadata union costs ~100 us (a batch looks up 50,000
-    keys). Other payloads (mutable file listings, per-file statistics) decode every time."""
+    keys). Other payloads (mutable file listings, per-file statistics) decode every time.
+    (Record-index values are the same bytes under Hudi 1.0's and 1.1's schemas, so the
+    memo holds across files of either.)"""
 
     MEMO_SIZE = 4096
 
     def __init__(self) -> None:
         self._memo: dict[bytes, MetadataRecord] = {}
 
-    def __call__(self, row: bytes, value: bytes) -> MetadataRecord:
+    def __call__(self, row: bytes, value: bytes, schema: str | None = None) -> MetadataRecord:
+        """Decode one cell of a file whose writer schema is ``schema`` (None: Hudi 1.0's)."""
         known = self._memo.get(value)
         if known is not None:
             return MetadataRecord(row.decode("utf-8"), known.type, known.payload,
                                   known.file_name)
-        record = decode_metadata_value(row, value)
+        record = decode_metadata_value(row, value, schema)
         if isinstance(record.payload, RecordIndexInfo) and len(self._memo) < self.MEMO_SIZE:
             self._memo[value] = record
         return record
 
 
+def hfile_schema(reader: HFileReader) -> str | None:
+    """The record schema an MDT HFile (a base file, or the HFile of a log block) was
+    written with: its file info ``schema`` (None when absent: Hudi 1.0's is assumed)."""
+    raw = reader.file_info.get("schema")
+    return raw.decode("utf-8") if raw else None
+
+
+def block_schema(header: Mapping[HeaderKey, str]) -> str | None:
+    """The record schema of an MDT log block: its ``SCHEMA`` header (None when absent)."""
+    return header.get(HeaderKey.SCHEMA) or None
+
+
 def read_base_file(data: bytes) -> list[MetadataRecord]:
     """The records of a base HFile, in key order."""
     decode = CellDecoder()
-    return [decode(row, value) for row, value in HFileReader(data).cells()]
+    reader = HFileReader(data)
+    schema = hfile_schema(reader)
+    return [decode(row, value, schema) for row, value in reader.cells()]
 
 
 def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
@@ -133,8 +150,9 @@ def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
     decode = CellDecoder()
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
+            schema = block_schema(block.header)
             for row, value in decode_hfile_data_block(block):
-                record = decode(row, value)
+                record = decode(row, value, schema)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:
             for deleted in decode_delete_block(block):
