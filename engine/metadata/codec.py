@@ -25,10 +25,12 @@ from engine.format.log_format import (
 )
 from engine.metadata.keys import RECORD_INDEX
 from engine.metadata.records import (
+    ColumnStats,
     MetadataRecord,
     RecordIndexInfo,
     decode_metadata_value,
     encode_metadata_value,
+    with_value_type,
 )
 from engine.metadata.schema import metadata_schema_json
 
@@ -49,7 +51,17 @@ def block_size(partition: str) -> int:
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
-def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
+def _in_layout(record: MetadataRecord, value_types: bool) -> MetadataRecord:
+    """``record`` as a file of the layout ``value_types`` holds it: on table version 9
+    every column / partition stats record in the V2 layout (never a V1 record in a v9
+    file, which Java 1.1 would read with the table's index version), else as it is."""
+    if value_types and isinstance(record.payload, ColumnStats):
+        return record._replace(payload=with_value_type(record.payload))
+    return record
+
+
+def _cells(records: Sequence[MetadataRecord], file_name: str | None,
+           value_types: bool = False) -> Cells:
     """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
     order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
     sharing one payload object — every record-index entry of a file group — share one
@@ -64,31 +76,39 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
                            count=n)
     _, first, inverse = np.unique(payloads * 16 + kinds, return_index=True,
                                   return_inverse=True)
-    encoded = pa.array([encode_metadata_value(records[int(i)]._replace(file_name=file_name))
-                        for i in first], pa.large_binary())
+    encoded = pa.array([encode_metadata_value(
+        _in_layout(records[int(i)], value_types)._replace(file_name=file_name), value_types)
+        for i in first], pa.large_binary())
     values = encoded.take(pa.array(inverse.reshape(-1), pa.int64())) if n else encoded
     rows = pa.array(keys, pa.large_string()).cast(pa.large_binary())
     order = pc.sort_indices(rows)
     return Cells(rows.take(order), values.take(order))
 
 
-def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:
-    """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``."""
-    return write_hudi_base_hfile(_cells(records, name), metadata_schema_json(),
+def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "", *,
+                    value_types: bool = False) -> bytes:
+    """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``;
+    ``value_types``: in Hudi 1.1's schema and stats layout (table version 9,
+    :attr:`engine.timeline.version.TableVersion.column_stats_value_types`)."""
+    return write_hudi_base_hfile(_cells(records, name, value_types),
+                                 metadata_schema_json(value_types),
                                  block_size=block_size(partition))
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
-                   deletes: Sequence[str] = (), partition: str = "") -> bytes:
+                   deletes: Sequence[str] = (), partition: str = "",
+                   value_types: bool = False) -> bytes:
     """A log file written at ``instant_time``: one HFile data block with ``records`` (if
-    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any)."""
+    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any);
+    ``value_types`` as :func:`base_file_bytes`."""
+    schema = metadata_schema_json(value_types)
     parts = []
     if records or not deletes:
-        parts.append(encode_hfile_data_block(_cells(records, None), metadata_schema_json(),
+        parts.append(encode_hfile_data_block(_cells(records, None, value_types), schema,
                                              instant_time, block_size=block_size(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
-                                                  metadata_schema_json()))
+                                                  schema))
     return b"".join(parts)
 
 

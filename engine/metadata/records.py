@@ -68,8 +68,10 @@ __all__ = [
     "merge_records",
     "partition_files_record",
     "partition_stats_record",
+    "pick_bound",
     "record_index_record",
     "secondary_index_record",
+    "with_value_type",
     "wrap_stat_value",
 ]
 
@@ -295,6 +297,57 @@ def _to_avro(record: MetadataRecord) -> dict[str, Any]:
     else:
         raise ValueError(f"record type {record.type} does not match payload {type(p).__name__}")
     return datum
+
+
+_V2_OF_V1 = {
+    "BooleanWrapper": ("BooleanWrapper", ValueType.BOOLEAN),
+    "IntWrapper": ("IntWrapper", ValueType.INT),
+    "LongWrapper": ("LongWrapper", ValueType.LONG),
+    "FloatWrapper": ("FloatWrapper", ValueType.FLOAT),
+    "DoubleWrapper": ("DoubleWrapper", ValueType.DOUBLE),
+    "StringWrapper": ("StringWrapper", ValueType.STRING),
+    "BytesWrapper": ("BytesWrapper", ValueType.BYTES),
+    "DateWrapper": ("IntWrapper", ValueType.DATE),
+    "LocalDateWrapper": ("IntWrapper", ValueType.DATE),
+    "TimestampMicrosWrapper": ("LongWrapper", ValueType.TIMESTAMP_MICROS),
+}
+"""V1 wrapper → (V2 wrapper, ``ValueType``), the value unchanged (V1 timestamps are UTC
+micros, dates epoch days: ``docs/table-version-9.md`` §5.2)."""
+_V1_DECIMAL_INFO = f"30,{_DECIMAL_SCALE}"
+
+
+def _v2_bound(value: StatValue | None) -> tuple[StatValue | None, ValueTypeInfo | None]:
+    if value is None:
+        return None, None
+    name, v = value
+    if name == "DecimalWrapper":  # decimal(30, 15): unscaled bytes at scale 15
+        unscaled = int(Decimal(v).scaleb(_DECIMAL_SCALE).to_integral_exact())
+        size = max(1, (unscaled.bit_length() + 8) // 8)
+        return (("BytesWrapper", unscaled.to_bytes(size, "big", signed=True)),
+                ValueTypeInfo(ValueType.DECIMAL, _V1_DECIMAL_INFO))
+    if name == "TimeMicrosWrapper":
+        micros = (v.hour * 3600 + v.minute * 60 + v.second) * 1_000_000 + v.microsecond
+        return ("LongWrapper", micros), ValueTypeInfo(ValueType.TIME_MICROS)
+    if name not in _V2_OF_V1:
+        raise ValueError(f"no V2 layout for a {name} bound")
+    wrapper, kind = _V2_OF_V1[name]
+    return (wrapper, v), ValueTypeInfo(kind)
+
+
+def with_value_type(stats: ColumnStats) -> ColumnStats:
+    """``stats`` in the V2 layout (table version 9's column / partition stats): unchanged
+    if it already has a ``value_type``; a V1 record's bounds moved to the V2 wrapper of their
+    type (dates ``IntWrapper``, timestamps ``LongWrapper`` in micros, decimals unscaled
+    bytes at V1's scale 15); a record without bounds is ``NULL``, as Hudi 1.1 writes a
+    file without values of the column."""
+    if stats.value_type is not None:
+        return stats
+    lo, lo_type = _v2_bound(stats.min_value)
+    hi, hi_type = _v2_bound(stats.max_value)
+    value_type = lo_type or hi_type or ValueTypeInfo(ValueType.NULL)
+    if lo_type is not None and hi_type is not None and lo_type != hi_type:
+        raise ValueError(f"column stats of {stats.column_name!r}: bounds of two types")
+    return replace(stats, min_value=lo, max_value=hi, value_type=value_type)
 
 
 def _value_type_info(datum: Mapping[str, Any] | None) -> ValueTypeInfo | None:
