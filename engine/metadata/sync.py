@@ -196,6 +196,15 @@ def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         changed = True
         _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
                      "writer's options)", storage.base_path, name)
+    for name in sorted(n for n in have if n not in INDEX_PARTITIONS):
+        # An index a Java writer built that tidelake does not maintain (secondary and
+        # expression indexes): left declared, it would go stale with this writer's commits
+        # and Java readers would answer from it wrongly. Undeclared, Java rebuilds it.
+        set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
+        mdt.storage.delete_tree(name)
+        changed = True
+        _log.warning("the metadata table of %s: dropped %s, an index tidelake does not "
+                     "maintain", storage.base_path, name)
     missing = [INDEX_PARTITIONS[n] for n, want in wanted.items() if want and n not in have]
     busy = [i.requested_time for i in data_timeline.pending(_WRITING_ACTIONS)]
     if missing and busy:

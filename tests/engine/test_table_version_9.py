@@ -319,3 +319,32 @@ def test_v9_unsupported_properties_refused_naming_the_key(sample: Path, tmp_path
                      encoding="latin-1")
     with pytest.raises(UnsupportedTableError, match=key):
         Table.open(str(copy))
+
+
+def test_v9_java_sample_appended_indexes_tidelake_does_not_keep_dropped(
+        sample: Path, tmp_path: Path) -> None:
+    """tidelake writes to a Hudi 1.1.1 table with record index, column/partition stats and
+    two secondary indexes: rows = hudi-rs, V2 stats keep pruning, and the secondary indexes
+    (which tidelake does not maintain, and which its commits would leave stale for Java
+    readers) are undeclared and removed."""
+    copy = tmp_path / "t"
+    shutil.copytree(sample, copy)
+    table = Table.open(str(copy))
+    old = table.read(filters=[("txn_id", "=", "TXN-001")])
+    row = old.drop_columns([c for c in old.column_names if c.startswith("_hoodie")])
+    row = row.set_column(row.column_names.index("amount"), "amount",
+                         pa.array([Decimal("7777.00")], row.schema.field("amount").type))
+    row = row.set_column(row.column_names.index("merchant_name"), "merchant_name",
+                         pa.array(["Zalando"]))
+    row = row.set_column(row.column_names.index("txn_ts"), "txn_ts",
+                         pc.add(row.column("txn_ts"), 1))
+    table.upsert(row)
+    declared = _props(copy)["hoodie.table.metadata.partitions"].split(",")
+    assert declared == ["column_stats", "files", "partition_stats", "record_index"]
+    assert not list((copy / ".hoodie" / "metadata").glob("secondary_index_*"))
+    ours, theirs = Table.open(str(copy)).read(), hudi_rs_read(copy)
+    assert sorted_rows(ours, ours.column_names, KEY) == sorted_rows(theirs, ours.column_names,
+                                                                    KEY)
+    assert ours.num_rows == 12
+    found = Table.open(str(copy)).read(filters=[("amount", ">", Decimal("7000"))])
+    assert sorted(found.column("txn_id").to_pylist()) == ["TXN-001", "TXN-007"]
