@@ -436,3 +436,14 @@ def test_merge_v2_decimal_stats_compares_values_not_bytes() -> None:
     assert mixed is not None and isinstance(mixed.payload, ColumnStats)
     assert (mixed.payload.min_value, mixed.payload.max_value, mixed.payload.value_count) == (
         None, None, 3)  # layouts differ: no bound kept, so nothing is pruned by it
+
+
+def test_v9_commit_schema_without_meta_fields_is_java_11s(tmp_path: Path) -> None:
+    """The MDT commits of a v9 table record 1.1's schema without meta fields, as Java."""
+    from engine.timeline.commit_metadata import CommitMetadata
+
+    table = extract_sample(SAMPLES / f"{V9_SAMPLES[0]}.zip", tmp_path, "v9_txns_simple_meta")
+    timeline = table / ".hoodie" / "metadata" / ".hoodie" / "timeline"
+    schemas = {CommitMetadata.from_bytes(p.read_bytes()).schema
+               for p in timeline.glob("*_*.deltacommit")}
+    assert schemas == {metadata_schema_without_meta_fields_json(value_types=True)}
