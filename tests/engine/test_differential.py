@@ -187,10 +187,11 @@ def test_random_writes_keeping_keys_in_place_match_oracle_and_hudi_rs(
 
 @pytest.mark.parametrize(("table_type", "index", "block_format"),
                          [("MERGE_ON_READ", "RECORD_INDEX", "parquet"),
-                          ("COPY_ON_WRITE", "BLOOM", "avro")])
+                          ("COPY_ON_WRITE", "BLOOM", "avro"),
+                          ("MERGE_ON_READ", "BUCKET", "avro")])
 def test_random_writes_table_version_9_match_oracle_and_hudi_rs(
         tmp_path: Path, table_type: str, index: str, block_format: str) -> None:
-    """Two shapes at table version 9 (``hoodie.write.table.version=9``, column stats kept:
+    """Three shapes at table version 9 (``hoodie.write.table.version=9``, column stats kept:
     the metadata table in Hudi 1.1's schema and V2 stats; docs/table-version-9.md)."""
     _run_sequence(tmp_path, seed=zlib.crc32(f"v9{table_type}{index}".encode()),
                   table_type=table_type, index=index, block_format=block_format, steps=10,
