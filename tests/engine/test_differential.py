@@ -211,6 +211,16 @@ def test_random_writes_on_s3_match_oracle_and_hudi_rs(
                   steps=soak(5, 12), s3=s3)
 
 
+def test_random_writes_on_s3_table_version_9_match_oracle_and_hudi_rs(
+        tmp_path: Path, s3: S3Location) -> None:
+    """One version-9 shape on S3 (the metadata table in Hudi 1.1's layout on an object
+    store, hudi-rs reading it by URI)."""
+    _run_sequence(tmp_path, seed=zlib.crc32(b"s3v9"), table_type="MERGE_ON_READ",
+                  index="SIMPLE", block_format="avro", steps=5, s3=s3,
+                  extra_options={"hoodie.write.table.version": "9",
+                                 "hoodie.metadata.index.column.stats.enable": "true"})
+
+
 @pytest.mark.slow
 # Repeats of the shapes above with other seeds and more steps: soak size only (the quick
 # suite's round of every shape is the CI size; docs/testing.md).
