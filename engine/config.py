@@ -510,7 +510,8 @@ class WriteConfig:
         "Java writer, on purpose\").")
     write_table_version: int = option(
         WRITE_TABLE_VERSION, _parse_write_version, TABLE_VERSION,
-        "The table version a new table is created in: `8` (Hudi 1.0), or `6` (Hudi 0.14/0.15) "
+        "The table version a new table is created in: `8` (Hudi 1.0), `9` (Hudi 1.1 and 1.2; "
+        "see [table-version-9.md](table-version-9.md)), or `6` (Hudi 0.14/0.15) "
         "for readers that only read version 6 (Athena, older Trino, daft). On an existing table "
         "it must name the table's version, or be left out: a table is never upgraded nor "
         "downgraded. A version-6 table keeps no metadata table; see "
@@ -875,6 +876,11 @@ P_CREATE_SCHEMA = "hoodie.table.create.schema"
 P_ARCHIVE_FOLDER = "hoodie.archivelog.folder"
 P_TIMEZONE = "hoodie.table.timeline.timezone"
 P_PAYLOAD = "hoodie.compaction.payload.class"
+P_LEGACY_PAYLOAD = "hoodie.table.legacy.payload.class"
+P_TABLE_FORMAT = "hoodie.table.format"
+P_PARTIAL_UPDATE_MODE = "hoodie.table.partial.update.mode"
+P_MERGE_PROPERTY_PREFIX = "hoodie.record.merge.property."
+P_COMPLEX_KEY_ENCODING = "hoodie.table.complex.keygen.encoding"
 P_MERGE_MODE = "hoodie.record.merge.mode"
 P_MERGE_STRATEGY = "hoodie.record.merge.strategy.id"
 P_CDC = "hoodie.table.cdc.enabled"
@@ -1059,6 +1065,7 @@ class TableConfig:
         except (KeyError, ValueError) as exc:
             raise UnsupportedTableError(f"hoodie.properties lacks a valid {exc}") from None
         version = table_version(int(props.get(P_VERSION, "6"))).code
+        _refuse_unsupported(props)
         precombine = props.get(P_PRECOMBINE) or props.get(P_ORDERING_V9) or None
         if precombine and "," in precombine:
             raise UnsupportedTableError(f"multiple ordering fields {precombine!r} not supported")
@@ -1101,9 +1108,14 @@ class TableConfig:
             P_CDC: "false",
             P_MERGE_MODE: self.merge_mode.value,
         })
+        version = self.table_version
+        if version.records_table_format:
+            props[P_TABLE_FORMAT] = "native"
         if self.precombine_field:
-            props[P_PRECOMBINE] = self.precombine_field
-        if self.merge_mode is MergeMode.EVENT_TIME_ORDERING:
+            props[version.ordering_fields_key] = self.precombine_field
+        if not version.writes_payload_and_strategy:
+            pass  # the merge mode alone (version 9 on)
+        elif self.merge_mode is MergeMode.EVENT_TIME_ORDERING:
             props[P_MERGE_STRATEGY] = EVENT_TIME_STRATEGY_ID
             props[P_PAYLOAD] = DEFAULT_PAYLOAD
         else:
@@ -1121,6 +1133,41 @@ class TableConfig:
         return props
 
 
+def _refuse_unsupported(props: Mapping[str, str]) -> None:
+    """Refuse, naming the key, what Hudi 1.1/1.2 may record that tidelake would read or write
+    wrongly (``docs/table-version-9.md`` §3.3): partial updates, merge properties (delete
+    markers of the Debezium / AWS DMS payloads), a non-native table format, a base file
+    format other than Parquet (1.2's Lance), several ordering fields (below).
+    (:func:`refuse_unwritable` is what is read but not written.)"""
+    partial = props.get(P_PARTIAL_UPDATE_MODE, "")
+    if partial and partial.upper() != "NONE":
+        raise UnsupportedTableError(f"{P_PARTIAL_UPDATE_MODE}={partial} is not supported "
+                                    "(partial updates)")
+    merge_props = sorted(k for k in props if k.startswith(P_MERGE_PROPERTY_PREFIX))
+    if merge_props:
+        raise UnsupportedTableError(f"{merge_props[0]} is not supported (merge properties: "
+                                    "delete markers of Debezium / AWS DMS payloads)")
+    table_format = props.get(P_TABLE_FORMAT, "")
+    if table_format and table_format.lower() != "native":
+        raise UnsupportedTableError(f"{P_TABLE_FORMAT}={table_format} is not supported "
+                                    "(only native)")
+    base_format = props.get(P_BASE_FORMAT, "")
+    if base_format and base_format.upper() != "PARQUET":
+        raise UnsupportedTableError(f"{P_BASE_FORMAT}={base_format} is not supported "
+                                    "(only PARQUET)")
+
+
+def refuse_unwritable(props: Mapping[str, str]) -> None:
+    """Refuse, naming the key, to write a table whose ``hoodie.properties`` asks for what
+    tidelake would write wrongly though it reads it: the value-only complex key encoding
+    (``hoodie.table.complex.keygen.encoding``, Hudi after 1.2.1; tidelake writes
+    ``field:value`` keys, ``docs/table-version-9.md`` §7)."""
+    encoding = props.get(P_COMPLEX_KEY_ENCODING, "")
+    if encoding and encoding.upper() != "FIELD_PREFIXED":
+        raise UnsupportedTableError(f"{P_COMPLEX_KEY_ENCODING}={encoding} is not supported "
+                                    "for writes (tidelake writes field:value keys)")
+
+
 def _merge_mode_of(props: Mapping[str, str], precombine: str | None) -> MergeMode:
     raw = props.get(P_MERGE_MODE)
     if raw:
@@ -1128,7 +1175,7 @@ def _merge_mode_of(props: Mapping[str, str], precombine: str | None) -> MergeMod
             return MergeMode(raw.upper())
         except ValueError:
             raise UnsupportedTableError(f"merge mode {raw!r} is not supported") from None
-    payload = props.get(P_PAYLOAD, "")
+    payload = props.get(P_PAYLOAD) or props.get(P_LEGACY_PAYLOAD, "")
     if not precombine or payload.endswith("OverwriteWithLatestAvroPayload"):
         return MergeMode.COMMIT_TIME_ORDERING
     return MergeMode.EVENT_TIME_ORDERING

@@ -33,6 +33,7 @@ from engine.config import (
     TableType,
     WriteConfig,
     parse_options,
+    refuse_unwritable,
 )
 from engine.errors import InvalidOptionError, TableExistsError, TableNotFoundError
 from engine.layout.file_group import FileSlice
@@ -48,7 +49,7 @@ from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
 from engine.timeline.heartbeat import HEARTBEAT_FOLDER
 from engine.timeline.instant import parse_instant_time
-from engine.timeline.version import WRITE_TABLE_VERSION
+from engine.timeline.version import WRITE_TABLE_VERSION, WRITE_VERSIONS
 from engine.write.write_client import (
     BULK_INSERT,
     DELETE,
@@ -326,7 +327,8 @@ class Table:
             from engine.errors import UnsupportedTableError
             raise UnsupportedTableError(
                 f"table version {self.config.version} is read-only here; tidelake writes "
-                "table versions 6 and 8")
+                f"table versions {', '.join(str(v) for v in WRITE_VERSIONS)}")
+        refuse_unwritable(self.config.raw)
         return WriteClient(self.storage, self.config, self.write_config)
 
     def _write(self, operation: str, data: pa.Table,

@@ -9,14 +9,14 @@ files hold one HFile data block (headers SCHEMA, INSTANT_TIME), deletes as delet
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
-from engine.format.log_block import BlockType, iter_blocks
+from engine.format.log_block import BlockType, HeaderKey, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
     encode_hfile_data_block,
@@ -25,10 +25,12 @@ from engine.format.log_format import (
 )
 from engine.metadata.keys import RECORD_INDEX
 from engine.metadata.records import (
+    ColumnStats,
     MetadataRecord,
     RecordIndexInfo,
     decode_metadata_value,
     encode_metadata_value,
+    with_value_type,
 )
 from engine.metadata.schema import metadata_schema_json
 
@@ -49,7 +51,17 @@ def block_size(partition: str) -> int:
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
-def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
+def _in_layout(record: MetadataRecord, value_types: bool) -> MetadataRecord:
+    """``record`` as a file of the layout ``value_types`` holds it: on table version 9
+    every column / partition stats record in the V2 layout (never a V1 record in a v9
+    file, which Java 1.1 would read with the table's index version), else as it is."""
+    if value_types and isinstance(record.payload, ColumnStats):
+        return record._replace(payload=with_value_type(record.payload))
+    return record
+
+
+def _cells(records: Sequence[MetadataRecord], file_name: str | None,
+           value_types: bool = False) -> Cells:
     """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
     order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
     sharing one payload object — every record-index entry of a file group — share one
@@ -64,31 +76,39 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
                            count=n)
     _, first, inverse = np.unique(payloads * 16 + kinds, return_index=True,
                                   return_inverse=True)
-    encoded = pa.array([encode_metadata_value(records[int(i)]._replace(file_name=file_name))
-                        for i in first], pa.large_binary())
+    encoded = pa.array([encode_metadata_value(
+        _in_layout(records[int(i)], value_types)._replace(file_name=file_name), value_types)
+        for i in first], pa.large_binary())
     values = encoded.take(pa.array(inverse.reshape(-1), pa.int64())) if n else encoded
     rows = pa.array(keys, pa.large_string()).cast(pa.large_binary())
     order = pc.sort_indices(rows)
     return Cells(rows.take(order), values.take(order))
 
 
-def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:
-    """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``."""
-    return write_hudi_base_hfile(_cells(records, name), metadata_schema_json(),
+def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "", *,
+                    value_types: bool = False) -> bytes:
+    """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``;
+    ``value_types``: in Hudi 1.1's schema and stats layout (table version 9,
+    :attr:`engine.timeline.version.TableVersion.column_stats_value_types`)."""
+    return write_hudi_base_hfile(_cells(records, name, value_types),
+                                 metadata_schema_json(value_types),
                                  block_size=block_size(partition))
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
-                   deletes: Sequence[str] = (), partition: str = "") -> bytes:
+                   deletes: Sequence[str] = (), partition: str = "",
+                   value_types: bool = False) -> bytes:
     """A log file written at ``instant_time``: one HFile data block with ``records`` (if
-    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any)."""
+    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any);
+    ``value_types`` as :func:`base_file_bytes`."""
+    schema = metadata_schema_json(value_types)
     parts = []
     if records or not deletes:
-        parts.append(encode_hfile_data_block(_cells(records, None), metadata_schema_json(),
+        parts.append(encode_hfile_data_block(_cells(records, None, value_types), schema,
                                              instant_time, block_size=block_size(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
-                                                  metadata_schema_json()))
+                                                  schema))
     return b"".join(parts)
 
 
@@ -101,28 +121,45 @@ class CellDecoder:
     """:func:`~engine.metadata.records.decode_metadata_value` that decodes each distinct
     record-index value once: every entry of a data file group carries the same value bytes,
     and a fastavro decode of the metadata union costs ~100 us (a batch looks up 50,000
-    keys). Other payloads (mutable file listings, per-file statistics) decode every time."""
+    keys). Other payloads (mutable file listings, per-file statistics) decode every time.
+    (Record-index values are the same bytes under Hudi 1.0's and 1.1's schemas, so the
+    memo holds across files of either.)"""
 
     MEMO_SIZE = 4096
 
     def __init__(self) -> None:
         self._memo: dict[bytes, MetadataRecord] = {}
 
-    def __call__(self, row: bytes, value: bytes) -> MetadataRecord:
+    def __call__(self, row: bytes, value: bytes, schema: str | None = None) -> MetadataRecord:
+        """Decode one cell of a file whose writer schema is ``schema`` (None: Hudi 1.0's)."""
         known = self._memo.get(value)
         if known is not None:
             return MetadataRecord(row.decode("utf-8"), known.type, known.payload,
                                   known.file_name)
-        record = decode_metadata_value(row, value)
+        record = decode_metadata_value(row, value, schema)
         if isinstance(record.payload, RecordIndexInfo) and len(self._memo) < self.MEMO_SIZE:
             self._memo[value] = record
         return record
 
 
+def hfile_schema(reader: HFileReader) -> str | None:
+    """The record schema an MDT HFile (a base file, or the HFile of a log block) was
+    written with: its file info ``schema`` (None when absent: Hudi 1.0's is assumed)."""
+    raw = reader.file_info.get("schema")
+    return raw.decode("utf-8") if raw else None
+
+
+def block_schema(header: Mapping[HeaderKey, str]) -> str | None:
+    """The record schema of an MDT log block: its ``SCHEMA`` header (None when absent)."""
+    return header.get(HeaderKey.SCHEMA) or None
+
+
 def read_base_file(data: bytes) -> list[MetadataRecord]:
     """The records of a base HFile, in key order."""
     decode = CellDecoder()
-    return [decode(row, value) for row, value in HFileReader(data).cells()]
+    reader = HFileReader(data)
+    schema = hfile_schema(reader)
+    return [decode(row, value, schema) for row, value in reader.cells()]
 
 
 def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
@@ -133,8 +170,9 @@ def read_log_file(data: bytes) -> Iterator[tuple[str, MetadataRecord | None]]:
     decode = CellDecoder()
     for block in iter_blocks(data):
         if block.block_type is BlockType.HFILE_DATA:
+            schema = block_schema(block.header)
             for row, value in decode_hfile_data_block(block):
-                record = decode(row, value)
+                record = decode(row, value, schema)
                 yield record.key, record
         elif block.block_type is BlockType.DELETE:
             for deleted in decode_delete_block(block):

@@ -33,7 +33,14 @@ import pyarrow.parquet as pq
 
 from engine.format.base_file import parquet_file
 from engine.format.naming import parse_base_file, parse_log_file
-from engine.metadata.records import ColumnStats, StatValue, bounds_unknown, wrap_stat_value
+from engine.metadata.records import (
+    ColumnStats,
+    StatValue,
+    ValueTypeInfo,
+    bounds_unknown,
+    pick_bound,
+    wrap_stat_value,
+)
 from engine.schema import COMMIT_TIME, META_FIELDS, PARTITION_PATH, RECORD_KEY
 
 if TYPE_CHECKING:
@@ -227,34 +234,39 @@ def file_stats(storage: Storage, partition: str, name: str, columns: Iterable[st
 
 # -- merging bounds (partition stats) ------------------------------------------
 
-def _pick(a: StatValue | None, b: StatValue | None, fn: Any) -> StatValue | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a if fn(a[1], b[1]) == a[1] else b
-
-
 def merge_bounds(stats: Iterable[ColumnStats | None], column: str) -> ColumnStats:
     """The union of several files' stats of one column; a missing or unknown entry makes
-    the union unknown (bounds None with values)."""
+    the union unknown (bounds None with values), as do bounds of different layouts (V1
+    beside V2, or V2 of two value types: ``docs/table-version-9.md`` §5.2). Bounds are
+    compared in their column's domain (:func:`~engine.metadata.records.pick_bound`)."""
     lo: StatValue | None = None
     hi: StatValue | None = None
     values = nulls = size = raw = 0
     bounded = True
+    layouts: set[ValueTypeInfo | None] = set()
     for s in stats:
         if s is None or bounds_unknown(s):
             bounded = False
             values += max((s.value_count or 0) if s else 0, 1)
             continue
-        lo, hi = _pick(lo, s.min_value, min), _pick(hi, s.max_value, max)
+        if s.min_value is not None or s.max_value is not None:
+            layouts.add(s.value_type)
+        if len(layouts) > 1:
+            bounded = False
+        elif bounded:
+            try:
+                lo = pick_bound(lo, s.min_value, min, s.value_type)
+                hi = pick_bound(hi, s.max_value, max, s.value_type)
+            except (ValueError, TypeError):
+                bounded = False
         values += s.value_count or 0
         nulls += s.null_count or 0
         size += s.total_size or 0
         raw += s.total_uncompressed_size or 0
     if not bounded:
         return ColumnStats(None, column, None, None, values, 0, size, raw)
-    return ColumnStats(None, column, lo, hi, values, nulls, size, raw)
+    value_type = next(iter(layouts)) if layouts else None
+    return ColumnStats(None, column, lo, hi, values, nulls, size, raw, value_type=value_type)
 
 
 # -- the stats of a whole table ----------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.layout.file_group import BaseFile, LogFile, TableFiles, build_file_slices
 from engine.metadata.file_stats import (
+    META_COLUMNS_TO_INDEX,
     columns_to_index,
     merge_bounds,
     table_columns,
@@ -29,8 +30,14 @@ from engine.metadata.file_stats import (
 from engine.metadata.indexes import IndexPartition
 from engine.metadata.keys import COLUMN_STATS as COLUMN_STATS_TYPE
 from engine.metadata.keys import PARTITION_STATS as PARTITION_STATS_TYPE
-from engine.metadata.keys import b64_xxh64, column_stats_key, partition_identifier
+from engine.metadata.keys import (
+    b64_xxh64,
+    column_stats_key,
+    partition_identifier,
+    partition_stats_key,
+)
 from engine.metadata.records import ColumnStats, MetadataRecord, partition_stats_record
+from engine.schema import META_FIELDS
 from engine.timeline.commit_metadata import CommitMetadata
 from engine.timeline.instant import Action
 
@@ -168,6 +175,15 @@ def recompute(data_timeline: Timeline, instant: Instant, content: bytes,
             merged = merge_bounds((known.get(f, {}).get(c) for f in files_of), c)
             records.append(partition_stats_record(partition, c, merged))
     out.add(PARTITION_STATS, records)
+    # Columns another writer (Java) kept partition stats of and this one does not compute
+    # (decimals, binaries, beyond the column limit): their bounds in the touched partitions
+    # no longer hold, so their entries are deleted (a missing entry rules nothing out). The
+    # meta fields no writer indexes are left out (a table whose every column is indexed
+    # deletes nothing).
+    unkept = sorted(set(schema.names) - columns
+                    - (set(META_FIELDS) - set(META_COLUMNS_TO_INDEX)))
+    out.delete(PARTITION_STATS, [partition_stats_key(c, p) for p in sorted(touched)
+                                 for c in unkept])
     return out
 
 

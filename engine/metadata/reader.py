@@ -24,7 +24,13 @@ from engine.format.delete_block import decode_delete_block
 from engine.format.hfile import HFileReader
 from engine.format.log_block import BlockFrame, BlockType, LogBlock, iter_blocks, scan_frames
 from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
-from engine.metadata.codec import CellDecoder, read_base_file, read_log_file
+from engine.metadata.codec import (
+    CellDecoder,
+    block_schema,
+    hfile_schema,
+    read_base_file,
+    read_log_file,
+)
 from engine.metadata.keys import file_group_indexes
 from engine.metadata.records import MetadataRecord, merge_records
 from engine.metadata.table import BOOTSTRAP_PREFIX, MetadataTable, completed_mdt_instants
@@ -201,11 +207,15 @@ def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: 
     return made
 
 
-def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
-                ) -> Iterator[tuple[bytes, bytes | None]]:
-    """(row, value bytes) of the keys ``rows`` (UTF-8, sorted) in one group slice, oldest
-    first: the base file's cells, then each log's in log order, a delete-block entry as
-    (row, None). No record is decoded: :func:`lookup_slice` merges decoded records,
+Cell = tuple[bytes, bytes | None, str | None]
+"""(row, value bytes, writer schema of the file holding it): a delete-block entry has value
+None; a schema None is Hudi 1.0's (:func:`~engine.metadata.records.decode_metadata_value`)."""
+
+
+def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]) -> Iterator[Cell]:
+    """(row, value bytes, schema) of the keys ``rows`` (UTF-8, sorted) in one group slice,
+    oldest first: the base file's cells, then each log's in log order, a delete-block entry
+    as (row, None, None). No record is decoded: :func:`lookup_slice` merges decoded records,
     :func:`lookup_values` keeps the newest bytes. The base file and the logs' HFile blocks
     are searched through their block indexes (only the data blocks holding the keys are
     decompressed, each once; a log holds a whole bulk insert's keys until the MDT
@@ -214,30 +224,37 @@ def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
         return
     wanted = set(rows)
     if piece.base_path is not None:
-        yield from base_reader(storage, piece.base_path).get_many(rows)
+        base = base_reader(storage, piece.base_path)
+        schema = hfile_schema(base)
+        for row, value in base.get_many(rows):
+            yield row, value, schema
     for path in piece.log_paths:
         blocks = log_blocks(storage, path)
         if blocks is None:  # a frame does not hold: read the log whole
             for block in iter_blocks(storage.read(path)):
                 if block.block_type is BlockType.HFILE_DATA:
-                    yield from HFileReader(block.content).get_many(rows)
+                    schema = block_schema(block.header)
+                    for row, value in HFileReader(block.content).get_many(rows):
+                        yield row, value, schema
                 elif block.block_type is BlockType.DELETE:
                     yield from _deleted(block, wanted)
             continue
         for frame, reader in blocks:
             if reader is not None:
-                yield from reader.get_many(rows)
+                schema = block_schema(frame.header)
+                for row, value in reader.get_many(rows):
+                    yield row, value, schema
             elif frame.block_type is BlockType.DELETE:
                 yield from _deleted(LogBlock(frame.block_type, frame.header, storage.read_range(
                     path, frame.content_offset, frame.content_length)), wanted)
 
 
-def _deleted(block: LogBlock, wanted: set[bytes]) -> Iterator[tuple[bytes, None]]:
-    """(row, None) for the ``wanted`` keys a delete block deletes."""
+def _deleted(block: LogBlock, wanted: set[bytes]) -> Iterator[Cell]:
+    """(row, None, None) for the ``wanted`` keys a delete block deletes."""
     for deleted in decode_delete_block(block):
         row = str(deleted.record_key).encode("utf-8")
         if row in wanted:
-            yield row, None
+            yield row, None, None
 
 
 def lookup_slice(storage: Storage, piece: GroupSlice,
@@ -246,11 +263,12 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
     decoded and merged by Hudi's rules). Executor-safe."""
     merged: dict[str, MetadataRecord] = {}
     decode = CellDecoder()
-    for row, value in slice_cells(storage, piece, sorted({k.encode("utf-8") for k in keys})):
+    for row, value, schema in slice_cells(storage, piece,
+                                          sorted({k.encode("utf-8") for k in keys})):
         if value is None:
             _merge(merged, row.decode("utf-8"), None)
         else:
-            record = decode(row, value)
+            record = decode(row, value, schema)
             _merge(merged, record.key, record)
     return merged
 
@@ -260,8 +278,9 @@ def lookup_values(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
     """Row → the newest value bytes of ``rows`` (UTF-8 keys, sorted) in one group slice, None
     for a key whose newest entry is a delete (:func:`slice_cells`): a lookup for a partition
     whose newer entry simply replaces the older (``record_index``), with no record decoded,
-    so a caller decodes each distinct value once. Executor-safe."""
-    return dict(slice_cells(storage, piece, rows))
+    so a caller decodes each distinct value once (record-index values read alike under
+    either writer schema, :class:`~engine.metadata.codec.CellDecoder`). Executor-safe."""
+    return {row: value for row, value, _ in slice_cells(storage, piece, rows)}
 
 
 SMALL_LOG_BLOCK = 256 * 1024

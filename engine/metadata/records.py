@@ -8,7 +8,12 @@ A metadata-table cell is (record key, Avro binary value in the schema of
 * meta fields are null except ``_hoodie_file_name``, which base files set to their own name
   (:attr:`MetadataRecord.file_name`);
 * every wrapper union branch is chosen explicitly (``DoubleWrapper`` stays ``DoubleWrapper``):
-  a column-stats bound is a :data:`StatValue` ``(wrapper name, value)``.
+  a column-stats bound is a :data:`StatValue` ``(wrapper name, value)``;
+* a value is decoded with the schema of the file that holds it (Hudi 1.0's, or 1.1's with
+  ``valueType``: :mod:`engine.metadata.schema`); a stats record with a ``valueType``
+  (:class:`ValueTypeInfo`, table version 9) keeps its bounds in the column's own unit and
+  scale (``docs/table-version-9.md`` §5.2), one without it in Hudi 1.0's wrappers.
+  :func:`bound_value` reads either into one comparable domain.
 
 Payloads by record type: 1 ``__all_partitions__`` and 2 a partition's files
 (``{name: FileInfo}``), 3 column stats and 6 partition stats (:class:`ColumnStats`), 4
@@ -20,6 +25,7 @@ and picklable.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import io
 import uuid
@@ -32,7 +38,7 @@ import fastavro
 import pyarrow as pa
 
 from engine.metadata import keys
-from engine.metadata.schema import META_FIELDS, parsed_metadata_schema
+from engine.metadata.schema import META_FIELDS, parsed_metadata_schema, parsed_writer_schema
 
 __all__ = [
     "ALL_PARTITIONS",
@@ -49,8 +55,11 @@ __all__ = [
     "RecordIndexInfo",
     "SecondaryIndexInfo",
     "StatValue",
+    "ValueType",
+    "ValueTypeInfo",
     "all_partitions_record",
     "bloom_filter_record",
+    "bound_value",
     "bounds_unknown",
     "column_stats_record",
     "decode_metadata_value",
@@ -59,8 +68,10 @@ __all__ = [
     "merge_records",
     "partition_files_record",
     "partition_stats_record",
+    "pick_bound",
     "record_index_record",
     "secondary_index_record",
+    "with_value_type",
     "wrap_stat_value",
 ]
 
@@ -81,6 +92,42 @@ class FileInfo:
     is_deleted: bool = False
 
 
+class ValueType(enum.IntEnum):
+    """Hudi 1.1's ``ValueType`` (``hudi-common/.../stats/ValueType.java``): what a stats
+    record's bounds are, by ordinal (``HoodieValueTypeInfo.typeOrdinal``). ``V1`` is never
+    written (a V1 record has no ``valueType``)."""
+
+    V1 = 0
+    NULL = 1
+    BOOLEAN = 2
+    INT = 3
+    LONG = 4
+    FLOAT = 5
+    DOUBLE = 6
+    STRING = 7
+    BYTES = 8
+    FIXED = 9
+    DECIMAL = 10
+    UUID = 11
+    DATE = 12
+    TIME_MILLIS = 13
+    TIME_MICROS = 14
+    TIMESTAMP_MILLIS = 15
+    TIMESTAMP_MICROS = 16
+    TIMESTAMP_NANOS = 17
+    LOCAL_TIMESTAMP_MILLIS = 18
+    LOCAL_TIMESTAMP_MICROS = 19
+    LOCAL_TIMESTAMP_NANOS = 20
+
+
+class ValueTypeInfo(NamedTuple):
+    """``HoodieValueTypeInfo``: the ``ValueType`` ordinal of a V2 stats record and its
+    additional info (``"<precision>,<scale>"`` for ``DECIMAL``)."""
+
+    ordinal: int
+    additional_info: str | None = None
+
+
 @dataclass(frozen=True)
 class ColumnStats:
     """``HoodieMetadataColumnStats`` (column_stats and partition_stats records)."""
@@ -95,6 +142,41 @@ class ColumnStats:
     total_uncompressed_size: int | None
     is_deleted: bool = False
     is_tight_bound: bool = False
+    value_type: ValueTypeInfo | None = None
+    """``valueType``: None for a V1 record (Hudi 1.0 wrappers), else how the bounds read."""
+
+
+_NANOS_PER = {ValueType.TIMESTAMP_MILLIS: 1_000_000, ValueType.TIMESTAMP_MICROS: 1_000,
+              ValueType.TIMESTAMP_NANOS: 1, ValueType.LOCAL_TIMESTAMP_MILLIS: 1_000_000,
+              ValueType.LOCAL_TIMESTAMP_MICROS: 1_000, ValueType.LOCAL_TIMESTAMP_NANOS: 1}
+
+
+def bound_value(value: StatValue, value_type: ValueTypeInfo | None) -> Any:
+    """A stats bound in its column's own domain, comparable across records of either
+    layout: decimals as ``Decimal`` (V2: unscaled big-endian bytes at the scale
+    ``additionalInfo`` names), dates as epoch days, timestamps (any unit, local or not) as
+    epoch **nanoseconds**, times as ``datetime.time``, anything else as wrapped. Raises
+    ``ValueError`` for a value type it does not know (the caller then cannot compare)."""
+    name, v = value
+    if value_type is None:  # V1: Hudi 1.0's wrappers (docs/table-version-9.md §5.2)
+        if name == "TimestampMicrosWrapper":
+            return int(v) * 1_000
+        return v
+    try:
+        kind = ValueType(value_type.ordinal)
+    except ValueError:
+        raise ValueError(f"column stats value type {value_type.ordinal} is unknown") from None
+    if kind is ValueType.DECIMAL:
+        if not isinstance(v, bytes) or not value_type.additional_info:
+            raise ValueError(f"decimal bound {v!r} without bytes and precision,scale")
+        scale = int(value_type.additional_info.split(",")[1])
+        return Decimal(int.from_bytes(v, "big", signed=True)).scaleb(-scale)
+    if kind in _NANOS_PER:
+        return int(v) * _NANOS_PER[kind]
+    if kind in (ValueType.TIME_MILLIS, ValueType.TIME_MICROS):
+        micros = int(v) * (1_000 if kind is ValueType.TIME_MILLIS else 1)
+        return (dt.datetime.min + dt.timedelta(microseconds=micros)).time()
+    return v
 
 
 def bounds_unknown(s: ColumnStats) -> bool:
@@ -197,7 +279,10 @@ def _to_avro(record: MetadataRecord) -> dict[str, Any]:
             "minValue": _wrap(p.min_value), "maxValue": _wrap(p.max_value),
             "valueCount": p.value_count, "nullCount": p.null_count,
             "totalSize": p.total_size, "totalUncompressedSize": p.total_uncompressed_size,
-            "isDeleted": p.is_deleted, "isTightBound": p.is_tight_bound}
+            "isDeleted": p.is_deleted, "isTightBound": p.is_tight_bound,
+            "valueType": None if p.value_type is None else {
+                "typeOrdinal": p.value_type.ordinal,
+                "additionalInfo": p.value_type.additional_info}}
     elif isinstance(p, BloomFilterInfo):
         datum["BloomFilterMetadata"] = {"type": p.type, "timestamp": p.timestamp,
                                         "bloomFilter": p.bloom_filter, "isDeleted": p.is_deleted}
@@ -214,22 +299,94 @@ def _to_avro(record: MetadataRecord) -> dict[str, Any]:
     return datum
 
 
-def encode_metadata_value(record: MetadataRecord) -> bytes:
-    """The Avro binary cell value of ``record`` (``key`` written as ``""``)."""
+_V2_OF_V1 = {
+    "BooleanWrapper": ("BooleanWrapper", ValueType.BOOLEAN),
+    "IntWrapper": ("IntWrapper", ValueType.INT),
+    "LongWrapper": ("LongWrapper", ValueType.LONG),
+    "FloatWrapper": ("FloatWrapper", ValueType.FLOAT),
+    "DoubleWrapper": ("DoubleWrapper", ValueType.DOUBLE),
+    "StringWrapper": ("StringWrapper", ValueType.STRING),
+    "BytesWrapper": ("BytesWrapper", ValueType.BYTES),
+    "DateWrapper": ("IntWrapper", ValueType.DATE),
+    "LocalDateWrapper": ("IntWrapper", ValueType.DATE),
+    "TimestampMicrosWrapper": ("LongWrapper", ValueType.TIMESTAMP_MICROS),
+}
+"""V1 wrapper → (V2 wrapper, ``ValueType``), the value unchanged (V1 timestamps are UTC
+micros, dates epoch days: ``docs/table-version-9.md`` §5.2)."""
+_V1_DECIMAL_INFO = f"30,{_DECIMAL_SCALE}"
+
+
+def _v2_bound(value: StatValue | None) -> tuple[StatValue | None, ValueTypeInfo | None]:
+    if value is None:
+        return None, None
+    name, v = value
+    if name == "DecimalWrapper":  # decimal(30, 15): unscaled bytes at scale 15
+        unscaled = int(Decimal(v).scaleb(_DECIMAL_SCALE).to_integral_exact())
+        size = max(1, (unscaled.bit_length() + 8) // 8)
+        return (("BytesWrapper", unscaled.to_bytes(size, "big", signed=True)),
+                ValueTypeInfo(ValueType.DECIMAL, _V1_DECIMAL_INFO))
+    if name == "TimeMicrosWrapper":
+        micros = (v.hour * 3600 + v.minute * 60 + v.second) * 1_000_000 + v.microsecond
+        return ("LongWrapper", micros), ValueTypeInfo(ValueType.TIME_MICROS)
+    if name not in _V2_OF_V1:
+        raise ValueError(f"no V2 layout for a {name} bound")
+    wrapper, kind = _V2_OF_V1[name]
+    return (wrapper, v), ValueTypeInfo(kind)
+
+
+def with_value_type(stats: ColumnStats) -> ColumnStats:
+    """``stats`` in the V2 layout (table version 9's column / partition stats): unchanged
+    if it already has a ``value_type``; a V1 record's bounds moved to the V2 wrapper of their
+    type (dates ``IntWrapper``, timestamps ``LongWrapper`` in micros, decimals unscaled
+    bytes at V1's scale 15); a record without bounds is ``NULL``, as Hudi 1.1 writes a
+    file without values of the column."""
+    if stats.value_type is not None:
+        return stats
+    lo, lo_type = _v2_bound(stats.min_value)
+    hi, hi_type = _v2_bound(stats.max_value)
+    value_type = lo_type or hi_type or ValueTypeInfo(ValueType.NULL)
+    if lo_type is not None and hi_type is not None and lo_type != hi_type:
+        raise ValueError(f"column stats of {stats.column_name!r}: bounds of two types")
+    return replace(stats, min_value=lo, max_value=hi, value_type=value_type)
+
+
+def _value_type_info(datum: Mapping[str, Any] | None) -> ValueTypeInfo | None:
+    if datum is None:
+        return None
+    return ValueTypeInfo(int(datum["typeOrdinal"]), datum.get("additionalInfo"))
+
+
+def encode_metadata_value(record: MetadataRecord, value_types: bool = False) -> bytes:
+    """The Avro binary cell value of ``record`` (``key`` written as ``""``) in Hudi 1.0's
+    schema, or with ``value_types`` in 1.1's (table version 9). ``ValueError`` for a V2
+    stats record (one with a ``value_type``) in 1.0's schema, which cannot say how its
+    bounds read."""
+    p = record.payload
+    if not value_types and isinstance(p, ColumnStats) and p.value_type is not None:
+        raise ValueError(f"metadata record {record.key!r}: V2 column stats need the "
+                         "schema with valueType (table version 9)")
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, parsed_metadata_schema(), _to_avro(record))
+    fastavro.schemaless_writer(out, parsed_metadata_schema(value_types), _to_avro(record))
     return out.getvalue()
 
 
-def decode_metadata_value(key: str | bytes, value: bytes) -> MetadataRecord:
+def decode_metadata_value(key: str | bytes, value: bytes,
+                          schema: str | None = None) -> MetadataRecord:
     """Decode a cell; ``key`` (the cell's row) becomes :attr:`MetadataRecord.key`.
+    ``schema`` is the writer schema of the file holding the cell (its HFile file info
+    ``schema`` or log block ``SCHEMA`` header); None reads it as Hudi 1.0 wrote it.
 
     Raises ``ValueError`` naming the key when the value is not a metadata record.
     """
     text_key = key.decode("utf-8") if isinstance(key, bytes) else key
     try:
+        parsed = parsed_metadata_schema() if schema is None else parsed_writer_schema(schema)
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+        raise ValueError(f"metadata record {text_key!r}: unreadable writer schema: "
+                         f"{exc}") from None
+    try:
         datum = fastavro.schemaless_reader(
-            io.BytesIO(value), parsed_metadata_schema(), None,
+            io.BytesIO(value), parsed, None,
             return_record_name=True, return_record_name_override=True)
     except (EOFError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"metadata record {text_key!r}: malformed Avro value: {exc}") from None
@@ -243,7 +400,7 @@ def decode_metadata_value(key: str | bytes, value: bytes) -> MetadataRecord:
         payload = ColumnStats(c["fileName"], c["columnName"], _unwrap(c["minValue"]),
                               _unwrap(c["maxValue"]), c["valueCount"], c["nullCount"],
                               c["totalSize"], c["totalUncompressedSize"], c["isDeleted"],
-                              c["isTightBound"])
+                              c["isTightBound"], _value_type_info(c.get("valueType")))
     elif (b := datum["BloomFilterMetadata"]) is not None:
         payload = BloomFilterInfo(b["type"], b["timestamp"], b["bloomFilter"], b["isDeleted"])
     elif (r := datum["recordIndexMetadata"]) is not None:
@@ -413,12 +570,16 @@ def _merge_files(
     return merged
 
 
-def _bound(a: StatValue | None, b: StatValue | None, pick: Any) -> StatValue | None:
+def pick_bound(a: StatValue | None, b: StatValue | None, pick: Any,
+               value_type: ValueTypeInfo | None) -> StatValue | None:
+    """``pick`` (``min`` or ``max``) of two bounds of one layout (``value_type``), compared
+    in their column's domain (:func:`bound_value`); None stands for no bound."""
     if a is None:
         return b
     if b is None:
         return a
-    return a if pick(a[1], b[1]) == a[1] else b
+    ka, kb = bound_value(a, value_type), bound_value(b, value_type)
+    return a if pick(ka, kb) == ka else b
 
 
 def _sum(a: int | None, b: int | None) -> int | None:
@@ -428,10 +589,26 @@ def _sum(a: int | None, b: int | None) -> int | None:
 def _merge_stats(older: ColumnStats, newer: ColumnStats) -> ColumnStats:
     if older.is_deleted or newer.is_deleted or newer.is_tight_bound:
         return newer
+    value_type = newer.value_type
+    if older.min_value is None and older.max_value is None:
+        lo, hi = newer.min_value, newer.max_value
+    elif newer.min_value is None and newer.max_value is None:
+        lo, hi, value_type = older.min_value, older.max_value, older.value_type
+    elif older.value_type != newer.value_type:
+        # V1 beside V2 (a table Java upgraded), or a column whose type changed: the bounds
+        # do not share a layout, so the merged entry keeps none (nothing is pruned by it).
+        lo = hi = None
+    else:
+        try:
+            lo = pick_bound(older.min_value, newer.min_value, min, value_type)
+            hi = pick_bound(older.max_value, newer.max_value, max, value_type)
+        except (ValueError, TypeError):
+            lo = hi = None
     return replace(
         newer,
-        min_value=_bound(older.min_value, newer.min_value, min),
-        max_value=_bound(older.max_value, newer.max_value, max),
+        value_type=value_type,
+        min_value=lo,
+        max_value=hi,
         value_count=_sum(older.value_count, newer.value_count),
         null_count=_sum(older.null_count, newer.null_count),
         total_size=_sum(older.total_size, newer.total_size),

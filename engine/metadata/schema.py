@@ -22,6 +22,7 @@ __all__ = [
     "metadata_schema_json",
     "metadata_schema_without_meta_fields_json",
     "parsed_metadata_schema",
+    "parsed_writer_schema",
 ]
 
 META_FIELDS = (
@@ -34,31 +35,34 @@ META_FIELDS = (
 
 
 @functools.cache
-def metadata_schema_json() -> str:
-    """The MDT record schema with meta fields, verbatim as the files carry it (7969 chars)."""
-    return resources.files("engine.format").joinpath(
-        "avro", "HoodieMetadataRecord.avsc").read_text(encoding="utf-8")
+def metadata_schema_json(value_types: bool = False) -> str:
+    """The MDT record schema with meta fields, verbatim as the files carry it: Hudi 1.0's
+    (7969 chars), or with ``value_types`` Hudi 1.1's (8910 chars, table version 9)."""
+    name = "HoodieMetadataRecord-1.1.avsc" if value_types else "HoodieMetadataRecord.avsc"
+    return resources.files("engine.format").joinpath("avro", name).read_text(encoding="utf-8")
 
 
-@functools.cache
-def _schema_dict() -> dict[str, Any]:
-    return dict(json.loads(metadata_schema_json()))
-
-
-def metadata_record_schema() -> dict[str, Any]:
+def metadata_record_schema(value_types: bool = False) -> dict[str, Any]:
     """The schema with meta fields as a JSON dict (a fresh copy; mutate freely)."""
-    return dict(json.loads(metadata_schema_json()))
+    return dict(json.loads(metadata_schema_json(value_types)))
 
 
 @functools.cache
-def metadata_schema_without_meta_fields_json() -> str:
+def metadata_schema_without_meta_fields_json(value_types: bool = False) -> str:
     """The schema without the five meta fields, compact JSON (MDT commit ``schema``)."""
-    schema = metadata_record_schema()
+    schema = metadata_record_schema(value_types)
     schema["fields"] = [f for f in schema["fields"] if f["name"] not in META_FIELDS]
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 
-@functools.cache
-def parsed_metadata_schema() -> Any:
+def parsed_metadata_schema(value_types: bool = False) -> Any:
     """The fastavro-parsed schema with meta fields (shared, do not mutate)."""
-    return fastavro.parse_schema(_schema_dict())
+    return parsed_writer_schema(metadata_schema_json(value_types))
+
+
+@functools.lru_cache(maxsize=16)
+def parsed_writer_schema(text: str) -> Any:
+    """The fastavro-parsed form of the record schema ``text`` a metadata file carries (its
+    HFile file info ``schema`` or log block ``SCHEMA`` header), parsed once per distinct
+    text (shared, do not mutate)."""
+    return fastavro.parse_schema(json.loads(text))

@@ -20,6 +20,8 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from engine.config import P_VERSION
+from engine.errors import UnsupportedTableError
 from engine.metadata.files import syncs
 from engine.metadata.listing import base_boundary, missing_deltacommits
 from engine.metadata.reader import validity
@@ -194,6 +196,15 @@ def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         changed = True
         _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
                      "writer's options)", storage.base_path, name)
+    for name in sorted(n for n in have if n not in INDEX_PARTITIONS):
+        # An index a Java writer built that tidelake does not maintain (secondary and
+        # expression indexes): left declared, it would go stale with this writer's commits
+        # and Java readers would answer from it wrongly. Undeclared, Java rebuilds it.
+        set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
+        mdt.storage.delete_tree(name)
+        changed = True
+        _log.warning("the metadata table of %s: dropped %s, an index tidelake does not "
+                     "maintain", storage.base_path, name)
     missing = [INDEX_PARTITIONS[n] for n, want in wanted.items() if want and n not in have]
     busy = [i.requested_time for i in data_timeline.pending(_WRITING_ACTIONS)]
     if missing and busy:
@@ -253,6 +264,7 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
     deltacommit completed without listing its timeline again."""
     storage = data_timeline.storage
     forget_metadata(data_timeline)  # read both under the lock held now
+    _refuse_changed_version(data_timeline)
     declared = snapshot_declared(data_timeline)
     if FILES not in declared:
         return None
@@ -268,12 +280,27 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
         mdt_timeline = mdt.timeline()
     mdt_timeline = _drop_orphans(mdt, mdt_timeline, data_timeline)
     mdt_timeline = _drop_dead_compactions(mdt, mdt_timeline)
-    mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline)
+    mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline,
+                                  force=_layout_behind(mdt, mdt_timeline))
     full = MetadataUpdate()
     if update is not None:
         full.extend(update)
     _sync_partitions(data_timeline, instant, content, full, declared)
     return write_deltacommit(mdt, mdt_timeline, t, full, declared=declared)
+
+
+def _refuse_changed_version(data_timeline: Timeline) -> None:
+    """Refuse to write MDT records of the version this writer opened the table at when
+    ``hoodie.properties`` (read now, under the lock) records another: a Hudi 1.1 writer
+    upgraded the table to version 9 meanwhile (``docs/table-version-9.md`` §8), whose MDT
+    must not receive version-8 records. The data instant then stays uncompleted (rolled
+    back later); reopening the table writes it at its new version."""
+    stored = (snapshot_properties(data_timeline) or {}).get(P_VERSION)
+    opened = data_timeline.config.version
+    if stored is not None and stored.strip() != str(opened):
+        raise UnsupportedTableError(
+            f"hoodie.table.version is {stored.strip()} but this writer opened the table at "
+            f"version {opened} (another writer upgraded it): reopen the table to write it")
 
 
 def _sync_partitions(data_timeline: Timeline, instant: Instant, content: bytes,
@@ -333,17 +360,31 @@ def _drop_dead_compactions(mdt: MetadataTable, mdt_timeline: Timeline) -> Timeli
 
 # -- compaction and cleaning ----------------------------------------------------------------
 
+def _layout_behind(mdt: MetadataTable, mdt_timeline: Timeline) -> bool:
+    """True when the table's version writes the MDT in Hudi 1.1's schema (version 9) but
+    its last MDT commit recorded 1.0's: a v8 table a Java 1.1 writer upgraded. hudi-rs
+    0.5.0 cannot read a file slice of the ``files`` partition whose files carry the two
+    schemas ("reconcile child-count mismatch", docs/table-version-9.md §10), so the MDT is
+    compacted into 1.1's schema before its first 1.1 log."""
+    if not mdt.data_config.table_version.column_stats_value_types:
+        return False
+    done = completed_mdt_instants(mdt_timeline)
+    if not done:
+        return False
+    return '"valueType"' not in (mdt_timeline.commit_metadata(done[-1]).schema or "")
+
+
 def _maybe_compact(mdt: MetadataTable, mdt_timeline: Timeline,
-                   data_timeline: Timeline) -> Timeline:
-    """Compact the MDT when ``MAX_DELTA_COMMITS`` deltacommits completed since its last
-    base, all of them for completed data instants (a deltacommit of a data instant still
-    pending waits for its commit or rollback), then clean."""
+                   data_timeline: Timeline, *, force: bool = False) -> Timeline:
+    """Compact the MDT when ``MAX_DELTA_COMMITS`` deltacommits (or, ``force``, any number)
+    completed since its last base, all of them for completed data instants (a deltacommit
+    of a data instant still pending waits for its commit or rollback), then clean."""
     boundary = base_boundary(mdt_timeline)
     valid = validity(data_timeline)
     deltas = [i for i in completed_mdt_instants(mdt_timeline)
               if i.action is Action.DELTA_COMMIT and completion_key(i) > boundary
               and not i.requested_time.startswith(BOOTSTRAP_PREFIX)]
-    if len(deltas) < MAX_DELTA_COMMITS or not all(valid(i) for i in deltas):
+    if (len(deltas) < MAX_DELTA_COMMITS and not force) or not all(valid(i) for i in deltas):
         return mdt_timeline
     compact(mdt, mdt_timeline, data_timeline, valid)
     mdt_timeline = mdt.timeline()

@@ -125,17 +125,25 @@ def set_declared_partitions(storage: Storage, partitions: Iterable[str],
     storage.write_replace(PROPERTIES, text.encode("latin-1"))
 
 
+def metadata_version(data_config: TableConfig) -> int:
+    """The MDT's table version: the data table's (8 or 9; Hudi upgrades both together, the
+    MDT first). Its own ``hoodie.properties`` keeps the payload and CUSTOM merge keys on
+    version 9 too (Hudi 1.1.1's, ``docs/table-version-9.md`` §2)."""
+    return max(8, data_config.version)
+
+
 def metadata_properties(data_config: TableConfig) -> dict[str, str]:
     """The MDT's own ``hoodie.properties`` (``hudi-metadata-table.md`` §3.2; hudi-rs returns
     no rows, silently, without ``populate.meta.fields=false`` and ``recordkey.fields=key``)."""
     from engine.config import table_checksum
 
     name = f"{data_config.name}_metadata"
+    version = str(metadata_version(data_config))
     return {
         "hoodie.table.name": name,
         "hoodie.table.type": TableType.MERGE_ON_READ.value,
-        "hoodie.table.version": "8",
-        "hoodie.table.initial.version": "8",
+        "hoodie.table.version": version,
+        "hoodie.table.initial.version": version,
         "hoodie.timeline.layout.version": "2",
         "hoodie.timeline.path": "timeline",
         "hoodie.timeline.history.path": "history",
@@ -162,7 +170,8 @@ class MetadataTable:
         self.storage = data_storage.child(METADATA_FOLDER)
         self.config = TableConfig(
             name=f"{data_config.name}_metadata", table_type=TableType.MERGE_ON_READ,
-            version=8, record_key_fields=("key",), partition_fields=(),
+            version=metadata_version(data_config), record_key_fields=("key",),
+            partition_fields=(),
             precombine_field=None, merge_mode=MergeMode.COMMIT_TIME_ORDERING,
             hive_style=False, url_encode=False, populate_meta_fields=False,
             create_schema=None)

@@ -57,11 +57,16 @@ RETAINED_SLICES = 2
 (a reader that loaded the MDT just before a compaction still finds its files)."""
 
 
-def _commit_meta(stats: Sequence[WriteStat], operation: str, *,
+def _value_types(mdt: MetadataTable) -> bool:
+    """The MDT's files carry Hudi 1.1's schema and V2 stats (table version 9)."""
+    return mdt.data_config.table_version.column_stats_value_types
+
+
+def _commit_meta(mdt: MetadataTable, stats: Sequence[WriteStat], operation: str, *,
                  compacted: bool = False) -> bytes:
+    schema = metadata_schema_without_meta_fields_json(_value_types(mdt))
     return CommitMetadata(write_stats=tuple(stats), operation_type=operation,
-                          compacted=compacted,
-                          extra_metadata={"schema": metadata_schema_without_meta_fields_json()}
+                          compacted=compacted, extra_metadata={"schema": schema}
                           ).to_avro_bytes()
 
 
@@ -103,7 +108,8 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
             file_id = groups[index]
             name = f".{file_id}_{instant_time}.log.1_{WRITE_TOKEN}"
             data = log_file_bytes(records.get(index, ()), instant_time,
-                                  deletes=deletes.get(index, ()), partition=partition)
+                                  deletes=deletes.get(index, ()), partition=partition,
+                                  value_types=_value_types(mdt))
             mdt.storage.write_new(f"{partition}/{name}", data)
             count = len(records.get(index, ())) + len(deletes.get(index, ()))
             stats.append(WriteStat(
@@ -113,7 +119,7 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
                 num_deletes=len(deletes.get(index, ())), total_write_bytes=len(data),
                 file_size_in_bytes=len(data), base_file="", log_files=(name,),
                 total_log_blocks=1, total_log_records=count))
-    done = mdt_timeline.complete(inflight, _commit_meta(stats, "UPSERT_PREPPED"),
+    done = mdt_timeline.complete(inflight, _commit_meta(mdt, stats, "UPSERT_PREPPED"),
                                  MetadataSynced(instant_time), listed=True)
     return done.completion_time or done.requested_time
 
@@ -155,13 +161,14 @@ def initialize_partition(mdt: MetadataTable, partition: str, num_groups: int,
     stats = []
     for index in sorted(by_group):
         name = f"{ids[index]}_{WRITE_TOKEN}_{instant}.hfile"
-        data = base_file_bytes(by_group[index], name, partition)
+        data = base_file_bytes(by_group[index], name, partition,
+                               value_types=_value_types(mdt))
         mdt.storage.write_new(f"{partition}/{name}", data)
         stats.append(WriteStat(file_id=ids[index], path=f"{partition}/{name}",
                                partition_path=partition, num_writes=len(by_group[index]),
                                num_inserts=len(by_group[index]),
                                total_write_bytes=len(data), file_size_in_bytes=len(data)))
-    timeline.complete(inflight, _commit_meta(stats, "BULK_INSERT"), MetadataSynced(instant))
+    timeline.complete(inflight, _commit_meta(mdt, stats, "BULK_INSERT"), MetadataSynced(instant))
     set_declared_partitions(mdt.data_storage, [*declared, partition])
     _log.info("metadata table of %s: initialized %s (%d file groups, %d records)",
               mdt.data_storage.base_path, partition, num_groups,
@@ -214,13 +221,13 @@ def compact(mdt: MetadataTable, mdt_timeline: Timeline, data_timeline: Timeline,
         merged = read_slice(mdt.storage, piece)
         kept = [r for r in (_compacted(r) for _, r in sorted(merged.items())) if r is not None]
         name = f"{piece.file_id}_{WRITE_TOKEN}_{c}.hfile"
-        data = base_file_bytes(kept, name, piece.partition)
+        data = base_file_bytes(kept, name, piece.partition, value_types=_value_types(mdt))
         mdt.storage.write_new(f"{piece.partition}/{name}", data)
         stats.append(WriteStat(file_id=piece.file_id, path=f"{piece.partition}/{name}",
                                partition_path=piece.partition, num_writes=len(kept),
                                total_write_bytes=len(data), file_size_in_bytes=len(data),
                                total_log_files_compacted=len(piece.log_paths)))
-    mdt_timeline.complete(inflight, _commit_meta(stats, "COMPACT", compacted=True),
+    mdt_timeline.complete(inflight, _commit_meta(mdt, stats, "COMPACT", compacted=True),
                           MetadataSynced(c))
     return c
 

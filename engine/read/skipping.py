@@ -38,7 +38,7 @@ from engine.metadata.keys import (
     column_stats_key,
     partition_stats_key,
 )
-from engine.metadata.records import ColumnStats, StatValue, bounds_unknown
+from engine.metadata.records import ColumnStats, bound_value, bounds_unknown
 
 if TYPE_CHECKING:
     from engine.layout.view import TableView
@@ -117,14 +117,6 @@ def _domain_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _stat_key(value: StatValue, t: pa.DataType) -> Any:
-    """A stats bound in the comparison domain of a column of type ``t``."""
-    name, v = value
-    if pa.types.is_timestamp(t):
-        return int(v) * 1000  # micros -> nanos
-    if name == "DateWrapper":
-        return int(v)
-    return v
 
 
 def _value_key(value: Any, t: pa.DataType) -> Any:
@@ -163,7 +155,10 @@ def term_may_match(term: Term, stats: ColumnStats | None, column_type: pa.DataTy
         return True
     assert stats.min_value is not None and stats.max_value is not None
     try:
-        lo, hi = _stat_key(stats.min_value, t), _stat_key(stats.max_value, t)
+        # the bounds' domain (bound_value): timestamps in epoch nanoseconds, dates in
+        # epoch days, decimals as Decimal, as _value_key casts the filter's value
+        lo = bound_value(stats.min_value, stats.value_type)
+        hi = bound_value(stats.max_value, stats.value_type)
         if isinstance(lo, float) and (lo != lo or hi != hi):
             return True
         if op in ("=", "=="):

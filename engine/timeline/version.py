@@ -1,8 +1,9 @@
 """Table versions (Hudi's ``HoodieTableVersion``): what each one means on disk, decided here.
 
-tidelake writes table version 8 by default and version 6 on request
+tidelake writes table version 8 by default, version 6 on request
 (``hoodie.write.table.version=6``, as Hudi 1.x does for readers that only know 0.14/0.15:
-Athena, older Trino, daft). It reads 6, 8 and 9. Every rule that differs between the
+Athena, older Trino, daft) and version 9 on request (``=9``, what Hudi 1.1 and 1.2 write;
+``docs/table-version-9.md``). It reads 6, 8 and 9. Every rule that differs between the
 versions is a field of :class:`TableVersion`, so a module asks the table's version object
 (``TableConfig.table_version``) instead of comparing version numbers itself.
 
@@ -22,6 +23,13 @@ metadata table          not kept by tidelake (see below)            kept (``file
 clustering              a ``replacecommit`` (not written here)      its own ``clustering`` action
 non-blocking writers    no (Hudi 1.x: v8 only)                      yes
 ======================  ==========================================  ==============================
+
+Version 9 is version 8 with these differences (``docs/table-version-9.md``): the ordering
+field is recorded as ``hoodie.table.ordering.fields`` (:attr:`TableVersion.ordering_fields_key`),
+the merge mode alone says how records merge (no payload class, no merge strategy id:
+:attr:`TableVersion.writes_payload_and_strategy`), ``hoodie.table.format=native`` is recorded,
+and the metadata table's column and partition stats carry a ``valueType`` (V2 layout, Hudi
+1.1's record schema: :attr:`TableVersion.column_stats_value_types`).
 
 The metadata table on version 6: Hudi 1.x writes a version-6 MDT there (without
 ``partition_stats``, secondary and expression indexes), but the readers that need version 6
@@ -109,6 +117,31 @@ class TableVersion:
         return self.code >= 8
 
     @property
+    def ordering_fields_key(self) -> str:
+        """The ``hoodie.properties`` key of the ordering field: ``hoodie.table.ordering.fields``
+        from version 9 on (Hudi 1.1 allows several fields; tidelake one), before it
+        ``hoodie.table.precombine.field``."""
+        return ("hoodie.table.ordering.fields" if self.code >= 9
+                else "hoodie.table.precombine.field")
+
+    @property
+    def writes_payload_and_strategy(self) -> bool:
+        """``hoodie.properties`` records the payload class and merge strategy id of the merge
+        mode; from version 9 on the merge mode alone (RFC-97: payloads deprecated)."""
+        return self.code < 9
+
+    @property
+    def records_table_format(self) -> bool:
+        """``hoodie.properties`` records ``hoodie.table.format=native`` (version 9 on)."""
+        return self.code >= 9
+
+    @property
+    def column_stats_value_types(self) -> bool:
+        """Metadata-table files carry Hudi 1.1's record schema and column / partition stats
+        carry a ``valueType`` with bounds in the V2 wrappers (version 9 on)."""
+        return self.code >= 9
+
+    @property
     def initial_version_property(self) -> bool:
         """``hoodie.properties`` records ``hoodie.table.initial.version`` and the layout-2
         folders (``hoodie.timeline.path``, ``hoodie.timeline.history.path``), as 1.x does."""
@@ -117,7 +150,7 @@ class TableVersion:
 
 SIX = TableVersion(6, timeline_layout=1, writable=True)
 EIGHT = TableVersion(8, timeline_layout=2, writable=True)
-NINE = TableVersion(9, timeline_layout=2, writable=False)
+NINE = TableVersion(9, timeline_layout=2, writable=True)
 
 _BY_CODE = {v.code: v for v in (SIX, EIGHT, NINE)}
 WRITE_VERSIONS = tuple(v.code for v in _BY_CODE.values() if v.writable)

@@ -280,13 +280,15 @@ def test_write_base_file_sample_rows_reproduce_sample_footer(
         ours = _footer(out)
         for key in ("org.apache.hudi.bloomfilter", "hoodie_bloom_filter_type_code",
                     "hoodie_min_record_key", "hoodie_max_record_key"):
-            assert ours[key] == footer[key], (path.name, key)
+            # (.get: Java 1.1.1 writes no min/max key for a file without rows)
+            assert ours.get(key) == footer.get(key), (path.name, key)
         # By default the filter is sized for the file's keys: same type, every key in it.
         sized = tmp_path / str(i) / "sized" / path.name
         sized.parent.mkdir()
         write_base_file(str(sized), table)
         own = read_footer_keys(str(sized))
-        assert own.bloom is not None and own.bloom.num_entries == min(table.num_rows, 60_000)
+        assert own.bloom is not None and own.bloom.num_entries == max(1, min(table.num_rows,
+                                                                           60_000))
         assert _footer(sized)["hoodie_bloom_filter_type_code"] == "DYNAMIC_V0"
         assert own.bloom.might_contain_many(table.column("_hoodie_record_key")).all()
         assert read_base_file(str(out)).equals(table)

@@ -61,10 +61,11 @@ def _stage(client: WriteClient, data: pa.Table):  # type: ignore[no-untyped-def]
     return timeline, plan, client.execute_local(plan)
 
 
-def _new_table(tmp_path: Path, table_type: str, index: str = "SIMPLE") -> Table:
+def _new_table(tmp_path: Path, table_type: str, index: str = "SIMPLE",
+               **options: str) -> Table:
     return Table.create(str(tmp_path / "t"), name="conc", table_type=table_type,
                         record_key="key", precombine="ts", partition_by=["part"],
-                        options={"hoodie.index.type": index})
+                        options={"hoodie.index.type": index, **options})
 
 
 def _pending(table: Table) -> list[str]:
@@ -453,7 +454,10 @@ SHAPES = {
     # Non-blocking writers keeping the metadata table anyway (off by default in this mode:
     # hudi-rs 0.5.0 drops log-only file groups listed by an MDT, docs/engine.md).
     "mor-bucket-nbcc-mdt": ("MERGE_ON_READ", "BUCKET"),
+    # table version 9: the metadata table in Hudi 1.1's layout, column stats kept
+    "mor-simple-occ-v9": ("MERGE_ON_READ", "SIMPLE"),
 }
+V9 = {"hoodie.write.table.version": "9", "hoodie.metadata.index.column.stats.enable": "true"}
 MDT_ON = {"hoodie.metadata.enable": "true"}
 
 
@@ -465,7 +469,10 @@ def test_processes_random_overlaps_every_commit_visible_every_refusal_empty(
         pytest.skip("soak size only: the 2-writer run covers non-blocking writers with the MDT")
     table_type, index = SHAPES[shape]
     options = MDT_ON if shape.endswith("-mdt") else {}
-    table = Table.open(_new_table(tmp_path, table_type, index).path, options)
+    created = _new_table(tmp_path, table_type, index,
+                         **(V9 if shape.endswith("-v9") else {}))
+    table = Table.open(created.path, options)
+    assert table.config.version == (9 if shape.endswith("-v9") else 8)
     initial = {f"k{i}": (1, -1) for i in range(40)}
     table.upsert(pa.table({"key": list(initial), "ts": [1] * 40,
                            "part": [f"p{i % 4}" for i in range(40)], "v": [-1] * 40}))

@@ -78,7 +78,8 @@ def _check_homes(table: Table, homes: dict[str, str], folders: dict[str, str]) -
 
 def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
                   block_format: str, steps: int, s3: S3Location | None = None,
-                  keep_in_place: bool = False) -> None:
+                  keep_in_place: bool = False,
+                  extra_options: dict[str, str] | None = None) -> None:
     """``keep_in_place``: the index's ``update.partition.path`` is false, and each live key
     is checked to stay in the partition of its first write (its row, the partition column
     included, is still the latest version's: the oracle's)."""
@@ -96,6 +97,7 @@ def _run_sequence(tmp_path: Path, seed: int, table_type: str, index: str,
                "hoodie.copyonwrite.record.size.estimate": "2000"}
     if keep_in_place:
         options[UPDATE_PARTITION_PATH[index]] = "false"
+    options.update(extra_options or {})
     table = Table.create(s3.uri() if s3 else str(tmp_path / "t"), name="diff",
                          table_type=table_type, record_key="key", precombine="ts",
                          partition_by=["region"], options=options,
@@ -184,6 +186,20 @@ def test_random_writes_keeping_keys_in_place_match_oracle_and_hudi_rs(
 
 
 @pytest.mark.parametrize(("table_type", "index", "block_format"),
+                         [("MERGE_ON_READ", "RECORD_INDEX", "parquet"),
+                          ("COPY_ON_WRITE", "BLOOM", "avro"),
+                          ("MERGE_ON_READ", "BUCKET", "avro")])
+def test_random_writes_table_version_9_match_oracle_and_hudi_rs(
+        tmp_path: Path, table_type: str, index: str, block_format: str) -> None:
+    """Three shapes at table version 9 (``hoodie.write.table.version=9``, column stats kept:
+    the metadata table in Hudi 1.1's schema and V2 stats; docs/table-version-9.md)."""
+    _run_sequence(tmp_path, seed=zlib.crc32(f"v9{table_type}{index}".encode()),
+                  table_type=table_type, index=index, block_format=block_format, steps=10,
+                  extra_options={"hoodie.write.table.version": "9",
+                                 "hoodie.metadata.index.column.stats.enable": "true"})
+
+
+@pytest.mark.parametrize(("table_type", "index", "block_format"),
                          soak([("MERGE_ON_READ", "SIMPLE", "avro")],
                               [("MERGE_ON_READ", "SIMPLE", "avro"),
                                ("COPY_ON_WRITE", "BLOOM", "avro")]))
@@ -193,6 +209,16 @@ def test_random_writes_on_s3_match_oracle_and_hudi_rs(
     _run_sequence(tmp_path, seed=zlib.crc32(f"s3{table_type}{index}".encode()),
                   table_type=table_type, index=index, block_format=block_format,
                   steps=soak(5, 12), s3=s3)
+
+
+def test_random_writes_on_s3_table_version_9_match_oracle_and_hudi_rs(
+        tmp_path: Path, s3: S3Location) -> None:
+    """One version-9 shape on S3 (the metadata table in Hudi 1.1's layout on an object
+    store, hudi-rs reading it by URI)."""
+    _run_sequence(tmp_path, seed=zlib.crc32(b"s3v9"), table_type="MERGE_ON_READ",
+                  index="SIMPLE", block_format="avro", steps=5, s3=s3,
+                  extra_options={"hoodie.write.table.version": "9",
+                                 "hoodie.metadata.index.column.stats.enable": "true"})
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Metadata-table records, keys and routing against the v8 sample and the doc's test vectors."""
+"""Metadata-table records, keys and routing against the v8 and v9 samples and the docs' test
+vectors (``docs/table-version-9.md`` §5 for the v9 column stats)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from engine.format.bloom import hadoop_murmur2
 from engine.format.hfile import HFileReader
+from engine.format.log_block import HeaderKey
 from engine.format.log_format import BlockType, decode_hfile_data_block, iter_blocks
 from engine.format.naming import parse_base_file, parse_log_file
 from engine.metadata import keys
@@ -22,7 +24,10 @@ from engine.metadata.records import (
     MetadataRecord,
     RecordIndexInfo,
     SecondaryIndexInfo,
+    ValueType,
+    ValueTypeInfo,
     all_partitions_record,
+    bound_value,
     column_stats_record,
     decode_metadata_value,
     encode_metadata_value,
@@ -267,3 +272,178 @@ def test_merge_secondary_index_deleted_dropped() -> None:
     gone = MetadataRecord(live.key, 7, SecondaryIndexInfo(True))
     assert merge_records(live, gone) is None
     assert merge_records(gone, live) == live
+
+
+# -- table version 9 (Hudi 1.1.1 samples) --------------------------------------------------------
+
+V9_SAMPLES = ("sample_table__mor__avro__v9_txns_simple_meta",
+              "sample_table__cow__v9_txns_simple_meta")
+V9_BASE = "3e93c8a9-fda0-4e8a-91dc-b4ade7dab76d-0_1-27-53_20260307162557587.parquet"
+
+
+@pytest.fixture(scope="module")
+def v9_cells(tmp_path_factory: pytest.TempPathFactory
+             ) -> list[tuple[str, str, str, bytes, bytes, str]]:
+    """(sample, MDT partition, file name, row, value, writer schema) of every cell in the
+    base files and log blocks of the two v9 samples' metadata tables."""
+    out = []
+    for sample in V9_SAMPLES:
+        table = extract_sample(SAMPLES / f"{sample}.zip", tmp_path_factory.mktemp("v9"),
+                               "v9_txns_simple_meta")
+        mdt = table / ".hoodie" / "metadata"
+        for path in sorted(mdt.glob("*/*.hfile")):
+            reader = HFileReader(path.read_bytes())
+            schema = reader.file_info["schema"].decode()
+            out += [(sample, path.parent.name, path.name, row, value, schema)
+                    for row, value in reader.cells()]
+        for path in sorted(mdt.glob("*/.*.log.*")):
+            for block in iter_blocks(path.read_bytes()):
+                if block.block_type is BlockType.HFILE_DATA:
+                    schema = block.header[HeaderKey.SCHEMA]
+                    out += [(sample, path.parent.name, path.name, row, value, schema)
+                            for row, value in decode_hfile_data_block(block)]
+    return out
+
+
+def test_v9_cells_all_decode_with_file_schema_and_reencode_byte_identical(
+    v9_cells: list[tuple[str, str, str, bytes, bytes, str]],
+) -> None:
+    types: Counter[int] = Counter()
+    value_types: Counter[int | None] = Counter()
+    for _, _, file_name, row, value, schema in v9_cells:
+        assert schema == metadata_schema_json(value_types=True)  # 1.1's, verbatim
+        record = decode_metadata_value(row, value, schema)
+        types[record.type] += 1
+        assert record.key == row.decode()
+        # 1.1.1 leaves _hoodie_file_name null in some base files (the secondary indexes',
+        # the files partition's bootstrap file); set, it is the file's own name
+        assert record.file_name in ((file_name, None) if file_name.endswith(".hfile")
+                                    else (None,))
+        assert encode_metadata_value(record, value_types=True) == value, record.key
+        if isinstance(record.payload, ColumnStats):
+            value_types[record.payload.value_type and record.payload.value_type.ordinal] += 1
+    assert types[3] > 0 and types[6] > 0 and types[5] > 0 and types[7] > 0
+    assert None not in value_types  # Hudi 1.1.1 writes V2 stats only on a fresh v9 table
+    assert set(value_types) <= {v.value for v in ValueType} - {0}
+
+
+def test_v9_stats_cell_misread_under_hudi_10_schema(
+    v9_cells: list[tuple[str, str, str, bytes, bytes, str]],
+) -> None:
+    """Why cells are decoded with their file's schema: 1.0's cannot read a V2 stats value."""
+    row, value = next((r, v) for _, part, _, r, v, _ in v9_cells if part == "column_stats")
+    with pytest.raises(ValueError, match="malformed Avro value"):
+        decode_metadata_value(row, value)
+
+
+def _v9_stats(cells: list[tuple[str, str, str, bytes, bytes, str]], key: str,
+              file_name: str | None = None) -> ColumnStats:
+    found = [decode_metadata_value(r, v, s).payload for sample, _, name, r, v, s in cells
+             if sample == V9_SAMPLES[0] and r.decode() == key
+             and (file_name is None or name == file_name)]
+    assert found, key
+    stats = found[-1]
+    assert isinstance(stats, ColumnStats)
+    return stats
+
+
+@pytest.mark.parametrize(("key", "column", "value_type", "lo", "hi", "domain"), [
+    ("kIkwFCiqBoI=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "amount",
+     ValueTypeInfo(10, "15,2"), ("BytesWrapper", bytes.fromhex("2327")),
+     ("BytesWrapper", bytes.fromhex("07a120")), (Decimal("89.99"), Decimal("5000.00"))),
+    ("5RNSbpYG6oU=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "fee_amount",
+     ValueTypeInfo(10, "10,2"), ("BytesWrapper", b"\x00"),
+     ("BytesWrapper", bytes.fromhex("09c4")), (Decimal("0.00"), Decimal("25.00"))),
+    ("eMxr4ya/RTg=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "txn_datetime",
+     ValueTypeInfo(16), ("LongWrapper", 1705336200000000), ("LongWrapper", 1705350000000000),
+     (1705336200000000000, 1705350000000000000)),
+    ("rpc04bPLuAM=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "txn_date",
+     ValueTypeInfo(12), ("IntWrapper", 19737), ("IntWrapper", 19737), (19737, 19737)),
+    ("mgnDpF60ARA=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "txn_ts",
+     ValueTypeInfo(4), ("LongWrapper", 1700000000001), ("LongWrapper", 1700000000003),
+     (1700000000001, 1700000000003)),
+    ("0FD2vn2+Kvk=431THTTwO5Q=F01d3NbdD9QcFpSCtykrRA==", "merchant_name",
+     ValueTypeInfo(7), ("StringWrapper", "Amazon"), ("StringWrapper", "Netflix"),
+     ("Amazon", "Netflix")),
+])
+def test_v9_column_stats_doc_vectors(
+    v9_cells: list[tuple[str, str, str, bytes, bytes, str]], key: str, column: str,
+    value_type: ValueTypeInfo, lo: tuple[str, object], hi: tuple[str, object],
+    domain: tuple[object, object],
+) -> None:
+    """docs/table-version-9.md §5.3: the MOR sample's base file in ``region=us``."""
+    stats = _v9_stats(v9_cells, key)
+    assert stats.column_name == column and stats.file_name == V9_BASE
+    assert stats.value_type == value_type
+    assert (stats.min_value, stats.max_value) == (lo, hi)
+    assert stats.min_value is not None and stats.max_value is not None
+    assert (bound_value(stats.min_value, stats.value_type),
+            bound_value(stats.max_value, stats.value_type)) == domain
+
+
+def test_v9_delete_only_log_stats_null_value_type(
+    v9_cells: list[tuple[str, str, str, bytes, bytes, str]],
+) -> None:
+    logs = [decode_metadata_value(r, v, s).payload for sample, part, _, r, v, s in v9_cells
+            if sample == V9_SAMPLES[0] and part == "column_stats"]
+    nulls = [p for p in logs if isinstance(p, ColumnStats) and p.value_type is not None
+             and p.value_type.ordinal == ValueType.NULL]
+    assert nulls and all(p.min_value is None and p.max_value is None for p in nulls)
+    assert any(p.value_count == 0 and (p.file_name or "").startswith(".") for p in nulls)
+
+
+def test_bound_value_v1_and_v2_layouts_share_one_domain() -> None:
+    assert bound_value(("TimestampMicrosWrapper", 5), None) == 5_000
+    assert bound_value(("LongWrapper", 5), ValueTypeInfo(ValueType.TIMESTAMP_MILLIS)) == 5_000_000
+    assert bound_value(("LongWrapper", 5), ValueTypeInfo(ValueType.TIMESTAMP_MICROS)) == 5_000
+    assert bound_value(("LongWrapper", 5), ValueTypeInfo(ValueType.LOCAL_TIMESTAMP_NANOS)) == 5
+    assert bound_value(("DateWrapper", 19737), None) == bound_value(
+        ("IntWrapper", 19737), ValueTypeInfo(ValueType.DATE))
+    assert bound_value(("DecimalWrapper", Decimal("-1.50")), None) == bound_value(
+        ("BytesWrapper", (-150).to_bytes(2, "big", signed=True)),
+        ValueTypeInfo(ValueType.DECIMAL, "10,2"))
+    assert bound_value(("IntWrapper", 1500), ValueTypeInfo(ValueType.TIME_MILLIS)) == (
+        dt.time(0, 0, 1, 500_000))
+    with pytest.raises(ValueError, match="unknown"):
+        bound_value(("IntWrapper", 1), ValueTypeInfo(99))
+
+
+def test_v2_stats_refused_in_hudi_10_schema_round_trip_in_11() -> None:
+    stats = ColumnStats(None, None, ("IntWrapper", 19737), ("IntWrapper", 19740), 3, 0, 9, 9,
+                        value_type=ValueTypeInfo(ValueType.DATE))
+    record = column_stats_record("p", "f.parquet", "d", stats)
+    with pytest.raises(ValueError, match="valueType"):
+        encode_metadata_value(record)
+    encoded = encode_metadata_value(record, value_types=True)
+    assert decode_metadata_value(record.key, encoded,
+                                 metadata_schema_json(value_types=True)) == record
+
+
+def test_merge_v2_decimal_stats_compares_values_not_bytes() -> None:
+    dec = ValueTypeInfo(ValueType.DECIMAL, "10,2")
+
+    def b(cents: int) -> tuple[str, bytes]:
+        return "BytesWrapper", cents.to_bytes(2, "big", signed=True)
+
+    old = ColumnStats("p", "c", b(-5), b(200), 3, 0, 0, 0, value_type=dec)
+    new = ColumnStats("p", "c", b(3), b(1000), 2, 0, 0, 0, value_type=dec)
+    merged = merge_records(MetadataRecord("k", 6, old), MetadataRecord("k", 6, new))
+    assert merged is not None and isinstance(merged.payload, ColumnStats)
+    assert (merged.payload.min_value, merged.payload.max_value) == (b(-5), b(1000))
+    v1 = ColumnStats("p", "c", ("DecimalWrapper", Decimal(1)), ("DecimalWrapper", Decimal(2)),
+                     1, 0, 0, 0)
+    mixed = merge_records(MetadataRecord("k", 6, v1), MetadataRecord("k", 6, new))
+    assert mixed is not None and isinstance(mixed.payload, ColumnStats)
+    assert (mixed.payload.min_value, mixed.payload.max_value, mixed.payload.value_count) == (
+        None, None, 3)  # layouts differ: no bound kept, so nothing is pruned by it
+
+
+def test_v9_commit_schema_without_meta_fields_is_java_11s(tmp_path: Path) -> None:
+    """The MDT commits of a v9 table record 1.1's schema without meta fields, as Java."""
+    from engine.timeline.commit_metadata import CommitMetadata
+
+    table = extract_sample(SAMPLES / f"{V9_SAMPLES[0]}.zip", tmp_path, "v9_txns_simple_meta")
+    timeline = table / ".hoodie" / "metadata" / ".hoodie" / "timeline"
+    schemas = {CommitMetadata.from_bytes(p.read_bytes()).schema
+               for p in timeline.glob("*_*.deltacommit")}
+    assert schemas == {metadata_schema_without_meta_fields_json(value_types=True)}

@@ -124,9 +124,9 @@ def _killed_child(table: Table, action: str, options: dict[str, str], kill_at: i
 
 
 def _run(tmp_path: Path, seed: int, table_type: str, index: str, block_format: str,
-         partitioned: bool, steps: int) -> None:
+         partitioned: bool, steps: int, extra_options: dict[str, str] | None = None) -> None:
     rng = random.Random(seed)
-    options = {**SERVICE_OPTIONS, "hoodie.index.type": index,
+    options = {**SERVICE_OPTIONS, **(extra_options or {}), "hoodie.index.type": index,
                "hoodie.logfile.data.block.format": block_format,
                "hoodie.bucket.index.num.buckets": "2",
                "hoodie.parquet.max.file.size": "400000",
@@ -272,6 +272,15 @@ def test_services_interleaved_with_writes_and_kills_match_oracle(
         partitioned: bool) -> None:
     _run(tmp_path, 1000 + CASES.index((table_type, index, block_format, partitioned)),
          table_type, index, block_format, partitioned, steps=45)
+
+
+def test_services_table_version_9_interleaved_with_writes_and_kills_match_oracle(
+        tmp_path: Path) -> None:
+    """One shape at table version 9 (docs/table-version-9.md): compaction, clustering,
+    clean, archival and killed attempts over a metadata table of Hudi 1.1's layout."""
+    _run(tmp_path, 1900, "MERGE_ON_READ", "SIMPLE", "avro", True, steps=30,
+         extra_options={"hoodie.write.table.version": "9",
+                        "hoodie.metadata.index.column.stats.enable": "true"})
 
 
 @pytest.mark.slow

@@ -201,7 +201,7 @@ def test_v6_option_on_v8_table_refused_naming_option(tmp_path: Path) -> None:
     assert Table.open(v6.path).config.version == 6  # left out: the table's own version
 
 
-@pytest.mark.parametrize("value", ["7", "9", "six"])
+@pytest.mark.parametrize("value", ["7", "10", "six"])
 def test_v6_unknown_write_version_refused_naming_option(tmp_path: Path, value: str) -> None:
     with pytest.raises(InvalidOptionError, match=re.escape(OPTION)):
         Table.create(str(tmp_path / "t"), name="t", record_key="key",
