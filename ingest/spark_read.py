@@ -110,7 +110,10 @@ __all__ = [
     "TidelakeDataSource",
     "TidelakeReader",
     "TidelakeStreamReader",
+    "read_slice_batches",
     "register",
+    "spark_schema",
+    "target_schema",
 ]
 
 SOURCE_NAME = "tidelake"
@@ -164,7 +167,7 @@ def spark_schema(schema: pa.Schema) -> StructType:
     return from_arrow_schema(schema)
 
 
-def _target_schema(schema: StructType) -> pa.Schema:
+def target_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects of the batches a read yields (as its worker makes it)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -173,7 +176,7 @@ def _target_schema(schema: StructType) -> pa.Schema:
 
 def _as_spark_reads(schema: pa.Schema) -> pa.Schema:
     """A table schema as the Arrow schema of the batches a read in it yields."""
-    return _target_schema(spark_schema(schema))
+    return target_schema(spark_schema(schema))
 
 
 # -- reading slices --------------------------------------------------------------------------
@@ -217,8 +220,10 @@ class ChangePartition(InputPartition):
         return table.read_changes(self.start, self.end, start_inclusive=self.inclusive)
 
 
-def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Executor side: the slice's rows through the engine, as batches of ``target``."""
+def read_slice_batches(partition: InputPartition, target: pa.Schema
+                       ) -> Iterator[pa.RecordBatch]:
+    """Executor side: the slice's (or change range's) rows through the engine, as batches
+    of ``target`` (the data source's tasks, and :func:`ingest.spark_query.read_table`'s)."""
     if isinstance(partition, ChangePartition):
         rows = partition.read()
     elif isinstance(partition, SlicePartition):
@@ -267,7 +272,7 @@ class TidelakeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows."""
-        return _read_partition(partition, _target_schema(self.schema))
+        return read_slice_batches(partition, target_schema(self.schema))
 
 
 class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -327,12 +332,12 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
         check_stream_schema(scan.slice_scan.timeline, since, until,
-                            _target_schema(self.schema), _as_spark_reads)
+                            target_schema(self.schema), _as_spark_reads)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows of the micro-batch."""
-        return _read_partition(partition, _target_schema(self.schema))
+        return read_slice_batches(partition, target_schema(self.schema))
 
 
 class TidelakeDataSource(DataSource):
