@@ -36,10 +36,11 @@ first pushdown on a DataFrame's relation and reuses it for a later query on the 
 DataFrame (or temp view) whose filters it does not push — ``df.where("region = 'north'")
 .count()`` then ``df.count()`` counts the north rows only (Spark's
 ``PythonDataSourceV2.getOrCreateReadInfo`` after a ``pushFilters`` that passed no filter).
-So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; a
-filtered engine read (``Table.read(filters=...)``) has the pruning. For the same reason a
-DataFrame reads the table as it was at its first action (Spark reuses the planned slices):
-``load`` again to see later commits.
+So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; the
+pruned Spark read is :func:`ingest.spark_query.read_table` (the engine plans with the
+query's columns and filters, Spark's Parquet reader reads the base files it keeps). For
+the same reason a DataFrame reads the table as it was at its first action (Spark reuses the
+planned slices): ``load`` again to see later commits.
 
 Streams: offsets are ``{"completion_time": t}``, the completion time of the latest completed
 instant a micro-batch covers (``"0"``: before the first commit). A micro-batch (start, end] is
