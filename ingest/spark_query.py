@@ -55,7 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = ["read_table", "register_table", "spark_condition"]
 
-Filters = Sequence[Any] | None
+Filters = Any
+"""The engine's filters (``Table.read``'s): DNF terms, or a pyarrow expression (read through
+the engine alone: it has no exact Spark form here)."""
 
 
 def read_table(spark: SparkSession, path: str, *, columns: Sequence[str] | None = None,

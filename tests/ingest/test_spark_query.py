@@ -109,6 +109,8 @@ def test_read_table_every_query_shape_equals_engine_read_and_hudi_rs(
                                                          as_of=instant)
         whole = read_table(spark, path, options={"as.of.instant": instant}).toArrow()
         assert sorted_rows(whole, COLUMNS) == oracle.snapshot(instant)
+        assert sorted_rows(whole, COLUMNS) == sorted_rows(hudi_rs_read(path, as_of=instant),
+                                                          COLUMNS)
 
     done = {e.instant_time: e.completion_time or "" for e in table.timeline()
             if e.state == "completed"}
