@@ -146,9 +146,10 @@ literally (Hudi's encoded partition values: ``east%2Fwest``)."""
 
 def _read_as_stored(scan: SliceScan, slc: FileSlice) -> bool:
     """Whether the engine's read of ``slc`` returns its base file's rows as stored: a base
-    file alone (or a read-optimized read), Parquet, every column the file has of the table's
-    type and one Spark reads as it is, and a path Spark takes literally. Then Spark's
-    Parquet scan of the file (columns the file lacks: null) gives the same rows."""
+    file alone (or a read-optimized read), Parquet, every column the file has read by Spark
+    as the table's type (:func:`_spark_form`; a type the table widened since is cast by the
+    engine), and a path Spark takes literally. Then Spark's Parquet scan of the file
+    (columns the file lacks: null) gives the same rows."""
     base = slc.base_file
     if base is None or (slc.log_files and not scan.read_optimized) \
             or scan.commit_times is not None or not base.name.endswith(".parquet"):
@@ -165,9 +166,22 @@ def _read_as_stored(scan: SliceScan, slc: FileSlice) -> bool:
         have = stored.field(field.name).type
         if pa.types.is_dictionary(have):  # Arrow's own schema in the footer: values stored
             have = have.value_type
-        if not have.equals(field.type) or not _spark_reads_as_is(have):
+        if not _spark_reads_as_is(have) or _spark_form(have) != _spark_form(field.type):
             return False
     return True
+
+
+def _spark_form(kind: pa.DataType) -> str | None:
+    """The Spark type an Arrow type reads as (``bigint``, ``array<struct<a:int>>``): the
+    same for a file's column and the table's when Spark's scan gives the engine's values —
+    list element names (Java's ``array``, pyarrow's ``element``) and nullability aside, and
+    ``ms`` timestamps read as ``us`` (exact); None for a type Spark has no form of."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    try:
+        return str(from_arrow_type(kind).simpleString())
+    except (TypeError, ValueError, NotImplementedError):
+        return None
 
 
 def _spark_reads_as_is(kind: pa.DataType) -> bool:
