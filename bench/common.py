@@ -340,6 +340,31 @@ def machine_line(info: dict[str, str]) -> str:
 # -- timing --------------------------------------------------------------------------------
 
 
+def tree_cpu() -> float:
+    """CPU seconds of this process and its descendants so far (Linux ``/proc``), reaped
+    children included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15]) / ticks
+    tree, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return sum(times.get(pid, 0.0) for pid in tree)
+
+
+
 class Stopwatch:
     """``with Stopwatch() as sw: ...`` then ``sw.seconds``."""
 

@@ -50,7 +50,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from common import REPO_ROOT, load_average, log, machine_info, machine_line, text_table
+from common import (
+    REPO_ROOT,
+    load_average,
+    log,
+    machine_info,
+    machine_line,
+    text_table,
+    tree_cpu,
+)
 
 if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` and `ingest` importable
     sys.path.insert(0, str(REPO_ROOT))
@@ -133,32 +141,6 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     out["index_digest"] = hash((tuple(upserted), tuple(deleted)))
     out["updates"] = sum(s.num_update_writes for s in stats)
     return out
-
-
-def tree_cpu() -> float:
-    """CPU seconds of this process and its descendants so far (Linux ``/proc``), reaped
-    children included."""
-    import os
-
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(v) for v in fields[11:15]) / ticks
-    tree, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo += [child for child, parent in parents.items() if parent == pid]
-    return sum(times.get(pid, 0.0) for pid in tree)
 
 
 def run_spark(source: Path, work: Path, kafka: pa.Table, schema: pa.Schema,

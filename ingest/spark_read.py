@@ -36,10 +36,11 @@ first pushdown on a DataFrame's relation and reuses it for a later query on the 
 DataFrame (or temp view) whose filters it does not push — ``df.where("region = 'north'")
 .count()`` then ``df.count()`` counts the north rows only (Spark's
 ``PythonDataSourceV2.getOrCreateReadInfo`` after a ``pushFilters`` that passed no filter).
-So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; a
-filtered engine read (``Table.read(filters=...)``) has the pruning. For the same reason a
-DataFrame reads the table as it was at its first action (Spark reuses the planned slices):
-``load`` again to see later commits.
+So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; the
+pruned Spark read is :func:`ingest.spark_query.read_table` (the engine plans with the
+query's columns and filters, Spark's Parquet reader reads the base files it keeps). For
+the same reason a DataFrame reads the table as it was at its first action (Spark reuses the
+planned slices): ``load`` again to see later commits.
 
 Streams: offsets are ``{"completion_time": t}``, the completion time of the latest completed
 instant a micro-batch covers (``"0"``: before the first commit). A micro-batch (start, end] is
@@ -110,7 +111,10 @@ __all__ = [
     "TidelakeDataSource",
     "TidelakeReader",
     "TidelakeStreamReader",
+    "read_slice_batches",
     "register",
+    "spark_schema",
+    "target_schema",
 ]
 
 SOURCE_NAME = "tidelake"
@@ -164,7 +168,7 @@ def spark_schema(schema: pa.Schema) -> StructType:
     return from_arrow_schema(schema)
 
 
-def _target_schema(schema: StructType) -> pa.Schema:
+def target_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects of the batches a read yields (as its worker makes it)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -173,7 +177,7 @@ def _target_schema(schema: StructType) -> pa.Schema:
 
 def _as_spark_reads(schema: pa.Schema) -> pa.Schema:
     """A table schema as the Arrow schema of the batches a read in it yields."""
-    return _target_schema(spark_schema(schema))
+    return target_schema(spark_schema(schema))
 
 
 # -- reading slices --------------------------------------------------------------------------
@@ -217,8 +221,10 @@ class ChangePartition(InputPartition):
         return table.read_changes(self.start, self.end, start_inclusive=self.inclusive)
 
 
-def _read_partition(partition: InputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Executor side: the slice's rows through the engine, as batches of ``target``."""
+def read_slice_batches(partition: InputPartition, target: pa.Schema
+                       ) -> Iterator[pa.RecordBatch]:
+    """Executor side: the slice's (or change range's) rows through the engine, as batches
+    of ``target`` (the data source's tasks, and :func:`ingest.spark_query.read_table`'s)."""
     if isinstance(partition, ChangePartition):
         rows = partition.read()
     elif isinstance(partition, SlicePartition):
@@ -267,7 +273,7 @@ class TidelakeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows."""
-        return _read_partition(partition, _target_schema(self.schema))
+        return read_slice_batches(partition, target_schema(self.schema))
 
 
 class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -327,12 +333,12 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
         check_stream_schema(scan.slice_scan.timeline, since, until,
-                            _target_schema(self.schema), _as_spark_reads)
+                            target_schema(self.schema), _as_spark_reads)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: one slice's rows of the micro-batch."""
-        return _read_partition(partition, _target_schema(self.schema))
+        return read_slice_batches(partition, target_schema(self.schema))
 
 
 class TidelakeDataSource(DataSource):

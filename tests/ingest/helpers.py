@@ -7,6 +7,7 @@ The events table: ``id`` (record key), ``ts`` (ordering field), ``city`` (partit
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,7 @@ from engine import Table
 from ingest.decode import JsonDecoder
 from ingest.kafka_schema import KAFKA_ROW_SCHEMA
 from ingest.sink import HudiStreamingSink, start_ingest
+from tests.engine.helpers import SCHEMA, random_batch
 from tests.helpers import Oracle, hudi_rs_read, rows_by_key
 
 DDL = "id STRING, ts BIGINT, city STRING, fare DOUBLE, _hoodie_is_deleted BOOLEAN"
@@ -200,3 +202,60 @@ def run_stream(spark: Any, stream: ParquetStream, sink: HudiStreamingSink,
         raise RuntimeError(str(exc)) from exc
     finally:
         query.stop()
+
+
+# --- tables the Spark read tests query --------------------------------------------------------
+
+
+def all_rows(data: pa.Table) -> list[dict[str, Any]]:
+    """Every column of every row (dictionary columns, such as meta columns, as plain values;
+    NaN as ``"NaN"``, so that rows compare equal), in a fixed order (by the meta fields when
+    present, then every value)."""
+    plain = data.cast(pa.schema([pa.field(f.name, f.type.value_type)
+                                 if pa.types.is_dictionary(f.type) else f
+                                 for f in data.schema]))
+    rows = [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in plain.to_pylist()]
+    return sorted(rows, key=lambda r: (
+        str(r.get("_hoodie_record_key")), str(r.get("_hoodie_partition_path")),
+        [repr(v) for v in r.values()]))
+
+
+def build_read_table(path: Path, table_type: str, partitioned: bool, seed: int
+                     ) -> tuple[Table, Oracle, list[str]]:
+    """A random table of tests/engine/helpers.py's rows: 4 upsert batches, a delete, a
+    compaction (MOR) or a clustering (COW), one more upsert. Returns it, its oracle and its
+    commits' instant times."""
+    rng = random.Random(seed)
+    options = {"hoodie.metadata.index.column.stats.enable": "true",
+               "hoodie.clustering.plan.strategy.small.file.limit": str(10 * 1024 * 1024),
+               "hoodie.clustering.plan.strategy.sort.columns": "ts"}
+    table = Table.create(str(path), name="trips", table_type=table_type, record_key="key",
+                         precombine="ts", partition_by=["region"] if partitioned else None,
+                         options=options)
+    oracle, counter, instants = Oracle(), [0], []
+    for size in (30, 20, 20, 15):
+        batch = same_partition(random_batch(rng, oracle, counter, size), oracle)
+        instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+        oracle.upsert(batch, instant)
+        instants.append(instant)
+    victims = rng.sample(sorted(oracle.rows), 4)
+    held = {k: oracle.rows[k]["region"] for k in victims}
+    instant = table.delete(pa.table({"key": victims, "region": [held[k] for k in victims]}))
+    oracle.delete(victims, instant=instant)
+    instants.append(instant)
+    service = table.compact() if table_type == "MERGE_ON_READ" else table.cluster()
+    assert service.completed, f"no {service.service} ran"
+    batch = same_partition(random_batch(rng, oracle, counter, 10), oracle)
+    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+    oracle.upsert(batch, instant)
+    instants.append(instant)
+    return table, oracle, instants
+
+
+def same_partition(batch: list[dict[str, Any]], oracle: Oracle) -> list[dict[str, Any]]:
+    """Updates keep their key's partition (only a global index moves a key)."""
+    for row in batch:
+        if row["key"] in oracle.rows:
+            row["region"] = oracle.rows[row["key"]]["region"]
+    return batch

@@ -26,6 +26,7 @@ from engine.errors import InvalidOptionError
 from ingest.spark_read import register
 from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
 from tests.helpers import Oracle, apply_change_feed, sorted_rows
+from tests.ingest.helpers import all_rows, build_read_table, same_partition
 from tests.s3 import S3Server, authenticated
 from tests.spark_session import spark  # noqa: F401
 
@@ -44,17 +45,8 @@ def tidelake(spark: SparkSession) -> Iterator[SparkSession]:  # noqa: F811
     yield spark
 
 
-def _rows(data: pa.Table) -> list[dict[str, Any]]:
-    """Every column of every row (meta columns as plain strings), in a fixed order."""
-    plain = data.cast(pa.schema([pa.field(f.name, f.type.value_type)
-                                 if pa.types.is_dictionary(f.type) else f
-                                 for f in data.schema]))
-    return sorted(plain.to_pylist(), key=lambda r: (r["_hoodie_record_key"],
-                                                   r["_hoodie_partition_path"]))
-
-
 def _spark_rows(df: DataFrame) -> list[dict[str, Any]]:
-    return _rows(df.toArrow())
+    return all_rows(df.toArrow())
 
 
 def _load(spark: SparkSession, path: str, **options: str) -> DataFrame:  # noqa: F811
@@ -64,45 +56,6 @@ def _load(spark: SparkSession, path: str, **options: str) -> DataFrame:  # noqa:
     return reader.load(path)
 
 
-def _build(path: Path, table_type: str, partitioned: bool, seed: int
-           ) -> tuple[Table, Oracle, list[str]]:
-    """A random table: 4 upsert batches, a delete, a compaction (MOR) or a clustering (COW),
-    one more upsert. Returns it, its oracle and its commits' instant times."""
-    rng = random.Random(seed)
-    options = {"hoodie.metadata.index.column.stats.enable": "true",
-               "hoodie.clustering.plan.strategy.small.file.limit": str(10 * 1024 * 1024),
-               "hoodie.clustering.plan.strategy.sort.columns": "ts"}
-    table = Table.create(str(path), name="trips", table_type=table_type, record_key="key",
-                         precombine="ts", partition_by=["region"] if partitioned else None,
-                         options=options)
-    oracle, counter, instants = Oracle(), [0], []
-    for size in (30, 20, 20, 15):
-        batch = _same_partition(random_batch(rng, oracle, counter, size), oracle)
-        instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
-        oracle.upsert(batch, instant)
-        instants.append(instant)
-    victims = rng.sample(sorted(oracle.rows), 4)
-    held = {k: oracle.rows[k]["region"] for k in victims}
-    instant = table.delete(pa.table({"key": victims, "region": [held[k] for k in victims]}))
-    oracle.delete(victims, instant=instant)
-    instants.append(instant)
-    service = table.compact() if table_type == "MERGE_ON_READ" else table.cluster()
-    assert service.completed, f"no {service.service} ran"
-    batch = _same_partition(random_batch(rng, oracle, counter, 10), oracle)
-    instant = table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
-    oracle.upsert(batch, instant)
-    instants.append(instant)
-    return table, oracle, instants
-
-
-def _same_partition(batch: list[dict[str, Any]], oracle: Oracle) -> list[dict[str, Any]]:
-    """Updates keep their key's partition (only a global index moves a key)."""
-    for row in batch:
-        if row["key"] in oracle.rows:
-            row["region"] = oracle.rows[row["key"]]["region"]
-    return batch
-
-
 SHAPES = [("MERGE_ON_READ", True), ("COPY_ON_WRITE", True), ("MERGE_ON_READ", False),
           ("COPY_ON_WRITE", False)]
 
@@ -110,7 +63,7 @@ SHAPES = [("MERGE_ON_READ", True), ("COPY_ON_WRITE", True), ("MERGE_ON_READ", Fa
 @pytest.mark.parametrize(("table_type", "partitioned"), SHAPES)
 def test_spark_read_every_query_type_equals_engine_read(
         tidelake: SparkSession, tmp_path: Path, table_type: str, partitioned: bool) -> None:
-    table, oracle, instants = _build(tmp_path / "t", table_type, partitioned,
+    table, oracle, instants = build_read_table(tmp_path / "t", table_type, partitioned,
                                      seed=len(table_type) * 7 + partitioned)
     path = table.path
     done = {e.instant_time: e.completion_time or "" for e in table.timeline()
@@ -121,16 +74,16 @@ def test_spark_read_every_query_type_equals_engine_read(
                                     "_hoodie_record_key", "_hoodie_partition_path",
                                     "_hoodie_file_name"]
     got = snapshot.toArrow()
-    assert _rows(got) == _rows(table.read())
+    assert all_rows(got) == all_rows(table.read())
     assert sorted_rows(got, COLUMNS) == oracle.snapshot()
     assert snapshot.rdd.getNumPartitions() == max(len(table.scan().slices), 1)
 
     optimized = _load(tidelake, path, **{"hoodie.datasource.query.type": "read_optimized"})
-    assert _spark_rows(optimized) == _rows(table.read(read_optimized=True))
+    assert _spark_rows(optimized) == all_rows(table.read(read_optimized=True))
 
     for instant in (instants[1], instants[4]):
         travel = _load(tidelake, path, **{"as.of.instant": instant}).toArrow()
-        assert _rows(travel) == _rows(table.read(as_of=instant))
+        assert all_rows(travel) == all_rows(table.read(as_of=instant))
         assert sorted_rows(travel, COLUMNS) == oracle.snapshot(instant)
 
     # Hudi 1.x's range: completion times from begin to end, both included
@@ -140,12 +93,12 @@ def test_spark_read_every_query_type_equals_engine_read(
         "hoodie.datasource.read.begin.instanttime": begin,
         "hoodie.datasource.read.end.instanttime": end}).toArrow()
     expected = table.scan_incremental(begin, end, start_inclusive=True).to_table()
-    assert expected.num_rows and _rows(incremental) == _rows(expected)
+    assert expected.num_rows and all_rows(incremental) == all_rows(expected)
     assert sorted_rows(incremental, COLUMNS) == [
         row for row in oracle.snapshot(instants[3]) if row[COMMIT_TIME] in instants[1:4]]
     open_ended = _load(tidelake, path, **{"hoodie.datasource.query.type": "incremental",
                                           "hoodie.datasource.read.begin.instanttime": begin})
-    assert _spark_rows(open_ended) == _rows(
+    assert _spark_rows(open_ended) == all_rows(
         table.scan_incremental(begin, start_inclusive=True).to_table())
 
 
@@ -154,17 +107,17 @@ def test_spark_read_where_and_sql_on_one_frame_stay_exact(
     """Spark applies WHERE clauses to the rows read; a filtered query then an unfiltered one
     on the same DataFrame or view both see every row they should (Spark 4.3 would reuse a
     pushed-down plan for the second: the source pushes nothing down)."""
-    table, oracle, _ = _build(tmp_path / "t", "MERGE_ON_READ", True, seed=5)
+    table, oracle, _ = build_read_table(tmp_path / "t", "MERGE_ON_READ", True, seed=5)
     df = _load(tidelake, table.path)
     where = df.where("region = 'north' AND ts >= 20 AND amount IS NOT NULL")
     expected = table.read(filters=[("region", "=", "north"), ("ts", ">=", 20)])
     expected = expected.filter(pa.compute.is_valid(expected.column("amount")))
-    assert _spark_rows(where) == _rows(expected)
+    assert _spark_rows(where) == all_rows(expected)
     assert df.count() == len(oracle.rows)
 
     keys = sorted(oracle.rows)[:3]
     by_key = df.where(df.key.isin(keys))
-    assert _spark_rows(by_key) == _rows(table.read(filters=[("key", "in", keys)]))
+    assert _spark_rows(by_key) == all_rows(table.read(filters=[("key", "in", keys)]))
 
     df.createOrReplaceTempView("trips")
     counted = tidelake.sql("SELECT region, count(*) AS n FROM trips WHERE region <> 'north' "
@@ -185,7 +138,7 @@ def test_spark_read_where_and_sql_on_one_frame_stay_exact(
 
 def test_spark_read_bad_options_raise_naming_the_option(
         tidelake: SparkSession, tmp_path: Path) -> None:
-    table, _, _ = _build(tmp_path / "t", "COPY_ON_WRITE", False, seed=3)
+    table, _, _ = build_read_table(tmp_path / "t", "COPY_ON_WRITE", False, seed=3)
     for options, key in (({"hoodie.datasource.query.type": "snapshots"},
                           "hoodie.datasource.query.type"),
                          ({"hoodie.datasource.query.type": "incremental"},
@@ -223,9 +176,9 @@ def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
                              storage_options=s3_server.storage_options)
         rng, oracle = random.Random(seed), Oracle()
         for size in (12, 8):
-            batch = _same_partition(random_batch(rng, oracle, [seed * 1000], size), oracle)
+            batch = same_partition(random_batch(rng, oracle, [seed * 1000], size), oracle)
             oracle.upsert(batch, table.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
-        stores.append((uri, s3_server.bucket_user(bucket), _rows(table.read()), oracle))
+        stores.append((uri, s3_server.bucket_user(bucket), all_rows(table.read()), oracle))
     secrets = [opts["aws_secret_access_key"] for _, opts, _, _ in stores]
     assert secrets[0] != secrets[1]
     shown: list[str] = []
@@ -251,7 +204,7 @@ def test_spark_read_two_stores_each_with_its_own_credentials_never_shows_them(
                      .option("checkpointLocation", str(tmp_path / uri.split("/")[2]))
                      .trigger(availableNow=True).start())
             query.awaitTermination()
-            assert _rows(pa.concat_tables([b for _, b in sink.got])) == expected
+            assert all_rows(pa.concat_tables([b for _, b in sink.got])) == expected
             shown += [str(query.lastProgress), str(query.status)]
         # the other store's user: refused by the server, the error shows no secret either
         crossed = {**stores[1][1], "aws_endpoint_url": stores[0][1]["aws_endpoint_url"]}

@@ -197,8 +197,12 @@ def under_executor(rows):
 
 placed = df.rdd.mapPartitions(under_executor).collect()
 rows = [r.asDict() for r in df.collect()]
+from ingest.spark_query import read_table
+fast = read_table(spark, sys.argv[2])
+fast_rows = [r.asDict() for r in fast.collect()]
 with open(sys.argv[3], "w") as out:
-    json.dump({"rows": rows, "partitions": df.rdd.getNumPartitions(), "placed": placed}, out)
+    json.dump({"rows": rows, "partitions": df.rdd.getNumPartitions(), "placed": placed,
+               "fast_rows": fast_rows, "fast_files": fast.inputFiles()}, out)
 spark.stop()
 """
 
@@ -207,7 +211,9 @@ def test_spark_read_on_standalone_cluster_equals_engine_read(
         standalone_cluster: Cluster, tmp_path: Path) -> None:
     """``spark.read.format("tidelake")`` from a driver of its own against ``spark://``: one
     task per file slice, run under the standalone worker's executor JVM, and the
-    rows are the engine's read of the merge-on-read table (base files, logs and a delete)."""
+    rows are the engine's read of the merge-on-read table (base files, logs and a delete).
+    ``ingest.spark_query.read_table`` too: the slices with logs read by the engine in the
+    executor's Python workers, the base file alone by the executor's Parquet scan."""
     import json
     import sys
 
@@ -222,6 +228,8 @@ def test_spark_read_on_standalone_cluster_equals_engine_read(
     table.upsert(pa.table({"id": ["k1", "k2"], "ts": [2, 2], "city": ["rome", "lima"],
                            "fare": [9.0, 8.0]}))
     table.delete(pa.table({"id": ["k3"], "city": ["oslo"]}))
+    table.upsert(pa.table({"id": ["b1", "b2"], "ts": [1, 1], "city": ["bergen"] * 2,
+                           "fare": [3.0, 4.0]}))  # a base file alone
     out = tmp_path / "read.json"
     log = tmp_path / "child.log"
     with log.open("wb") as sink:
@@ -237,5 +245,8 @@ def test_spark_read_on_standalone_cluster_equals_engine_read(
     key = "_hoodie_record_key"
     assert sorted(got["rows"], key=lambda r: r[key]) == sorted(expected.to_pylist(),
                                                                key=lambda r: r[key])
-    assert got["partitions"] == len(table.scan().slices) == 3
-    assert got["placed"] == [True] * 3  # every slice's task ran under the executor JVM
+    assert sorted(got["fast_rows"], key=lambda r: r[key]) == sorted(expected.to_pylist(),
+                                                                    key=lambda r: r[key])
+    assert [f.rsplit("/", 2)[1] for f in got["fast_files"]] == ["bergen"]
+    assert got["partitions"] == len(table.scan().slices) == 4
+    assert got["placed"] == [True] * 4  # every slice's task ran under the executor JVM
