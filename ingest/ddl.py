@@ -1,20 +1,34 @@
-"""Spark DDL schema strings to Arrow schemas, and Arrow types back to Spark SQL names.
+"""Spark DDL schema strings to Arrow schemas, and Arrow types and schemas back to Spark's.
 
 :func:`parse_ddl` reads schema strings such as ``"id STRING, ts BIGINT NOT NULL, tags
 ARRAY<STRING>"`` (the schema form :class:`ingest.decode.JsonDecoder` takes);
-:func:`sql_type_name` names Arrow types the Spark way, for error reasons. No Spark needed.
+:func:`sql_type_name` names Arrow types the Spark way, for error reasons. No Spark needed,
+but for :func:`spark_schema` (the one Arrow → ``StructType`` conversion of ingest: the
+outputs of ``mapInArrow`` and the schemas of the read source).
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
 __all__ = [
     "parse_ddl",
+    "spark_schema",
     "sql_type_name",
 ]
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark ``StructType`` of an Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
 
 _TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')"
                     r"|([<>(),:]))")

@@ -92,13 +92,13 @@ from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
 from engine.write.distributed import STORED_ORDERING, TableView, slice_key_locations
 from engine.write.distributed import live_bucket_groups as live_bucket_groups_of
+from ingest.ddl import spark_schema
 from ingest.rows import (
     FILE_ID,
     SHARD,
     pack_rows,
     packed_schema,
     shard_packed_schema,
-    spark_schema,
 )
 from ingest.sink_config import DEFAULT_SHARDS, MAX_SHARDS
 from ingest.state_index import (

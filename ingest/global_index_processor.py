@@ -33,6 +33,7 @@ from engine.merge.policy import (
 )
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.write.distributed import Relocations, bucket_group, unreplaced_generation
+from ingest.ddl import spark_schema
 from ingest.global_index import (
     BLOB_KEY_SCHEMA,
     BLOB_STATE,
@@ -62,7 +63,6 @@ from ingest.rows import (
     VALUE,
     pack_rows,
     shard_packed_schema,
-    spark_schema,
     unpack_blobs,
 )
 from ingest.state_index import (

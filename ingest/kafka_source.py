@@ -408,8 +408,8 @@ class KafkaDataSource(DataSource):
         options = KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the key
         spec = prepare_spec(options)
         if spec is not None:
+            from ingest.ddl import spark_schema
             from ingest.prepare import output_schema
-            from ingest.rows import spark_schema
 
             return spark_schema(output_schema(spec))
         return kafka_spark_schema()

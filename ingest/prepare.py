@@ -47,6 +47,7 @@ from engine.layout.incoming import key_buckets, partition_paths, record_keys, ri
 from engine.merge.resolve import ordering_column, ordering_column_type
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.storage import Storage
+from ingest.ddl import spark_schema
 from ingest.decode import (
     Decoder,
     DecoderError,
@@ -79,7 +80,6 @@ from ingest.rows import (
     pack_rows,
     packed_schema,
     shard_packed_schema,
-    spark_schema,
 )
 from ingest.supersede import superseded_keys
 

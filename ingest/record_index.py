@@ -49,6 +49,7 @@ from engine.config import TableConfig
 from engine.merge.resolve import ordering_column, resolve, tombstone_keys
 from engine.schema import PARTITION_PATH, RECORD_KEY
 from engine.write.distributed import InsertBucket, RecordIndexTask, TableView, insert_file_ids
+from ingest.ddl import spark_schema
 from ingest.resolve import POLICY, arrival_order
 from ingest.rows import (
     DELETE,
@@ -64,7 +65,6 @@ from ingest.rows import (
     TOPIC,
     UPSERT,
     VERSIONS,
-    spark_schema,
 )
 
 if TYPE_CHECKING:

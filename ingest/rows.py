@@ -25,7 +25,7 @@ from ingest.kafka_schema import KAFKA_ROW_SCHEMA
 from ingest.state_index import key_shards
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+    pass
 
 __all__ = [
     "BUCKET",
@@ -43,7 +43,6 @@ __all__ = [
     "pack_rows",
     "packed_schema",
     "shard_packed_schema",
-    "spark_schema",
     "unpack_blobs",
     "unpack_rows",
 ]
@@ -106,13 +105,6 @@ def located_keys(rows: pa.Table) -> pa.Array | None:
     located = pc.and_(pc.fill_null(rows.column(LOCATED), False),
                       pc.equal(rows.column(OP), UPSERT))
     return rows.column(RECORD_KEY).filter(located).combine_chunks().cast(pa.string())
-
-
-def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark ``StructType`` of an Arrow schema (for ``mapInArrow`` outputs)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 def packed_schema(keys: Sequence[pa.Field] | None = None) -> pa.Schema:

@@ -76,6 +76,7 @@ from ingest.checkpoint import (
     merge_offsets,
     starting_offsets_from_table,
 )
+from ingest.ddl import spark_schema
 from ingest.error_table import ERROR_SCHEMA, ErrorStaging, open_error_table, read_staged
 from ingest.global_index import (
     GlobalIndexSpec,
@@ -93,7 +94,7 @@ from ingest.prepare import (
     prepared_schema,
 )
 from ingest.record_index import tag_batch
-from ingest.rows import is_prepared, spark_schema
+from ingest.rows import is_prepared
 from ingest.services import StreamingServices
 from ingest.sink_config import (
     BUCKET,

@@ -47,7 +47,8 @@ from engine.errors import InvalidOptionError
 from engine.read.distributed import FileSlice, QueryType, ReadOptions, Scan, SliceScan
 from engine.storage import Storage, is_storage_option
 from engine.table import Table
-from ingest.spark_read import SlicePartition, read_slice_batches, spark_schema, target_schema
+from ingest.ddl import spark_schema
+from ingest.spark_read import SlicePartition, read_slice_batches, target_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -100,6 +100,7 @@ from engine.redact import redact, spark_redaction_regex
 from engine.schema import conform
 from engine.storage import is_storage_option
 from engine.table import Table
+from ingest.ddl import spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,7 +114,6 @@ __all__ = [
     "TidelakeStreamReader",
     "read_slice_batches",
     "register",
-    "spark_schema",
     "target_schema",
 ]
 
@@ -159,13 +159,6 @@ def _path(options: Mapping[str, Any]) -> str:
     if not path:
         raise InvalidOptionError("path", "required: spark.read.format('tidelake').load(path)")
     return path
-
-
-def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark ``StructType`` of an Arrow schema."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 def target_schema(schema: StructType) -> pa.Schema:

@@ -50,6 +50,7 @@ from engine.write.distributed import (
     WriteStat,
     WriteTask,
 )
+from ingest.ddl import spark_schema
 from ingest.error_table import ErrorStaging
 from ingest.prepare import PrepareSpec, attach_data
 from ingest.resolve import POLICY, arrival_order
@@ -70,7 +71,6 @@ from ingest.rows import (
     VERSIONS,
     group_rows,
     located_keys,
-    spark_schema,
     unpack_rows,
 )
 

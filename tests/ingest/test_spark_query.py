@@ -26,8 +26,8 @@ import pytest
 from engine import Table
 from engine.timeline.active import Timeline
 from engine.write.group_writer import UPSERT
+from ingest.ddl import spark_schema
 from ingest.spark_query import read_table, register_table, spark_condition
-from ingest.spark_read import spark_schema
 from tests.conftest import SAMPLES
 from tests.engine.helpers import COLUMNS, SCHEMA
 from tests.helpers import hudi_rs_read, sorted_rows
