@@ -31,6 +31,7 @@ from engine.metadata.records import (
     encode_metadata_value,
 )
 from engine.metadata.schema import metadata_schema_json
+from engine.metadata.update import SharedUpserts
 
 RECORD_INDEX_BLOCK_SIZE = 4 * 1024
 """HFile data block size of the ``record_index`` partition's files (base HFiles and log
@@ -49,12 +50,14 @@ def block_size(partition: str) -> int:
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
 
 
-def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
+def _cells(records: Sequence[MetadataRecord], file_name: str | None,
+           shared: Sequence[SharedUpserts] = ()) -> Cells:
     """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
-    order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
-    sharing one payload object — every record-index entry of a file group — share one
-    encoding: it is computed once. The records are read by C-level iteration (a record is a
-    tuple), no Python step per record."""
+    order, ``records`` before ``shared``), as Arrow arrays. A value does not hold its key (it
+    is written as ""), so records sharing one payload object — every record-index entry of a
+    file group — share one encoding: it is computed once. The records are read by C-level
+    iteration (a record is a tuple), no Python step per record; ``shared`` keys are
+    never records at all (one encoding per chunk, its keys taken as they are)."""
     n = len(records)
     keys = list(map(operator.itemgetter(0), records))
     kinds = np.fromiter(map(operator.itemgetter(1), records), dtype=np.int64, count=n)
@@ -64,11 +67,15 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None) -> Cells:
                            count=n)
     _, first, inverse = np.unique(payloads * 16 + kinds, return_index=True,
                                   return_inverse=True)
-    encoded = pa.array([encode_metadata_value(records[int(i)]._replace(file_name=file_name))
-                        for i in first], pa.large_binary())
-    values = encoded.take(pa.array(inverse.reshape(-1), pa.int64())) if n else encoded
-    rows = pa.array(keys, pa.large_string()).cast(pa.large_binary())
+    distinct = [records[int(i)] for i in first] + [chunk.record for chunk in shared]
+    encoded = pa.array([encode_metadata_value(record._replace(file_name=file_name))
+                        for record in distinct], pa.large_binary())
+    which = [inverse.reshape(-1)] + [np.full(len(chunk.keys), len(first) + c, np.int64)
+                                      for c, chunk in enumerate(shared)]
+    rows = pa.concat_arrays([pa.array(keys, pa.large_string()).cast(pa.large_binary())]
+                            + [chunk.keys.cast(pa.large_binary()) for chunk in shared])
     order = pc.sort_indices(rows)
+    values = encoded.take(pa.array(np.concatenate(which), pa.int64()))
     return Cells(rows.take(order), values.take(order))
 
 
@@ -79,12 +86,15 @@ def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
-                   deletes: Sequence[str] = (), partition: str = "") -> bytes:
-    """A log file written at ``instant_time``: one HFile data block with ``records`` (if
-    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any)."""
+                   deletes: Sequence[str] = (), partition: str = "",
+                   shared: Sequence[SharedUpserts] = ()) -> bytes:
+    """A log file written at ``instant_time``: one HFile data block with ``records`` and the
+    ``shared`` upserts (if any), then one delete block removing ``deletes`` from MDT
+    ``partition`` (if any)."""
     parts = []
-    if records or not deletes:
-        parts.append(encode_hfile_data_block(_cells(records, None), metadata_schema_json(),
+    if records or shared or not deletes:
+        parts.append(encode_hfile_data_block(_cells(records, None, shared),
+                                             metadata_schema_json(),
                                              instant_time, block_size=block_size(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
