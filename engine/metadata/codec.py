@@ -15,7 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
+from engine.format.hfile import (
+    DEFAULT_BLOCK_SIZE,
+    GZ_LEVEL,
+    Cells,
+    HFileReader,
+    write_hudi_base_hfile,
+)
 from engine.format.log_block import BlockType, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
@@ -45,9 +51,23 @@ Other partitions keep 1 MB: hudi-rs reads the ``files`` partition, whose bytes w
 Java writes them."""
 
 
+RECORD_INDEX_GZ_LEVEL = 1
+"""DEFLATE level of the ``record_index`` partition's HFile blocks. Java writes level 6
+(Hadoop's zlib default); the record index is the MDT's bulk (a million entries are ~21,000
+blocks of 4 KB, every one deflated at each write and MDT compaction), and level 1 deflates
+them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``). The format is the same
+(one gzip member per block): every reader inflates any level alike. Other partitions keep
+Java's level, and Java's bytes."""
+
+
 def block_size(partition: str) -> int:
     """The HFile data block size of an MDT partition's files."""
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
+
+
+def gz_level(partition: str) -> int:
+    """The DEFLATE level of an MDT partition's HFile blocks."""
+    return RECORD_INDEX_GZ_LEVEL if partition == RECORD_INDEX.name else GZ_LEVEL
 
 
 def _cells(records: Sequence[MetadataRecord], file_name: str | None,
@@ -82,7 +102,7 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
 def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "") -> bytes:
     """A base HFile of MDT ``partition`` holding ``records`` (unique keys), named ``name``."""
     return write_hudi_base_hfile(_cells(records, name), metadata_schema_json(),
-                                 block_size=block_size(partition))
+                                 block_size=block_size(partition), level=gz_level(partition))
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
@@ -95,7 +115,8 @@ def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
     if records or shared or not deletes:
         parts.append(encode_hfile_data_block(_cells(records, None, shared),
                                              metadata_schema_json(),
-                                             instant_time, block_size=block_size(partition)))
+                                             instant_time, block_size=block_size(partition),
+                                             level=gz_level(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
                                                   metadata_schema_json()))
