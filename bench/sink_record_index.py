@@ -134,7 +134,7 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
     out["commit_cpu"], out["commit_wall"] = time.process_time() - cpu, time.perf_counter() - wall
     out["groups"] = len(stats)
     upserted = sorted(r.key for s in stats if s.metadata is not None
-                      for r in s.metadata.upserts.get(rli.RECORD_INDEX, ()))
+                      for r in s.metadata.records(rli.RECORD_INDEX))
     deleted = sorted(k for s in stats if s.metadata is not None
                      for k in s.metadata.deletes.get(rli.RECORD_INDEX, ()))
     out["index_entries"] = len(upserted) + len(deleted)

@@ -74,7 +74,7 @@ _CODECS = {"GZ": 1, "NONE": 2}
 _GZIP_HEADER = bytes.fromhex("1f8b0800000000000000")
 _LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
 _PUT, _FIRST_ON_ROW = 4, 0xFF
-_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
+_I32, _I64, _U32 = struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">I")
 _CELL_HEAD = struct.Struct(">ii")
 _ROW_LENGTH = struct.Struct(">H")
 _INDEX_HEAD = struct.Struct(">qi")
@@ -181,6 +181,10 @@ def gzip_member(data: bytes, level: int = 6, flush_points: int = 0) -> bytes:
     ``Z_SYNC_FLUSH`` points spread over the input (still one valid member, a few bytes longer):
     the last resort of the gzip-boundary mitigation.
     """
+    if not flush_points:
+        # zlib's own gzip framing in one call (the same DEFLATE stream, CRC and size), its
+        # header's XFL and OS bytes set to HBase's zeros
+        return _GZIP_HEADER + zlib.compress(data, level, 31)[10:]
     comp = zlib.compressobj(level, zlib.DEFLATED, -15)
     parts = [_GZIP_HEADER]
     step = max(1, len(data) // (flush_points + 1))
@@ -206,13 +210,14 @@ def gzip_boundary_hazard(payload_len: int) -> bool:
     return _BYTES_PER_CHECKSUM * n - 4 * n < size <= _BYTES_PER_CHECKSUM * n
 
 
-def _safe_gzip(raw: bytes) -> bytes:
-    """``gzip_member(raw)``, or if that lands in the hudi-rs window, a variant that does not."""
-    payload = gzip_member(raw)
+def _safe_gzip(raw: bytes, level: int = 6) -> bytes:
+    """``gzip_member(raw, level)``, or if that lands in the hudi-rs window, a variant that
+    does not."""
+    payload = gzip_member(raw, level)
     if not gzip_boundary_hazard(len(payload)):
         return payload
-    for level in (5, 7, 4, 8, 3, 9, 2, 1):
-        payload = gzip_member(raw, level)
+    for other in (5, 7, 4, 8, 3, 9, 2, 1):
+        payload = gzip_member(raw, other)
         if not gzip_boundary_hazard(len(payload)):
             return payload
     # Incompressible data comes out the same size at every level; each flush point adds bytes.
@@ -230,9 +235,10 @@ def _block(magic: bytes, raw: bytes, prev: int, codec: int,
         payload = _safe_gzip(raw) if codec == _CODECS["GZ"] else raw
     with_header = _HEADER_SIZE + len(payload)
     n_sums = -(-with_header // _BYTES_PER_CHECKSUM)
-    header = _HEADER.pack(magic, len(payload) + 4 * n_sums, len(raw), prev, _CRC32C,
-                          _BYTES_PER_CHECKSUM, with_header)
-    body = header + payload
+    body = _HEADER.pack(magic, len(payload) + 4 * n_sums, len(raw), prev, _CRC32C,
+                        _BYTES_PER_CHECKSUM, with_header) + payload
+    if n_sums == 1:  # a small block: one checksum
+        return body + _U32.pack(crc32c.crc32c(body))
     sums = b"".join(
         struct.pack(">I", crc32c.crc32c(body[i : i + _BYTES_PER_CHECKSUM]))
         for i in range(0, with_header, _BYTES_PER_CHECKSUM)
@@ -354,12 +360,14 @@ def _cut_blocks(
         row_starts = None
     ranges: list[tuple[int, int]] = []
     start = 0
-    search = offsets.searchsorted
+    at_list = offsets.tolist()  # bisect over a list: no numpy call per block
+    row_list = row_starts.tolist() if row_starts is not None else None
+    search = bisect.bisect_left
     while True:
-        cut = max(start + 1, int(search(offsets[start] + block_size, "left")))
-        if row_starts is not None and cut < n:
-            at = int(row_starts.searchsorted(cut, "left"))
-            cut = int(row_starts[at]) if at < len(row_starts) else n
+        cut = max(start + 1, search(at_list, at_list[start] + block_size))
+        if row_list is not None and cut < n:
+            at = search(row_list, cut)
+            cut = row_list[at] if at < len(row_list) else n
         if cut >= n:
             ranges.append((start, n))
             return ranges
@@ -367,18 +375,20 @@ def _cut_blocks(
         start = cut
 
 
+GZ_LEVEL = 6
+"""DEFLATE level of GZ blocks: Java's (Hadoop's zlib default), so the bytes are Java's."""
 PARALLEL_BLOCKS = 256
 """Data blocks from which :func:`write_hfile` compresses in two threads (zlib releases the
 GIL while it deflates: a record index of a million keys is ~21,000 blocks of 4 KB)."""
 
 
-def _compressed(raws: list[bytes]) -> list[bytes]:
+def _compressed(raws: list[bytes], level: int) -> list[bytes]:
     """``_safe_gzip`` of each raw block, in order; two threads for many blocks."""
     if len(raws) < PARALLEL_BLOCKS:
-        return [_safe_gzip(raw) for raw in raws]
+        return [_safe_gzip(raw, level) for raw in raws]
     half = (len(raws) + 1) // 2
     with ThreadPoolExecutor(max_workers=2) as pool:
-        parts = list(pool.map(lambda part: [_safe_gzip(raw) for raw in part],
+        parts = list(pool.map(lambda part: [_safe_gzip(raw, level) for raw in part],
                               [raws[:half], raws[half:]]))
     return parts[0] + parts[1]
 
@@ -391,6 +401,7 @@ def write_hfile(
     compression: str = "GZ",
     block_size: int = DEFAULT_BLOCK_SIZE,
     allow_duplicates: bool = False,
+    level: int = GZ_LEVEL,
 ) -> bytes:
     """A complete HFile v3 holding ``cells`` (row key, value), as Hudi 1.0 / HBase 2.4 writes it.
 
@@ -401,7 +412,8 @@ def write_hfile(
     ``MAX_MEMSTORE_TS_KEY``, ``hfile.AVG_KEY_LEN``, ``hfile.AVG_VALUE_LEN``,
     ``hfile.CREATE_TIME_TS``, ``hfile.LASTKEY``); entries are written sorted by key bytes.
     ``meta_blocks`` are (name, raw content), written sorted by name. ``compression`` is
-    ``"GZ"`` (Hudi's default) or ``"NONE"``.
+    ``"GZ"`` (Hudi's default) or ``"NONE"``; ``level``: the data blocks' DEFLATE level
+    (:data:`GZ_LEVEL`, Java's, gives Java's bytes; any level is read the same way).
     """
     codec = _CODECS.get(compression.upper())
     if codec is None:
@@ -411,32 +423,29 @@ def write_hfile(
     cells = cell_arrays(cells)
     _check_order(cells.rows, allow_duplicates)
     data, starts = _cell_bytes(cells)
-    view = memoryview(data)
+    whole = data.to_pybytes()
     out: list[bytes] = []
     offset = 0
     total_uncompressed = _TRAILER_SIZE
     index = bytearray()
     prev_data = -1
     ranges = _cut_blocks(starts, cells.rows, block_size, allow_duplicates)
-
-    def row(i: int) -> bytes:  # the row of cell i, from its encoded bytes
-        at = int(starts[i])
-        length = view[at + 8] << 8 | view[at + 9]
-        return bytes(view[at + 10 : at + 10 + length])
-
+    bounds = np.array(ranges, dtype=np.int64).reshape(-1, 2)
+    cuts = starts[bounds].tolist()
+    raws = [whole[begin:end] for begin, end in cuts]
+    firsts = cells.rows.take(pa.array(bounds[:, 0])).to_pylist()
+    lasts = cells.rows.take(pa.array(bounds[:, 1] - 1)).to_pylist()
+    payloads = _compressed(raws, level) if codec == _CODECS["GZ"] else raws
     last_row = b""
-    raws = [bytes(view[int(starts[start]) : int(starts[end])]) for start, end in ranges]
-    payloads = _compressed(raws) if codec == _CODECS["GZ"] else raws
-    for n, (start, end) in enumerate(ranges):
-        raw = raws[n]
+    pack_entry = _INDEX_HEAD.pack
+    for n, raw in enumerate(raws):
         block = _block(_DATA, raw, prev_data, codec, payloads[n])
-        first = row(start)
         if n == 0:
-            index_key = key_value_key(first)
+            index_key = key_value_key(firsts[0])
         else:
-            index_key = key_value_key(_midpoint_row(last_row, first), _FIRST_ON_ROW)
-        last_row = row(end - 1)
-        index += _I64.pack(offset) + _I32.pack(len(block)) + _vint(len(index_key)) + index_key
+            index_key = key_value_key(_midpoint_row(last_row, firsts[n]), _FIRST_ON_ROW)
+        last_row = lasts[n]
+        index += pack_entry(offset, len(block)) + _vint(len(index_key)) + index_key
         prev_data = offset
         out.append(block)
         offset += len(block)
@@ -488,6 +497,7 @@ def write_hudi_base_hfile(
     block_size: int = DEFAULT_BLOCK_SIZE,
     bloom_num_entries: int = DEFAULT_NUM_ENTRIES,
     bloom_fpp: float = DEFAULT_FPP,
+    level: int = GZ_LEVEL,
 ) -> bytes:
     """A metadata-table base HFile as ``HoodieAvroHFileWriter`` writes it.
 
@@ -508,7 +518,7 @@ def write_hudi_base_hfile(
     }
     return write_hfile(cells, file_info=file_info,
                        meta_blocks=[("bloomFilter", bloom.serialize().encode("ascii"))],
-                       compression=compression, block_size=block_size)
+                       compression=compression, block_size=block_size, level=level)
 
 
 def _file_info_bytes(cells: Cells, last_row: bytes, extra: Mapping[str, bytes] | None) -> bytes:
@@ -777,11 +787,24 @@ class HFileReader:
         data blocks the root index points the rows at are decompressed, each once."""
         if not self._offsets:
             return
-        by_block: dict[int, set[bytes]] = {}
-        for row in rows:
-            by_block.setdefault(self._first_block(row), set()).add(row)
+        by_block = self._route(sorted(set(rows)))
         for n, data in self._fetch_blocks(sorted(by_block)):
             yield from self._find_cells(n, by_block[n], data)
+
+    def _route(self, wanted: list[bytes]) -> dict[int, list[bytes]]:
+        """The sorted ``wanted`` rows by the data block the root index points each at: two
+        bisections per block touched, none per row (a batch looks thousands of keys up in a
+        log of a few dozen blocks)."""
+        firsts = self._rows
+        blocks = len(firsts)
+        out: dict[int, list[bytes]] = {}
+        pos, count = 0, len(wanted)
+        while pos < count:
+            n = max(0, bisect.bisect_right(firsts, wanted[pos]) - 1)
+            end = bisect.bisect_left(wanted, firsts[n + 1], pos) if n + 1 < blocks else count
+            out[n] = wanted[pos:end]
+            pos = end
+        return out
 
     def _fetch_blocks(self, blocks: list[int]) -> Iterator[tuple[int, bytes]]:
         """The on-disk bytes of the data blocks ``blocks`` (ascending), read in as few
@@ -806,19 +829,40 @@ class HFileReader:
                 yield n, data[at : at + sizes[n]]
             i = j
 
-    def _find_cells(self, n: int, wanted: set[bytes], data: bytes | None = None
+    DENSE_LOOKUP = 8
+    """Wanted rows in one data block from which :meth:`_find_cells` walks every cell of the
+    block and checks each row, rather than search the block once per wanted row."""
+
+    def _find_cells(self, n: int, wanted: Sequence[bytes], data: bytes | None = None
                     ) -> Iterator[tuple[bytes, bytes]]:
         """The cells of data block ``n`` (``data``: its bytes on disk, when read already)
         whose row is in ``wanted``, in block order.
 
-        Each wanted row is searched for by its bytes (its 2-byte length and the row, as a
-        cell key starts): a candidate is a cell only if the walk over the block's cell
+        A few wanted rows are searched for by their bytes (the 2-byte length and the row, as
+        a cell key starts): a candidate is a cell only if the walk over the block's cell
         lengths lands on it, so bytes that merely look like a cell inside a value are never
         taken for one. The walk reads two lengths per cell and stops at the last candidate
-        (a lookup touches a block for a few rows among dozens of cells)."""
+        (a lookup touches a block for a few rows among dozens of cells). Many wanted rows
+        (:data:`DENSE_LOOKUP`) are checked against every cell of one walk instead."""
         try:
             raw, _ = self._read_block(self._offsets[n], _DATA, self._sizes[n], data)
             size = len(raw)
+            unpack = _CELL_HEAD.unpack_from
+            if len(wanted) >= self.DENSE_LOOKUP:
+                rows = set(wanted)
+                pos = 0
+                while pos < size:
+                    key_len, value_len = unpack(raw, pos)
+                    key_end = pos + 8 + key_len
+                    length = raw[pos + 8] << 8 | raw[pos + 9]
+                    if key_len < length + 12 or value_len < 0 or key_end + value_len > size:
+                        raise HFileError(f"cell at {pos} of data block {n} runs past the block")
+                    row = raw[pos + 10 : pos + 10 + length]
+                    if row in rows:
+                        yield row, raw[key_end : key_end + value_len]
+                    pos = key_end + value_len
+                    pos = pos + 1 if raw[pos] < 0x80 else _read_vint(raw, pos)[1]
+                return
             candidates = []
             find = raw.find
             for row in wanted:
@@ -830,7 +874,6 @@ class HFileReader:
             if not candidates:
                 return
             candidates.sort()
-            unpack = _CELL_HEAD.unpack_from
             pos = 0
             for start, row in candidates:
                 while pos < start:

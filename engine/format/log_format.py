@@ -43,7 +43,13 @@ from engine.format.delete_block import (
     encode_delete_block,
     encode_delete_content,
 )
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hfile
+from engine.format.hfile import (
+    DEFAULT_BLOCK_SIZE,
+    GZ_LEVEL,
+    Cells,
+    HFileReader,
+    write_hfile,
+)
 from engine.format.log_block import (
     I32,
     I32_PAIR,
@@ -240,6 +246,7 @@ def encode_hfile_data_block(
     *,
     compression: str = "GZ",
     block_size: int = DEFAULT_BLOCK_SIZE,
+    level: int = GZ_LEVEL,
 ) -> bytes:
     """A framed HFile data block (type 4) as Hudi 1.0 writes metadata-table log blocks.
 
@@ -251,7 +258,7 @@ def encode_hfile_data_block(
     schema_text = schema_json(avro_schema)
     content = write_hfile(cells, file_info={"schema": schema_text.encode("utf-8")},
                           compression=compression, block_size=block_size,
-                          allow_duplicates=True)
+                          allow_duplicates=True, level=level)
     header = {HeaderKey.SCHEMA: schema_text, HeaderKey.INSTANT_TIME: instant_time}
     return frame_parts(BlockType.HFILE_DATA, header, [content], None)
 

@@ -198,7 +198,7 @@ def _bucket_ids_batch(arr: pa.Array, num_buckets: int, fields: frozenset[str]) -
     fallback = ~_to_bool(pc.string_is_ascii(arr))
     hasher: _RangeHasher | None = None
     if len(lengths) and int(lengths.min()) == int(lengths.max()):
-        whole = _equal_length_hashes(offsets, data)
+        whole = equal_length_hashes(offsets, data)
     else:
         hasher = _RangeHasher(offsets, data)
         whole = hasher.hash(offsets[:-1], offsets[1:], offsets[1:])
@@ -355,7 +355,7 @@ class _RangeHasher:
 _INV31 = pow(31, -1, 1 << 32)
 
 
-def _equal_length_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+def equal_length_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """``String.hashCode`` (uint32) of ASCII strings that all have the same length."""
     n = len(offsets) - 1
     lo, hi = int(offsets[0]), int(offsets[-1])

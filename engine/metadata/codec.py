@@ -15,7 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.format.hfile import DEFAULT_BLOCK_SIZE, Cells, HFileReader, write_hudi_base_hfile
+from engine.format.hfile import (
+    DEFAULT_BLOCK_SIZE,
+    GZ_LEVEL,
+    Cells,
+    HFileReader,
+    write_hudi_base_hfile,
+)
 from engine.format.log_block import BlockType, HeaderKey, iter_blocks
 from engine.format.log_format import (
     decode_hfile_data_block,
@@ -33,6 +39,7 @@ from engine.metadata.records import (
     with_value_type,
 )
 from engine.metadata.schema import metadata_schema_json
+from engine.metadata.update import SharedUpserts
 
 RECORD_INDEX_BLOCK_SIZE = 4 * 1024
 """HFile data block size of the ``record_index`` partition's files (base HFiles and log
@@ -46,9 +53,23 @@ Other partitions keep 1 MB: hudi-rs reads the ``files`` partition, whose bytes w
 Java writes them."""
 
 
+RECORD_INDEX_GZ_LEVEL = 1
+"""DEFLATE level of the ``record_index`` partition's HFile blocks. Java writes level 6
+(Hadoop's zlib default); the record index is the MDT's bulk (a million entries are ~21,000
+blocks of 4 KB, every one deflated at each write and MDT compaction), and level 1 deflates
+them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``). The format is the same
+(one gzip member per block): every reader inflates any level alike. Other partitions keep
+Java's level, and Java's bytes."""
+
+
 def block_size(partition: str) -> int:
     """The HFile data block size of an MDT partition's files."""
     return RECORD_INDEX_BLOCK_SIZE if partition == RECORD_INDEX.name else DEFAULT_BLOCK_SIZE
+
+
+def gz_level(partition: str) -> int:
+    """The DEFLATE level of an MDT partition's HFile blocks."""
+    return RECORD_INDEX_GZ_LEVEL if partition == RECORD_INDEX.name else GZ_LEVEL
 
 
 def _in_layout(record: MetadataRecord, value_types: bool) -> MetadataRecord:
@@ -61,12 +82,13 @@ def _in_layout(record: MetadataRecord, value_types: bool) -> MetadataRecord:
 
 
 def _cells(records: Sequence[MetadataRecord], file_name: str | None,
-           value_types: bool = False) -> Cells:
+           value_types: bool = False, shared: Sequence[SharedUpserts] = ()) -> Cells:
     """(key, Avro value) per record, sorted by key bytes (stable: equal keys keep their
-    order), as Arrow arrays. A value does not hold its key (it is written as ""), so records
-    sharing one payload object — every record-index entry of a file group — share one
-    encoding: it is computed once. The records are read by C-level iteration (a record is a
-    tuple), no Python step per record."""
+    order, ``records`` before ``shared``), as Arrow arrays. A value does not hold its key (it
+    is written as ""), so records sharing one payload object — every record-index entry of a
+    file group — share one encoding: it is computed once. The records are read by C-level
+    iteration (a record is a tuple), no Python step per record; ``shared`` keys are
+    never records at all (one encoding per chunk, its keys taken as they are)."""
     n = len(records)
     keys = list(map(operator.itemgetter(0), records))
     kinds = np.fromiter(map(operator.itemgetter(1), records), dtype=np.int64, count=n)
@@ -76,12 +98,16 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
                            count=n)
     _, first, inverse = np.unique(payloads * 16 + kinds, return_index=True,
                                   return_inverse=True)
+    distinct = [records[int(i)] for i in first] + [chunk.record for chunk in shared]
     encoded = pa.array([encode_metadata_value(
-        _in_layout(records[int(i)], value_types)._replace(file_name=file_name), value_types)
-        for i in first], pa.large_binary())
-    values = encoded.take(pa.array(inverse.reshape(-1), pa.int64())) if n else encoded
-    rows = pa.array(keys, pa.large_string()).cast(pa.large_binary())
+        _in_layout(record, value_types)._replace(file_name=file_name), value_types)
+        for record in distinct], pa.large_binary())
+    which = [inverse.reshape(-1)] + [np.full(len(chunk.keys), len(first) + c, np.int64)
+                                      for c, chunk in enumerate(shared)]
+    rows = pa.concat_arrays([pa.array(keys, pa.large_string()).cast(pa.large_binary())]
+                            + [chunk.keys.cast(pa.large_binary()) for chunk in shared])
     order = pc.sort_indices(rows)
+    values = encoded.take(pa.array(np.concatenate(which), pa.int64()))
     return Cells(rows.take(order), values.take(order))
 
 
@@ -92,20 +118,22 @@ def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str
     :attr:`engine.timeline.version.TableVersion.column_stats_value_types`)."""
     return write_hudi_base_hfile(_cells(records, name, value_types),
                                  metadata_schema_json(value_types),
-                                 block_size=block_size(partition))
+                                 block_size=block_size(partition), level=gz_level(partition))
 
 
 def log_file_bytes(records: Sequence[MetadataRecord], instant_time: str, *,
                    deletes: Sequence[str] = (), partition: str = "",
-                   value_types: bool = False) -> bytes:
-    """A log file written at ``instant_time``: one HFile data block with ``records`` (if
-    any), then one delete block removing ``deletes`` from MDT ``partition`` (if any);
-    ``value_types`` as :func:`base_file_bytes`."""
+                   value_types: bool = False,
+                   shared: Sequence[SharedUpserts] = ()) -> bytes:
+    """A log file written at ``instant_time``: one HFile data block with ``records`` and the
+    ``shared`` upserts (if any), then one delete block removing ``deletes`` from MDT
+    ``partition`` (if any); ``value_types`` as :func:`base_file_bytes`."""
     schema = metadata_schema_json(value_types)
     parts = []
-    if records or not deletes:
-        parts.append(encode_hfile_data_block(_cells(records, None, value_types), schema,
-                                             instant_time, block_size=block_size(partition)))
+    if records or shared or not deletes:
+        parts.append(encode_hfile_data_block(_cells(records, None, value_types, shared), schema,
+                                             instant_time, block_size=block_size(partition),
+                                             level=gz_level(partition)))
     if deletes:
         parts.append(encode_metadata_delete_block(sorted(deletes), partition, instant_time,
                                                   schema))

@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from engine.index.bucket import equal_length_hashes
+
 __all__ = [
     "ALL_PARTITIONS_KEY",
     "BLOOM_FILTERS",
@@ -198,6 +200,8 @@ def _ascii_hashes(keys: pa.Array) -> np.ndarray:
     starts = raw[:-1] - raw[0]
     if not len(data):
         return np.zeros(len(keys), dtype=np.uint32)
+    if lengths.min() == lengths.max():  # one length (UUIDs, fixed-width keys): a matrix
+        return equal_length_hashes(raw - raw[0], data)
     powers = np.ones(int(lengths.max()), dtype=np.uint64)
     for i in range(1, len(powers)):
         powers[i] = (powers[i - 1] * np.uint64(31)) & np.uint64(0xFFFFFFFF)

@@ -18,8 +18,6 @@ live record key → the data partition and file group holding it (``hudi-metadat
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import weakref
 from collections.abc import Iterable, Sequence
@@ -42,7 +40,7 @@ from engine.metadata.records import (
     MetadataRecord,
     record_index_record,
 )
-from engine.metadata.update import with_update
+from engine.metadata.update import SharedUpserts, with_update
 from engine.schema import RECORD_KEY
 from engine.storage import Storage
 
@@ -146,10 +144,7 @@ def _records(keys: Iterable[str], partition: str, file_id: str,
     if not listed:
         return []
     template = record_index_record(listed[0], partition, file_id, instant_time)
-    # MetadataRecord(key, type, payload, None) per key, iterated in C (a million keys)
-    make = functools.partial(tuple.__new__, MetadataRecord)
-    return list(map(make, zip(listed, itertools.repeat(template.type),
-                              itertools.repeat(template.payload), itertools.repeat(None))))
+    return SharedUpserts(pa.array(listed, pa.string()), template).records()
 
 
 def _distinct(values: pa.Array | pa.ChunkedArray | None) -> pa.Array:
@@ -163,27 +158,29 @@ def _distinct(values: pa.Array | pa.ChunkedArray | None) -> pa.Array:
     return pc.unique(values.cast(pa.string()))
 
 
-def _sorted_keys(keys: pa.Array, unless_in: pa.Array | None = None) -> list[str]:
-    """``keys`` not in ``unless_in``, sorted (UTF-8 byte order, which is code point order)."""
+def _not_in(keys: pa.Array, unless_in: pa.Array | None) -> pa.Array:
+    """``keys`` not in ``unless_in``."""
     if unless_in is not None and len(unless_in) and len(keys):
         keys = keys.filter(pc.invert(pc.is_in(keys, value_set=unless_in)))
-    return keys.take(pc.sort_indices(keys)).to_pylist()
+    return keys
 
 
-def changes(partition: str, file_id: str, instant_time: str, inserted: Iterable[str],
-            removed: Iterable[str]) -> MetadataUpdate | None:
-    """The record_index entries of one written file: ``inserted`` keys now live in
+def changes(partition: str, file_id: str, instant_time: str,
+            inserted: pa.Array | Iterable[str], removed: Iterable[str]) -> MetadataUpdate | None:
+    """The record_index entries of one written file: ``inserted`` keys (distinct; an Arrow
+    string array stays one, see :class:`~engine.metadata.update.SharedUpserts`) now live in
     (``partition``, ``file_id``) since ``instant_time``; ``removed`` keys left it. None if
     neither."""
     from engine.metadata.update import MetadataUpdate
 
-    upserts = _records(inserted, partition, file_id, instant_time)
+    keys = inserted if isinstance(inserted, pa.Array) else pa.array(list(inserted), pa.string())
     gone = list(removed)
-    if not upserts and not gone:
+    if not len(keys) and not gone:
         return None
     update = MetadataUpdate()
-    if upserts:
-        update.add(RECORD_INDEX, upserts)
+    if len(keys):
+        update.add_shared(RECORD_INDEX, keys, record_index_record(
+            keys[0].as_py(), partition, file_id, instant_time))
     if gone:
         update.delete(RECORD_INDEX, gone)
     return update
@@ -199,8 +196,10 @@ def base_file_changes(ctx: WriteContext, task: WriteTask, stat: WriteStat,
     if RECORD_INDEX not in ctx.metadata_partitions:
         return stat
     old, new = _distinct(before), _distinct(after)
+    gone = _not_in(old, new)
     return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
-                                     _sorted_keys(new, old), _sorted_keys(old, new)))
+                                     _not_in(new, old),
+                                     gone.take(pc.sort_indices(gone)).to_pylist()))
 
 
 def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat: WriteStat,
@@ -225,8 +224,7 @@ def log_file_changes(ctx: WriteContext, task: WriteTask, storage: Storage, stat:
         # Upserts only, tagged by the index: a located key stays live in its group (an
         # update, winning or not, never deletes), every other key enters it.
         return with_update(stat, changes(task.partition_path, task.file_id, ctx.instant_time,
-                                         _sorted_keys(touched, _distinct(task.located_keys)),
-                                         ()))
+                                         _not_in(touched, _distinct(task.located_keys)), ()))
     keys = touched.take(pc.sort_indices(touched))
     stored = _slice_layers(ctx, task, storage, keys, schema)
     before = _live(ctx, stored, [], schema)

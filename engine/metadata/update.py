@@ -11,24 +11,63 @@ opaque to the timeline, which sits below the metadata table; :func:`carried` rea
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
 
 from engine.metadata.records import MetadataRecord
 from engine.timeline.commit_metadata import WriteStat
 
 
+@dataclass(frozen=True)
+class SharedUpserts:
+    """Upserts of many keys that each take the same record but for its key (the record-index
+    entries of one written file: every key points at that file's group), kept as one Arrow
+    array of the keys and the one record from the write task to the MDT log file, with no
+    object per key (a bulk insert of a million rows is a million entries)."""
+
+    keys: pa.Array
+    """Distinct keys (``string`` or ``large_string``, no nulls), in any order."""
+    record: MetadataRecord
+    """What every key takes (its own ``key`` is not used)."""
+
+    def records(self) -> list[MetadataRecord]:
+        """One record per key (sharing this one's payload), in key array order."""
+        make = functools.partial(tuple.__new__, MetadataRecord)
+        record = self.record
+        return list(map(make, zip(self.keys.to_pylist(), itertools.repeat(record.type),
+                                  itertools.repeat(record.payload),
+                                  itertools.repeat(record.file_name))))
+
+
 @dataclass
 class MetadataUpdate:
-    """What one data action writes to the MDT: per MDT partition, records to upsert and
-    keys to delete."""
+    """What one data action writes to the MDT: per MDT partition, records to upsert (one
+    by one in ``upserts``, by shared record in ``shared``) and keys to delete."""
 
     upserts: dict[str, list[MetadataRecord]] = field(default_factory=dict)
     deletes: dict[str, list[str]] = field(default_factory=dict)
+    shared: dict[str, list[SharedUpserts]] = field(default_factory=dict)
 
     def add(self, partition: str, records: Iterable[MetadataRecord]) -> None:
         """Upsert ``records`` into ``partition``."""
         self.upserts.setdefault(partition, []).extend(records)
+
+    def add_shared(self, partition: str, keys: pa.Array, record: MetadataRecord) -> None:
+        """Upsert every key of ``keys`` into ``partition`` as ``record`` (see
+        :class:`SharedUpserts`)."""
+        if len(keys):
+            self.shared.setdefault(partition, []).append(SharedUpserts(keys, record))
+
+    def records(self, partition: str) -> list[MetadataRecord]:
+        """Every record upserted into ``partition``, one by one (the shared ones after)."""
+        out = list(self.upserts.get(partition, ()))
+        for chunk in self.shared.get(partition, ()):
+            out += chunk.records()
+        return out
 
     def delete(self, partition: str, keys: Iterable[str]) -> None:
         """Delete ``keys`` from ``partition``."""
@@ -36,13 +75,15 @@ class MetadataUpdate:
 
     def partitions(self) -> list[str]:
         """The MDT partitions this update touches."""
-        return sorted(set(self.upserts) | set(self.deletes))
+        return sorted(set(self.upserts) | set(self.deletes) | set(self.shared))
 
     def extend(self, other: MetadataUpdate) -> None:
         """Add everything ``other`` holds."""
         for partition in other.partitions():
             self.add(partition, other.upserts.get(partition, ()))
             self.delete(partition, other.deletes.get(partition, ()))
+            if other.shared.get(partition):
+                self.shared.setdefault(partition, []).extend(other.shared[partition])
 
 
 def merge_updates(*updates: MetadataUpdate | None) -> MetadataUpdate | None:

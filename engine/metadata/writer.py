@@ -14,6 +14,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.layout.partition import write_partition_metadata
 from engine.metadata.codec import base_file_bytes, init_log_file, log_file_bytes
 from engine.metadata.keys import ALL_PARTITIONS_KEY, file_group_ids, file_group_indexes
@@ -40,7 +44,7 @@ from engine.metadata.table import (
     read_data_properties,
     set_declared_partitions,
 )
-from engine.metadata.update import MetadataUpdate
+from engine.metadata.update import MetadataUpdate, SharedUpserts
 from engine.timeline.active import MetadataSynced, Timeline
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
 from engine.timeline.compaction_plan import CompactionOperation, CompactionPlan
@@ -74,6 +78,37 @@ def _indexes(keys: list[str], groups: int) -> list[int]:
     return file_group_indexes(keys, groups).tolist()
 
 
+def _route_shared(chunks: Sequence[SharedUpserts], groups: int
+                  ) -> dict[int, list[SharedUpserts]]:
+    """``chunks`` split by the file group each key routes to (keys keep their order)."""
+    out: dict[int, list[SharedUpserts]] = {}
+    for chunk in chunks:
+        indexes = file_group_indexes(chunk.keys, groups)
+        order = np.argsort(indexes, kind="stable")
+        bounds = np.searchsorted(indexes[order], np.arange(groups + 1))
+        for index in range(groups):
+            lo, hi = int(bounds[index]), int(bounds[index + 1])
+            if lo < hi:
+                keys = chunk.keys.take(pa.array(order[lo:hi])) if hi - lo < len(order) \
+                    else chunk.keys
+                out.setdefault(index, []).append(SharedUpserts(keys, chunk.record))
+    return out
+
+
+def _not_upserted(keys: Sequence[str], upserts: Sequence[MetadataRecord],
+                  shared: Sequence[SharedUpserts]) -> list[str]:
+    """``keys`` that neither ``upserts`` nor ``shared`` upsert."""
+    if not keys:
+        return []
+    upserted = {r.key for r in upserts}
+    kept = [k for k in keys if k not in upserted]
+    if shared and kept:
+        values = pa.concat_arrays([chunk.keys.cast(pa.large_string()) for chunk in shared])
+        array = pa.array(kept, pa.large_string())
+        kept = array.filter(pc.invert(pc.is_in(array, value_set=values))).to_pylist()
+    return kept
+
+
 def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: str,
                       update: MetadataUpdate, *,
                       declared: Collection[str] | None = None) -> str:
@@ -97,25 +132,29 @@ def write_deltacommit(mdt: MetadataTable, mdt_timeline: Timeline, instant_time: 
         for record, index in zip(upserts, _indexes([r.key for r in upserts], len(groups)),
                                  strict=True):
             records.setdefault(index, []).append(record)
+        shared = _route_shared(update.shared.get(partition, ()), len(groups))
         # A key both upserted and deleted by one action (a record moved between file
         # groups: the old file loses it, the new one gains it) keeps the upsert.
-        upserted = {r.key for r in update.upserts.get(partition, ())}
         deletes: dict[int, list[str]] = {}
-        removed = [k for k in update.deletes.get(partition, ()) if k not in upserted]
+        removed = _not_upserted(update.deletes.get(partition, ()), upserts,
+                                update.shared.get(partition, ()))
         for key, index in zip(removed, _indexes(removed, len(groups)), strict=True):
             deletes.setdefault(index, []).append(key)
-        for index in sorted(set(records) | set(deletes)):
+        for index in sorted(set(records) | set(shared) | set(deletes)):
             file_id = groups[index]
             name = f".{file_id}_{instant_time}.log.1_{WRITE_TOKEN}"
+            upserted = len(records.get(index, ())) + sum(
+                len(chunk.keys) for chunk in shared.get(index, ()))
             data = log_file_bytes(records.get(index, ()), instant_time,
                                   deletes=deletes.get(index, ()), partition=partition,
-                                  value_types=_value_types(mdt))
+                                  value_types=_value_types(mdt),
+                                  shared=shared.get(index, ()))
             mdt.storage.write_new(f"{partition}/{name}", data)
-            count = len(records.get(index, ())) + len(deletes.get(index, ()))
+            count = upserted + len(deletes.get(index, ()))
             stats.append(WriteStat(
                 file_id=file_id, path=f"{partition}/{name}", partition_path=partition,
                 prev_commit=instant_time, num_writes=count,
-                num_update_writes=len(records.get(index, ())),
+                num_update_writes=upserted,
                 num_deletes=len(deletes.get(index, ())), total_write_bytes=len(data),
                 file_size_in_bytes=len(data), base_file="", log_files=(name,),
                 total_log_blocks=1, total_log_records=count))

@@ -186,6 +186,10 @@ def test_hfile_get_many_multi_block_equals_filtered_cells() -> None:
         rows += [b"", b"key-", b"zzz", b"b"]
         wanted = set(rows)
         assert list(reader.get_many(rows)) == [c for c in all_cells if c[0] in wanted]
+        # dense: most rows of the file wanted (every block walked), unsorted, repeated
+        rows = [c[0] for c in rng.sample(all_cells, len(all_cells) * 2 // 3)] + rows
+        wanted = set(rows)
+        assert list(reader.get_many(rows)) == [c for c in all_cells if c[0] in wanted]
         assert list(reader.get_many([])) == []
 
 
@@ -205,6 +209,11 @@ def test_hfile_get_many_value_holding_a_cell_of_another_row_is_not_a_cell() -> N
         assert list(reader.get_many([b"key-b"])) == []
         assert list(reader.get_many([b"key-b", b"key-c", b"key-d"])) == cells[1:]
         assert list(reader.get_many([b"key-a", b"key-b"])) == cells[:1]
+        # many rows wanted in one block: one walk over its cells, the same answer
+        many = [b"key-b", b"key-c", b"key-d"] + [b"absent-%d" % i for i in range(10)]
+        assert len(many) >= HFileReader.DENSE_LOOKUP
+        assert list(reader.get_many(many)) == cells[1:]
+        assert list(reader.get_many([b"key-a", b"key-b", *many[3:]])) == cells[:1]
 
 
 def test_hfile_get_many_reads_neighbouring_blocks_in_one_range() -> None:

@@ -325,6 +325,14 @@ def test_file_group_indexes_any_keys_equal_the_per_key_java_hash_route():
             file_group_index(k, groups) for k in keys]
         assert file_group_indexes(pa.chunked_array([keys[:7], keys[7:]]), groups).tolist() \
             == [file_group_index(k, groups) for k in keys]
+    # ASCII keys all of one length (UUIDs, fixed-width ids) take a matrix path
+    same = ["polygenelubricants"] + ["".join(rng.choice("az09-_/~\x7f\x01") for _ in range(18))
+                                     for _ in range(2000)]
+    for groups in (2, 10, 1000):
+        assert file_group_indexes(same, groups).tolist() == [
+            file_group_index(k, groups) for k in same]
+        assert file_group_indexes(pa.array(same).slice(5), groups).tolist() == [
+            file_group_index(k, groups) for k in same[5:]]
 
 
 def test_metadata_out_of_step_rebuild_keeps_declared_indexes_and_waits_to_add_new_ones(

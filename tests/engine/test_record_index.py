@@ -253,3 +253,65 @@ def test_record_index_without_metadata_table_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match=r"hoodie\.metadata\.enable"):
         Table.open(table.path, {"hoodie.metadata.enable": "false"}).upsert(
             pa.table({"key": ["a"], "ts": [1]}))
+
+
+def test_record_index_shared_upserts_write_what_records_one_by_one_write(
+        tmp_path: Path) -> None:
+    """A write's record-index entries travel as key arrays with one shared record
+    (``MetadataUpdate.add_shared``); the MDT deltacommit must write, group by group, the
+    same log bytes as the same entries given one record each, and keep Hudi's rules: a key
+    both upserted and deleted by one action keeps the upsert (a move), a deleted key goes,
+    keys of two written files that hash to one group land in that group's one log."""
+    from engine.metadata.reader import latest_group_slices, trust_all
+    from engine.metadata.records import record_index_record
+    from engine.metadata.update import MetadataUpdate
+    from engine.metadata.writer import write_deltacommit
+    from engine.timeline.instant import new_instant_time
+
+    keys = [f"key-{i:03d}" for i in range(60)]
+    tables = []
+    for name in ("shared", "one-by-one"):
+        table = Table.create(str(tmp_path / name), name="t", table_type="COPY_ON_WRITE",
+                             record_key="key", precombine="ts",
+                             options={"hoodie.index.type": "RECORD_INDEX"})
+        table.insert(pa.table({"key": keys, "ts": [1] * 60}))
+        tables.append(table)
+    before = [_index_entries(table) for table in tables]
+    # two written files; every key of file B hashes to the group of file A's first key
+    group = abs(ref_string_hash("new-000")) % 10
+    same_group = [k for k in (f"new-{i:03d}" for i in range(1, 400))
+                  if abs(ref_string_hash(k)) % 10 == group][:5]
+    moved, deleted, absent = "key-007", "key-011", "never-written"
+    file_a = ["new-000", moved, "new-001", "new-002"]
+    instant = new_instant_time(max(MetadataTable(t.storage, t.config).timeline()
+                                   .latest_instant_time() for t in tables))
+    record_a = record_index_record(file_a[0], "", "file-a", instant)
+    record_b = record_index_record(same_group[0], "", "file-b", instant)
+    shared = MetadataUpdate()
+    shared.add_shared(RECORD_INDEX, pa.array(file_a), record_a)
+    shared.add_shared(RECORD_INDEX, pa.array(same_group), record_b)
+    shared.add_shared(RECORD_INDEX, pa.array([], pa.string()), record_b)  # nothing
+    shared.delete(RECORD_INDEX, [moved, deleted, absent])
+    one_by_one = MetadataUpdate()
+    one_by_one.add(RECORD_INDEX, shared.records(RECORD_INDEX))
+    one_by_one.delete(RECORD_INDEX, [moved, deleted, absent])
+    assert len(shared.records(RECORD_INDEX)) == len(file_a) + len(same_group)
+    logs = []
+    for table, update, entries in zip(tables, (shared, one_by_one), before, strict=True):
+        mdt = MetadataTable(table.storage, table.config)
+        write_deltacommit(mdt, mdt.timeline(), instant, update)
+        written = sorted(s.name for s in mdt.storage.list_dir(RECORD_INDEX)
+                         if f"_{instant}." in s.name)
+        logs.append({n: mdt.storage.read(f"{RECORD_INDEX}/{n}") for n in written})
+        merged: dict[str, tuple[str, str]] = {}
+        for piece in latest_group_slices(mdt, mdt.timeline(), trust_all, RECORD_INDEX):
+            for key, record in read_slice(mdt.storage, piece).items():
+                info = record.payload
+                assert isinstance(info, RecordIndexInfo)
+                merged[key] = (info.partition_name or "", info.location_file_id)
+        expected = {k: v[:2] for k, v in entries.items() if k != deleted}
+        expected |= {k: ("", "file-a") for k in file_a}
+        expected |= {k: ("", "file-b") for k in same_group}
+        assert merged == expected, table.path
+    assert logs[0] == logs[1]
+    assert f".record-index-{group:04d}-0_{instant}.log.1_0-0-0" in logs[0]
