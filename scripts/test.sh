@@ -20,6 +20,11 @@ bash scripts/setup.sh
 # every module it imports (~0.3 CPU s each). Python still checks each file against its source.
 .venv/bin/python -m compileall -q engine ingest jobs tests bench > /dev/null
 phase "setup"
+# The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
+# per Java and Spark install (about a minute and a half, beside ruff and mypy, which keep one
+# core busy, and the engine's quick tests, which start no JVM); it halves each JVM's start.
+.venv/bin/python -m tests.spark_jvm &
+archive=$!
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
@@ -29,11 +34,6 @@ phase "setup"
 # circles, upward imports, and ingest's engine modules (fails above 12: docs/engine.md)
 .venv/bin/python scripts/import_graph.py
 phase "ruff, mypy and lint-imports"
-# The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
-# per Java and Spark install (about a minute and a half, beside the engine's quick tests, which
-# start no JVM); it halves each JVM's start.
-.venv/bin/python -m tests.spark_jvm &
-archive=$!
 # Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
 # no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
 # share one Spark session and one broker per process and run in one. With arguments (paths,
