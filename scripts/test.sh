@@ -9,7 +9,12 @@ if [ "${1:-}" = "--soak" ]; then
   shift
 fi
 phase() { echo "test.sh: $1 done at ${SECONDS} s"; }  # where a run's time goes
-# The JVM archive is written below, beside the engine's quick tests, not by setup.
+# One seed for the run's rotating CI cases (tests/soak.py, docs/testing.md): printed here, and
+# named by a failing test; the same value replays the same cases.
+export TIDELAKE_ROTATION_SEED="${TIDELAKE_ROTATION_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}"
+echo "test.sh: TIDELAKE_ROTATION_SEED=${TIDELAKE_ROTATION_SEED}"
+# The JVM archive is written below, beside ruff and mypy and the engine's quick tests, not by
+# setup.
 TIDELAKE_SETUP_SKIP_JVM_ARCHIVE=1 bash scripts/setup.sh
 # Bytecode for the project's modules, written once: where PYTHONDONTWRITEBYTECODE is set (as
 # on the machines of docs/testing.md) every Python process the tests start — each job's
@@ -17,6 +22,11 @@ TIDELAKE_SETUP_SKIP_JVM_ARCHIVE=1 bash scripts/setup.sh
 # every module it imports (~0.3 CPU s each). Python still checks each file against its source.
 .venv/bin/python -m compileall -q engine ingest jobs tests bench > /dev/null
 phase "setup"
+# The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
+# per Java and Spark install (about a minute and a half, beside ruff and mypy, which keep one
+# core busy, and the engine's quick tests, which start no JVM); it halves each JVM's start.
+.venv/bin/python -m tests.spark_jvm &
+archive=$!
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/mypy bench/  # scripts, not a package (bench/ingest.py would shadow ingest)
@@ -26,11 +36,6 @@ phase "setup"
 # circles, upward imports, and ingest's engine modules (fails above 12: docs/engine.md)
 .venv/bin/python scripts/import_graph.py
 phase "ruff, mypy and lint-imports"
-# The class-data archive the tests' Spark JVMs start from (tests/spark_jvm.py): written once
-# per Java and Spark install (about a minute and a half, beside the engine's quick tests, which
-# start no JVM); it halves each JVM's start.
-.venv/bin/python -m tests.spark_jvm &
-archive=$!
 # Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
 # no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
 # share one Spark session and one broker per process and run in one. With arguments (paths,
@@ -47,7 +52,29 @@ else
 fi
 phase "the quick suite"
 status=0
-.venv/bin/python -m pytest -m slow -q --durations=20 "$@" || status=$?
+engine_status=0
+if [ "$#" -eq 0 ]; then
+  # The engine's slow tests (no JVM: writer processes, services, stress) in a second process
+  # beside the rest, whose job runs keep 1.2-1.5 of the two cores busy (docs/testing.md):
+  # they take the idle part instead of ~2 min of their own. Their output follows the rest's.
+  engine_log=$(mktemp)
+  (
+    rc=0
+    .venv/bin/python -m pytest -m slow -q --durations=10 -p no:cacheprovider tests/engine \
+      || rc=$?
+    phase "the engine's slow suite (beside the rest)"
+    exit "$rc"
+  ) > "$engine_log" 2>&1 &
+  engine=$!
+  .venv/bin/python -m pytest -m slow -q --durations=20 --ignore=tests/engine || status=$?
+  wait "$engine" || engine_status=$?
+  cat "$engine_log"
+  rm -f "$engine_log"
+else
+  .venv/bin/python -m pytest -m slow -q --durations=20 "$@" || status=$?
+fi
 phase "the slow suite"
 # Exit code 5 means "no test selected": not a failure when no suite is marked slow.
-if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then exit "$status"; fi
+for rc in "$status" "$engine_status"; do
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+done

@@ -11,12 +11,18 @@ from typing import Any
 
 import pytest
 
-from tests import spark_jvm, spark_python
+from tests import soak, spark_jvm, spark_python
 from tests.gcs import GCSLocation, GCSServer
 from tests.s3 import S3Location, S3Server
 
 spark_jvm.use_in_environment()  # the Spark JVMs the tests start: C1 and the class-data archive
 spark_python.use_in_environment()  # their Python processes import the installed pyspark
+
+def pytest_report_header() -> str:
+    """The seed of the rotating CI cases (``tests/soak.py``), which ``-q`` runs name on failure."""
+    return f"{soak.rotation_note()} (rotating CI cases: docs/testing.md)" + (
+        "; TIDELAKE_SOAK: every case at its full size" if soak.SOAK else "")
+
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "hudi-samples"
 """Java-written sample tables shipped with the tests (see its README.md)."""

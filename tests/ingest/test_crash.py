@@ -25,7 +25,10 @@ Sizes (``tests/soak.py``): with ``TIDELAKE_SOAK=1`` each index is killed at ever
 four random moments. At the CI size every point is still killed once, by the index whose state
 it interrupts, or by one index where what the kill leaves is the same for all
 (:data:`CI_POINTS`: GLOBAL_STATE while tagging, around the error table's commit and after the
-commit; RECORD_INDEX before the commit: 7 job runs; before the query and while decoding,
+commit; RECORD_INDEX before the commit), and the two points of GLOBAL_STATE around the error
+table's commit, which leave an uncommitted data instant after the state stores' commit, one
+per CI run (:data:`ROTATING`, by ``TIDELAKE_ROTATION_SEED``): 4 + 2 job runs; before the query
+and while decoding,
 :data:`~tests.ingest.job_child.INDEX_FREE_POINTS`, in the BUCKET table's service-kill lineage
 of ``test_streaming_services``, so BUCKET runs here at the soak size only); random moments at
 the soak size only: each kill costs a restart of the job (a JVM, ~30 s).
@@ -59,7 +62,7 @@ from tests.ingest.job_harness import (
     write_job,
 )
 from tests.kafka_broker import kafka_bootstrap, unique_topic  # noqa: F401
-from tests.soak import SOAK, soak
+from tests.soak import SOAK, rotate, rotation_note, soak
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka,
@@ -91,8 +94,26 @@ CI_POINTS = {
     # between the executors' writes and the commit (the restart re-tags from the index).
     "RECORD_INDEX": ("before_commit",),
 }
+ROTATING = {"GLOBAL_STATE": ("before_error_commit", "after_error_commit")}
+"""Points of :data:`CI_POINTS` killed one per CI run (``tests/soak.py``'s :func:`rotate`): both
+kill the job between the state stores' commit of the batch and the table's, with the data
+instant inflight and its files written; before the error table's commit (its instant inflight
+too) or after it (the error table holds the batch). Every CI run kills one of them, successive
+runs both; the soak size kills both in every run."""
 assert {*INDEX_FREE_POINTS, *(p for points in CI_POINTS.values() for p in points)} == set(
     ALL_POINTS["GLOBAL_STATE"]), "every crash point must be killed at the CI size"
+assert all(set(pool) <= set(CI_POINTS[index]) and len(pool) > 1
+           for index, pool in ROTATING.items()), "a rotation is among a test's CI points"
+
+
+def ci_points(index: str) -> tuple[str, ...]:
+    """The points ``index`` is killed at in this run: every one of :data:`ALL_POINTS` at the
+    soak size; at the CI size :data:`CI_POINTS` with one of each :data:`ROTATING` pool."""
+    if SOAK:
+        return ALL_POINTS[index]
+    pool = ROTATING.get(index, ())
+    kept = set(rotate(f"crash-{index}", pool))
+    return tuple(p for p in CI_POINTS[index] if p not in pool or p in kept)
 # repeats of one kind
 # (a random moment is one of the named points or between them: soak size only)
 RANDOM_KILLS = {"BUCKET": soak(0, 4), "GLOBAL_STATE": soak(0, 4), "RECORD_INDEX": soak(0, 4)}
@@ -124,7 +145,7 @@ def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
     seed = int(os.environ.get("TIDELAKE_CRASH_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     topic = unique_topic("crash")
-    named = [p for p in ALL_POINTS[index] if p in soak(CI_POINTS[index], ALL_POINTS[index])]
+    named = [p for p in ALL_POINTS[index] if p in ci_points(index)]
     points = [*named, *["random"] * RANDOM_KILLS[index]]
     if not points:
         assert not SOAK
@@ -139,7 +160,7 @@ def test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle(
                      "trigger.processing_time": "500 milliseconds"})
     job_file = write_job(tmp_path / "job.toml", settings)
     table, errors = tmp_path / "trips", tmp_path / "trips_errors"
-    where = f"(TIDELAKE_CRASH_SEED={seed})"
+    where = f"(TIDELAKE_CRASH_SEED={seed} {rotation_note()}: points {named})"
 
     jobs: list[ChildJob] = []
     try:

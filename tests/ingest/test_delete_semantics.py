@@ -44,7 +44,7 @@ from tests.ingest.helpers import (
     run_stream,
     table_rows,
 )
-from tests.soak import soak
+from tests.soak import rotate, rotation_note, soak
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -138,12 +138,17 @@ PREFIX_BUCKET = [Event("a", 100, "oslo", 1.0), Event("c", 100, "rome", 2.0),
 
 
 def cuts(rng: random.Random, n: int) -> list[list[int]]:
-    """Batch sizes: everything in one batch, thirds, and random cuts (one at the CI size, four
-    with ``TIDELAKE_SOAK=1``)."""
-    out = [[n], [n // 3, n // 3, n - 2 * (n // 3)]]
+    """Batch sizes: everything in one batch, then thirds and random cuts (four with
+    ``TIDELAKE_SOAK=1``). At the CI size one cut besides the whole: the thirds or one random
+    cut, by ``TIDELAKE_ROTATION_SEED`` (``tests/soak.py``): both cut the records into three or
+    four micro-batches, which must give the table the whole batch gives."""
+    out = [[n]]
+    randoms = []
     for _ in range(soak(1, 4)):
         points = sorted(rng.sample(range(1, n), 3))
-        out.append([b - a for a, b in zip([0, *points], [*points, n], strict=True)])
+        randoms.append([b - a for a, b in zip([0, *points], [*points, n], strict=True)])
+    for kind in rotate("delete-cuts", ("thirds", "random")):
+        out += [[n // 3, n // 3, n - 2 * (n // 3)]] if kind == "thirds" else randoms
     return out
 
 
@@ -189,8 +194,8 @@ def test_deletes_any_micro_batch_cut_gives_the_oracle_table_in_ours_and_hudi_rs(
             for batch_id, batch in enumerate(_batches(events, sizes)):
                 sink.process_batch(data_frame(spark, kafka_rows(batch, "ev", offsets)), batch_id)
                 assert sink.last_result is not None and sink.last_result.errors == 0
-        assert table_rows(path) == expected, f"cut {sizes}"
-        assert hudi_rs_rows(path) == expected, f"cut {sizes} (hudi-rs)"
+        assert table_rows(path) == expected, f"cut {sizes} ({rotation_note()})"
+        assert hudi_rs_rows(path) == expected, f"cut {sizes} (hudi-rs, {rotation_note()})"
     print(f"{index} {table_type}: {time.monotonic() - started:.1f} s")
 
 

@@ -11,10 +11,12 @@
   oracle, and the offsets recorded in the table resume the job exactly.
 * SIGKILL inside each service, and at random moments (three in the compaction/clean/archive
   test and one in each clustering test with ``TIDELAKE_SOAK=1``); each restart finishes what
-  was interrupted. The compaction/clean/archive lineage first kills the job before its query
-  and while its executors decode (``job_child.INDEX_FREE_POINTS``: the crash test's points
-  that no index reaches, killed here at the CI size rather than in a BUCKET lineage of their
-  own). After every kill the table equals the oracle of the offsets it recorded.
+  was interrupted. At the CI size one of the two compaction points per run
+  (:data:`COMPACTION_POINTS`). The compaction/clean/archive lineage first kills the job
+  before its query and while its executors decode (``job_child.INDEX_FREE_POINTS``: the
+  crash test's points that no index reaches, killed here at the CI size rather than in a
+  BUCKET lineage of their own). After every kill the table equals the oracle of the offsets
+  it recorded.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from tests.ingest.job_harness import (
     write_job,
 )
 from tests.kafka_broker import kafka_bootstrap  # noqa: F401
-from tests.soak import soak
+from tests.soak import rotate, rotation_note, soak
 from tests.spark_session import spark  # noqa: F401
 
 pytestmark = [
@@ -211,6 +213,13 @@ RANDOM_SERVICE_KILLS = soak(0, 3)
 CLUSTERING_RANDOM_KILLS = soak(0, 1)
 """Random kills of the clustering and resize jobs (soak size only); each costs a job run and
 20-40 s of waiting."""
+COMPACTION_POINTS = ("compaction_task", "compaction_commit")
+"""The compaction/clean/archive kill test kills one of these per CI run (``tests/soak.py``'s
+:func:`rotate`, by ``TIDELAKE_ROTATION_SEED``), both at the soak size: each interrupts a
+compaction the restarted job must complete from its plan (while its tasks write the base files,
+or once all are written and it is not committed). The clustering kill tests reach the same two
+stages of a replacecommit (tasks on the GLOBAL_STATE table, commit on the consistent-hashing
+one) in every run."""
 GLOBAL_STATE_CLUSTERING_POINTS = soak(["clustering_task"], ["clustering_task",
                                                             "clustering_commit"])
 RESIZE_POINTS = soak(["clustering_commit"], ["clustering_task", "clustering_commit"])
@@ -342,12 +351,14 @@ def test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle(
     hudi-rs)."""
     from tests.ingest.job_child import INDEX_FREE_POINTS, SERVICE_POINTS
 
-    points = [p for p in SERVICE_POINTS if not p.startswith("clustering")]
+    compaction = rotate("service-kills-compaction", COMPACTION_POINTS)
+    points = [p for p in SERVICE_POINTS if not p.startswith("clustering")
+              and (p in compaction or p not in COMPACTION_POINTS)]
     stopped = _kill_at_each_point(kafka_bootstrap, tmp_path, {},
                                   [*INDEX_FREE_POINTS, *points,
                                    *["random"] * RANDOM_SERVICE_KILLS], seed=41)
     # each named point stopped a service with its instant pending
-    assert {"compaction_task", "compaction_commit", "clean"} <= stopped
+    assert {*compaction, "clean"} <= stopped, f"{stopped} ({rotation_note()}: points {points})"
 
 
 @pytest.mark.slow
