@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = ["archive_path", "java_options", "jvms_writing", "with_archive", "write_archive"]
@@ -102,11 +102,18 @@ def jvms_writing(target: Path) -> list[int]:
     return pids
 
 
-def write_archive() -> Path | None:
-    """Write the archive unless it exists: one small ``tidelake demo`` run (embedded broker,
-    2,000 records, the GLOBAL_STATE index, whose state store loads the most classes) with
-    ``-XX:ArchiveClassesAtExit``. Returns the archive, or None where none could be written
-    (the reason is printed; jobs then start without it)."""
+Run = Callable[[Path], tuple[int, str]]
+"""``run(partial)``: one Spark job whose driver JVM starts with
+``-XX:ArchiveClassesAtExit=partial`` (in ``SPARK_SUBMIT_OPTS``); its exit code and the tail of
+its output."""
+
+
+def write_archive(run: Run | None = None, name: str = "the archive's demo run") -> Path | None:
+    """Write the archive unless it exists: ``run`` (by default one small ``tidelake demo``:
+    embedded broker, 2,000 records, the GLOBAL_STATE index, whose state store loads the most
+    classes) with ``-XX:ArchiveClassesAtExit``. Returns the archive, or None where none could
+    be written (the reason is printed, naming the run ``name``; jobs then start without
+    it)."""
     target = archive_path()
     if target is None:
         print("spark_jvm: no java found; Spark JVMs start without a class-data archive")
@@ -117,12 +124,10 @@ def write_archive() -> Path | None:
         if target.is_file():
             print(f"spark_jvm: {target} (class-data archive) is there")
             return target
-        return _dump(target)
+        return _dump(target, run or _demo_run, name)
 
 
-def _dump(target: Path) -> Path | None:
-    started = time.monotonic()
-    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+def _demo_run(partial: Path) -> tuple[int, str]:
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
         env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial}"}
         command = [sys.executable, "-m", "jobs.cli", "demo", "--records", "2000", "--rate",
@@ -130,17 +135,23 @@ def _dump(target: Path) -> Path | None:
         try:
             run = subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True,
                                  timeout=600, check=False)
-            code, tail = run.returncode, (run.stdout + run.stderr)[-2000:]
         except subprocess.TimeoutExpired:
-            code, tail = -1, "timed out after 600 s"
-        # The JVM ends after the demo's Python (it exits when the gateway's pipe closes) and
-        # only then writes the archive.
-        deadline = time.monotonic() + _DUMP_WAIT_S
-        while jvms_writing(partial) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            return -1, "timed out after 600 s"
+        return run.returncode, (run.stdout + run.stderr)[-2000:]
+
+
+def _dump(target: Path, run: Run, name: str) -> Path | None:
+    started = time.monotonic()
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    code, tail = run(partial)
+    # The JVM ends after the job's Python (it exits when the gateway's pipe closes) and only
+    # then writes the archive.
+    deadline = time.monotonic() + _DUMP_WAIT_S
+    while jvms_writing(partial) and time.monotonic() < deadline:
+        time.sleep(0.2)
     if code != 0:
         partial.unlink(missing_ok=True)
-        print(f"spark_jvm: the archive's demo run failed (exit {code}); no archive:\n{tail}")
+        print(f"spark_jvm: {name} failed (exit {code}); no archive:\n{tail}")
         return None
     if jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
         partial.unlink(missing_ok=True)

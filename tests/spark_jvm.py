@@ -30,19 +30,17 @@ archive, without C1-only.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
-from jobs.spark_jvm import archive_path, jvms_writing
+from jobs import spark_jvm as jobs_spark_jvm
+from jobs.spark_jvm import archive_path
 
 __all__ = ["archive_path", "rocksdb_dir", "submit_opts", "use_in_environment", "write_archive"]
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
-_DUMP_WAIT_S = 180.0
 
 
 _ROCKSDB_LIBS = {"x86_64": "librocksdbjni-linux64.so", "aarch64": "librocksdbjni-linux-aarch64.so"}
@@ -113,31 +111,20 @@ def use_in_environment() -> None:
 
 
 def write_archive() -> Path | None:
-    """Write the archive unless it exists: run one GLOBAL_STATE job of the crash test's shape
-    (two micro-batches through the Kafka source, the state operator, the sink and a commit)
-    with ``-XX:ArchiveClassesAtExit``. Returns the archive, or None where none could be
-    written (the reason is printed; the tests then run without it)."""
-    target = archive_path()
-    if target is None:
-        print("spark_jvm: no java found; Spark JVMs start without a class-data archive")
-        return None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; the others find it written
-        if target.is_file():
-            print(f"spark_jvm: {target} (class-data archive) is there")
-            return target
-        return _dump(target)
+    """Write the archive unless it exists (:func:`jobs.spark_jvm.write_archive`, one archive
+    for jobs and tests): run one GLOBAL_STATE job of the crash test's shape (two micro-batches
+    through the Kafka source, the state operator, the sink and a commit) with
+    ``-XX:ArchiveClassesAtExit``. Returns the archive, or None where none could be written
+    (the reason is printed; the tests then run without it)."""
+    return jobs_spark_jvm.write_archive(_crash_shape_job, "the archive job")
 
 
-def _dump(target: Path) -> Path | None:
+def _crash_shape_job(partial: Path) -> tuple[int, str]:
     import tempfile
 
     from ingest.broker import EmbeddedBroker
     from tests.ingest.job_harness import ChildJob, KeyedStream, job_settings, write_job
 
-    started = time.monotonic()
-    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp, EmbeddedBroker() as broker:
         work = Path(tmp)
         stream = KeyedStream(broker.bootstrap_servers, "cds", 1_500, seed=7)
@@ -148,24 +135,7 @@ def _dump(target: Path) -> Path | None:
         job = ChildJob(write_job(work / "job.toml", settings), work, "cds",
                        env={"SPARK_SUBMIT_OPTS": options})
         code = job.wait(timeout=600)
-        # The driver's JVM ends after its Python (it exits when the gateway's pipe closes)
-        # and only then writes the archive.
-        deadline = time.monotonic() + _DUMP_WAIT_S
-        while jvms_writing(partial) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if code != 0:
-            partial.unlink(missing_ok=True)
-            print(f"spark_jvm: the archive job failed (exit {code}); no archive:\n{job.tail()}")
-            return None
-    if jvms_writing(partial) or not partial.is_file() or partial.stat().st_size < 1 << 20:
-        partial.unlink(missing_ok=True)
-        print("spark_jvm: the JVM wrote no class-data archive (this Java may lack a base CDS "
-              "archive); Spark JVMs start without one")
-        return None
-    os.replace(partial, target)
-    size = target.stat().st_size / 2**20
-    print(f"spark_jvm: wrote {target} ({size:.0f} MiB) in {time.monotonic() - started:.0f} s")
-    return target
+        return code, job.tail()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from engine.index.bucket import equal_length_hashes
+from engine.index.bucket import equal_length_hashes, java_string_hash
 
 __all__ = [
     "ALL_PARTITIONS_KEY",
@@ -44,7 +44,6 @@ __all__ = [
     "file_group_index",
     "file_group_indexes",
     "file_group_prefix",
-    "java_string_hash",
     "partition_identifier",
     "partition_stats_key",
     "secondary_index_key",
@@ -125,15 +124,6 @@ def secondary_index_key(secondary_value: str | None, record_key: str) -> str:
     """Secondary-index key ``escape(value)$escape(record key)``; None is a single NUL [U]."""
     value = "\x00" if secondary_value is None else _escape_secondary(secondary_value)
     return f"{value}${_escape_secondary(record_key)}"
-
-
-def java_string_hash(text: str) -> int:
-    """Java ``String.hashCode``: over UTF-16 code units, 32-bit signed wraparound."""
-    raw = text.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(raw), 2):
-        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def file_group_index(key: str, num_file_groups: int) -> int:

@@ -17,6 +17,7 @@ from engine.format.hfile import HFileReader
 from engine.format.log_block import HeaderKey
 from engine.format.log_format import BlockType, decode_hfile_data_block, iter_blocks
 from engine.format.naming import parse_base_file, parse_log_file
+from engine.index.bucket import java_string_hash
 from engine.metadata import keys
 from engine.metadata.records import (
     ColumnStats,
@@ -152,14 +153,14 @@ def test_index_keys_doc_examples() -> None:
     ("polygenelubricants", -(2**31), 8),
 ])
 def test_file_group_index_doc_routing_table(key: str, h: int, group: int) -> None:
-    assert keys.java_string_hash(key) == h
+    assert java_string_hash(key) == h
     assert keys.file_group_index(key, 10) == group
 
 
 def test_java_string_hash_utf16_surrogates_counted_as_units() -> None:
     # U+1F600 is the surrogate pair D83D DE00 in Java: h = 31 * 0xD83D + 0xDE00.
-    assert keys.java_string_hash("\U0001f600") == 31 * 0xD83D + 0xDE00
-    assert keys.java_string_hash("") == 0
+    assert java_string_hash("\U0001f600") == 31 * 0xD83D + 0xDE00
+    assert java_string_hash("") == 0
 
 
 def test_file_group_ids_prefixes_and_default_counts() -> None:
