@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 from common import (
     REPO_ROOT,
     load_average,
+    local_spark,
     log,
     machine_info,
     machine_line,
@@ -146,24 +147,10 @@ def run_batch(path: Path, kafka: pa.Table, schema: pa.Schema, located: bool) -> 
 def run_spark(source: Path, work: Path, kafka: pa.Table, schema: pa.Schema,
               runs: int) -> None:
     """``runs`` batches through the job (one per fresh copy of ``source``)."""
-    import os
-
-    from pyspark.sql import SparkSession
-
     from ingest.decode import JsonDecoder
     from ingest.sink import RECORD_INDEX, HudiStreamingSink, SinkConfig
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    path_env = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get(
-        "PYTHONPATH", "").split(os.pathsep))])
-    os.environ["PYTHONPATH"] = path_env
-    spark = (SparkSession.builder.master("local[2]").appName("sink-record-index")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.executorEnv.PYTHONPATH", path_env).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("sink-record-index")
     frame = spark.createDataFrame(kafka).cache()
     frame.count()
     rows = []

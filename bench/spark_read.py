@@ -30,7 +30,6 @@ way's sum is checked against ``Table.read`` with the same filter.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from common import (
     WorkloadSpec,
     generate_workload,
     load_average,
+    local_spark,
     log,
     machine_info,
     partition_values,
@@ -79,20 +79,7 @@ def build(path: str, rows: int, batches: int) -> Table:
 
 
 def session() -> SparkSession:
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    path_env = os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get(
-        "PYTHONPATH", "").split(os.pathsep))])
-    os.environ["PYTHONPATH"] = path_env
-    spark = (SparkSession.builder.master("local[2]").appName("tidelake-spark-read")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.executorEnv.PYTHONPATH", path_env).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_spark("tidelake-spark-read")
 
 
 def main() -> None:
