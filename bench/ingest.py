@@ -170,13 +170,20 @@ def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
                                          f"storage) on {broker.bootstrap_servers}")
 
 
+def warm_up_indexes(names: Sequence[str]) -> list[str]:
+    """The indexes warmed up before the timed runs: BUCKET always (the latency phase's too;
+    the consistent-hashing runs share its code), GLOBAL_STATE when a global run follows."""
+    return ["BUCKET"] + (["GLOBAL_STATE"] if "global" in names else [])
+
+
 @dataclass
 class Report:
     info: dict[str, str] = field(default_factory=dict)
     stream: Stream | None = None
     produced: ProduceResult | None = None
     session_seconds: float | None = None
-    warmup_seconds: float | None = None
+    warmup_seconds: dict[str, float] = field(default_factory=dict)
+    """Each untimed warm-up query's seconds, by index (:func:`warm_up_indexes`)."""
     runs: list[RunResult] = field(default_factory=list)
     latency: LatencyResult | None = None
     stages: StageRates | None = None
@@ -204,10 +211,12 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
             check_keys = sample_keys(stream.workload)
         spark, report.session_seconds = _spark(args, bootstrap, out)
         try:
-            report.warmup_seconds = warm_up(spark, bootstrap=bootstrap, folder=out / "warmup",
-                                            args=args)
-            log(f"Spark session {report.session_seconds:.1f} s, warm-up query "
-                f"{report.warmup_seconds:.1f} s")
+            for warmed in warm_up_indexes(args.indexes):
+                report.warmup_seconds[warmed] = warm_up(
+                    spark, bootstrap=bootstrap, folder=out / f"warmup-{warmed.lower()}",
+                    args=args, index=warmed)
+                log(f"Spark session {report.session_seconds:.1f} s, warm-up query "
+                    f"({warmed}) {report.warmup_seconds[warmed]:.1f} s")
             common: dict[str, Any] = {
                 "bootstrap": bootstrap, "topic": topic, "stream": report.stream,
                 "expected": report.produced.end if report.produced else {},

@@ -8,7 +8,7 @@ tombstone — which carries only the key — finds the partition to delete from.
 ``transformWithStateInPandas`` is a streaming operator, so it cannot run inside
 ``foreachBatch``; it sits in the streaming plan, before the sink::
 
-    source → prepare (keys; slim rows packed by shard)
+    source → prepare (decoded rows packed by shard)
            → groupBy(shard).transformWithStateInPandas (rows packed by file group)
            → foreachBatch (unpacked in the write tasks)
 
@@ -177,7 +177,8 @@ class GlobalIndexSpec:
     bucket_groups: Mapping[tuple[str, int], str]
     """Live bucket file groups at query start: (partition, bucket) → file id."""
     slim_schema: pa.Schema
-    """Schema of the rows in and out (prepared slim rows)."""
+    """Schema of the prepared rows in and out (data columns included: they cross the
+    operator inside Arrow IPC packs, which pandas never converts)."""
     event_time: bool
     """Versions ordered by the ordering field: the table's
     :attr:`~engine.config.TableConfig.orders_by_event_time`."""

@@ -97,7 +97,7 @@ class GlobalIndexProcessor(StatefulProcessor):
 
     Executor side (one instance per task, built from a pickled :class:`GlobalIndexSpec`),
     entered once per shard and batch (:mod:`ingest.state_index`: the shard's state is a meta
-    value plus blobs; the worker's image of it answers the lookups). Output rows (the slim
+    value plus blobs; the worker's image of it answers the lookups). Output rows (the prepared
     schema): for each input row either the row to write — op ``UPSERT``/``DELETE`` with
     ``_hoodie_partition_path`` and the file group set — or op ``SKIP`` (a version that lost;
     kept for its Kafka offset); a key that moved partitions adds a ``DELETE`` of its old copy

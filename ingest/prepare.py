@@ -20,10 +20,11 @@ fails the batch, naming the Kafka record (topic, partition, offset) it failed on
 
 The columns of prepared rows, and their packing for a shuffle, are :mod:`ingest.rows`'s. Two
 shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
-them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value
-(the global-state index path: only these pass through the state operator, whose pandas
-conversion could otherwise alter data columns; :func:`attach_data` decodes the value again
-after tagging — decoding is deterministic, so the same row comes out).
+them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value;
+:func:`attach_data` decodes the value again later — decoding is deterministic, so the same row
+comes out. The global-state index path used them while rows crossed its state operator one by
+one (pandas could have altered data columns); they cross it packed as Arrow IPC now, so it
+carries full rows like the bucket-index path and decodes each value once.
 
 Everything here is a pure function of its input and a picklable :class:`PrepareSpec`, so a
 replayed batch prepares to exactly the same rows.

@@ -283,7 +283,7 @@ class HudiStreamingSink:
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
-                                with_data=self.index != GLOBAL_STATE,
+                                with_data=True,
                                 num_buckets=bucket_count(table_config,
                                                          self.table.write_config)
                                 if self.index == BUCKET else None,
@@ -323,7 +323,7 @@ class HudiStreamingSink:
     def streaming_frame(self, source: DataFrame) -> DataFrame:
         """The rows :meth:`process_batch` expects, from a streaming DataFrame of Kafka rows.
 
-        BUCKET: the prepared rows. GLOBAL_STATE: prepared slim rows tagged by the state
+        BUCKET: the prepared rows. GLOBAL_STATE: prepared rows tagged by the state
         operator, its state seeded from the table's keys (first batch of a new query).
         ``source`` may already be prepared rows (``read_kafka_stream(..., prepare=sink.spec)``,
         which prepares in the read tasks); they must come from this sink's ``spec``.
@@ -347,7 +347,7 @@ class HudiStreamingSink:
             table_name=config.name,
             num_buckets=bucket_count(config, self.table.write_config),
             bucket_groups=live_bucket_groups(self.table),
-            slim_schema=prepared_schema(self.spec, with_data=False),
+            slim_schema=prepared_schema(self.spec),
             event_time=config.orders_by_event_time, ordering_type=self.spec.ordering_type,
             update_partition_path=self.update_partition_path,
             shards=self.state_shards,
@@ -512,7 +512,8 @@ class HudiStreamingSink:
                                      parallelism=parallelism,
                                      by_bucket=self.spec.tombstone_partition == "bucket",
                                      attach=None if self.spec.with_data else self.spec,
-                                     errors=staging, decided=tagged is not None)
+                                     errors=staging,
+                                     decided=tagged is not None or self.index == GLOBAL_STATE)
             finally:
                 if tagged is not None:
                     tagged.release()

@@ -108,20 +108,24 @@ class LatencyResult:
 
 
 
-def warm_up(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace) -> float:
-    """One untimed query (bucket index, :data:`WARMUP_QUERY_RECORDS` records in
-    :data:`WARMUP_QUERY_BATCHES` micro-batches): Python workers, JIT, codegen."""
+def warm_up(spark: Any, *, bootstrap: str, folder: Path, args: argparse.Namespace,
+            index: str = "BUCKET") -> float:
+    """One untimed query of ``index`` (:data:`WARMUP_QUERY_RECORDS` records in
+    :data:`WARMUP_QUERY_BATCHES` micro-batches): Python workers, JIT, codegen. The
+    GLOBAL_STATE index runs code the bucket index never does (the state operator, its Python
+    workers and state server, RocksDB): its runs are warmed up by a query of their own."""
     from ingest.kafka_produce import create_topic
     from jobs.ingest_job import start
 
     topic = f"bench-warmup-{os.getpid()}-{int(time.time())}"
     create_topic(bootstrap, topic, args.partitions)
     counts = send_warmup(bootstrap, topic, args.partitions, WARMUP_QUERY_RECORDS)
-    config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index="BUCKET",
+    config = job_config(bootstrap=bootstrap, topic=topic, folder=folder, index=index,
                         max_offsets=WARMUP_QUERY_RECORDS // WARMUP_QUERY_BATCHES,
                         buckets=args.buckets,
                         log_format=args.log_format, available_now=True,
-                        interval=args.trigger_interval, shuffle=args.shuffle_partitions)
+                        interval=args.trigger_interval, shuffle=args.shuffle_partitions,
+                        state_shards=args.state_shards)
     started = time.perf_counter()
     _, sink, query = start(config, spark)
     try:

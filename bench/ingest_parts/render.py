@@ -6,7 +6,7 @@ import argparse
 import datetime as dt
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from common import (
@@ -155,7 +155,7 @@ def _latency_notes(lat: LatencyResult) -> list[str]:
 
 
 def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
-              startup: tuple[float | None, float | None], lat: LatencyResult | None,
+              startup: tuple[float | None, Mapping[str, float]], lat: LatencyResult | None,
               stream: Stream | None, args: argparse.Namespace, end_load: str) -> list[str]:
     out: list[str] = []
     if stream is not None:
@@ -172,9 +172,11 @@ def run_notes(runs: Sequence[RunResult], produced: ProduceResult | None,
                    f"{args.partitions} partitions")
     session_seconds, warmup_seconds = startup
     if session_seconds is not None:
+        warmed = ", ".join(f"{index} {fmt_seconds(seconds)}"
+                           for index, seconds in warmup_seconds.items()) or "none"
         out.append(f"not in the figures: Spark session start-up {session_seconds:.1f} s, then "
-                   f"an untimed warm-up query ({WARMUP_QUERY_RECORDS:,} records in "
-                   f"{WARMUP_QUERY_BATCHES} micro-batches) {fmt_seconds(warmup_seconds)}")
+                   f"an untimed warm-up query per index ({WARMUP_QUERY_RECORDS:,} records in "
+                   f"{WARMUP_QUERY_BATCHES} micro-batches each): {warmed}")
     out.append(f"job: local[2], trigger.available_now, spark.sql.shuffle.partitions "
                f"{args.shuffle_partitions}, {args.buckets} buckets per partition (10 "
                f"partitions), {args.log_format} log blocks; seconds = from jobs.ingest_job."
