@@ -176,9 +176,6 @@ class GlobalIndexSpec:
     num_buckets: int
     bucket_groups: Mapping[tuple[str, int], str]
     """Live bucket file groups at query start: (partition, bucket) → file id."""
-    slim_schema: pa.Schema
-    """Schema of the prepared rows in and out (data columns included: they cross the
-    operator inside Arrow IPC packs, which pandas never converts)."""
     event_time: bool
     """Versions ordered by the ordering field: the table's
     :attr:`~engine.config.TableConfig.orders_by_event_time`."""

@@ -18,13 +18,11 @@ Bad records are data here, never exceptions: one bad record never fails a batch.
 that fails for another reason (:class:`~ingest.decode.DecoderError`: a bug, not bad data)
 fails the batch, naming the Kafka record (topic, partition, offset) it failed on.
 
-The columns of prepared rows, and their packing for a shuffle, are :mod:`ingest.rows`'s. Two
-shapes exist. *Full* rows carry the decoded data columns (the bucket-index path writes
-them directly). *Slim* rows carry only keys, ordering and Kafka coordinates plus the raw value;
-:func:`attach_data` decodes the value again later — decoding is deterministic, so the same row
-comes out. The global-state index path used them while rows crossed its state operator one by
-one (pandas could have altered data columns); they cross it packed as Arrow IPC now, so it
-carries full rows like the bucket-index path and decodes each value once.
+The columns of prepared rows, and their packing for a shuffle, are :mod:`ingest.rows`'s:
+the decoded data columns, then keys, ordering and Kafka coordinates (the raw value only for
+error rows). Every index path carries them whole and decodes each value once; the
+global-state index's rows cross its state operator packed as Arrow IPC, which pandas never
+converts.
 
 Everything here is a pure function of its input and a picklable :class:`PrepareSpec`, so a
 replayed batch prepares to exactly the same rows.
@@ -89,7 +87,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PrepareSpec",
-    "attach_data",
     "check_ordering_type",
     "output_schema",
     "prepare_batch",
@@ -126,7 +123,6 @@ class PrepareSpec:
     data_schema: pa.Schema
     delete_column: str | None = "_hoodie_is_deleted"
     tombstone_partition: str = "unknown"
-    with_data: bool = True
     num_buckets: int | None = None
     """Buckets per partition when the BUCKET index places rows: prepare then fills
     :data:`BUCKET`, the key's bucket, so that rows can be shuffled by file group at once."""
@@ -307,10 +303,9 @@ def meta_fields(spec: PrepareSpec) -> list[pa.Field]:
     return fields
 
 
-def prepared_schema(spec: PrepareSpec, *, with_data: bool | None = None) -> pa.Schema:
-    """Arrow schema of prepared rows (full: data columns first; slim: bookkeeping only)."""
-    full = spec.with_data if with_data is None else with_data
-    data = [f.with_nullable(True) for f in spec.data_schema] if full else []
+def prepared_schema(spec: PrepareSpec) -> pa.Schema:
+    """Arrow schema of prepared rows: the data columns, then the bookkeeping ones."""
+    data = [f.with_nullable(True) for f in spec.data_schema]
     return pa.schema(data + meta_fields(spec))
 
 
@@ -511,11 +506,8 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
     else:
         buckets, rings = _ring_nodes(key_col, path_col, op, spec.ring_table, spec.num_buckets)
     error = op == ERROR
-    keep_raw = error | ((op == UPSERT) & (not spec.with_data))
-    columns: dict[str, pa.Array] = {}
-    if spec.with_data:
-        for f in spec.data_schema:
-            columns[f.name] = data.column(f.name).combine_chunks()
+    columns: dict[str, pa.Array] = {
+        f.name: data.column(f.name).combine_chunks() for f in spec.data_schema}
     null_str = pa.nulls(n, pa.string())
     error_mask = pa.array(error)
     columns.update({
@@ -528,7 +520,7 @@ def prepare_batch(batch: pa.RecordBatch | pa.Table, spec: PrepareSpec) -> pa.Tab
         OFFSET: _column(table, "offset", pa.int64()),
         TIMESTAMP: _column(table, "timestamp", _UTC_US),
         KAFKA_KEY: _unless(~error, kafka_keys),
-        VALUE: _unless(~keep_raw, values),
+        VALUE: _unless(~error, values),
         FILE_ID: null_str,
     })
     columns[SUPERSEDED] = superseded_keys(
@@ -678,31 +670,6 @@ def _zero(arrow_type: pa.DataType) -> pa.Scalar:
     if pa.types.is_decimal(arrow_type):
         return pa.array([0]).cast(arrow_type)[0]
     return pa.array([0], pa.int64()).cast(arrow_type)[0]
-
-
-def attach_data(table: pa.Table, spec: PrepareSpec) -> pa.Table:
-    """Full rows from slim ones: decode the kept raw value of every ``UPSERT`` row again.
-
-    Executor side. Decoding is deterministic, so a value that decoded in
-    :func:`prepare_batch` decodes to the same row here; one that does not (a decoder that
-    changed between the two steps) becomes an ``ERROR`` row rather than a wrong write.
-    """
-    full = prepared_schema(spec, with_data=True)
-    if all(f.name in table.column_names for f in spec.data_schema):
-        return table.select(full.names)
-    n = table.num_rows
-    op = table.column(OP).to_numpy().astype(np.int8)
-    reasons = table.column(REASON).to_pylist()
-    values = _column(table, VALUE, pa.binary())
-    upsert = op == UPSERT
-    wanted = pc.if_else(pa.array(upsert), values, pa.nulls(n, pa.binary()))
-    data = _data_rows(spec, wanted, op, reasons, table.select([TOPIC, KAFKA_PARTITION, OFFSET]))
-    columns = {f.name: data.column(f.name).combine_chunks() for f in spec.data_schema}
-    for f in meta_fields(spec):
-        columns[f.name] = table.column(f.name).combine_chunks()
-    columns[OP] = pa.array(op, pa.int8())
-    columns[REASON] = pa.array(reasons, pa.string())
-    return pa.table(columns, schema=full)
 
 
 def output_schema(spec: PrepareSpec) -> pa.Schema:

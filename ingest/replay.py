@@ -357,7 +357,7 @@ def _replay(sink: HudiStreamingSink, errors: Table,
     deferred_mask = _in_flight(table, pending)
     pending = pending.filter(pa.array(~deferred_mask))
 
-    spec = dataclasses.replace(sink.spec, with_data=True, pack=False, state_shards=None,
+    spec = dataclasses.replace(sink.spec, pack=False, state_shards=None,
                                num_buckets=None, ring_table=None)
     kafka = _kafka_rows(pending)
     prepared = prepare_batch(kafka, spec) if kafka.num_rows else None

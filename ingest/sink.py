@@ -283,7 +283,6 @@ class HudiStreamingSink:
                                 delete_column=delete_column, tombstone_partition=tombstones,
                                 key_decoder=key_decoder(key_format, key_schema, table_config,
                                                         self.data_schema),
-                                with_data=True,
                                 num_buckets=bucket_count(table_config,
                                                          self.table.write_config)
                                 if self.index == BUCKET else None,
@@ -347,7 +346,6 @@ class HudiStreamingSink:
             table_name=config.name,
             num_buckets=bucket_count(config, self.table.write_config),
             bucket_groups=live_bucket_groups(self.table),
-            slim_schema=prepared_schema(self.spec),
             event_time=config.orders_by_event_time, ordering_type=self.spec.ordering_type,
             update_partition_path=self.update_partition_path,
             shards=self.state_shards,
@@ -511,7 +509,6 @@ class HudiStreamingSink:
                 written = write_rows(rows, plan, event_time=self.spec.event_time,
                                      parallelism=parallelism,
                                      by_bucket=self.spec.tombstone_partition == "bucket",
-                                     attach=None if self.spec.with_data else self.spec,
                                      errors=staging,
                                      decided=tagged is not None or self.index == GLOBAL_STATE)
             finally:

@@ -52,7 +52,6 @@ from engine.write.distributed import (
 )
 from ingest.ddl import spark_schema
 from ingest.error_table import ErrorStaging
-from ingest.prepare import PrepareSpec, attach_data
 from ingest.resolve import POLICY, arrival_order
 from ingest.rows import (
     BUCKET,
@@ -254,13 +253,11 @@ class WriteSpec:
 
     task: WriteTask
     """Placement and each file group's write, as the write client decides them."""
-    attach: PrepareSpec | None = None
-    """Set when the rows are slim (global-state index): decode their values in the task."""
     errors: ErrorStaging | None = None
     """Set when the batch's error rows must be staged for the error table."""
     decided: bool = False
     """An index applied the rules already (one row per key and file group): the record
-    index (:mod:`ingest.record_index`); slim rows (``attach``) are always decided."""
+    index (:mod:`ingest.record_index`) and the global-state index."""
 
 
 @dataclass(frozen=True)
@@ -375,7 +372,7 @@ def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
     (:meth:`engine.write.group_writer.GroupWriter.write`; rows the record index tagged tell
     it the keys their lookup located in the group: :func:`ingest.rows.located_keys`);
     None if nothing to write."""
-    decided = spec.decided or spec.attach is not None
+    decided = spec.decided
     task_partition, stage, attempt = token
     return spec.task.write(view, partition, file_id, rows if decided else arrival_order(rows),
                            decided=decided, located_keys=located_keys(rows),
@@ -448,8 +445,6 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
         if ROWS in rows.column_names:
             rows = unpack_rows(rows)
-        if spec.attach is not None:
-            rows = attach_data(rows, spec.attach)
         sources, first_error = source_counts(rows)
         staged = (spec.errors.stage(rows, token)
                   if spec.errors is not None and first_error is not None else None)
@@ -517,22 +512,21 @@ def shuffle_keys(columns: Sequence[str], *, by_bucket: bool = False) -> list[Col
 
 
 def write_rows(rows: DataFrame, plan: InstantPlan, *, event_time: bool, parallelism: int,
-               attach: PrepareSpec | None = None, errors: ErrorStaging | None = None,
+               errors: ErrorStaging | None = None,
                by_bucket: bool = False, decided: bool = False) -> WriteResult:
     """Repartition rows by file group and write each group in a task: one Spark job.
 
     ``rows`` are prepared rows (:mod:`ingest.prepare`), or error-table rows; every row is
     read once (``decided``: tagged by the record index, :mod:`ingest.record_index`). The
-    tasks place rows in file groups, run the write handles, count the rows
-    per Kafka partition and, with ``errors``, stage the error rows; ``attach`` decodes slim
-    rows in the task. Driver side: broadcasts the view and collects one small result per
-    task.
+    tasks place rows in file groups, run the write handles, count the rows per Kafka partition
+    and, with ``errors``, stage the error rows. Driver side: broadcasts the view and collects
+    one small result per task.
     """
     spark = rows.sparkSession
     broadcast = spark.sparkContext.broadcast(plan.view)
     task = plan.write.write_task(plan.data_schema, columns=VERSIONS, event_time=event_time,
                                  policy=POLICY)
-    spec = WriteSpec(task, attach, errors, decided)
+    spec = WriteSpec(task, errors, decided)
     try:
         shuffled = rows.repartition(parallelism, *shuffle_keys(rows.columns,
                                                                by_bucket=by_bucket))

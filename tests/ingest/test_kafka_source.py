@@ -325,7 +325,7 @@ def test_prepare_option_round_trips_avro_decoder_with_schema_map(tmp_path: Path)
     table = Table.create(str(tmp_path / "t"), name="t", record_key="id", partition_by="id")
     decoder = AvroDecoder(reader, confluent=True, schema_map={7: writer})
     spec = PrepareSpec(decoder, Table.open(table.path).config, decoder.schema,
-                       delete_column=None, tombstone_partition="none", with_data=False)
+                       delete_column=None, tombstone_partition="none")
     got = prepare_spec(KafkaSourceOptions.from_options(
         _options(**{"tidelake.prepare": prepare_option(spec)})))
     assert got is not None and isinstance(got.decoder, AvroDecoder)

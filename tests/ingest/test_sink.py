@@ -306,7 +306,7 @@ def test_rows_packed_by_shard_hold_the_keys_of_sparks_shard(
     events = [Event(k, i, rng.choice(["oslo", "rome"]), 1.0) for i, k in enumerate(ids)]
     events += [Event("x", raw=b"[") for _ in range(5)]
     spec = PrepareSpec(decoder(), table.config, JsonDecoder(DDL).schema,
-                       tombstone_partition="state", with_data=False, pack=True,
+                       tombstone_partition="state", pack=True,
                        state_shards=7)
     prepared = prepare_batch(kafka_rows(events, "t", {}), spec)
     packed = pack_by_shard(prepared, 7, max_rows=50)
