@@ -355,6 +355,16 @@ class _RangeHasher:
 _INV31 = pow(31, -1, 1 << 32)
 
 
+def ascii_string_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """``String.hashCode`` (uint32) of every ASCII string of a string array's ``offsets``
+    and ``data``: a matrix when they all have one length, else prefix sums
+    (:class:`_RangeHasher`)."""
+    lengths = np.diff(offsets)
+    if not len(lengths) or int(lengths.min()) == int(lengths.max()):
+        return equal_length_hashes(offsets, data)
+    return _RangeHasher(offsets, data).hash(offsets[:-1], offsets[1:], offsets[1:])
+
+
 def equal_length_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """``String.hashCode`` (uint32) of ASCII strings that all have the same length."""
     n = len(offsets) - 1

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from engine.index.bucket import equal_length_hashes, java_string_hash
+from engine.index.bucket import ascii_string_hashes, java_string_hash
 
 __all__ = [
     "ALL_PARTITIONS_KEY",
@@ -162,7 +162,7 @@ def file_group_indexes(keys: Sequence[str] | pa.Array | pa.ChunkedArray,
 
 
 _HASH_CHUNK = 1 << 18
-"""Keys hashed at once (the running sum holds 8 bytes per key byte)."""
+"""Keys hashed at once (the prefix sums hold ~12 bytes per key byte)."""
 
 
 def _key_array(keys: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -181,25 +181,12 @@ def _key_array(keys: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _ascii_hashes(keys: pa.Array) -> np.ndarray:
-    """Java ``String.hashCode`` (uint32 bits) of ASCII keys: each byte times 31 to the
-    number of bytes after it, summed, modulo 2^32 (uint64 wraparound keeps it)."""
-    raw = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset
-                                                          + len(keys) + 1]
-    lengths = np.diff(raw)
-    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[raw[0] : raw[-1]]
-    starts = raw[:-1] - raw[0]
-    if not len(data):
-        return np.zeros(len(keys), dtype=np.uint32)
-    if lengths.min() == lengths.max():  # one length (UUIDs, fixed-width keys): a matrix
-        return equal_length_hashes(raw - raw[0], data)
-    powers = np.ones(int(lengths.max()), dtype=np.uint64)
-    for i in range(1, len(powers)):
-        powers[i] = (powers[i - 1] * np.uint64(31)) & np.uint64(0xFFFFFFFF)
-    # the power of each byte: the key's bytes after it
-    after = np.repeat(starts + lengths, lengths) - np.arange(len(data)) - 1
-    sums = np.zeros(len(data) + 1, dtype=np.uint64)
-    np.cumsum(data.astype(np.uint64) * powers[after], out=sums[1:])
-    return ((sums[starts + lengths] - sums[starts]) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    """Java ``String.hashCode`` (uint32 bits) of ASCII keys (a ``large_string`` array), as
+    the bucket index hashes them (:func:`engine.index.bucket.ascii_string_hashes`)."""
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset
+                                                              + len(keys) + 1]
+    data = np.frombuffer(keys.buffers()[2] or b"", dtype=np.uint8)
+    return ascii_string_hashes(offsets, data)
 
 
 def _utf16_hashes(keys: Sequence[str]) -> np.ndarray:
