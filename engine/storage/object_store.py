@@ -15,7 +15,7 @@ from engine.redact import REDACTED, is_secret_key
 from engine.storage.base import FileStatus, Producer
 from engine.storage.conditional import ConditionalWrites, Verdict
 from engine.storage.locations import normalize_location, scheme_of
-from engine.storage.ranged import Fetch, Opened, known_footer, open_ranged
+from engine.storage.ranged import Fetch, KnownFooter, Opened, known_footer, open_ranged
 
 
 class ObjectStorage(ConditionalWrites, local=False):
@@ -163,16 +163,15 @@ class ObjectStorage(ConditionalWrites, local=False):
                 size = int(head["size"])
                 if known is not None and (head.get("e_tag"), size) == (known.version,
                                                                         known.size):
-                    raise NotModifiedError(f"{key} is still {known.version}")
+                    return self._kept(rel, known)
                 options = {"range": (max(size - tail, 0), size)}
                 if head.get("e_tag"):
                     options["if_match"] = head["e_tag"]
                 first = obstore.get(self.store, key, options=options)
             data = bytes(first.bytes())
-        except NotModifiedError:
+        except NotModifiedError:  # If-None-Match: the version whose footer is kept
             assert known is not None
-            return Opened(known.footer, known.size, known.version,
-                          self._fetch_version(rel, known.version), 0)
+            return self._kept(rel, known)
         except FileNotFoundError:
             raise FileNotFoundError(self.full(rel)) from None
         except Exception as exc:
@@ -181,6 +180,11 @@ class ObjectStorage(ConditionalWrites, local=False):
         e_tag = meta.get("e_tag")
         return Opened(data, int(meta["size"]), e_tag, self._fetch_version(rel, e_tag),
                       len(data))
+
+    def _kept(self, rel: str, known: KnownFooter) -> Opened:
+        """``rel`` opened on the footer kept of its current version: no byte fetched."""
+        return Opened(known.footer, known.size, known.version,
+                      self._fetch_version(rel, known.version), 0)
 
     def _fetch_version(self, rel: str, e_tag: str | None) -> Fetch:
         """A fetch of ranges of ``rel`` as long as it is version ``e_tag``."""
