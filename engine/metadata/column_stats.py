@@ -21,8 +21,10 @@ from engine.metadata.file_stats import (
     columns_to_index,
     configured_columns,
     file_stats,
+    table_columns,
     table_file_stats,
 )
+from engine.metadata.index_defs import Definition, column_stats_definition, refresh
 from engine.metadata.indexes import IndexPartition
 from engine.metadata.keys import COLUMN_STATS as COLUMN_STATS_TYPE
 from engine.metadata.records import ColumnStats, MetadataRecord, column_stats_record
@@ -90,14 +92,20 @@ def _sync(data_timeline: Timeline, instant: Instant, content: bytes,
                        update: MetadataUpdate) -> MetadataUpdate | None:
     """What a data action adds to column_stats beyond its handles' records: stats of the
     files its write stats name without them (read from the files), deleted entries for
-    files a clean or rollback removed."""
+    files a clean or rollback removed. Keeps the partition's definition
+    (:mod:`engine.metadata.index_defs`) naming the columns the handles indexed."""
     from engine.metadata.files import change_of
     from engine.metadata.update import MetadataUpdate
     from engine.schema import table_schema
 
     change = change_of(instant, content)
-    known = {(r.payload.file_name) for r in update.upserts.get(COLUMN_STATS, ())
-             if isinstance(r.payload, ColumnStats)}
+    handled = [r.payload for r in update.upserts.get(COLUMN_STATS, ())
+               if isinstance(r.payload, ColumnStats)]
+    indexed = [p.column_name for p in handled if not p.is_deleted and p.column_name]
+    if indexed:  # the definition names the columns the commit's files were indexed on
+        refresh(data_timeline.storage, column_stats_definition(
+            data_timeline.config.table_version, list(dict.fromkeys(indexed))))
+    known = {p.file_name for p in handled}
     missing = [(p, n) for p, files in change.added.items() for n in files if n not in known]
     if not missing and not change.removed:
         return None
@@ -121,5 +129,10 @@ def _sync(data_timeline: Timeline, instant: Instant, content: bytes,
     return out
 
 
+def _definition(view: TableView, write_config: WriteConfig) -> Definition:
+    return column_stats_definition(view.config.table_version,
+                                   table_columns(view, write_config))
+
+
 PARTITION = IndexPartition(COLUMN_STATS, _wanted, lambda _view, wc: wc.column_stats_file_groups,
-                           _build, sync=_sync)
+                           _build, sync=_sync, definition=_definition)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.metadata.records import MetadataRecord
 from engine.tasks import TaskRunner
@@ -65,6 +65,9 @@ class IndexPartition:
     timeline, the instant about to complete, its content and the update so far (earlier
     partitions' additions included); called by :func:`engine.metadata.sync.sync_instant`
     under the lock, for declared partitions; None: nothing beyond the write stats'."""
+    definition: Callable[[TableView, WriteConfig], dict[str, Any] | None] | None = None
+    """The partition's entry in ``.hoodie/.index_defs/index.json`` when built for this
+    table (:mod:`engine.metadata.index_defs`); None (or a None answer): it has none."""
 
 
 _RUNNER: ContextVar[TaskRunner | None] = ContextVar("metadata_build_runner", default=None)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.config import IndexType
+from engine.metadata.index_defs import record_index_definition
 from engine.metadata.indexes import IndexPartition, run_tasks
 from engine.metadata.keys import RECORD_INDEX as RECORD_INDEX_TYPE
 
@@ -131,7 +132,9 @@ def build(view: TableView, write_config: WriteConfig) -> Iterable[MetadataRecord
     return _BUILT.pop(view, None) or _all_records(view)
 
 
-PARTITION = IndexPartition(RECORD_INDEX, wanted, file_groups, build)
+PARTITION = IndexPartition(RECORD_INDEX, wanted, file_groups, build,
+                           definition=lambda view, _wc: record_index_definition(
+                               view.config.table_version))
 
 
 # -- what a write emits ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from engine.config import P_VERSION
 from engine.errors import UnsupportedTableError
+from engine.metadata import index_defs
 from engine.metadata.files import syncs
 from engine.metadata.listing import base_boundary, missing_deltacommits
 from engine.metadata.reader import validity
@@ -53,6 +54,8 @@ from engine.timeline.instant import Action, Instant
 
 if TYPE_CHECKING:
     from engine.config import WriteConfig
+    from engine.layout.view import TableView
+    from engine.metadata.indexes import IndexPartition
 
 _log = logging.getLogger(__name__)
 
@@ -111,20 +114,45 @@ def rebuild(storage: Storage, data_timeline: Timeline,
                          "flight (%s)", storage.base_path, name, ", ".join(busy[:5]))
             continue
         if not (kept or added):
+            if name in had:
+                index_defs.remove(storage, [name])
             continue
-        initialize_partition(mdt, name, partition.file_groups(view, config),
-                             partition.build(view, config))
+        _build_partition(mdt, partition, view, config)
     return mdt
+
+
+def _build_partition(mdt: MetadataTable, partition: IndexPartition, view: TableView,
+                     write_config: WriteConfig) -> None:
+    """Build one index partition and declare it, then record its definition in
+    ``.hoodie/.index_defs/index.json`` (:mod:`engine.metadata.index_defs`), as Java
+    declares an index it builds."""
+    initialize_partition(mdt, partition.name, partition.file_groups(view, write_config),
+                         partition.build(view, write_config))
+    definition = (partition.definition(view, write_config)
+                  if partition.definition is not None else None)
+    if definition is not None:
+        index_defs.declare(mdt.data_storage, definition)
+
+
+def _drop_partition(mdt: MetadataTable, name: str) -> None:
+    """Undeclare one index partition, delete its folder and its definition (Java's
+    ``deleteIndexDefinition``). Hold the lock."""
+    storage = mdt.data_storage
+    set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
+    mdt.storage.delete_tree(name)
+    index_defs.remove(storage, [name])
 
 
 def disable(storage: Storage) -> bool:
     """Undeclare and delete the MDT (``hoodie.metadata.enable=false``, as Hudi does: an MDT
     that writers stop keeping must not be trusted by readers). Hold the lock. Returns True
     if there was one."""
-    had = bool(declared_partitions(storage)) or storage.exists(METADATA_FOLDER)
-    if declared_partitions(storage):
+    declared = declared_partitions(storage)
+    had = bool(declared) or storage.exists(METADATA_FOLDER)
+    if declared:
         set_declared_partitions(storage, ())
     storage.delete_tree(METADATA_FOLDER)
+    index_defs.remove(storage, declared)
     return had
 
 
@@ -191,17 +219,17 @@ def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
                else snapshot_declared(data_timeline)) - {FILES}
     mdt = MetadataTable(storage, data_timeline.config)
     for name in sorted(n for n in have if wanted.get(n) is False):
-        set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
-        mdt.storage.delete_tree(name)
+        _drop_partition(mdt, name)
         changed = True
         _log.warning("the metadata table of %s no longer keeps %s (disabled by this "
                      "writer's options)", storage.base_path, name)
     for name in sorted(n for n in have if n not in INDEX_PARTITIONS):
         # An index a Java writer built that tidelake does not maintain (secondary and
         # expression indexes): left declared, it would go stale with this writer's commits
-        # and Java readers would answer from it wrongly. Undeclared, Java rebuilds it.
-        set_declared_partitions(storage, set(declared_partitions(storage)) - {name})
-        mdt.storage.delete_tree(name)
+        # and Java readers would answer from it wrongly. Its definition goes too (a Java
+        # writer would otherwise rebuild a lone one at every write and never several:
+        # docs/table-version-9.md §4); Java's CREATE INDEX makes it again.
+        _drop_partition(mdt, name)
         changed = True
         _log.warning("the metadata table of %s: dropped %s, an index tidelake does not "
                      "maintain", storage.base_path, name)
@@ -219,9 +247,7 @@ def _prepare(storage: Storage, data_timeline: Timeline, *, enabled: bool,
         forget_metadata(data_timeline)  # the view below lists through the MDT
         view = TableView(storage, data_timeline)
         for partition in missing:
-            initialize_partition(mdt, partition.name,
-                                 partition.file_groups(view, write_config),
-                                 partition.build(view, write_config))
+            _build_partition(mdt, partition, view, write_config)
         changed = True
     return changed
 
@@ -280,8 +306,10 @@ def _sync_instant(data_timeline: Timeline, instant: Instant, content: bytes,
         mdt_timeline = mdt.timeline()
     mdt_timeline = _drop_orphans(mdt, mdt_timeline, data_timeline)
     mdt_timeline = _drop_dead_compactions(mdt, mdt_timeline)
-    mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline,
-                                  force=_layout_behind(mdt, mdt_timeline))
+    behind = _layout_behind(mdt, mdt_timeline)
+    if behind:  # a Java-upgraded table: its column stats are V2 from this commit on
+        index_defs.align_versions(storage, data_timeline.config.table_version)
+    mdt_timeline = _maybe_compact(mdt, mdt_timeline, data_timeline, force=behind)
     full = MetadataUpdate()
     if update is not None:
         full.extend(update)

@@ -142,6 +142,14 @@ class TableVersion:
         return self.code >= 9
 
     @property
+    def versioned_index_definitions(self) -> bool:
+        """``.hoodie/.index_defs/index.json`` gives every definition a ``version`` (column
+        stats ``V2``) and the record index a definition of its own, as Hudi 1.1 writes
+        (version 9 on); Hudi 1.0 (version 8) writes column stats' without a version and
+        none for the record index (``docs/table-version-9.md`` §4)."""
+        return self.code >= 9
+
+    @property
     def initial_version_property(self) -> bool:
         """``hoodie.properties`` records ``hoodie.table.initial.version`` and the layout-2
         folders (``hoodie.timeline.path``, ``hoodie.timeline.history.path``), as 1.x does."""

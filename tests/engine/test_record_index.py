@@ -23,6 +23,7 @@ from engine.index import record_index as record_index_lookup
 from engine.index import simple
 from engine.layout.file_group import list_table_files
 from engine.layout.view import TableView
+from engine.metadata import index_defs
 from engine.metadata.reader import read_slice
 from engine.metadata.record_index import (
     RECORD_INDEX,
@@ -169,10 +170,14 @@ def test_record_index_random_sequence_with_services_matches_data_and_global_simp
                for f in list_table_files(mdt.storage).base_files), "MDT compacted"
 
 
-def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["8", "9"])
+def test_record_index_built_for_existing_table_points_at_base_instants(
+        tmp_path: Path, version: str) -> None:
     table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
                          record_key="key", precombine="ts", partition_by=["region"],
-                         options={"hoodie.index.type": "GLOBAL_SIMPLE"})
+                         options={"hoodie.index.type": "GLOBAL_SIMPLE",
+                                  "hoodie.write.table.version": version})
+    assert table.config.version == int(version)
     rng, oracle, counter = random.Random(3), Oracle(), [0]
     for _ in range(4):
         batch = random_batch(rng, oracle, counter, 30)
@@ -182,6 +187,8 @@ def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path:
     batch = random_batch(rng, oracle, counter, 10)
     oracle.upsert(batch, enabled.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
     assert RECORD_INDEX in declared_partitions(table.storage)
+    # its definition as Hudi 1.1 writes one on version 9 (1.0 writes none on version 8)
+    assert (RECORD_INDEX in index_defs.read(table.storage)) == (version == "9")
     entries = _index_entries(enabled)
     assert {k: v[:2] for k, v in entries.items()} == hudi_rs_locations(enabled.path)
     assert len(group_slices(table.storage, Timeline.load(table.storage, table.config))) == 10
@@ -196,6 +203,7 @@ def test_record_index_built_for_existing_table_points_at_base_instants(tmp_path:
         pa.Table.from_pylist(batch, schema=SCHEMA))
     assert RECORD_INDEX not in declared_partitions(table.storage)
     assert not MetadataTable(table.storage, table.config).storage.exists(RECORD_INDEX)
+    assert RECORD_INDEX not in index_defs.read(table.storage)
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -237,6 +237,14 @@ def _upgrade_as_java_11(path: Path) -> None:
     props["hoodie.table.version"] = "9"
     (path / ".hoodie" / "hoodie.properties").write_text(
         dumps(props, last_key="hoodie.table.checksum"), encoding="latin-1")
+    defs = path / ".hoodie" / ".index_defs" / "index.json"
+    if defs.exists():  # populateIndexVersionIfMissing: V1 where the version is missing
+        import json
+
+        from engine.metadata.index_defs import dumps as dump_defs
+        found = json.loads(defs.read_text(encoding="utf-8"))["indexDefinitions"]
+        defs.write_text(dump_defs({k: {**v, "version": "V1"} if "version" not in v else v
+                                   for k, v in found.items()}), encoding="utf-8")
 
 
 def test_v9_java_upgraded_tidelake_table_appended_in_v9_layout(tmp_path: Path) -> None:
@@ -380,3 +388,169 @@ def test_v9_consistent_hashing_savepoint_clean_and_change_feed(tmp_path: Path) -
     changes = table.read_changes(completion[first], completion[second])
     assert sorted(changes.column("op").to_pylist()) == ["i"] * 10 + ["u"] * 10
     assert table.read(filters=[("day", ">", dt.date(2024, 1, 30))]).num_rows == 5
+
+
+# -- .hoodie/.index_defs/index.json (docs/table-version-9.md §4) -------------------------------
+
+# The columns of the 1.1.1 samples (their hoodie.table.create.schema), in their order.
+TXN = pa.schema([("txn_id", pa.string()), ("account_id", pa.string()), ("txn_ts", pa.int64()),
+                 ("txn_datetime", pa.timestamp("us", "UTC")), ("txn_date", pa.date32()),
+                 ("amount", pa.decimal128(15, 2)), ("currency", pa.string()),
+                 ("txn_type", pa.string()), ("merchant_name", pa.string()),
+                 ("is_international", pa.bool_()), ("fee_amount", pa.decimal128(10, 2)),
+                 ("txn_metadata", pa.string()), ("region", pa.string())])
+V8_SAMPLE = "quickstart_trips_table__mor__avro__v8_trips_8i3u1d"
+
+
+def _txn_rows(ids: range, region: str) -> pa.Table:
+    at = dt.datetime(2024, 1, 15, 16, tzinfo=UTC)
+    return pa.Table.from_pylist([
+        {"txn_id": f"TXN-{i:03d}", "account_id": f"A{i}", "txn_ts": 1700000000000 + i,
+         "txn_datetime": at + dt.timedelta(hours=i), "txn_date": (at + dt.timedelta(days=i))
+         .date(), "amount": Decimal(f"{i}.50"), "currency": "USD", "txn_type": "debit",
+         "merchant_name": f"M{i % 3}", "is_international": i % 2 == 0,
+         "fee_amount": Decimal("1.00"), "txn_metadata": "{}", "region": region}
+        for i in ids], schema=TXN)
+
+
+def _index_defs(path: Path) -> str:
+    return (path / ".hoodie" / ".index_defs" / "index.json").read_text(encoding="utf-8")
+
+
+def _sample_index_defs(name: str, tmp_path: Path) -> str:
+    import zipfile
+    with zipfile.ZipFile(SAMPLES / f"{name}.zip") as zf:
+        (member,) = [m for m in zf.namelist() if m.endswith(".index_defs/index.json")
+                     and not m.startswith("__MACOSX/")]
+        return zf.read(member).decode("utf-8")
+
+
+@pytest.mark.parametrize("name", [*SIMPLE_META,
+                                  "sample_table__mor__avro__v9_nonpartitioned_rollback",
+                                  "sample_table__cow__v9_timebasedkeygen_nonhivestyle",
+                                  V8_SAMPLE])
+def test_index_defs_written_as_jackson_writes_them(name: str, tmp_path: Path) -> None:
+    """Every Java-written index.json (1.1.1 and 1.0) re-serialises byte for byte."""
+    import json
+
+    from engine.metadata.index_defs import dumps
+    text = _sample_index_defs(name, tmp_path)
+    assert dumps(json.loads(text)["indexDefinitions"]) == text
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_index_defs_of_a_created_table_as_hudi_writes_them_and_dropped_with_the_partition(
+        tmp_path: Path, version: int) -> None:
+    """A table tidelake creates with column stats and the record index gets the
+    definitions Java writes for the same table: version 9 as Hudi 1.1.1's samples (less
+    their secondary indexes, and less the decimal columns, which tidelake does not index),
+    version 8 as Hudi 1.0's (no ``version``, no record index entry). Disabling column stats
+    drops its definition with the partition; the file stays."""
+    import json
+
+    path = tmp_path / "t"
+    options = {"hoodie.write.table.version": str(version),
+               "hoodie.metadata.index.column.stats.enable": "true",
+               "hoodie.metadata.record.index.enable": "true"}
+    table = Table.create(str(path), name="txns", record_key="txn_id", precombine="txn_ts",
+                         partition_by=["region"], options=options)
+    table.upsert(_txn_rows(range(1, 5), "us"))
+    table.upsert(_txn_rows(range(5, 9), "eu"))
+    table.upsert(_txn_rows(range(3, 5), "us"))
+    props = _props(path)
+    assert props["hoodie.table.index.defs.path"] == ".hoodie/.index_defs/index.json"
+    ours = json.loads(_index_defs(path))["indexDefinitions"]
+    if version == 9:
+        java = json.loads(_sample_index_defs(SIMPLE_META[0], tmp_path))["indexDefinitions"]
+        java = {k: v for k, v in java.items() if not k.startswith("secondary_index_")}
+        java["column_stats"]["sourceFields"] = [
+            c for c in java["column_stats"]["sourceFields"]
+            if c not in ("amount", "fee_amount")]
+    else:
+        java = json.loads(_sample_index_defs(V8_SAMPLE, tmp_path))["indexDefinitions"]
+        java = {"column_stats": {**java["column_stats"], "sourceFields": [
+            *java["column_stats"]["sourceFields"][:3],
+            *(c for c in TXN.names if c not in ("amount", "fee_amount"))]}}
+    assert ours == java
+    assert list(ours["column_stats"]) == list(java["column_stats"])  # Jackson's key order
+    assert "partition_stats" in props["hoodie.table.metadata.partitions"]
+    Table.open(str(path), {"hoodie.metadata.index.column.stats.enable": "false"}).upsert(
+        _txn_rows(range(9, 10), "us"))
+    left = json.loads(_index_defs(path))["indexDefinitions"]
+    assert "column_stats" not in left and "column_stats" not in _props(path)[
+        "hoodie.table.metadata.partitions"]
+    assert left == {k: v for k, v in java.items() if k != "column_stats"}
+    ours_rows, theirs = Table.open(str(path)).read(), hudi_rs_read(path)
+    assert row_tuples(ours_rows, TXN.names) == row_tuples(theirs, TXN.names)
+    assert ours_rows.num_rows == 9
+
+
+def test_index_defs_follow_schema_evolution_and_the_java_upgrade(tmp_path: Path) -> None:
+    """Column stats' ``sourceFields`` follow the columns each commit indexes (a table
+    created empty gets them with its first commit; an added column joins), and a v8
+    table whose definitions Java's 8 → 9 upgrade stamped ``V1`` records ``V2`` once
+    tidelake writes its V2 stats."""
+    import json
+
+    path = tmp_path / "t"
+    v8 = {"hoodie.metadata.index.column.stats.enable": "true"}
+    table = Table.create(str(path), name="up", record_key="key", precombine="ts",
+                         partition_by=["region"], options=v8)
+    table.upsert(_logical_rows(0, 3, "a"))
+    defs = json.loads(_index_defs(path))["indexDefinitions"]
+    meta = ["_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_record_key"]
+    assert defs == {"column_stats": {
+        "indexName": "column_stats", "indexType": "column_stats",
+        "indexFunction": "column_stats", "sourceFields": [*meta, *LOGICAL.names],
+        "indexOptions": {}}}
+    wider = _logical_rows(3, 2, "a").append_column("extra", pa.array([1.5, 2.5]))
+    Table.open(str(path), v8).upsert(wider)
+    defs = json.loads(_index_defs(path))["indexDefinitions"]
+    assert defs["column_stats"]["sourceFields"] == [*meta, *LOGICAL.names, "extra"]
+    _upgrade_as_java_11(path)
+    assert json.loads(_index_defs(path))["indexDefinitions"]["column_stats"]["version"] == "V1"
+    Table.open(str(path)).upsert(
+        _logical_rows(5, 2, "b").append_column("extra", pa.array([3.5, 4.5])))
+    defs = json.loads(_index_defs(path))["indexDefinitions"]
+    assert defs["column_stats"]["version"] == "V2"
+    assert Table.open(str(path)).read().num_rows == 7
+    assert hudi_rs_read(path).num_rows == 7
+
+
+def test_v9_sample_column_stats_rederived_from_the_files_equal_java_records(
+        sample: Path) -> None:
+    """Java 1.1.1's V2 column_stats records of the sample's base files, re-derived by
+    tidelake from each file's footer and put in the V2 layout (``with_value_type``): equal
+    record for record on every column tidelake indexes (all but the decimals)."""
+    from engine.metadata.codec import read_base_file, read_log_file
+    from engine.metadata.file_stats import base_file_stats, columns_to_index
+    from engine.metadata.records import ColumnStats, with_value_type
+
+    java: dict[tuple[str, str], ColumnStats] = {}
+    folder = sample / ".hoodie" / "metadata" / "column_stats"
+    files = sorted(folder.glob("*.hfile")) + sorted(folder.glob(".*.log.*"))
+    for f in files:  # bases before logs; every data file's record is written once
+        records = (read_base_file(f.read_bytes()) if f.suffix == ".hfile"
+                   else [r for _, r in read_log_file(f.read_bytes()) if r is not None])
+        for r in records:
+            assert isinstance(r.payload, ColumnStats)
+            java[(r.payload.file_name or "", r.payload.column_name or "")] = r.payload
+    data_columns = pa.schema([f for f in TXN if f.name != "region"] + [TXN.field("region")])
+    columns = columns_to_index(data_columns)
+    assert "amount" not in columns and "txn_datetime" in columns
+    checked = 0
+    for parquet in sorted(sample.glob("*/*.parquet")):
+        ours = base_file_stats(str(parquet), columns)
+        for column in columns:
+            theirs = java.get((parquet.name, column))
+            if theirs is None or theirs.is_deleted:
+                continue
+            mine = with_value_type(ours[column])
+            got = (mine.min_value, mine.max_value, mine.value_type, mine.value_count,
+                   mine.null_count, mine.total_size, mine.total_uncompressed_size)
+            want = (theirs.min_value, theirs.max_value, theirs.value_type,
+                    theirs.value_count, theirs.null_count, theirs.total_size,
+                    theirs.total_uncompressed_size)
+            assert got == want, (parquet.name, column)
+            checked += 1
+    assert checked >= 3 * len(columns)
