@@ -99,11 +99,15 @@ def test_change_feed_keeps_a_chain_of_tables_equal_to_the_source(
     assert ops == {"i", "u", "d"}
 
 
-def test_change_feed_rows_per_commit_as_hudi_cdc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["8", "9"])
+def test_change_feed_rows_per_commit_as_hudi_cdc(tmp_path: Path, version: str) -> None:
     """Insert, update, delete without ordering and insert again at a lower ts, in one range:
-    one row per commit and key, before/after images of the data columns (RFC-51)."""
+    one row per commit and key, before/after images of the data columns (RFC-51), on
+    table versions 8 and 9."""
     table = Table.create(str(tmp_path / "t"), name="t", table_type="COPY_ON_WRITE",
-                         record_key="key", precombine="ts", partition_by=["region"])
+                         record_key="key", precombine="ts", partition_by=["region"],
+                         options={"hoodie.write.table.version": version})
+    assert table.config.version == int(version)
     row = {"key": "a", "ts": 5, "region": "north", "amount": 1.0, "note": "x"}
     first = table.upsert(pa.Table.from_pylist([row], schema=SCHEMA))
     start = _completion(table, first)

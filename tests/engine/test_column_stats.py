@@ -108,14 +108,17 @@ def _oracle_filtered(oracle: Oracle, filters: list[Any]) -> list[dict[str, Any]]
     return sorted_rows(table.filter(to_expression(filters)), COLUMNS)
 
 
-@pytest.mark.parametrize(("table_type", "seed"), [("COPY_ON_WRITE", 1), ("MERGE_ON_READ", 2)])
+@pytest.mark.parametrize(("table_type", "seed", "version"), [
+    ("COPY_ON_WRITE", 1, "8"), ("MERGE_ON_READ", 2, "8"), ("MERGE_ON_READ", 3, "9")])
 def test_data_skipping_random_tables_pruned_equals_unpruned_and_oracle(
-        tmp_path: Path, table_type: str, seed: int) -> None:
+        tmp_path: Path, table_type: str, seed: int, version: str) -> None:
     rng = random.Random(seed)
     table = Table.create(str(tmp_path / "t"), name="cs", table_type=table_type,
                          record_key="key", precombine="ts", partition_by=["region"],
                          options={**ON, "hoodie.compact.inline": "true",
-                                  "hoodie.compact.inline.max.delta.commits": "3"})
+                                  "hoodie.compact.inline.max.delta.commits": "3",
+                                  "hoodie.write.table.version": version})
+    assert table.config.version == int(version)
     oracle, counter = Oracle(), [0]
     pruned_any = 0
     for step in range(7):

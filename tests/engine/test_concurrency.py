@@ -370,8 +370,11 @@ def client_timeline(table: Table):  # type: ignore[no-untyped-def]
 # -- non-blocking concurrency (MOR + BUCKET) -------------------------------------------------
 
 
-def test_nbcc_interleaved_writers_same_buckets_all_commit(tmp_path: Path) -> None:
-    table = _new_table(tmp_path, "MERGE_ON_READ", index="BUCKET")
+@pytest.mark.parametrize("version", ["8", "9"])
+def test_nbcc_interleaved_writers_same_buckets_all_commit(tmp_path: Path, version: str) -> None:
+    table = _new_table(tmp_path, "MERGE_ON_READ", index="BUCKET",
+                       **{"hoodie.write.table.version": version})
+    assert table.config.version == int(version)
     assert WriteClient(table.storage, table.config, table.write_config).log_only_inserts
     a, b = _client(table), _client(table)
     # Both create the same new buckets at once: log-only file groups, no base file.

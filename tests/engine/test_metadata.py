@@ -178,8 +178,11 @@ def test_metadata_disable_deletes_it_and_enable_bootstraps_an_existing_table(
     assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
 
 
-def test_metadata_rebuild_and_validate_report_differences(tmp_path: Path) -> None:
-    table = _create(tmp_path / "t")
+@pytest.mark.parametrize("version", ["8", "9"])
+def test_metadata_rebuild_and_validate_report_differences(tmp_path: Path, version: str) -> None:
+    table = _create(tmp_path / "t", **{"hoodie.write.table.version": version,
+                                       "hoodie.metadata.index.column.stats.enable": "true"})
+    assert table.config.version == int(version)
     oracle, rng, counter = Oracle(), random.Random(13), [0]
     _write_some(table, oracle, rng, counter, 3)
     base = next(f for f in list_table_files(table.storage).base_files)
