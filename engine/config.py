@@ -515,7 +515,11 @@ class WriteConfig:
         "for readers that only read version 6 (Athena, older Trino, daft). On an existing table "
         "it must name the table's version, or be left out: a table is never upgraded nor "
         "downgraded. A version-6 table keeps no metadata table; see "
-        "[engine.md](engine.md#table-versions).")
+        "[engine.md](engine.md#table-versions). The default stays `8` although Hudi 1.1+ "
+        "creates `9`: readers limited to Hudi 1.0 cannot read a version-9 table and tidelake "
+        "never downgrades one, while a Java 1.1+ writer upgrades a version-8 table itself (its "
+        "`hoodie.write.auto.upgrade`); and not every tidelake test runs on 9 yet "
+        "([table-version-9.md](table-version-9.md) §10, step 9).")
     concurrency_mode: ConcurrencyMode | None = option(
         "hoodie.write.concurrency.mode", _parse_concurrency_mode, None,
         "`SINGLE_WRITER`, `OPTIMISTIC_CONCURRENCY_CONTROL` (a commit that overlaps a concurrent "
