@@ -22,6 +22,7 @@ lock. The JSON is Jackson's default pretty printer's, byte for byte.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ from engine.metadata.table import PROPERTIES, read_data_properties
 from engine.storage import Storage
 from engine.timeline.active import HOODIE
 from engine.timeline.version import TableVersion
+
+_log = logging.getLogger(__name__)
 
 P_INDEX_DEFS_PATH = "hoodie.table.index.defs.path"
 DEFAULT_PATH = f"{HOODIE}/.index_defs/index.json"
@@ -69,7 +72,8 @@ def _path(props: Mapping[str, str]) -> str:
 
 
 def read(storage: Storage) -> dict[str, Definition]:
-    """The definitions by index name, in the file's order (empty without a file)."""
+    """The definitions by index name, in the file's order (empty without a file);
+    :class:`ValueError` if the file is not Hudi's JSON."""
     try:
         path = _path(read_data_properties(storage))
         text = storage.read(path).decode("utf-8")
@@ -77,8 +81,21 @@ def read(storage: Storage) -> dict[str, Definition]:
         return {}
     if not text.strip():
         return {}
-    found = json.loads(text).get("indexDefinitions") or {}
-    return dict(found)
+    found = json.loads(text)
+    if not isinstance(found, dict) or not isinstance(found.get("indexDefinitions") or {}, dict):
+        raise ValueError("not a HoodieIndexMetadata document")
+    return dict(found.get("indexDefinitions") or {})
+
+
+def _editable(storage: Storage) -> dict[str, Definition] | None:
+    """:func:`read` for a change; None (logged) when the file cannot be read as Hudi's,
+    which is then left as it is: a commit never fails on it, nor overwrites what another
+    writer put there."""
+    try:
+        return read(storage)
+    except (ValueError, UnicodeDecodeError) as exc:
+        _log.warning("%s: %s left unchanged (%s)", storage.base_path, DEFAULT_PATH, exc)
+        return None
 
 
 def dumps(definitions: Mapping[str, Definition]) -> str:
@@ -114,12 +131,21 @@ def _write(storage: Storage, definitions: Mapping[str, Definition]) -> None:
                               dump_properties(props, last_key=P_CHECKSUM).encode("latin-1"))
 
 
+_SEEN: dict[tuple[str, str], Definition] = {}
+"""(table base path, index name) → the definition this process last declared there (found
+there, written, or not written because the file was unreadable): what lets :func:`refresh`
+skip reading the file at every commit."""
+
+
 def declare(storage: Storage, definition: Definition) -> bool:
     """Add or replace one definition (kept where it stands; a new one goes last, as
     Java's map read from the file keeps it). Partition stats follow column stats' version
     (Java refuses the file otherwise). Returns True if the file changed."""
-    definitions = read(storage)
     name = definition["indexName"]
+    _SEEN[(storage.base_path, name)] = definition
+    definitions = _editable(storage)
+    if definitions is None:
+        return False
     if definitions.get(name) == definition:
         return False
     definitions[name] = definition
@@ -129,22 +155,14 @@ def declare(storage: Storage, definition: Definition) -> bool:
     return True
 
 
-_SEEN: dict[tuple[str, str], Definition] = {}
-"""(table base path, index name) → the definition this process last found or wrote there:
-what lets :func:`refresh` skip reading the file at every commit."""
-
-
 def refresh(storage: Storage, definition: Definition) -> bool:
     """:func:`declare` after a commit (Java's ``updateColsToIndex``: column stats'
     ``sourceFields`` follow the columns each commit indexed), reading the file only when
     the definition differs from the one this process last saw there. Returns True if the
     file changed."""
-    seen = (storage.base_path, definition["indexName"])
-    if _SEEN.get(seen) == definition:
+    if _SEEN.get((storage.base_path, definition["indexName"])) == definition:
         return False
-    changed = declare(storage, definition)
-    _SEEN[seen] = definition
-    return changed
+    return declare(storage, definition)
 
 
 def remove(storage: Storage, names: Iterable[str]) -> bool:
@@ -156,7 +174,9 @@ def remove(storage: Storage, names: Iterable[str]) -> bool:
         return False
     for name in names:
         _SEEN.pop((storage.base_path, name), None)
-    definitions = read(storage)
+    definitions = _editable(storage)
+    if definitions is None:
+        return False
     gone = [n for n in names if n in definitions]
     if not gone:
         return False
@@ -172,7 +192,9 @@ def align_versions(storage: Storage, version: TableVersion) -> bool:
     stats alike). Returns True if the file changed."""
     if not version.versioned_index_definitions:
         return False
-    definitions = read(storage)
+    definitions = _editable(storage)
+    if definitions is None:
+        return False
     current = definitions.get(COLUMN_STATS)
     if current is None or current.get("version") == "V2":
         return False

@@ -100,6 +100,9 @@ def rebuild(storage: Storage, data_timeline: Timeline,
 
     had = set(declared_partitions(storage)) - {FILES}
     mdt = initialize(storage, data_timeline)
+    # indexes tidelake does not keep (a Java secondary index) are not rebuilt: their
+    # definitions go with them, as in _prepare
+    index_defs.remove(storage, sorted(had - set(INDEX_PARTITIONS)))
     config = write_config or WriteConfig()
     wanted = wanted_partitions(config)
     view = TableView(storage, data_timeline)

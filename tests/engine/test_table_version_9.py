@@ -350,6 +350,12 @@ def test_v9_java_sample_appended_indexes_tidelake_does_not_keep_dropped(
     declared = _props(copy)["hoodie.table.metadata.partitions"].split(",")
     assert declared == ["column_stats", "files", "partition_stats", "record_index"]
     assert not list((copy / ".hoodie" / "metadata").glob("secondary_index_*"))
+    # their definitions go with them (Java would rebuild a lone one at its next write and
+    # never two, docs/table-version-9.md §4); the record index's and column stats' stay
+    from engine.metadata.index_defs import read as read_defs
+    defs = read_defs(Table.open(str(copy)).storage)
+    assert list(defs) == ["record_index", "column_stats"]
+    assert defs["column_stats"]["version"] == "V2" and defs["record_index"]["version"] == "V1"
     ours, theirs = Table.open(str(copy)).read(), hudi_rs_read(copy)
     assert sorted_rows(ours, ours.column_names, KEY) == sorted_rows(theirs, ours.column_names,
                                                                     KEY)
@@ -554,3 +560,19 @@ def test_v9_sample_column_stats_rederived_from_the_files_equal_java_records(
             assert got == want, (parquet.name, column)
             checked += 1
     assert checked >= 3 * len(columns)
+
+
+def test_index_defs_unreadable_left_as_is_and_writes_go_on(tmp_path: Path) -> None:
+    """An index.json that is not Hudi's JSON is never overwritten and never fails a
+    commit (logged); the rows stay = hudi-rs."""
+    path = tmp_path / "t"
+    table = Table.create(str(path), name="bad", record_key="key", precombine="ts",
+                         partition_by=["region"], options=V9)
+    table.upsert(_logical_rows(0, 3, "a"))
+    defs = path / ".hoodie" / ".index_defs" / "index.json"
+    defs.write_text("{ not json", encoding="utf-8")
+    Table.open(str(path)).upsert(
+        _logical_rows(3, 2, "a").append_column("extra", pa.array([1.5, 2.5])))
+    assert defs.read_text(encoding="utf-8") == "{ not json"
+    assert row_tuples(Table.open(str(path)).read(), LOGICAL.names) == row_tuples(
+        hudi_rs_read(path), LOGICAL.names)
