@@ -36,41 +36,48 @@ archive=$!
 # circles, upward imports, and ingest's engine modules (fails above 12: docs/engine.md)
 .venv/bin/python scripts/import_graph.py
 phase "ruff, mypy and lint-imports"
-# Quick subset first (fails fast), then everything marked slow. The engine's quick tests need
-# no JVM and run on two workers (pytest-xdist; docs/testing.md has the measurement); the rest
-# share one Spark session and one broker per process and run in one. With arguments (paths,
-# -k ...) the quick suite runs in one process, as given.
-if [ "$#" -eq 0 ]; then
-  .venv/bin/python -m pytest -m "not slow" -q --durations=10 -n 2 tests/engine
-  phase "the engine's quick suite"
-  wait "$archive"
-  phase "the JVM archive"
-  .venv/bin/python -m pytest -m "not slow" -q --durations=10 --ignore=tests/engine
-else
-  wait "$archive"
-  .venv/bin/python -m pytest -m "not slow" -q "$@"
-fi
-phase "the quick suite"
+# Quick subset first (fails fast), then everything marked slow. With arguments (paths, -k ...)
+# both run in one process, as given. Without, in two lanes beside each other
+# (docs/testing.md): the engine's tests (no JVM: writers, services, stress), quick then slow,
+# in one process beside the rest, whose Spark sessions and job runs keep 1.2-1.5 of the two
+# cores busy and wait on each JVM and Python worker start; the rest share one Spark session
+# and one broker per process, quick then slow. The engine lane's output follows the rest's;
+# either lane's failure fails the run.
 status=0
 engine_status=0
 if [ "$#" -eq 0 ]; then
-  # The engine's slow tests (no JVM: writer processes, services, stress) in a second process
-  # beside the rest, whose job runs keep 1.2-1.5 of the two cores busy (docs/testing.md):
-  # they take the idle part instead of ~2 min of their own. Their output follows the rest's.
   engine_log=$(mktemp)
+  set -m  # the engine lane in a process group of its own: stopped with its writers on exit
   (
     rc=0
-    .venv/bin/python -m pytest -m slow -q --durations=10 -p no:cacheprovider tests/engine \
-      || rc=$?
-    phase "the engine's slow suite (beside the rest)"
+    .venv/bin/python -m pytest -m "not slow" -q --durations=10 -p no:cacheprovider \
+      tests/engine || rc=$?
+    phase "the engine's quick suite (beside the rest)"
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ]; then
+      .venv/bin/python -m pytest -m slow -q --durations=10 -p no:cacheprovider tests/engine \
+        || rc=$?
+      phase "the engine's slow suite (beside the rest)"
+    fi
     exit "$rc"
   ) > "$engine_log" 2>&1 &
   engine=$!
+  set +m
+  # A failing quick suite ends the run here: the engine lane ends with it.
+  trap 'kill -- -"$engine" 2>/dev/null || true; rm -f "$engine_log"' EXIT
+  wait "$archive"
+  phase "the JVM archive"
+  .venv/bin/python -m pytest -m "not slow" -q --durations=10 --ignore=tests/engine
+  phase "the quick suite (without the engine's)"
   .venv/bin/python -m pytest -m slow -q --durations=20 --ignore=tests/engine || status=$?
+  phase "the slow suite (without the engine's)"
   wait "$engine" || engine_status=$?
+  trap - EXIT
   cat "$engine_log"
   rm -f "$engine_log"
 else
+  wait "$archive"
+  .venv/bin/python -m pytest -m "not slow" -q "$@"
+  phase "the quick suite"
   .venv/bin/python -m pytest -m slow -q --durations=20 "$@" || status=$?
 fi
 phase "the slow suite"

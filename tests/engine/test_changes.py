@@ -19,6 +19,7 @@ from engine import InstantNotReadableError, Table
 from engine.read.changes import CDC_SCHEMA
 from tests.engine.helpers import COLUMNS, SCHEMA
 from tests.helpers import Oracle, apply_change_feed, sorted_rows
+from tests.soak import rotate, rotation_note
 
 DATA = [c for c in COLUMNS if not c.startswith("_hoodie")]
 
@@ -65,10 +66,16 @@ def _step(rng: random.Random, table: Table, oracle: Oracle, counter: list[int],
     return instant
 
 
+CHAIN_SEEDS = (0, 1)
+"""Two random rounds per table type; one of them per CI run (rotating), both at soak size."""
+
+
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", CHAIN_SEEDS)
 def test_change_feed_keeps_a_chain_of_tables_equal_to_the_source(
         tmp_path: Path, table_type: str, seed: int) -> None:
+    if seed not in rotate(f"change-feed-chain-{table_type}", CHAIN_SEEDS):
+        pytest.skip(f"rotated out of this CI run ({rotation_note()}; CHAIN_SEEDS)")
     rng = random.Random(seed)
     source = Table.create(str(tmp_path / "raw"), name="raw", table_type=table_type,
                           record_key="key", precombine="ts", partition_by=["region"])

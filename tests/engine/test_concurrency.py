@@ -292,11 +292,13 @@ def test_occ_instant_rolled_back_by_other_writer_refused_at_commit(tmp_path: Pat
     table.upsert(_batch(["k0", "k1"], 1, 0))
     slow = _client(table, **{"hoodie.client.heartbeat.interval_in_ms": "600000"})
     s_start, s_plan, s_stats = _stage(slow, _batch(["k0"], 5, 1))
-    # The slow writer's heartbeat is judged by the other writer's expiry (0.2 s here).
+    # The slow writer's heartbeat is judged by the other writer's expiry (60 s here), not by
+    # its own (1,200 s): 5 minutes old, it is expired for the one and fresh for the other. The
+    # other writer's own heartbeat (every 30 s) never misses its expiry on a loaded machine.
     hb = Path(table.path, heartbeat_path(s_plan.instant.requested_time))
-    old = time.time() - 5
+    old = time.time() - 300
     os.utime(hb, (old, old))
-    impatient = Table.open(table.path, {"hoodie.client.heartbeat.interval_in_ms": "100",
+    impatient = Table.open(table.path, {"hoodie.client.heartbeat.interval_in_ms": "30000",
                                         "hoodie.client.heartbeat.tolerable.misses": "2"})
     impatient.upsert(_batch(["k1"], 5, 2))
     assert s_plan.instant.requested_time not in _pending(table)

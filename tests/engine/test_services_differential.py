@@ -271,7 +271,7 @@ def test_services_interleaved_with_writes_and_kills_match_oracle(
         tmp_path: Path, table_type: str, index: str, block_format: str,
         partitioned: bool) -> None:
     _run(tmp_path, 1000 + CASES.index((table_type, index, block_format, partitioned)),
-         table_type, index, block_format, partitioned, steps=45)
+         table_type, index, block_format, partitioned, steps=30)
 
 
 def test_services_table_version_9_interleaved_with_writes_and_kills_match_oracle(
