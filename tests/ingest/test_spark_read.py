@@ -544,7 +544,7 @@ def test_spark_read_doc_examples_run_as_written(
                      "[Row(city='oslo', n=2), Row(city='rome', n=1)]", "[-1.0, 10.0, 20.0]",
                      "\n3\n", "['a']", "[('a', 1100), ('b', 2000)]",
                      "[('a', 1100), ('b', 2500)]", "[('b', 2500)]",
-                     "('d', False, True)"):
+                     "('d', False, True)", "['fare', 'uuid'] 3"):
         assert expected in out, expected
 
 
