@@ -7,7 +7,8 @@ pruning, and its filter pushdown reuses a plan across queries (docs/spark-read.m
 :func:`read_table` plans the read on the driver with the engine too —
 :meth:`engine.table.Table.scan` with the caller's ``columns`` and ``filters`` (partition
 pruning, data skipping by the metadata table's partition and column statistics, the record
-index for key lookups: the engine decides, nothing here restates it) — and splits the planned slices in two:
+index for key lookups: the engine decides, nothing here restates it) — and splits the
+planned slices in two:
 
 - **base files read as stored** — a slice that is a base file alone (every slice after a
   compaction, every slice of a copy-on-write table and of a read-optimized query) whose
