@@ -68,7 +68,9 @@ changed the table's schema in a way that schema cannot carry (a column added, a 
 a column dropped or renamed) fails while it is planned, before a row is read, with
 :class:`~engine.errors.SchemaChangedError` naming the commit
 (:func:`engine.read.stream_schema.check_stream_schema`); a restarted query reads the new
-schema and replays the batch from its checkpoint, so nothing is dropped silently.
+schema and replays the batch from its checkpoint, so nothing is dropped silently. A stream
+of chosen columns (a schema the user gave, or ``tidelake.read.columns``) reads only them,
+and a column added outside them loses it nothing: it goes on.
 """
 
 from __future__ import annotations
@@ -134,10 +136,9 @@ BEFORE_FIRST_COMMIT = "0"
 """The stream offset before the table's first commit (completion times sort after it)."""
 STREAM_REFUSED = ("hoodie.datasource.query.type", "as.of.instant",
                   "hoodie.datasource.read.begin.instanttime",
-                  "hoodie.datasource.read.end.instanttime", COLUMNS_KEY,
-                  "tidelake.read.filters")
+                  "hoodie.datasource.read.end.instanttime", "tidelake.read.filters")
 """Batch-only options: a stream is always the incremental read from its offsets on, of
-every column."""
+every row."""
 CDC_OPTION = "hoodie.datasource.query.incremental.format"
 
 
@@ -310,13 +311,16 @@ class TidelakeReader(DataSourceReader):
 
 class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: each micro-batch is the incremental read of the commits completed in
-    (start offset, end offset]."""
+    (start offset, end offset], of the columns ``options.columns`` names (None: all;
+    ``schema_given``: a schema the user gave, checked against the table's)."""
 
     def __init__(self, path: str, options: ReadOptions, schema: StructType,
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None, *,
+                 schema_given: bool = False) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self.schema_given = schema_given
         self._storage_options = dict(storage_options or {})
         self._available_now: str | None = None
 
@@ -361,11 +365,17 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         since = None if begin == BEFORE_FIRST_COMMIT else begin
         if self.options.cdc:  # the feed's columns never change: no schema check
             return [ChangePartition(self.path, self._storage_options, since, until, False)]
-        scan = self._table().scan_incremental(since, until)
+        table = self._table()
+        columns = self.options.columns
+        if self.schema_given:
+            check_given_schema(self.schema, table.read_schema())
+        scan = table.scan_incremental(since, until, columns)
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
+        # A stream of chosen columns loses nothing to a column added outside them.
         check_stream_schema(scan.slice_scan.timeline, since, until,
-                            target_schema(self.schema), _as_spark_reads)
+                            target_schema(self.schema), _as_spark_reads,
+                            chosen=columns is not None)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -448,6 +458,10 @@ class TidelakeDataSource(DataSource):
                               schema_given=given)
 
     def streamReader(self, schema: StructType) -> TidelakeStreamReader:
-        """Driver: a stream reader."""
-        return TidelakeStreamReader(_path(self.options), self._options(streaming=True),
-                                    schema, self._storage_options())
+        """Driver: a stream reader of ``schema``'s columns."""
+        options = self._options(streaming=True)
+        given = not getattr(self, "_inferred", False) and not options.cdc
+        if given:
+            options = self._given(schema, options)
+        return TidelakeStreamReader(_path(self.options), options, schema,
+                                    self._storage_options(), schema_given=given)

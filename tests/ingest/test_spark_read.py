@@ -235,10 +235,11 @@ def test_spark_read_bad_columns_schema_or_filters_raise_naming_them(
     with pytest.raises(Exception, match="the schema given names key"):
         (tidelake.read.format("tidelake").schema("key STRING")
          .option("tidelake.read.columns", "ts").load(table.path).collect())
-    query = (tidelake.readStream.format("tidelake").option("tidelake.read.columns", "key")
+    query = (tidelake.readStream.format("tidelake")
+             .option("tidelake.read.filters", '[["key", "=", "a"]]')
              .load(table.path).writeStream.format("noop")
              .option("checkpointLocation", str(tmp_path / "cp")).start())
-    with pytest.raises(Exception, match=r"tidelake\.read\.columns.*batch reads only"):
+    with pytest.raises(Exception, match=r"tidelake\.read\.filters.*batch reads only"):
         query.awaitTermination(120)
 
 
@@ -501,6 +502,40 @@ def test_spark_stream_change_feed_keeps_raw_to_cleaned_equal_across_deletes(
         "hoodie.datasource.read.begin.instanttime": begin}).toArrow()
     assert batch.to_pylist() == raw.read_changes(begin, start_inclusive=True).to_pylist()
     assert set(batch.column("op").to_pylist()) == {"i", "u", "d"}
+
+
+def test_spark_stream_of_chosen_columns_reads_them_across_added_columns(
+        tidelake: SparkSession, tmp_path: Path) -> None:
+    """A stream given its columns (a schema, or ``tidelake.read.columns``) reads them and
+    is not stopped by a column added that it did not ask for (it loses none of its values);
+    a restarted query continues from its checkpoint."""
+    table, _ = _evolved_table(tmp_path / "t")
+    names = ["key", "amount", "extra"]
+    given = (tidelake.readStream.format("tidelake").schema("key STRING, amount DOUBLE, "
+                                                           "extra BIGINT"),
+             tidelake.readStream.format("tidelake").option("tidelake.read.columns",
+                                                           ",".join(names)))
+    sinks = [Batches(), Batches()]
+
+    def run(index: int) -> None:
+        (given[index].load(table.path).writeStream.foreachBatch(sinks[index])
+         .option("checkpointLocation", str(tmp_path / f"cp{index}"))
+         .trigger(availableNow=True).start().awaitTermination(180))
+
+    for index in (0, 1):
+        run(index)
+        assert all_rows(pa.concat_tables([b for _, b in sinks[index].got])) == all_rows(
+            table.read(names))
+    rng, oracle = random.Random(9), Oracle()
+    batch = random_batch(rng, oracle, [900], 6, new_only=True)
+    rows = pa.Table.from_pylist(batch, schema=SCHEMA)
+    rows = rows.append_column("extra", pa.array(range(6), pa.int64()))
+    instant = table.upsert(rows.append_column("later", pa.array(["x"] * 6)))
+    for index in (0, 1):
+        run(index)
+        _, last = sinks[index].got[-1]
+        expected = table.read(names, [("_hoodie_commit_time", "=", instant)])
+        assert last.num_rows == 6 and all_rows(last) == all_rows(expected)
 
 
 def test_spark_stream_start_offset_latest_skips_earlier_commits(
