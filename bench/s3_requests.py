@@ -11,9 +11,12 @@ multiplies.
 Then the read rows: a table of ``--read-rows`` rows (the same 4 partitions; compacted when
 merge-on-read, so each slice is a base file) read as ``Table.read(["v"], part = p3)``,
 first in a process that has seen no footer of the table (cold), then again (warm), and read
-whole (``Table.read()``): the requests, and the bytes of base files the server sent (tests/s3.py
-counts each answer's body) against the bytes of the chunks of ``v`` (the column asked) and
-of ``part`` (the filter's), and of the files' footers.
+whole (``Table.read()``), and the same one-column query through the Spark source
+(``spark.read.format("tidelake")`` with ``tidelake.read.columns`` and
+``tidelake.read.filters``, a local Spark session; ``--no-spark``: not): the requests, and the
+bytes of base files the server sent (tests/s3.py counts each answer's body) against the bytes
+of the chunks of ``v`` (the column asked) and of ``part`` (the filter's), and of the files'
+footers.
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ import statistics
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sized
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrameReader
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout: make `engine` importable
@@ -107,18 +115,51 @@ def read_rows(args: argparse.Namespace, client: object, options: dict[str, str],
           f"chunks of v {v_chunks:,}, of part {part_chunks:,}, footers {footers:,} bytes")
     print(f"{'read':<22} {'requests':>8} {'base GETs':>9} {'base bytes':>11} "
           f"{'/ v chunks':>10} {'/ v+part+footers':>16}")
-    for label, kwargs in (("one column, cold", query), ("one column, warm", query),
-                          ("whole table", {})):
+    reads: list[tuple[str, Callable[[], Sized], bool]] = [
+        ("one column, cold", lambda: table.read(**query), True),  # type: ignore[arg-type]
+        ("one column, warm", lambda: table.read(**query), True),  # type: ignore[arg-type]
+        ("whole table", table.read, False)]
+    if args.spark:
+        reads += _spark_reads(table.path, options)
+    for label, read, one_column in reads:
         counter.counts.clear()
         with sent.watch(bucket) as got:  # type: ignore[attr-defined]
-            table.read(**kwargs)  # type: ignore[arg-type]
+            rows = read()
         base = [size for key, size in got if key.endswith(".parquet")]
         requests = sum(counter.counts.values())
         fetched = sum(base)
         needed = v_chunks + part_chunks + footers
-        ratios = (f"{fetched / v_chunks:>10.2f} {fetched / needed:>16.2f}" if kwargs
+        ratios = (f"{fetched / v_chunks:>10.2f} {fetched / needed:>16.2f}" if one_column
                   else f"{'':>10} {'':>16}")
-        print(f"{label:<22} {requests:>8} {len(base):>9} {fetched:>11,} {ratios}")
+        print(f"{label:<22} {requests:>8} {len(base):>9} {fetched:>11,} {ratios}"
+              f"  ({len(rows):,} rows)")
+
+
+def _spark_reads(path: str, options: dict[str, str]
+                 ) -> list[tuple[str, Callable[[], Sized], bool]]:
+    """The engine's one-column query through the Spark source: ``format("tidelake")`` with
+    ``tidelake.read.columns`` and ``tidelake.read.filters``, and (as before them) with the
+    query in Spark's ``WHERE`` and ``SELECT`` alone; the store's options on the read. Its
+    tasks run in Spark's Python workers, fresh processes (no footer seen). The session
+    starts here, outside the counted reads."""
+    from common import local_spark
+
+    from ingest.spark_read import register
+
+    spark = local_spark("tidelake-s3-requests")
+    register(spark)
+
+    def reader(**read: str) -> DataFrameReader:
+        made = spark.read.format("tidelake")
+        for key, value in {**options, **read}.items():
+            made = made.option(key, value)
+        return made
+
+    pruned = reader(**{"tidelake.read.columns": "v",
+                       "tidelake.read.filters": '[["part", "=", "p3"]]'})
+    return [("Spark, read options", lambda: pruned.load(path).collect(), True),
+            ("Spark, WHERE only", lambda: reader().load(path).where("part = 'p3'")
+             .select("v").collect(), True)]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -190,6 +231,8 @@ def main() -> None:
                         help="rows of the read rows' table (200,000; 0: no read rows)")
     parser.add_argument("--reads-only", action="store_true",
                         help="only the read rows (no upserts counted)")
+    parser.add_argument("--no-spark", dest="spark", action="store_false",
+                        help="no read row of the Spark source (it starts a local Spark)")
     run(parser.parse_args())
 
 

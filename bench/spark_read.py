@@ -7,7 +7,7 @@ compacts it, and times, in one Spark session (``local[2]``), the query
 
     SELECT sum(i0) FROM <table> WHERE partition = '2024-01-04'
 
-five ways, ``--repeat`` times each, taking turns:
+six ways, ``--repeat`` times each, taking turns:
 
 - ``native parquet``: ``spark.read.parquet(<every base file of the table>)`` — Spark's own
   reader over the same files (what the goal is measured against);
@@ -19,7 +19,10 @@ five ways, ``--repeat`` times each, taking turns:
   statistics;
 - ``read_table`` (engine-read slices): ``read_table(..., native=False)`` with the filter:
   the engine's pruning, every slice read by the engine in Python workers;
-- ``format("tidelake")``: the data source, the ``WHERE`` in Spark (every slice, every column).
+- ``format("tidelake")``: the data source, the ``WHERE`` in Spark (every slice, every column);
+- ``format("tidelake")`` (read options): the data source with ``tidelake.read.columns`` and
+  ``tidelake.read.filters``: the engine's pruning, the kept slices' ``i0`` read by the
+  engine in Python workers.
 
 Printed: the machine and its load, the table's shape, per way the median wall seconds (the
 planning of ``read_table`` included), the CPU seconds of all processes (driver, JVM,
@@ -30,6 +33,7 @@ way's sum is checked against ``Table.read`` with the same filter.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -132,11 +136,15 @@ def main() -> None:
             read_table(spark, path, filters=filters, native=False)),
         'format("tidelake")': lambda: total(
             spark.read.format("tidelake").load(path).where(where)),
+        'format("tidelake") (read options)': lambda: total(
+            spark.read.format("tidelake").option("tidelake.read.columns", "i0")
+            .option("tidelake.read.filters", json.dumps(filters)).load(path)),
     }
     files_read = {"native parquet": len(files), "read_table (filters)": len(kept),
                   "read_table (Spark WHERE)": len(slices),
                   "read_table (engine-read slices)": len(kept),
-                  'format("tidelake")': len(slices)}
+                  'format("tidelake")': len(slices),
+                  'format("tidelake") (read options)': len(kept)}
     walls: dict[str, list[float]] = {name: [] for name in ways}
     cpus: dict[str, float] = dict.fromkeys(ways, 0.0)
     for name, way in ways.items():  # a warm-up run each: JVM classes, Python workers

@@ -589,11 +589,22 @@ class Table:
         """The read Hudi's read ``options`` ask for (:class:`~engine.read.options.ReadOptions`):
         an incremental read from ``begin_instant`` (inclusive, as Hudi 1.x) to
         ``end_instant``, else a snapshot or read-optimized read, as of ``as_of_instant`` if
-        given. A Spark read source plans with it on the driver and reads each slice in a
-        task (:mod:`engine.read.distributed`)."""
-        from engine.read.options import QueryType
+        given; of the options' ``columns`` and ``filters`` (JSON values typed by their
+        columns: :func:`~engine.read.options.typed_filters`), pruned by them as
+        :meth:`scan` prunes. A Spark read source plans with it on the driver and reads each
+        slice in a task (:mod:`engine.read.distributed`)."""
+        from engine.read.options import QueryType, check_columns, typed_filters
+
+        columns = list(options.columns) if options.columns is not None else None
+        filters = None
+        if columns is not None or options.filters is not None:
+            schema = self.read_schema()
+            if columns is not None:
+                check_columns(columns, schema)
+            if options.filters is not None:
+                filters = typed_filters(options.filters, schema)
         if options.query_type is QueryType.INCREMENTAL:
-            return self.scan_incremental(options.begin_instant, options.end_instant,
-                                         start_inclusive=True)
-        return self.scan(None, None, options.as_of_instant,
+            return self.scan_incremental(options.begin_instant, options.end_instant, columns,
+                                         filters, start_inclusive=True)
+        return self.scan(columns, filters, options.as_of_instant,
                          read_optimized=options.query_type is QueryType.READ_OPTIMIZED)

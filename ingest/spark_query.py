@@ -1,12 +1,14 @@
 """Spark queries that prune: :func:`read_table` and :func:`register_table`.
 
-``spark.read.format("tidelake")`` (:mod:`ingest.spark_read`) reads every slice and every
-column: Spark 4.3's Python data source has no column pruning, and its filter pushdown reuses
-a plan across queries (docs/spark-read.md). :func:`read_table` plans the read on the driver
-with the engine instead — :meth:`engine.table.Table.scan` with the caller's ``columns`` and
-``filters`` (partition pruning, data skipping by the metadata table's partition and column
-statistics, the record index for key lookups: the engine decides, nothing here restates it)
-— and splits the planned slices in two:
+``spark.read.format("tidelake")`` (:mod:`ingest.spark_read`) prunes by the columns and
+filters given with the read (a schema, ``tidelake.read.columns``, ``tidelake.read.filters``)
+and reads every kept slice in Python workers; Spark 4.3's Python data source has no column
+pruning, and its filter pushdown reuses a plan across queries (docs/spark-read.md).
+:func:`read_table` plans the read on the driver with the engine too —
+:meth:`engine.table.Table.scan` with the caller's ``columns`` and ``filters`` (partition
+pruning, data skipping by the metadata table's partition and column statistics, the record
+index for key lookups: the engine decides, nothing here restates it) — and splits the
+planned slices in two:
 
 - **base files read as stored** — a slice that is a base file alone (every slice after a
   compaction, every slice of a copy-on-write table and of a read-optimized query) whose

@@ -29,18 +29,25 @@ environment; they reach executors inside each partition's :class:`~engine.read.s
 (its storage) and are never shown: no ``repr`` prints them, and :func:`register` adds
 :mod:`engine.redact`'s markers to the session's ``spark.sql.redaction.options.regex``.
 
-No filter pushdown, no column pruning (Spark 4.3): the API has no column pruning (every
-column is read; Spark drops the unused ones after the scan), and its filter pushdown
+Columns and filters are the read's, said before the query: Spark 4.3's Python data source
+API has no column pruning (Spark asks for no column list), and its filter pushdown
 (``DataSourceReader.pushFilters``) returns wrong rows: Spark keeps the read planned by the
 first pushdown on a DataFrame's relation and reuses it for a later query on the same
 DataFrame (or temp view) whose filters it does not push — ``df.where("region = 'north'")
 .count()`` then ``df.count()`` counts the north rows only (Spark's
 ``PythonDataSourceV2.getOrCreateReadInfo`` after a ``pushFilters`` that passed no filter).
-So the source reads every slice and Spark applies ``WHERE`` clauses to the rows; the
-pruned Spark read is :func:`ingest.spark_query.read_table` (the engine plans with the
-query's columns and filters, Spark's Parquet reader reads the base files it keeps). For
-the same reason a DataFrame reads the table as it was at its first action (Spark reuses the
-planned slices): ``load`` again to see later commits.
+So a batch read takes them as the engine does, fixed for the DataFrame: the columns of a
+schema the user gives (``.schema("uuid string, fare double")``: Spark then does not call
+:meth:`TidelakeDataSource.schema` and hands that schema to ``reader``; any subset of the
+table's columns, in any order, with the table's types), or of the option
+``tidelake.read.columns``, and the filters of ``tidelake.read.filters`` (JSON of the
+engine's terms): :meth:`engine.table.Table.plan_read` plans with them (partition pruning,
+data skipping by the metadata table, the record index), and each task reads only those
+columns of its slice (plus what a merge needs), on object stores only their column chunks.
+Spark's own ``WHERE`` and ``SELECT`` still apply to the rows after the scan. The other
+pruned Spark read is :func:`ingest.spark_query.read_table` (Spark's Parquet reader reads
+the base files the engine keeps). A DataFrame reads the table as it was at its first
+action (Spark reuses the planned slices): ``load`` again to see later commits.
 
 Streams: offsets are ``{"completion_time": t}``, the completion time of the latest completed
 instant a micro-batch covers (``"0"``: before the first commit). A micro-batch (start, end] is
@@ -61,12 +68,15 @@ changed the table's schema in a way that schema cannot carry (a column added, a 
 a column dropped or renamed) fails while it is planned, before a row is read, with
 :class:`~engine.errors.SchemaChangedError` naming the commit
 (:func:`engine.read.stream_schema.check_stream_schema`); a restarted query reads the new
-schema and replays the batch from its checkpoint, so nothing is dropped silently.
+schema and replays the batch from its checkpoint, so nothing is dropped silently. A stream
+of chosen columns (a schema the user gave, or ``tidelake.read.columns``) reads only them,
+and a column added outside them loses it nothing: it goes on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -87,12 +97,15 @@ from engine.errors import InvalidOptionError
 from engine.read.distributed import (
     CDC,
     CDC_SCHEMA,
+    COLUMNS_KEY,
     EARLIEST,
     LATEST,
+    READ_KEYS,
     FileSlice,
     ReadOptions,
     Scan,
     SliceScan,
+    check_columns,
     check_stream_schema,
     latest_completion,
 )
@@ -112,6 +125,7 @@ __all__ = [
     "TidelakeDataSource",
     "TidelakeReader",
     "TidelakeStreamReader",
+    "check_given_schema",
     "read_slice_batches",
     "register",
     "target_schema",
@@ -122,8 +136,9 @@ BEFORE_FIRST_COMMIT = "0"
 """The stream offset before the table's first commit (completion times sort after it)."""
 STREAM_REFUSED = ("hoodie.datasource.query.type", "as.of.instant",
                   "hoodie.datasource.read.begin.instanttime",
-                  "hoodie.datasource.read.end.instanttime")
-"""Batch-only options: a stream is always the incremental read from its offsets on."""
+                  "hoodie.datasource.read.end.instanttime", "tidelake.read.filters")
+"""Batch-only options: a stream is always the incremental read from its offsets on, of
+every row."""
 CDC_OPTION = "hoodie.datasource.query.incremental.format"
 
 
@@ -159,6 +174,23 @@ def _path(options: Mapping[str, Any]) -> str:
     if not path:
         raise InvalidOptionError("path", "required: spark.read.format('tidelake').load(path)")
     return path
+
+
+def check_given_schema(given: StructType, table: pa.Schema) -> None:
+    """Raise :class:`ValueError` naming the first column of a schema the user gave to a
+    read (``.schema(...)``) that the table lacks, or that holds another type there than
+    the table's as Spark reads it (:func:`ingest.ddl.spark_schema`); nullability aside."""
+    spark_types = {f.name: f.dataType for f in spark_schema(table).fields}
+    for wanted in given.fields:
+        have = spark_types.get(wanted.name)
+        if have is None:
+            near = [n for n in table.names if n.lower() == wanted.name.lower()]
+            hint = f" (names are case-sensitive: {near[0]!r})" if near else ""
+            raise ValueError(f"schema: no column {wanted.name!r} in the table{hint}; its "
+                             f"columns: {', '.join(table.names)}")
+        if have.simpleString() != wanted.dataType.simpleString():
+            raise ValueError(f"schema: column {wanted.name!r} is {have.simpleString()} in the "
+                             f"table, not {wanted.dataType.simpleString()}")
 
 
 def target_schema(schema: StructType) -> pa.Schema:
@@ -235,21 +267,29 @@ def _latest_completion(table: Table) -> str:
 
 
 class TidelakeReader(DataSourceReader):
-    """Batch reads: snapshot, read-optimized, time travel and incremental queries."""
+    """Batch reads: snapshot, read-optimized, time travel and incremental queries, of the
+    columns ``options.columns`` names (None: all) with its filters; ``schema_given``: the
+    schema is the user's (its columns are ``options.columns``, checked against the table's
+    when planned)."""
 
     def __init__(self, path: str, options: ReadOptions, schema: StructType,
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None, *,
+                 schema_given: bool = False) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self.schema_given = schema_given
         self._storage_options = dict(storage_options or {})
 
     def __repr__(self) -> str:
         return f"TidelakeReader({self.path!r})"
 
     def plan(self) -> Scan:
-        """Driver: the engine's plan of this read (one slice per Spark partition)."""
+        """Driver: the engine's plan of this read (one slice per Spark partition), of the
+        columns of :attr:`schema` when the user gave it (checked against the table's)."""
         table = Table.open(self.path, storage_options=self._storage_options)
+        if self.schema_given:
+            check_given_schema(self.schema, table.read_schema())
         return table.plan_read(self.options)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -271,13 +311,16 @@ class TidelakeReader(DataSourceReader):
 
 class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: each micro-batch is the incremental read of the commits completed in
-    (start offset, end offset]."""
+    (start offset, end offset], of the columns ``options.columns`` names (None: all;
+    ``schema_given``: a schema the user gave, checked against the table's)."""
 
     def __init__(self, path: str, options: ReadOptions, schema: StructType,
-                 storage_options: Mapping[str, str] | None = None) -> None:
+                 storage_options: Mapping[str, str] | None = None, *,
+                 schema_given: bool = False) -> None:
         self.path = path
         self.options = options
         self.schema = schema
+        self.schema_given = schema_given
         self._storage_options = dict(storage_options or {})
         self._available_now: str | None = None
 
@@ -322,11 +365,17 @@ class TidelakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         since = None if begin == BEFORE_FIRST_COMMIT else begin
         if self.options.cdc:  # the feed's columns never change: no schema check
             return [ChangePartition(self.path, self._storage_options, since, until, False)]
-        scan = self._table().scan_incremental(since, until)
+        table = self._table()
+        columns = self.options.columns
+        if self.schema_given:
+            check_given_schema(self.schema, table.read_schema())
+        scan = table.scan_incremental(since, until, columns)
         # A commit of the range that changed the schema fails the batch (before any row is
         # read), naming it: a restarted query reads the new schema and replays this batch.
+        # A stream of chosen columns loses nothing to a column added outside them.
         check_stream_schema(scan.slice_scan.timeline, since, until,
-                            target_schema(self.schema), _as_spark_reads)
+                            target_schema(self.schema), _as_spark_reads,
+                            chosen=columns is not None)
         return _partitions(scan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -342,6 +391,15 @@ class TidelakeDataSource(DataSource):
     def name(cls) -> str:
         """The format name."""
         return SOURCE_NAME
+
+    def _columns_option(self) -> tuple[str, ...] | None:
+        """``tidelake.read.columns`` parsed alone (the other options: :meth:`_options`)."""
+        spec = next(s for s in READ_KEYS if s.key == COLUMNS_KEY)
+        for key, value in self.options.items():
+            if str(key).lower() == COLUMNS_KEY:
+                columns: tuple[str, ...] = spec.parse(COLUMNS_KEY, str(value))
+                return columns
+        return None
 
     def _options(self, *, streaming: bool) -> ReadOptions:
         if streaming:
@@ -364,19 +422,46 @@ class TidelakeDataSource(DataSource):
         return f"TidelakeDataSource({redact(dict(self.options))!r})"
 
     def schema(self) -> StructType:
-        """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``)."""
+        """Driver: the table's columns, Hudi's meta fields first (as ``Table.read``), or
+        those ``tidelake.read.columns`` names, in its order. Spark calls it only when the
+        user gave no schema (``.schema(...)``); the instance it then hands to
+        :meth:`reader` is the one this ran on, so :attr:`_inferred` tells the two apart."""
+        self._inferred = True
         if any(str(k).lower() == CDC_OPTION and str(v).strip().lower() == CDC
                for k, v in self.options.items()):
             return spark_schema(CDC_SCHEMA)
+        columns = self._columns_option()  # checked now: a column the table lacks fails load()
         table = Table.open(_path(self.options), storage_options=self._storage_options())
-        return spark_schema(table.read_schema())
+        schema = table.read_schema()
+        if columns is not None:
+            check_columns(columns, schema)
+            schema = pa.schema([schema.field(c) for c in columns])
+        return spark_schema(schema)
+
+    def _given(self, schema: StructType, options: ReadOptions) -> ReadOptions:
+        """``options`` reading the columns of a schema the user gave (Spark called no
+        :meth:`schema`): those of ``tidelake.read.columns`` too, if given."""
+        names = tuple(schema.fieldNames())
+        if options.columns is not None and options.columns != names:
+            raise InvalidOptionError(
+                COLUMNS_KEY, f"names {', '.join(options.columns)} but the schema given names "
+                f"{', '.join(names)}: give one of the two")
+        return replace(options, columns=names)
 
     def reader(self, schema: StructType) -> TidelakeReader:
-        """Driver: a batch reader."""
-        return TidelakeReader(_path(self.options), self._options(streaming=False), schema,
-                              self._storage_options())
+        """Driver: a batch reader of ``schema``'s columns."""
+        options = self._options(streaming=False)
+        given = not getattr(self, "_inferred", False) and not options.cdc
+        if given:
+            options = self._given(schema, options)
+        return TidelakeReader(_path(self.options), options, schema, self._storage_options(),
+                              schema_given=given)
 
     def streamReader(self, schema: StructType) -> TidelakeStreamReader:
-        """Driver: a stream reader."""
-        return TidelakeStreamReader(_path(self.options), self._options(streaming=True),
-                                    schema, self._storage_options())
+        """Driver: a stream reader of ``schema``'s columns."""
+        options = self._options(streaming=True)
+        given = not getattr(self, "_inferred", False) and not options.cdc
+        if given:
+            options = self._given(schema, options)
+        return TidelakeStreamReader(_path(self.options), options, schema,
+                                    self._storage_options(), schema_given=given)

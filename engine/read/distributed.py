@@ -15,14 +15,24 @@ from __future__ import annotations
 from engine.config import TableConfig
 from engine.layout.file_group import FileSlice
 from engine.read.changes import CDC_SCHEMA
-from engine.read.options import CDC, EARLIEST, LATEST, QueryType, ReadOptions
+from engine.read.options import (
+    CDC,
+    COLUMNS_KEY,
+    EARLIEST,
+    LATEST,
+    READ_KEYS,
+    QueryType,
+    ReadOptions,
+    check_columns,
+)
 from engine.read.scan import Scan, SliceScan
 from engine.read.stream_schema import check_stream_schema
 from engine.storage import Storage
 from engine.timeline.active import Timeline, completion_key
 
-__all__ = ["CDC", "CDC_SCHEMA", "EARLIEST", "LATEST", "FileSlice", "QueryType", "ReadOptions",
-           "Scan", "SliceScan", "check_stream_schema", "latest_completion"]
+__all__ = ["CDC", "CDC_SCHEMA", "COLUMNS_KEY", "EARLIEST", "LATEST", "READ_KEYS", "FileSlice",
+           "QueryType", "ReadOptions", "Scan", "SliceScan", "check_columns",
+           "check_stream_schema", "latest_completion"]
 
 
 def latest_completion(storage: Storage, config: TableConfig) -> str | None:

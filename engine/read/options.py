@@ -9,10 +9,15 @@ value raises :class:`~engine.errors.InvalidOptionError` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+import decimal
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
+
+import pyarrow as pa
 
 from engine.config import ConfigKey, option
 from engine.errors import InvalidOptionError
@@ -73,6 +78,141 @@ def _start_offset(key: str, raw: str) -> str:
                                  f"yyyyMMddHHmmss[SSS], got {raw!r}") from None
 
 
+COLUMNS_KEY = "tidelake.read.columns"
+FILTERS_KEY = "tidelake.read.filters"
+FILTER_OPS = ("=", "==", "!=", "<", "<=", ">", ">=", "in", "not in")
+"""The engine's filter operators (``Table.read``'s DNF terms)."""
+
+Term = tuple[str, str, Any]
+"""One filter term ``(column, op, value)``."""
+
+
+def _columns(key: str, raw: str) -> tuple[str, ...]:
+    names = [name.strip() for name in str(raw).split(",")]
+    if not any(names):
+        raise InvalidOptionError(key, f"expected column names separated by commas, got {raw!r}")
+    if not all(names):
+        raise InvalidOptionError(key, f"an empty column name in {raw!r}")
+    twice = [name for i, name in enumerate(names) if name in names[:i]]
+    if twice:
+        raise InvalidOptionError(key, f"column {twice[0]!r} given twice")
+    return tuple(names)
+
+
+_SCALAR = (str, int, float, bool)
+
+
+def _term(key: str, item: Any) -> Term:
+    if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+            and isinstance(item[1], str)):
+        raise InvalidOptionError(key, f"a term is [column, op, value], got {json.dumps(item)}")
+    name, op, value = item[0], item[1].strip().lower(), item[2]
+    if op not in FILTER_OPS:
+        raise InvalidOptionError(key, f"unknown operator {item[1]!r} in the term on {name!r}; "
+                                 f"expected one of {', '.join(FILTER_OPS)}")
+    if op in ("in", "not in"):
+        if not isinstance(value, list) or not value \
+                or not all(isinstance(v, _SCALAR) for v in value):
+            raise InvalidOptionError(key, f"{op!r} on {name!r} takes a non-empty list of "
+                                     f"values (no null), got {json.dumps(value)}")
+        return name, op, tuple(value)
+    if not isinstance(value, _SCALAR):
+        raise InvalidOptionError(key, f"{op!r} on {name!r} takes a string, number or boolean "
+                                 f"(null matches no row), got {json.dumps(value)}")
+    return name, op, value
+
+
+def _filters(key: str, raw: str) -> tuple[tuple[Term, ...], ...]:
+    """JSON of the engine's DNF filters: a list of ``[column, op, value]`` terms (their
+    AND), or a list of such lists (an OR of ANDs)."""
+    try:
+        parsed = json.loads(str(raw))
+    except ValueError as exc:
+        raise InvalidOptionError(key, f"not JSON ({exc}): {raw!r}") from None
+    if not isinstance(parsed, list) or not parsed:
+        raise InvalidOptionError(key, "expected a non-empty JSON list of [column, op, value] "
+                                 f"terms, or a list of such lists (an OR), got {raw!r}")
+    if all(isinstance(item, list) and item and isinstance(item[0], list) for item in parsed):
+        return tuple(tuple(_term(key, t) for t in conj) for conj in parsed)
+    return (tuple(_term(key, t) for t in parsed),)
+
+
+def _typed_value(name: str, value: Any, kind: pa.DataType) -> Any:
+    """A JSON filter value as the engine compares it with a column of type ``kind``, or
+    a ValueError saying why it cannot be."""
+    def refused() -> ValueError:
+        return ValueError(f"column {name!r} is {kind}: {json.dumps(value)} is no value of it")
+
+    if isinstance(kind, pa.DictionaryType):
+        kind = kind.value_type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        if isinstance(value, str):
+            return value
+        raise refused()
+    if pa.types.is_boolean(kind):
+        if isinstance(value, bool):
+            return value
+        raise refused()
+    if isinstance(value, bool):
+        raise refused()
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        if isinstance(value, int | float):
+            return value
+        raise refused()
+    try:
+        if pa.types.is_decimal(kind) and isinstance(value, int | float | str):
+            number = decimal.Decimal(str(value))
+            if number.is_finite():
+                return number
+        elif pa.types.is_date(kind) and isinstance(value, str):
+            return dt.date.fromisoformat(value)
+        elif pa.types.is_timestamp(kind) and isinstance(value, str):
+            return dt.datetime.fromisoformat(value)
+        elif (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) \
+                and isinstance(value, str):
+            return value.encode()
+    except (ValueError, decimal.InvalidOperation):
+        pass
+    raise refused()
+
+
+def typed_filters(filters: Sequence[Sequence[Term]], schema: pa.Schema,
+                  key: str = FILTERS_KEY) -> list[list[Term]]:
+    """The filters of :data:`FILTERS_KEY` (JSON values) as the engine's DNF filters on a
+    table of ``schema`` (a read's columns): each value in its column's kind — an ISO date
+    or time string against a date or timestamp column (zone-less: the engine's rule, UTC
+    wall-clock time), a number or a string against a decimal one, a string as bytes
+    against a binary one. A column the table lacks, or a value of another kind, raises
+    :class:`~engine.errors.InvalidOptionError` naming ``key`` and the column."""
+    result = []
+    for conj in filters:
+        terms = []
+        for name, op, value in conj:
+            if name not in schema.names:
+                raise InvalidOptionError(key, f"no column {name!r} in the table; its columns: "
+                                         + ", ".join(schema.names))
+            kind = schema.field(name).type
+            try:
+                if isinstance(value, tuple):
+                    typed: Any = [_typed_value(name, v, kind) for v in value]
+                else:
+                    typed = _typed_value(name, value, kind)
+            except ValueError as exc:
+                raise InvalidOptionError(key, str(exc)) from None
+            terms.append((name, op, typed))
+        result.append(terms)
+    return result
+
+
+def check_columns(columns: Sequence[str], schema: pa.Schema, key: str = COLUMNS_KEY) -> None:
+    """Raise :class:`~engine.errors.InvalidOptionError` naming ``key`` for a column of
+    ``columns`` that a read of ``schema``'s table does not return."""
+    for name in columns:
+        if name not in schema.names:
+            raise InvalidOptionError(key, f"no column {name!r} in the table; its columns: "
+                                     + ", ".join(schema.names))
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """Typed read options, each field declared once by :func:`~engine.config.option`."""
@@ -111,6 +251,23 @@ class ReadOptions:
         "updated or deleted, columns `op` (`i`/`u`/`d`), `ts_ms` (the commit's instant time), "
         "`before` and `after` (the data columns as JSON). Incremental queries and streams only; "
         "works on every table (Hudi needs `hoodie.table.cdc.enabled`).", group=READ_GROUP)
+    columns: tuple[str, ...] | None = option(
+        COLUMNS_KEY, _columns, None,
+        "The columns to read, by name, separated by commas (`uuid,fare`): the read returns "
+        "these, in this order, and reads only them (and what merging a slice with log files "
+        "needs: the record key and the ordering field); as `Table.read(columns=...)`. Unset: every "
+        "column, or those of a schema given to the reader (`.schema(...)`). Not with the "
+        "change feed (its columns are fixed).", group=READ_GROUP)
+    filters: tuple[tuple[Term, ...], ...] | None = option(
+        FILTERS_KEY, _filters, None,
+        "The engine's filters as JSON: a list of `[column, op, value]` terms, their AND "
+        "(`[[\"city\", \"=\", \"oslo\"], [\"fare\", \">\", 10]]`), or a list of such lists, "
+        "an OR of ANDs; `op` one of `=`, `==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `not in` "
+        "(`in` takes a list). As `Table.read(filters=...)`: partitions, files (the metadata "
+        "table's statistics) and key lookups (the record index) are pruned with them, and "
+        "only matching rows returned. Dates and times as ISO strings (`\"2024-05-01\"`, "
+        "zone-less: UTC), decimals as numbers or strings. Not with the change feed.",
+        group=READ_GROUP)
 
     @property
     def cdc(self) -> bool:
@@ -159,6 +316,13 @@ class ReadOptions:
                 "hoodie.datasource.query.incremental.format", "cdc applies to "
                 "hoodie.datasource.query.type=incremental (and to streams) only (the query "
                 f"type is {parsed.query_type.value})")
+        if parsed.cdc:
+            for attr in ("columns", "filters"):
+                if getattr(parsed, attr) is not None:
+                    raise InvalidOptionError(
+                        _KEY_OF[attr], "does not apply to the change feed "
+                        "(hoodie.datasource.query.incremental.format=cdc): its columns are "
+                        "fixed")
         if parsed.as_of_instant is not None and parsed.query_type is not QueryType.SNAPSHOT:
             raise InvalidOptionError("as.of.instant", "applies to the snapshot query only "
                                      f"(the query type is {parsed.query_type.value})")
@@ -171,5 +335,6 @@ READ_KEYS: tuple[ConfigKey[Any], ...] = tuple(
 """Every read option, in declaration order."""
 _KEY_OF = {spec.attr: spec.key for spec in READ_KEYS}
 
-__all__ = ["CDC", "EARLIEST", "LATEST", "LATEST_STATE", "READ_GROUP", "READ_KEYS", "QueryType",
-           "ReadOptions"]
+__all__ = ["CDC", "COLUMNS_KEY", "EARLIEST", "FILTERS_KEY", "FILTER_OPS", "LATEST",
+           "LATEST_STATE", "READ_GROUP", "READ_KEYS", "QueryType", "ReadOptions", "check_columns",
+           "typed_filters"]

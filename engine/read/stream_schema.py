@@ -34,14 +34,15 @@ __all__ = ["check_stream_schema", "schema_change"]
 
 
 def schema_change(before: pa.Schema, after: pa.Schema, stream: pa.Schema, *,
-                  drops: bool = True) -> tuple[str, str] | None:
+                  drops: bool = True, chosen: bool = False) -> tuple[str, str] | None:
     """How ``after`` (a commit's schema) changed ``before`` (the previous one) in a way a
     stream reading ``stream`` would lose values of: ``(column, what)`` for the first such
     column, None if there is none. ``drops``: also report a column of ``stream`` and
-    ``before`` that ``after`` lacks (dropped or renamed)."""
+    ``before`` that ``after`` lacks (dropped or renamed). ``chosen``: the stream's columns
+    are the ones its user asked for, so a column added outside them loses nothing."""
     for f in after:
         if f.name not in stream.names:
-            if f.name not in before.names:
+            if f.name not in before.names and not chosen:
                 return f.name, f"was added (type {f.type})"
             continue  # a column the stream never had (a schema given by the user)
         held = stream.field(f.name).type
@@ -58,7 +59,8 @@ def schema_change(before: pa.Schema, after: pa.Schema, stream: pa.Schema, *,
 
 
 def check_stream_schema(timeline: Timeline, start: str | None, end: str, stream: pa.Schema,
-                        normalize: Callable[[pa.Schema], pa.Schema] = lambda s: s) -> None:
+                        normalize: Callable[[pa.Schema], pa.Schema] = lambda s: s, *,
+                        chosen: bool = False) -> None:
     """Raise :class:`~engine.errors.SchemaChangedError` if a commit completed in
     (``start``, ``end``] (completion keys; ``start`` None: from the first commit) changed the
     table's schema in a way a stream in the schema ``stream`` cannot carry
@@ -69,7 +71,8 @@ def check_stream_schema(timeline: Timeline, start: str | None, end: str, stream:
     types Spark hands its batches in, as it did ``stream``). Before the range, the baseline is
     the schema of the latest commit completed at or before ``start``; without one (a stream
     from the first commit, or that commit archived) it is ``stream`` itself, checked for
-    added and changed columns only (older commits lack the columns added since)."""
+    added and changed columns only (older commits lack the columns added since). ``chosen``:
+    ``stream`` holds the columns its user asked for (:func:`schema_change`)."""
     populate = timeline.config.populate_meta_fields
 
     def recorded(schema_json: str) -> pa.Schema:
@@ -93,7 +96,7 @@ def check_stream_schema(timeline: Timeline, start: str | None, end: str, stream:
     before, drops = (recorded(baseline), True) if baseline else (stream, False)
     for instant, schema_json in in_range:
         after = recorded(schema_json)
-        change = schema_change(before, after, stream, drops=drops)
+        change = schema_change(before, after, stream, drops=drops, chosen=chosen)
         if change is not None:
             column, what = change
             raise SchemaChangedError(

@@ -108,3 +108,69 @@ def test_read_options_parse_hudi_names_and_refuse_bad_combinations() -> None:
         with pytest.raises(InvalidOptionError) as caught:
             ReadOptions.from_options(options)
         assert caught.value.key == key
+
+
+def test_read_options_columns_and_filters_plan_as_table_read(tmp_path: Path) -> None:
+    """``tidelake.read.columns`` and ``tidelake.read.filters`` (JSON) plan the read
+    ``Table.read(columns, filters)`` does: the same slices kept, the same rows."""
+    table, _, _ = _table(tmp_path / "t", "MERGE_ON_READ")
+    options = ReadOptions.from_options({
+        "tidelake.read.columns": " v , key",
+        "TIDELAKE.READ.FILTERS": '[["region", "IN", ["a", "c"]], ["ts", ">=", 1]]'})
+    assert options.columns == ("v", "key")
+    scan = table.plan_read(options)
+    expected = table.scan(["v", "key"], [("region", "in", ["a", "c"]), ("ts", ">=", 1)])
+    assert len(scan.slices) < len(table.scan().slices)  # region b pruned
+    assert [s.file_id for s in scan.slices] == [s.file_id for s in expected.slices]
+    got = scan.to_table()
+    assert got.column_names == ["v", "key"]
+    assert got.sort_by("key").to_pylist() == expected.to_table().sort_by("key").to_pylist()
+    either = ReadOptions.from_options(
+        {"tidelake.read.filters": '[[["key", "=", "k4"]], [["v", "<", 12]]]'})
+    assert sorted(table.plan_read(either).to_table()["key"].to_pylist()) == ["k2", "k4", "k5"]
+
+
+def test_read_options_columns_and_filters_refuse_bad_values_naming_the_option(
+        tmp_path: Path) -> None:
+    from engine.read.options import typed_filters
+
+    for raw in ("", " , ", "key,,v", "key,key"):
+        with pytest.raises(InvalidOptionError) as caught:
+            ReadOptions.from_options({"tidelake.read.columns": raw})
+        assert caught.value.key == "tidelake.read.columns"
+    for raw in ("region = a", "[]", '{"region": "a"}', '[["region", "like", "a"]]',
+                '[["region", "="]]', '[["region", "in", []]]', '[["region", "=", null]]',
+                '[["region", "in", ["a", null]]]', '[[1, "=", "a"]]'):
+        with pytest.raises(InvalidOptionError) as caught:
+            ReadOptions.from_options({"tidelake.read.filters": raw})
+        assert caught.value.key == "tidelake.read.filters", raw
+    for key in ("tidelake.read.columns", "tidelake.read.filters"):
+        value = "key" if key.endswith("columns") else '[["key", "=", "k1"]]'
+        with pytest.raises(InvalidOptionError, match="change feed") as caught:
+            ReadOptions.from_options({
+                key: value, "hoodie.datasource.query.type": "incremental",
+                "hoodie.datasource.read.begin.instanttime": "20250101000000000",
+                "hoodie.datasource.query.incremental.format": "cdc"})
+        assert caught.value.key == key
+    table, _, _ = _table(tmp_path / "t", "COPY_ON_WRITE")
+    for options, named in (({"tidelake.read.columns": "key,nope"}, "'nope'"),
+                           ({"tidelake.read.filters": '[["nope", "=", 1]]'}, "'nope'"),
+                           ({"tidelake.read.filters": '[["ts", "=", "one"]]'}, "'ts' is int64"),
+                           ({"tidelake.read.filters": '[["region", ">", 2]]'}, "'region'")):
+        with pytest.raises(InvalidOptionError, match=named) as caught:
+            table.plan_read(ReadOptions.from_options(options))
+        assert caught.value.key in options
+    # JSON values in their columns' kinds: ISO dates and times, decimals, bytes
+    schema = pa.schema([("d", pa.date32()), ("t", pa.timestamp("us", "UTC")),
+                        ("m", pa.decimal128(10, 2)), ("b", pa.binary()), ("f", pa.float64())])
+    typed = typed_filters([[("d", ">=", "2024-05-01"), ("t", "<", "2024-05-01T10:00:00"),
+                            ("m", "in", ("1.25", 3)), ("b", "=", "x"), ("f", ">", 1)]], schema)
+    import datetime as dt
+    import decimal
+    assert typed == [[("d", ">=", dt.date(2024, 5, 1)),
+                      ("t", "<", dt.datetime(2024, 5, 1, 10)),
+                      ("m", "in", [decimal.Decimal("1.25"), decimal.Decimal(3)]),
+                      ("b", "=", b"x"), ("f", ">", 1)]]
+    for term in (("d", "=", 20240501), ("t", "=", "noon"), ("m", "=", "x"), ("f", "=", True)):
+        with pytest.raises(InvalidOptionError, match=f"'{term[0]}'"):
+            typed_filters([[term]], schema)
