@@ -90,6 +90,7 @@ __all__ = [
     "place_rows",
     "start_instant",
     "write_rows",
+    "write_task_rows",
 ]
 
 RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
@@ -430,6 +431,36 @@ def reason_histogram(rows: pa.Table) -> tuple[tuple[str, int], ...]:
     return tuple((str(kind), int(n)) for kind, n in pairs[:REASON_KINDS])
 
 
+def write_task_rows(spec: WriteSpec, view: TableView, rows: pa.Table,
+                    token: tuple[int, int, int], task_attempt_id: int = 0) -> TaskResult:
+    """What one write task does with its rows (prepared, packed or error-table rows): count
+    them per Kafka partition, stage the error rows, place the rest in file groups and write
+    each group once (:func:`write_group`). ``token``: the task's (Spark partition, stage,
+    attempt), which names its files; ``task_attempt_id``: Spark's, for the report. Executor
+    side."""
+    if ROWS in rows.column_names:
+        rows = unpack_rows(rows)
+    sources, first_error = source_counts(rows)
+    staged = (spec.errors.stage(rows, token)
+              if spec.errors is not None and first_error is not None else None)
+    stale: tuple[str, ...] = ()
+    if view.config.consistent_hashing:
+        placed, stale = place_on_rings(rows, spec.task.placement, view.rings())
+    else:
+        placed = place_rows(rows, spec.task.placement, view)
+    stats: list[WriteStat] = []
+    groups: list[str] = []
+    for (partition, file_id), group in _groups(placed):
+        stat = write_group(spec, view, partition, file_id, group, token)
+        if stat is not None:
+            stats.append(stat)
+            groups.append(f"{partition}/{file_id}")
+    return TaskResult(tuple(stats), tuple(groups),
+                      (*token, task_attempt_id, os.getpid(), socket.gethostname()),
+                      sources, staged, first_error,
+                      reason_histogram(rows) if first_error is not None else (), stale)
+
+
 def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -438,33 +469,12 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         collected = [b for b in batches if b.num_rows]
         if not collected:
             return
-        rows = pa.Table.from_batches(collected)
         ctx = TaskContext.get()
         if ctx is None:  # only ever called by Spark inside a task
             raise RuntimeError("write tasks must run inside a Spark task")
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
-        if ROWS in rows.column_names:
-            rows = unpack_rows(rows)
-        sources, first_error = source_counts(rows)
-        staged = (spec.errors.stage(rows, token)
-                  if spec.errors is not None and first_error is not None else None)
-        view = view_of()
-        stale: tuple[str, ...] = ()
-        if view.config.consistent_hashing:
-            placed, stale = place_on_rings(rows, spec.task.placement, view.rings())
-        else:
-            placed = place_rows(rows, spec.task.placement, view)
-        stats: list[WriteStat] = []
-        groups: list[str] = []
-        for (partition, file_id), group in _groups(placed):
-            stat = write_group(spec, view, partition, file_id, group, token)
-            if stat is not None:
-                stats.append(stat)
-                groups.append(f"{partition}/{file_id}")
-        result = TaskResult(tuple(stats), tuple(groups),
-                            (*token, ctx.taskAttemptId(), os.getpid(), socket.gethostname()),
-                            sources, staged, first_error,
-                            reason_histogram(rows) if first_error is not None else (), stale)
+        result = write_task_rows(spec, view_of(), pa.Table.from_batches(collected), token,
+                                 ctx.taskAttemptId())
         yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
                                          schema=RESULT_SCHEMA)
     return run
