@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,7 +53,7 @@ from engine.write.distributed import (
 )
 from ingest.ddl import spark_schema
 from ingest.error_table import ErrorStaging
-from ingest.resolve import POLICY, arrival_order
+from ingest.resolve import POLICY, arrival_positions
 from ingest.rows import (
     BUCKET,
     DELETE,
@@ -90,6 +91,7 @@ __all__ = [
     "place_rows",
     "start_instant",
     "write_rows",
+    "write_task_rows",
 ]
 
 RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
@@ -201,7 +203,9 @@ def place_rows(rows: pa.Table, placement: Placement, view: TableView) -> pa.Tabl
     Executor side.
     """
     ops = rows.column(OP).combine_chunks()
-    rows = rows.filter(pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE)))
+    writes = pc.or_(pc.equal(ops, UPSERT), pc.equal(ops, DELETE))
+    if writes.null_count or not pc.all(writes).as_py():  # copy every row only if some go
+        rows = rows.filter(writes)
     if rows.column(PARTITION_PATH).null_count:
         rows = placement.spread_tombstones(view, rows, _buckets(rows, placement).to_pylist())
     fids = rows.column(FILE_ID).combine_chunks()
@@ -367,15 +371,15 @@ class WriteResult:
 
 def write_group(spec: WriteSpec, view: TableView, partition: str, file_id: str,
                 rows: pa.Table, token: tuple[int, int, int]) -> WriteStat | None:
-    """Write one file group's rows, in arrival order unless an index decided every key
-    already, as the engine resolves and writes a group
+    """Write one file group's rows — which the caller hands over in arrival order
+    (:func:`_groups`) unless an index decided every key already —, as the engine resolves
+    and writes a group
     (:meth:`engine.write.group_writer.GroupWriter.write`; rows the record index tagged tell
     it the keys their lookup located in the group: :func:`ingest.rows.located_keys`);
     None if nothing to write."""
-    decided = spec.decided
     task_partition, stage, attempt = token
-    return spec.task.write(view, partition, file_id, rows if decided else arrival_order(rows),
-                           decided=decided, located_keys=located_keys(rows),
+    return spec.task.write(view, partition, file_id, rows, decided=spec.decided,
+                           located_keys=located_keys(rows),
                            task_partition=task_partition, stage=stage, attempt=attempt)
 
 
@@ -430,6 +434,36 @@ def reason_histogram(rows: pa.Table) -> tuple[tuple[str, int], ...]:
     return tuple((str(kind), int(n)) for kind, n in pairs[:REASON_KINDS])
 
 
+def write_task_rows(spec: WriteSpec, view: TableView, rows: pa.Table,
+                    token: tuple[int, int, int], task_attempt_id: int = 0) -> TaskResult:
+    """What one write task does with its rows (prepared, packed or error-table rows): count
+    them per Kafka partition, stage the error rows, place the rest in file groups and write
+    each group once (:func:`write_group`). ``token``: the task's (Spark partition, stage,
+    attempt), which names its files; ``task_attempt_id``: Spark's, for the report. Executor
+    side."""
+    if ROWS in rows.column_names:
+        rows = unpack_rows(rows)
+    sources, first_error = source_counts(rows)
+    staged = (spec.errors.stage(rows, token)
+              if spec.errors is not None and first_error is not None else None)
+    stale: tuple[str, ...] = ()
+    if view.config.consistent_hashing:
+        placed, stale = place_on_rings(rows, spec.task.placement, view.rings())
+    else:
+        placed = place_rows(rows, spec.task.placement, view)
+    stats: list[WriteStat] = []
+    groups: list[str] = []
+    for (partition, file_id), group in _groups(placed, arrival=not spec.decided):
+        stat = write_group(spec, view, partition, file_id, group, token)
+        if stat is not None:
+            stats.append(stat)
+            groups.append(f"{partition}/{file_id}")
+    return TaskResult(tuple(stats), tuple(groups),
+                      (*token, task_attempt_id, os.getpid(), socket.gethostname()),
+                      sources, staged, first_error,
+                      reason_histogram(rows) if first_error is not None else (), stale)
+
+
 def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -438,44 +472,32 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         collected = [b for b in batches if b.num_rows]
         if not collected:
             return
-        rows = pa.Table.from_batches(collected)
         ctx = TaskContext.get()
         if ctx is None:  # only ever called by Spark inside a task
             raise RuntimeError("write tasks must run inside a Spark task")
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
-        if ROWS in rows.column_names:
-            rows = unpack_rows(rows)
-        sources, first_error = source_counts(rows)
-        staged = (spec.errors.stage(rows, token)
-                  if spec.errors is not None and first_error is not None else None)
-        view = view_of()
-        stale: tuple[str, ...] = ()
-        if view.config.consistent_hashing:
-            placed, stale = place_on_rings(rows, spec.task.placement, view.rings())
-        else:
-            placed = place_rows(rows, spec.task.placement, view)
-        stats: list[WriteStat] = []
-        groups: list[str] = []
-        for (partition, file_id), group in _groups(placed):
-            stat = write_group(spec, view, partition, file_id, group, token)
-            if stat is not None:
-                stats.append(stat)
-                groups.append(f"{partition}/{file_id}")
-        result = TaskResult(tuple(stats), tuple(groups),
-                            (*token, ctx.taskAttemptId(), os.getpid(), socket.gethostname()),
-                            sources, staged, first_error,
-                            reason_histogram(rows) if first_error is not None else (), stale)
+        result = write_task_rows(spec, view_of(), pa.Table.from_batches(collected), token,
+                                 ctx.taskAttemptId())
         yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
                                          schema=RESULT_SCHEMA)
     return run
 
 
-def _groups(rows: pa.Table) -> Iterator[tuple[tuple[str, str], pa.Table]]:
-    """``rows`` by file group, in input order within a group (one take, then slices)."""
+def _groups(rows: pa.Table, *, arrival: bool = False
+            ) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+    """``rows`` by file group, one take, then slices: within a group in arrival order
+    (:func:`ingest.resolve.arrival_positions`) with ``arrival``, else in input order."""
     if not rows.num_rows:
         return
-    ordered, (parts, fids), sizes = group_rows(
-        rows, [rows.column(PARTITION_PATH), rows.column(FILE_ID)])
+    numbers = pa.table({"i": pa.array(np.arange(rows.num_rows, dtype=np.int64))})
+    grouped, (parts, fids), sizes = group_rows(
+        numbers, [rows.column(PARTITION_PATH), rows.column(FILE_ID)])
+    positions = grouped.column("i").to_numpy()
+    if arrival:
+        groups = np.repeat(np.arange(len(sizes)), sizes)
+        versions = rows.select([TOPIC, KAFKA_PARTITION, OFFSET]).take(pa.array(positions))
+        positions = positions[arrival_positions(versions, groups)]
+    ordered = rows.take(pa.array(positions))
     first = 0
     for part, fid, size in zip(parts, fids, sizes, strict=True):
         yield (part, fid), ordered.slice(first, size)

@@ -1,4 +1,5 @@
-"""CPU seconds by kind of process (from /proc), and wall time of the sink's driver-side steps."""
+"""CPU seconds and peak resident memory by kind of process (from /proc), and wall time of the
+sink's driver-side steps."""
 
 from __future__ import annotations
 
@@ -15,16 +16,19 @@ from typing import Any
 # -- CPU accounting ------------------------------------------------------------------------
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+JOB_KINDS = ("driver (bench + job, Python)", "Spark JVM", "Spark Python workers")
+"""The kinds of process the streaming job itself runs (its peak RSS is theirs, summed)."""
 
 
-def _proc_stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds) of a process, from /proc."""
+def _proc_stat(pid: int) -> tuple[int, float, int] | None:
+    """(parent pid, CPU seconds, resident bytes) of a process, from /proc."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
 
 
 def _category(pid: int, own: int) -> str:
@@ -57,7 +61,9 @@ def _machine_busy() -> tuple[float, float]:
 
 
 class CpuMeter:
-    """Samples CPU seconds of this process and its descendants by kind, and the machine's."""
+    """Samples CPU seconds of this process and its descendants by kind, and the machine's;
+    and their resident memory: the highest sum over :data:`JOB_KINDS` seen in one sample
+    (every ``interval``), and each kind's highest sum."""
 
     def __init__(self, interval: float = 0.25) -> None:
         self.interval = interval
@@ -70,15 +76,20 @@ class CpuMeter:
         self.machine_start = (0.0, 0.0)
         self.machine_end = (0.0, 0.0)
         self.wall = 0.0
+        self.rss: dict[int, int] = {}
+        self.peak_rss = 0
+        """Bytes: the highest sum of the job's processes' RSS in one sample."""
+        self.peak_rss_kind: dict[str, int] = defaultdict(int)
 
     def _descendants(self) -> dict[int, float]:
         parents: dict[int, int] = {}
         cpu: dict[int, float] = {}
+        self.rss = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 got = _proc_stat(int(entry))
                 if got is not None:
-                    parents[int(entry)], cpu[int(entry)] = got
+                    parents[int(entry)], cpu[int(entry)], self.rss[int(entry)] = got
         children: dict[int, list[int]] = defaultdict(list)
         for pid, ppid in parents.items():
             children[ppid].append(pid)
@@ -91,6 +102,7 @@ class CpuMeter:
         return found
 
     def _sample(self, initial: bool = False) -> None:
+        by_kind: dict[str, int] = defaultdict(int)
         for pid, seconds in self._descendants().items():
             if pid not in self.kind:
                 self.first[pid] = seconds if initial else 0.0
@@ -101,6 +113,10 @@ class CpuMeter:
             if kind != "other" or pid not in self.kind:  # "other": maybe it just ended
                 self.kind[pid] = kind
             self.last[pid] = seconds
+            by_kind[self.kind[pid]] += self.rss.get(pid, 0)
+        for kind, size in by_kind.items():
+            self.peak_rss_kind[kind] = max(self.peak_rss_kind[kind], size)
+        self.peak_rss = max(self.peak_rss, sum(by_kind.get(k, 0) for k in JOB_KINDS))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -139,7 +155,11 @@ class CpuMeter:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in kinds.items() if v >= 0.05)
         return (f"CPU seconds over {self.wall:.1f} s wall ({cores} cores = "
                 f"{cores * self.wall:.1f} CPU s): {parts}; all of ours {ours:.1f}, "
-                f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f})")
+                f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f}); "
+                f"peak RSS of the job's processes {self.peak_rss / 2**30:.2f} GiB "
+                f"(sampled every {self.interval:g} s; highest per kind: "
+                + ", ".join(f"{k} {self.peak_rss_kind[k] / 2**30:.2f}" for k in JOB_KINDS)
+                + " GiB)")
 
 
 # -- sink timing ---------------------------------------------------------------------------
