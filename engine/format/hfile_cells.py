@@ -94,20 +94,19 @@ class CellScan:
 
 def _binary_views(data: bytes, start: np.ndarray, length: np.ndarray) -> pa.Array:
     """A ``binary_view`` array of the slices ``data[start:start + length]`` (no copy of the
-    bytes: each view names its offset; slices up to 12 bytes are inlined, as Arrow
-    requires)."""
+    bytes: each view names its offset and holds the first 4 bytes; slices up to 12 bytes are
+    inlined whole, as Arrow requires)."""
     n = len(start)
-    views = np.zeros((n, 16), np.uint8)
-    views[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
-    buf = np.frombuffer(data, np.uint8)
-    padded = np.concatenate([buf, np.zeros(12, np.uint8)])
-    head = np.lib.stride_tricks.as_strided(padded, shape=(len(buf) + 1, 12), strides=(1, 1))
-    inline = head[start] if n else np.zeros((0, 12), np.uint8)
-    inline = np.where(np.arange(12)[None, :] < length[:, None], inline, 0).astype(np.uint8)
-    views[:, 4:16] = inline
-    long = length > 12
-    views[long, 8:12] = 0  # buffer index 0; the prefix (bytes 4:8) is the value's first 4
-    views[long, 12:16] = start[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    views = np.zeros((n, 4), np.uint32)
+    views[:, 0] = length
+    buf = np.frombuffer(data + b"\x00" * 12, np.uint8)
+    views[:, 1] = _window(buf, "<u4")[start] if n else 0
+    views[:, 3] = start
+    short = np.flatnonzero(length <= 12)
+    if len(short):
+        inline = _window(buf, "S12")[start[short]].view(np.uint8).reshape(len(short), 12)
+        inline = np.where(np.arange(12)[None, :] < length[short][:, None], inline, 0)
+        views[short, 1:4] = inline.astype(np.uint8).view("<u4").reshape(len(short), 3)
     return pa.Array.from_buffers(pa.binary_view(), n,
                                  [None, pa.py_buffer(views), pa.py_buffer(data)])
 
