@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,7 @@ class Run:
     batch_seconds: list[float] = field(default_factory=list)
     batch_cpu: list[float] = field(default_factory=list)
     index_lookup_seconds: list[float] = field(default_factory=list)
+    upsert_peak_rss: int | None = None
     lookup_ms: float | None = None
     lookup_slices: int | None = None
     plain_lookup_ms: float | None = None
@@ -163,6 +164,16 @@ class Run:
     @property
     def median_cpu(self) -> float | None:
         return statistics.median(self.batch_cpu) if self.batch_cpu else None
+
+    @property
+    def warm_cpu(self) -> float | None:
+        """Median CPU of the batches after the first (record_index key indexes kept by the
+        process, as in a streaming job's steady state); None with one batch."""
+        return statistics.median(self.batch_cpu[1:]) if len(self.batch_cpu) > 1 else None
+
+    @property
+    def warm(self) -> float | None:
+        return statistics.median(self.batch_seconds[1:]) if len(self.batch_seconds) > 1 else None
 
 
 def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
@@ -194,6 +205,10 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
         run.load_seconds = time.perf_counter() - started
         del initial
     rng = np.random.default_rng(args.seed + 7)
+    from engine.metadata.reader import drop_key_indexes
+
+    drop_key_indexes()  # batch 1 starts cold, as a new process would
+    _reset_peak_rss()
     for b, numbers in enumerate(batches(size, args.batches, args.batch, args.seed)):
         data = make_rows(numbers, 2 + b, ordered, args.partitions, rng)
         if index == "RECORD_INDEX":
@@ -206,6 +221,9 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
             f"({run.batch_cpu[-1]:.2f} CPU s)"
             + (f" (record_index lookup alone: {run.index_lookup_seconds[-1]:.2f} s)"
                if run.index_lookup_seconds else ""))
+    run.upsert_peak_rss = _peak_rss()
+    if run.upsert_peak_rss:
+        log(f"  {index} {size:,}: peak RSS of the upserts {run.upsert_peak_rss / 2**30:.2f} GiB")
     if lookup:
         point_lookups(run, path, work / f"{index}-{size}-without-index", ordered, args)
     if not args.keep:
@@ -213,10 +231,29 @@ def run_upserts(work: Path, index: str, size: int, args: argparse.Namespace,
     return run
 
 
+def _reset_peak_rss() -> None:
+    """Restart the process's peak RSS count (Linux: ``clear_refs`` 5), so the peak read after
+    the upserts is theirs, not the workload's or a bulk insert's."""
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss() -> int | None:
+    """Peak RSS bytes since :func:`_reset_peak_rss` (``VmHWM``), None off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def index_lookup_seconds(path: Path, data: pa.Table) -> float:
     """Seconds to look the batch's keys up in the record_index, as the streaming job's
     executor tasks do (:func:`engine.metadata.record_index.lookup_group` per file group the
-    keys hash to), on a freshly opened table."""
+    keys hash to), on a freshly opened table, cold: no key index kept or used
+    (``cache_bytes`` 0), so the upsert after it finds the process's cache as it was."""
     from engine import Table
     from engine.metadata import record_index as rli
     from engine.metadata.reader import route
@@ -231,7 +268,8 @@ def index_lookup_seconds(path: Path, data: pa.Table) -> float:
     keys = sorted(set(data.column("key").to_pylist()))
     found = 0
     for index, group_keys in route(keys, len(pieces)).items():
-        found += rli.lookup_group(mdt_storage, pieces[index], group_keys).num_rows
+        found += rli.lookup_group(mdt_storage, pieces[index], group_keys,
+                                  cache_bytes=0).num_rows
     seconds = time.perf_counter() - started
     if found != len(keys) // 2:  # the batch updates half its keys, inserts the others
         log(f"  record_index lookup found {found:,} of {len(keys):,} keys, expected "
@@ -362,8 +400,24 @@ def report_upserts(runs: list[Run], args: argparse.Namespace) -> None:
                  / (by[("RECORD_INDEX", sizes[0])].median or 1.0))
         cpu = ((by[("RECORD_INDEX", sizes[-1])].median_cpu or 0.0)
                / (by[("RECORD_INDEX", sizes[0])].median_cpu or 1.0))
-        print(f"RECORD_INDEX per-batch cost at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x "
-              f"wall, {cpu:.2f}x CPU (goal <= 1.5x)")
+        print(f"RECORD_INDEX per-batch cost at {sizes[-1]:,} / at {sizes[0]:,}, median of all "
+              f"batches: {ratio:.2f}x wall, {cpu:.2f}x CPU")
+        big, small = by[("RECORD_INDEX", sizes[-1])], by[("RECORD_INDEX", sizes[0])]
+        print(f"  cold (batch 1: no record_index key index kept yet): "
+              f"{big.batch_cpu[0]:.2f} / {small.batch_cpu[0]:.2f} CPU s = "
+              f"{big.batch_cpu[0] / small.batch_cpu[0]:.2f}x, {big.batch_seconds[0]:.2f} / "
+              f"{small.batch_seconds[0]:.2f} s = "
+              f"{big.batch_seconds[0] / small.batch_seconds[0]:.2f}x wall")
+        if big.warm_cpu and small.warm_cpu and big.warm and small.warm:
+            print(f"  warm (median of batches 2..{args.batches}, the key indexes kept by the "
+                  f"process; the goal's steady state): {big.warm_cpu:.2f} / "
+                  f"{small.warm_cpu:.2f} CPU s = {big.warm_cpu / small.warm_cpu:.2f}x CPU, "
+                  f"{big.warm:.2f} / {small.warm:.2f} s = {big.warm / small.warm:.2f}x wall "
+                  f"(goal <= 1.5x)")
+        for r in (small, big):
+            if r.upsert_peak_rss:
+                print(f"  peak RSS of the upserts at {r.size:,} (after its workload was "
+                      f"generated): {r.upsert_peak_rss / 2**30:.2f} GiB")
     lookup = {r.size: statistics.median(r.index_lookup_seconds) for r in runs
               if r.index_lookup_seconds}
     for size, seconds in sorted(lookup.items()):

@@ -648,6 +648,16 @@ class WriteConfig:
         "hoodie.metadata.record.index.growth.factor", _parse_positive_float, 2.0,
         "The table's key count is multiplied by this when the `record_index` file group count "
         "is estimated, leaving room to grow.", group="metadata")
+    record_index_cache_bytes: int = option(
+        "tidelake.metadata.record.index.cache.bytes", _parse_count, 512 * 1024 * 1024,
+        "Bytes of `record_index` HFile key indexes a process keeps across lookups (driver or "
+        "executor task process; `0` keeps none). A lookup that decompresses a quarter or more "
+        "of an HFile's blocks reads the whole file once into arrays (its keys, ~21 bytes each "
+        "for 16-byte keys, and its distinct values); later batches search them without "
+        "decompressing (Hudi 1.1 keeps decompressed HFile blocks the same way, "
+        "`hoodie.hfile.block.cache.*`). Kept by file path, size and modification time, so a "
+        "compacted, rolled-back or new file is read afresh; least recently used first out.",
+        shown="`536870912` (512 MiB)", group="metadata")
     compact_inline: bool = option(
         "hoodie.compact.inline", _parse_bool, False,
         "Schedule and run a compaction right after a write when one is due (MERGE_ON_READ).",

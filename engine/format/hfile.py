@@ -36,7 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.errors import CorruptTableError
+from engine.format import hfile_cells
 from engine.format.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_ENTRIES, BloomFilter
+from engine.format.hfile_cells import CellFramingError, CellScan, KeyIndex
 
 __all__ = [
     "COMPARATOR",
@@ -71,6 +73,7 @@ _TRAILER_MAGIC = b'TRABLK"$'
 _VERSION = bytes.fromhex("03000003")  # minor 3 << 24 | major 3
 _DATA, _META, _ROOT, _INFO = b"DATABLK*", b"METABLKc", b"IDXROOT2", b"FILEINF2"
 _CODECS = {"GZ": 1, "NONE": 2}
+_GZ = _CODECS["GZ"]
 _GZIP_HEADER = bytes.fromhex("1f8b0800000000000000")
 _LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
 _PUT, _FIRST_ON_ROW = 4, 0xFF
@@ -784,12 +787,73 @@ class HFileReader:
 
     def get_many(self, rows: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
         """(row, value) of every cell whose row is one of ``rows``, in file order. Only the
-        data blocks the root index points the rows at are decompressed, each once."""
+        data blocks the root index points the rows at are decompressed, each once; from
+        :data:`SCAN_BLOCKS` blocks on their cells are found by binary search over arrays
+        (:mod:`engine.format.hfile_cells`) rather than walked in Python."""
         if not self._offsets:
             return
         by_block = self._route(sorted(set(rows)))
+        if len(by_block) >= self.SCAN_BLOCKS:
+            blocks = sorted(by_block)
+            raws = [self._inflated(n, data) for n, data in self._fetch_blocks(blocks)]
+            scan = self._scan(raws, blocks)
+            if scan is not None:
+                wanted = [row for n in blocks for row in by_block[n]]
+                which, cells = scan.find(wanted)
+                yield from zip([wanted[i] for i in which.tolist()], scan.values(cells),
+                               strict=True)
+                return
+            for n, raw in zip(blocks, raws, strict=True):
+                yield from self._find_cells(n, by_block[n], raw=raw)
+            return
         for n, data in self._fetch_blocks(sorted(by_block)):
             yield from self._find_cells(n, by_block[n], data)
+
+    SCAN_BLOCKS = 16
+    """Data blocks a lookup touches from which :meth:`get_many` finds its cells by arrays."""
+
+    def blocks_touched(self, rows: Sequence[bytes]) -> int:
+        """How many data blocks a lookup of ``rows`` (sorted, distinct) decompresses."""
+        return len(self._route(list(rows))) if self._offsets else 0
+
+    def key_index(self) -> KeyIndex | None:
+        """Every cell of the file as a :class:`~engine.format.hfile_cells.KeyIndex` (every
+        data block read and decompressed once); None when its rows cannot be held as arrays
+        (:func:`~engine.format.hfile_cells.scan`)."""
+        blocks = list(range(len(self._offsets)))
+        raws = [self._inflated(n, data) for n, data in self._fetch_blocks(blocks)]
+        scan = self._scan(raws, blocks)
+        return scan.key_index() if scan is not None else None
+
+    def _inflated(self, n: int, data: bytes) -> bytes:
+        """The uncompressed cells of data block ``n`` (``data``: its bytes on disk, as the
+        block index sizes it): :meth:`_read_block`'s checks in one tight step, since a
+        lookup of many keys decompresses thousands of blocks."""
+        if self._verify or len(data) < _HEADER_SIZE:
+            return self._read_block(self._offsets[n], _DATA, self._sizes[n], data)[0]
+        got, on_disk, size, _, _, _, with_header = _HEADER.unpack_from(data, 0)
+        if got != _DATA or with_header < _HEADER_SIZE or _HEADER_SIZE + on_disk > len(data) \
+                or with_header > _HEADER_SIZE + on_disk:
+            return self._read_block(self._offsets[n], _DATA, self._sizes[n], data)[0]
+        if self.compression_codec == _GZ:
+            try:
+                raw = zlib.decompress(data[_HEADER_SIZE:with_header], 31)
+            except zlib.error as exc:
+                raise HFileError(f"gzip payload of data block {n} at {self._offsets[n]}: "
+                                 f"{exc}") from None
+        else:
+            raw = data[_HEADER_SIZE:with_header]
+        if len(raw) != size:
+            raise HFileError(f"data block {n} at {self._offsets[n]} holds {len(raw)} bytes, "
+                             f"header says {size}")
+        return raw
+
+    def _scan(self, raws: list[bytes], blocks: list[int]) -> CellScan | None:
+        try:
+            return hfile_cells.scan(raws)
+        except CellFramingError as exc:
+            first = self._offsets[blocks[0]] if blocks else 0
+            raise HFileError(f"data blocks from offset {first}: {exc}") from None
 
     def _route(self, wanted: list[bytes]) -> dict[int, list[bytes]]:
         """The sorted ``wanted`` rows by the data block the root index points each at: two
@@ -833,8 +897,8 @@ class HFileReader:
     """Wanted rows in one data block from which :meth:`_find_cells` walks every cell of the
     block and checks each row, rather than search the block once per wanted row."""
 
-    def _find_cells(self, n: int, wanted: Sequence[bytes], data: bytes | None = None
-                    ) -> Iterator[tuple[bytes, bytes]]:
+    def _find_cells(self, n: int, wanted: Sequence[bytes], data: bytes | None = None, *,
+                    raw: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """The cells of data block ``n`` (``data``: its bytes on disk, when read already)
         whose row is in ``wanted``, in block order.
 
@@ -843,9 +907,11 @@ class HFileReader:
         lengths lands on it, so bytes that merely look like a cell inside a value are never
         taken for one. The walk reads two lengths per cell and stops at the last candidate
         (a lookup touches a block for a few rows among dozens of cells). Many wanted rows
-        (:data:`DENSE_LOOKUP`) are checked against every cell of one walk instead."""
+        (:data:`DENSE_LOOKUP`) are checked against every cell of one walk instead. ``raw``:
+        the block already decompressed."""
         try:
-            raw, _ = self._read_block(self._offsets[n], _DATA, self._sizes[n], data)
+            if raw is None:
+                raw, _ = self._read_block(self._offsets[n], _DATA, self._sizes[n], data)
             size = len(raw)
             unpack = _CELL_HEAD.unpack_from
             if len(wanted) >= self.DENSE_LOOKUP:

@@ -38,13 +38,15 @@ _log = logging.getLogger(__name__)
 
 def locations(reader: SliceReader, slices: Iterable[FileSlice], keys: pa.Array, *,
               partitions: pa.Array | None = None,
-              update_partition_path: bool = True) -> pa.Table:
+              update_partition_path: bool = True, cache_bytes: int = 0) -> pa.Table:
     """(key, partition, file id[, stored ordering value]) of every key of ``keys`` the table
     holds, among the live ``slices``. With ``partitions`` (event time: the partition each
     key is written to, aligned with ``keys``), the stored ordering value comes along for the
     keys that move to another partition (:func:`moving`, under ``update_partition_path``). A
     table that does not declare the
-    partition complete (being rebuilt) is searched as GLOBAL_SIMPLE searches it."""
+    partition complete (being rebuilt) is searched as GLOBAL_SIMPLE searches it.
+    ``cache_bytes``: the record_index key indexes the process may keep
+    (:func:`engine.metadata.record_index_lookup.lookup_group`)."""
     live = {(s.partition_path, s.file_id): s for s in slices}
     storage = reader.storage
     if not rli.is_kept(storage):
@@ -52,7 +54,8 @@ def locations(reader: SliceReader, slices: Iterable[FileSlice], keys: pa.Array, 
                      "reading the table (GLOBAL_SIMPLE)", storage.base_path)
         found = key_locations(reader, live.values(), None)
         return found.filter(pc.is_in(found.column("key"), value_set=keys.cast(pa.string())))
-    found = rli.lookup_locations(storage, reader.timeline, keys).locations
+    found = rli.lookup_locations(storage, reader.timeline, keys,
+                                 cache_bytes=cache_bytes).locations
     read = (moving(found, keys, partitions, update_partition_path=update_partition_path)
             if partitions is not None else None)
     return attach_orderings(reader, live, found, read=read)

@@ -78,7 +78,8 @@ class Tagger:
             moves = written_to if self.config.orders_by_event_time else None
             return record_index.locations(
                 reader, slices, keys.combine_chunks(), partitions=moves,
-                update_partition_path=update_partition_path(self.write_config))
+                update_partition_path=update_partition_path(self.write_config),
+                cache_bytes=self.write_config.record_index_cache_bytes)
         if not self.write_config.index_type.uses_bloom:
             return key_locations(reader, slices, partitions)
         metadata = (bloom_index.MetadataSource.of(reader.storage, reader.timeline)

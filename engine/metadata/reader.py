@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from engine.format.delete_block import decode_delete_block
 from engine.format.hfile import HFileReader
+from engine.format.hfile_cells import KeyIndex
 from engine.format.log_block import BlockFrame, BlockType, LogBlock, iter_blocks, scan_frames
 from engine.layout.file_group import FileSlice, TableFiles, build_file_slices, list_table_files
 from engine.metadata.codec import (
@@ -176,11 +177,12 @@ by path, size and modification time, so a file written anew under the same name 
 rebuilt from scratch) is read anew."""
 
 
-def base_reader(storage: Storage, path: str) -> HFileReader:
+def base_reader(storage: Storage, path: str, *,
+                stat: tuple[int, float] | None = None) -> HFileReader:
     """A ranged reader of the base HFile ``path`` (kept for the next lookup, see
-    :data:`READERS_KEPT`)."""
+    :data:`READERS_KEPT`; ``stat``: its size and mtime, when the caller has them)."""
     return _kept(_READERS, READERS_KEPT, storage, path, lambda size: HFileReader.from_ranges(
-        size, lambda offset, length: storage.read_range(path, offset, length)))
+        size, lambda offset, length: storage.read_range(path, offset, length)), stat=stat)
 
 
 _Kept = TypeVar("_Kept")
@@ -207,29 +209,90 @@ def _kept(cache: OrderedDict[tuple[str, str, int, float | None], _Kept], limit: 
     return made
 
 
+KEY_INDEX_SHARE = 4
+"""A lookup that decompresses at least 1/4 of an HFile's data blocks builds the file's key
+index (:meth:`~engine.format.hfile.HFileReader.key_index`: every block, once) and keeps it
+when a budget is given (:func:`_hfile_cells`); a smaller lookup reads its blocks only."""
+
+_KEY_INDEXES: OrderedDict[tuple[str, str, int, float, int], KeyIndex | None] = OrderedDict()
+_KEY_INDEX_BYTES = [0]
+_KEY_INDEXES_KEPT = 4096
+"""Entries at most (files whose rows cannot be indexed are remembered as None)."""
+
+
+def _hfile_cells(reader: HFileReader, identity: tuple[str, str, int, float, int],
+                 rows: Sequence[bytes], cache_bytes: int) -> Iterable[tuple[bytes, bytes]]:
+    """``reader.get_many(rows)`` (sorted, distinct), answered from the HFile's key index
+    kept by the process when ``cache_bytes`` > 0 (Hudi 1.1 keeps decompressed HFile blocks
+    in a process-wide cache the same way: ``HFileReaderCacheManager``, keyed by path, length
+    and modification time). ``identity``: (storage root, path, size, mtime, offset of the
+    HFile in the file): a file written anew, compacted or rolled back is another key, so a
+    kept index is never stale. Indexes are kept least recently used first out while their
+    bytes exceed ``cache_bytes``; one larger than that answers its lookup and is dropped."""
+    if cache_bytes <= 0 or not reader.block_count:
+        return reader.get_many(rows)
+    with _READERS_LOCK:
+        if identity in _KEY_INDEXES:
+            _KEY_INDEXES.move_to_end(identity)
+            known = _KEY_INDEXES[identity]
+            return known.get_many(rows) if known is not None else reader.get_many(rows)
+    if reader.blocks_touched(rows) * KEY_INDEX_SHARE < reader.block_count:
+        return reader.get_many(rows)
+    index = reader.key_index()
+    size = index.nbytes if index is not None else 0
+    if size <= cache_bytes:
+        with _READERS_LOCK:
+            old = _KEY_INDEXES.pop(identity, None)
+            _KEY_INDEX_BYTES[0] -= old.nbytes if old is not None else 0
+            _KEY_INDEXES[identity] = index
+            _KEY_INDEX_BYTES[0] += size
+            while _KEY_INDEX_BYTES[0] > cache_bytes or len(_KEY_INDEXES) > _KEY_INDEXES_KEPT:
+                _, dropped = _KEY_INDEXES.popitem(last=False)
+                _KEY_INDEX_BYTES[0] -= dropped.nbytes if dropped is not None else 0
+    return index.get_many(rows) if index is not None else reader.get_many(rows)
+
+
+def key_indexes_kept() -> tuple[int, int]:
+    """(HFile key indexes the process keeps, their bytes)."""
+    with _READERS_LOCK:
+        return sum(i is not None for i in _KEY_INDEXES.values()), _KEY_INDEX_BYTES[0]
+
+
+def drop_key_indexes() -> None:
+    """Forget every kept key index (a bench measuring a cold lookup; tests)."""
+    with _READERS_LOCK:
+        _KEY_INDEXES.clear()
+        _KEY_INDEX_BYTES[0] = 0
+
+
 Cell = tuple[bytes, bytes | None, str | None]
 """(row, value bytes, writer schema of the file holding it): a delete-block entry has value
 None; a schema None is Hudi 1.0's (:func:`~engine.metadata.records.decode_metadata_value`)."""
 
 
-def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]) -> Iterator[Cell]:
+def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes], *,
+                cache_bytes: int = 0) -> Iterator[Cell]:
     """(row, value bytes, schema) of the keys ``rows`` (UTF-8, sorted) in one group slice,
     oldest first: the base file's cells, then each log's in log order, a delete-block entry
     as (row, None, None). No record is decoded: :func:`lookup_slice` merges decoded records,
     :func:`lookup_values` keeps the newest bytes. The base file and the logs' HFile blocks
     are searched through their block indexes (only the data blocks holding the keys are
     decompressed, each once; a log holds a whole bulk insert's keys until the MDT
-    compacts); delete blocks are read whole. Executor-safe."""
+    compacts); delete blocks are read whole. With ``cache_bytes`` the HFiles' key indexes
+    kept by the process answer (:func:`_hfile_cells`). Executor-safe."""
     if not rows:
         return
     wanted = set(rows)
     if piece.base_path is not None:
-        base = base_reader(storage, piece.base_path)
+        stat = storage.stat(piece.base_path)
+        base = base_reader(storage, piece.base_path, stat=stat)
         schema = hfile_schema(base)
-        for row, value in base.get_many(rows):
+        identity = (storage.base_path, piece.base_path, *stat, 0)
+        for row, value in _hfile_cells(base, identity, rows, cache_bytes):
             yield row, value, schema
     for path in piece.log_paths:
-        blocks = log_blocks(storage, path)
+        stat = storage.stat(path)
+        blocks = log_blocks(storage, path, stat=stat)
         if blocks is None:  # a frame does not hold: read the log whole
             for block in iter_blocks(storage.read(path)):
                 if block.block_type is BlockType.HFILE_DATA:
@@ -242,7 +305,8 @@ def slice_cells(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]) -> I
         for frame, reader in blocks:
             if reader is not None:
                 schema = block_schema(frame.header)
-                for row, value in reader.get_many(rows):
+                identity = (storage.base_path, path, *stat, frame.content_offset)
+                for row, value in _hfile_cells(reader, identity, rows, cache_bytes):
                     yield row, value, schema
             elif frame.block_type is BlockType.DELETE:
                 yield from _deleted(LogBlock(frame.block_type, frame.header, storage.read_range(
@@ -273,14 +337,16 @@ def lookup_slice(storage: Storage, piece: GroupSlice,
     return merged
 
 
-def lookup_values(storage: Storage, piece: GroupSlice, rows: Sequence[bytes]
-                  ) -> dict[bytes, bytes | None]:
+def lookup_values(storage: Storage, piece: GroupSlice, rows: Sequence[bytes], *,
+                  cache_bytes: int = 0) -> dict[bytes, bytes | None]:
     """Row → the newest value bytes of ``rows`` (UTF-8 keys, sorted) in one group slice, None
     for a key whose newest entry is a delete (:func:`slice_cells`): a lookup for a partition
     whose newer entry simply replaces the older (``record_index``), with no record decoded,
     so a caller decodes each distinct value once (record-index values read alike under
-    either writer schema, :class:`~engine.metadata.codec.CellDecoder`). Executor-safe."""
-    return {row: value for row, value, _ in slice_cells(storage, piece, rows)}
+    either writer schema, :class:`~engine.metadata.codec.CellDecoder`); ``cache_bytes``:
+    :func:`slice_cells`. Executor-safe."""
+    return {row: value for row, value, _ in slice_cells(storage, piece, rows,
+                                                        cache_bytes=cache_bytes)}
 
 
 SMALL_LOG_BLOCK = 256 * 1024
@@ -293,12 +359,13 @@ LogBlocks = list[tuple[BlockFrame, HFileReader | None]]
 _LOGS: OrderedDict[tuple[str, str, int, float | None], LogBlocks] = OrderedDict()
 
 
-def log_blocks(storage: Storage, path: str) -> LogBlocks | None:
+def log_blocks(storage: Storage, path: str, *,
+               stat: tuple[int, float] | None = None) -> LogBlocks | None:
     """The blocks of the MDT log ``path`` with a reader for each HFile data block, kept per
     process as :func:`base_reader` keeps base files (a log is never written to again); None
     when a block's frame does not hold (then the log is read whole)."""
     blocks = _kept(_LOGS, READERS_KEPT * 4, storage, path,
-                   lambda size: _log_blocks(storage, path, size))
+                   lambda size: _log_blocks(storage, path, size), stat=stat)
     return blocks or None
 
 

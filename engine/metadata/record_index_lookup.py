@@ -65,13 +65,17 @@ def group_slices(storage: Storage, data_timeline: Timeline) -> list[GroupSlice]:
     return latest_group_slices(mdt, mdt_timeline, validity(data_timeline), RECORD_INDEX)
 
 
-def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str]) -> pa.Table:
+def lookup_group(mdt_storage: Storage, piece: GroupSlice, keys: Iterable[str], *,
+                 cache_bytes: int = 0) -> pa.Table:
     """Locations of ``keys`` (all routed to ``piece``'s group) found in that group.
     Executor-safe: ``mdt_storage`` is rooted at ``.hoodie/metadata``.
 
     Entries are read as value bytes (:func:`~engine.metadata.reader.lookup_values`) and each
-    distinct value is decoded once: every key of one data file group shares its value."""
-    found = lookup_values(mdt_storage, piece, sorted({k.encode("utf-8") for k in keys}))
+    distinct value is decoded once: every key of one data file group shares its value.
+    ``cache_bytes``: the HFile key indexes the process may keep for the next lookup
+    (``tidelake.metadata.record.index.cache.bytes``; 0: none, every block read afresh)."""
+    found = lookup_values(mdt_storage, piece, sorted({k.encode("utf-8") for k in keys}),
+                          cache_bytes=cache_bytes)
     where: dict[bytes, tuple[str, str]] = {}
     rows, parts, files = [], [], []
     for row, value in found.items():
@@ -102,10 +106,10 @@ class Lookup:
 
 
 def lookup_locations(storage: Storage, data_timeline: Timeline,
-                     keys: pa.Array | pa.ChunkedArray) -> Lookup:
+                     keys: pa.Array | pa.ChunkedArray, *, cache_bytes: int = 0) -> Lookup:
     """Where each of ``keys`` lives, per the record_index trusted against ``data_timeline``:
-    only the file groups the keys hash to are read. Driver side (the streaming job runs
-    :func:`lookup_group` in executor tasks instead)."""
+    only the file groups the keys hash to are read (``cache_bytes``: :func:`lookup_group`).
+    Driver side (the streaming job runs :func:`lookup_group` in executor tasks instead)."""
     pieces = group_slices(storage, data_timeline)
     wanted = sorted(record_keys(keys))
     if not pieces or not wanted:
@@ -116,5 +120,5 @@ def lookup_locations(storage: Storage, data_timeline: Timeline,
     for index, group_keys in sorted(route(wanted, len(pieces)).items()):
         piece = pieces[index]
         read.append(piece.file_id)
-        tables.append(lookup_group(mdt_storage, piece, group_keys))
+        tables.append(lookup_group(mdt_storage, piece, group_keys, cache_bytes=cache_bytes))
     return Lookup(pa.concat_tables(tables), tuple(read), len(pieces))

@@ -265,7 +265,9 @@ class RecordIndexTask:
             for index, group_keys in sorted(route(keys.to_pylist(), self.groups).items()):
                 piece = self.pieces[index]
                 read.append(piece.file_id)
-                tables.append(lookup_group(mdt_storage, piece, group_keys))
+                tables.append(lookup_group(
+                    mdt_storage, piece, group_keys,
+                    cache_bytes=self.write_config.record_index_cache_bytes))
             found = concat_locations(tables)
         live = {(s.partition_path, s.file_id): s for s in slices}
         compared = None

@@ -369,3 +369,32 @@ def test_write_hfile_many_blocks_arrays_and_threads_same_bytes_as_pairs_in_order
         assert reader.block_count > hfile.PARALLEL_BLOCKS
         assert list(reader.cells()) == given
         assert list(reader.get_many([given[5][0]])) == [c for c in given if c[0] == given[5][0]]
+
+
+def test_hfile_array_lookup_many_blocks_equals_brute_force_rows_of_any_shape() -> None:
+    """Lookups touching many blocks find cells by arrays (and a file's key index, kept by a
+    process, answers alike): rows of mixed lengths, prefixes of each other, duplicates in a
+    log-block HFile, values holding another row's bytes, and rows with NUL bytes (not held
+    as arrays: walked in Python) all give what a filter over the cells gives."""
+    rng = random.Random(5)
+    rows = sorted({bytes(rng.choice(b"abk-0123456789") for _ in range(rng.randint(1, 24)))
+                   for _ in range(3000)})
+    cells = [(row, rng.randbytes(rng.randint(0, 30)) + (rows[0] if rng.random() < 0.1 else b""))
+             for row in rows]
+    dups = sorted([*cells, *[(row, b"again-" + row) for row, _ in rng.sample(cells, 300)]],
+                  key=lambda c: c[0])
+    nul = sorted([*cells, (b"k\x00", b"nul"), (b"k\x00\x00", b"nuls")], key=lambda c: c[0])
+    for all_cells, dup in ((cells, False), (dups, True), (nul, False)):
+        reader = HFileReader(write_hfile(all_cells, block_size=512, allow_duplicates=dup))
+        present = [c[0] for c in rng.sample(all_cells, 900)]
+        absent = [b"zz" + r for r in present[:50]] + [r[:-1] + b"~" for r in present[:50]]
+        wanted = [*present, *absent, b"", b"k\x00", b"k"]
+        expected = [c for c in all_cells if c[0] in set(wanted)]
+        assert len(reader._route(sorted(set(wanted)))) >= HFileReader.SCAN_BLOCKS
+        assert list(reader.get_many(wanted)) == expected
+        index = reader.key_index()
+        if all_cells is nul:
+            assert index is None
+        else:
+            assert index is not None
+            assert list(index.get_many(sorted(set(wanted)))) == expected

@@ -323,3 +323,86 @@ def test_record_index_shared_upserts_write_what_records_one_by_one_write(
         assert merged == expected, table.path
     assert logs[0] == logs[1]
     assert f".record-index-{group:04d}-0_{instant}.log.1_0-0-0" in logs[0]
+
+
+class _Died(Exception):
+    pass
+
+
+def test_record_index_kept_key_indexes_after_moves_deletes_rollback_and_mdt_compaction_equal_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lookups through the key indexes a process keeps (``cache_bytes``) equal the locations
+    hudi-rs reads from the data files, after the table changed under a warm cache: keys moved
+    to other partitions, deleted (the record_index's tombstones), a writer that died after
+    its MDT deltacommit and was rolled back, and an MDT compaction; random keys, absent ones
+    included."""
+    from engine.metadata import reader as mdt_reader
+    from engine.metadata import sync
+    from engine.timeline.active import Timeline as ActiveTimeline
+    from engine.write.write_client import WriteClient
+
+    monkeypatch.setattr(sync, "MAX_DELTA_COMMITS", 4)
+    options = {**OPTIONS, "hoodie.index.type": "RECORD_INDEX",
+               "hoodie.metadata.record.index.min.filegroup.count": "2"}
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="key", precombine="ts", partition_by=["region"],
+                         options=options)
+    rng = random.Random(8)
+    regions = ["north", "south", "east"]
+    rows = [{"key": f"k{n:05d}", "ts": 1, "region": rng.choice(regions), "amount": 1.0,
+             "note": "first"} for n in range(600)]
+    table.bulk_insert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    keys = [r["key"] for r in rows]
+    budget = 1 << 26
+    mdt_reader.drop_key_indexes()
+
+    def check(where: str) -> None:
+        wanted = sorted(rng.sample(keys, 400) + [f"absent-{i}" for i in range(50)])
+        timeline = Timeline.load(table.storage, table.config)
+        found = lookup_locations(table.storage, timeline, pa.array(wanted),
+                                 cache_bytes=budget).locations
+        got = dict(zip(found.column("key").to_pylist(),
+                       zip(found.column("loc_partition").to_pylist(),
+                           found.column("loc_file_id").to_pylist(), strict=True),
+                       strict=True))
+        truth = hudi_rs_locations(table.path)
+        assert got == {k: truth[k] for k in wanted if k in truth}, where
+
+    check("warm-up")
+    assert mdt_reader.key_indexes_kept()[0] >= 2  # the hostile part: the cache holds them
+    moved = rng.sample(keys, 60)
+    table.upsert(pa.Table.from_pylist(
+        [{"key": k, "ts": 2, "region": "west", "amount": 2.0, "note": "moved"} for k in moved]
+        + [{"key": f"n{n:04d}", "ts": 2, "region": "north", "amount": 2.0, "note": "new"}
+           for n in range(100)], schema=SCHEMA))
+    keys += [f"n{n:04d}" for n in range(100)]
+    check("after moves")
+    table.delete(pa.Table.from_pylist([{"key": k} for k in rng.sample(keys, 80)]))
+    check("after deletes")
+
+    original = ActiveTimeline._write
+
+    def dies_at_the_data_commit(self: ActiveTimeline, instant, content, *, exclusive):  # type: ignore[no-untyped-def]
+        if instant.is_completed and not self.storage.base_path.endswith("metadata"):
+            raise _Died()
+        return original(self, instant, content, exclusive=exclusive)
+
+    monkeypatch.setattr(ActiveTimeline, "_write", dies_at_the_data_commit)
+    monkeypatch.setattr(WriteClient, "abort", lambda self, instant: self._stop_heartbeat(
+        instant.requested_time))
+    with pytest.raises(_Died):
+        table.upsert(pa.Table.from_pylist(
+            [{"key": k, "ts": 3, "region": "south", "amount": 3.0, "note": "lost"}
+             for k in rng.sample(keys, 100)], schema=SCHEMA))
+    monkeypatch.setattr(ActiveTimeline, "_write", original)
+    check("after a writer died past its MDT deltacommit")
+    table = Table.open(table.path, {**options, "hoodie.write.concurrency.mode": "SINGLE_WRITER"})
+    assert len(table.rollback_failed_writes()) == 1
+    check("after its rollback")
+    for step in range(4):
+        table.upsert(pa.Table.from_pylist(
+            [{"key": k, "ts": 4 + step, "region": rng.choice(regions), "amount": 4.0,
+              "note": "again"} for k in rng.sample(keys, 120)], schema=SCHEMA))
+    timeline = Timeline.load(table.storage, table.config)
+    assert any(p.base_path for p in group_slices(table.storage, timeline))  # MDT compacted
+    check("after the MDT compaction")
