@@ -27,6 +27,19 @@ def _proc_stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+JOB_KINDS = ("driver (bench + job, Python)", "Spark JVM", "Spark Python workers")
+"""The job's own processes (the broker and the producers are the bench's)."""
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of a process (0 once it ended)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _category(pid: int, own: int) -> str:
     if pid == own:
         return "driver (bench + job, Python)"
@@ -70,6 +83,10 @@ class CpuMeter:
         self.machine_start = (0.0, 0.0)
         self.machine_end = (0.0, 0.0)
         self.wall = 0.0
+        self.peak_rss = 0
+        """The most resident bytes the job's processes (:data:`JOB_KINDS`) held together at
+        one sample."""
+        self.peak_rss_by_kind: dict[str, int] = defaultdict(int)
 
     def _descendants(self) -> dict[int, float]:
         parents: dict[int, int] = {}
@@ -91,6 +108,7 @@ class CpuMeter:
         return found
 
     def _sample(self, initial: bool = False) -> None:
+        rss: dict[str, int] = defaultdict(int)
         for pid, seconds in self._descendants().items():
             if pid not in self.kind:
                 self.first[pid] = seconds if initial else 0.0
@@ -101,6 +119,10 @@ class CpuMeter:
             if kind != "other" or pid not in self.kind:  # "other": maybe it just ended
                 self.kind[pid] = kind
             self.last[pid] = seconds
+            rss[self.kind[pid]] += _rss(pid)
+        for kind, held in rss.items():
+            self.peak_rss_by_kind[kind] = max(self.peak_rss_by_kind[kind], held)
+        self.peak_rss = max(self.peak_rss, sum(rss.get(kind, 0) for kind in JOB_KINDS))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -137,9 +159,12 @@ class CpuMeter:
         busy = self.machine_busy()
         cores = os.cpu_count() or 1
         parts = ", ".join(f"{k} {v:.1f}" for k, v in kinds.items() if v >= 0.05)
+        rss = ", ".join(f"{k} {self.peak_rss_by_kind.get(k, 0) / 2**30:.2f}" for k in JOB_KINDS)
         return (f"CPU seconds over {self.wall:.1f} s wall ({cores} cores = "
                 f"{cores * self.wall:.1f} CPU s): {parts}; all of ours {ours:.1f}, "
-                f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f})")
+                f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f}); "
+                f"peak RSS of the job's processes together {self.peak_rss / 2**30:.2f} GiB "
+                f"(sampled every {self.interval} s; peak by kind, GiB: {rss})")
 
 
 # -- sink timing ---------------------------------------------------------------------------
