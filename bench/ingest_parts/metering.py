@@ -27,17 +27,23 @@ def _proc_stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+MEMORY_EVERY = 4
+"""Memory is read every this many CPU samples (reading it walks the page tables)."""
 JOB_KINDS = ("driver (bench + job, Python)", "Spark JVM", "Spark Python workers")
 """The job's own processes (the broker and the producers are the bench's)."""
 
 
-def _rss(pid: int) -> int:
-    """Resident bytes of a process (0 once it ended)."""
+def _pss(pid: int) -> int:
+    """Proportional set size of a process in bytes (its resident pages, those it shares
+    counted by their share, so that a sum over processes counts a page once); 0 once it
+    ended."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
-        return 0
+        pass
+    return 0
 
 
 def _category(pid: int, own: int) -> str:
@@ -83,10 +89,12 @@ class CpuMeter:
         self.machine_start = (0.0, 0.0)
         self.machine_end = (0.0, 0.0)
         self.wall = 0.0
-        self.peak_rss = 0
-        """The most resident bytes the job's processes (:data:`JOB_KINDS`) held together at
-        one sample."""
-        self.peak_rss_by_kind: dict[str, int] = defaultdict(int)
+        self.peak_memory = 0
+        """The most memory the job's processes (:data:`JOB_KINDS`) held together at one
+        sample: their proportional set sizes summed (shared pages counted once), every
+        :data:`MEMORY_EVERY` samples."""
+        self.peak_memory_by_kind: dict[str, int] = defaultdict(int)
+        self._samples = 0
 
     def _descendants(self) -> dict[int, float]:
         parents: dict[int, int] = {}
@@ -108,7 +116,9 @@ class CpuMeter:
         return found
 
     def _sample(self, initial: bool = False) -> None:
-        rss: dict[str, int] = defaultdict(int)
+        memory_of: dict[str, int] = defaultdict(int)
+        self._samples += 1
+        memory = self._samples % MEMORY_EVERY == 1
         for pid, seconds in self._descendants().items():
             if pid not in self.kind:
                 self.first[pid] = seconds if initial else 0.0
@@ -119,10 +129,11 @@ class CpuMeter:
             if kind != "other" or pid not in self.kind:  # "other": maybe it just ended
                 self.kind[pid] = kind
             self.last[pid] = seconds
-            rss[self.kind[pid]] += _rss(pid)
-        for kind, held in rss.items():
-            self.peak_rss_by_kind[kind] = max(self.peak_rss_by_kind[kind], held)
-        self.peak_rss = max(self.peak_rss, sum(rss.get(kind, 0) for kind in JOB_KINDS))
+            if memory:
+                memory_of[self.kind[pid]] += _pss(pid)
+        for kind, held in memory_of.items():
+            self.peak_memory_by_kind[kind] = max(self.peak_memory_by_kind[kind], held)
+        self.peak_memory = max(self.peak_memory, sum(memory_of.get(kind, 0) for kind in JOB_KINDS))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -159,12 +170,13 @@ class CpuMeter:
         busy = self.machine_busy()
         cores = os.cpu_count() or 1
         parts = ", ".join(f"{k} {v:.1f}" for k, v in kinds.items() if v >= 0.05)
-        rss = ", ".join(f"{k} {self.peak_rss_by_kind.get(k, 0) / 2**30:.2f}" for k in JOB_KINDS)
+        rss = ", ".join(f"{k} {self.peak_memory_by_kind.get(k, 0) / 2**30:.2f}" for k in JOB_KINDS)
         return (f"CPU seconds over {self.wall:.1f} s wall ({cores} cores = "
                 f"{cores * self.wall:.1f} CPU s): {parts}; all of ours {ours:.1f}, "
                 f"whole machine {busy:.1f} (other processes ~{max(busy - ours, 0):.1f}); "
-                f"peak RSS of the job's processes together {self.peak_rss / 2**30:.2f} GiB "
-                f"(sampled every {self.interval} s; peak by kind, GiB: {rss})")
+                f"peak memory of the job's processes together {self.peak_memory / 2**30:.2f} GiB "
+                f"(PSS summed, sampled every {self.interval * MEMORY_EVERY} s; peak by kind, "
+                f"GiB: {rss})")
 
 
 # -- sink timing ---------------------------------------------------------------------------
