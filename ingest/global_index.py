@@ -65,11 +65,12 @@ layout.
 **Cost.** pyspark's pandas state operator builds its input frames row by row (about 20 µs a
 row with our columns) and converts its output cell by cell, so rows cross it packed: the read
 tasks pack their rows by shard (:func:`ingest.rows.pack_by_shard`), the operator unpacks
-a shard's blobs, tags them column-wise (keys with one version in the batch through
-:func:`engine.merge.policy.resolve_single`, the others key by key) and emits them packed by file
-group (:data:`TAGGED_SCHEMA`); the write tasks unpack them. State calls are a handful per
-shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py`` measure it
-(``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
+a shard's blobs, tags them column-wise (a key through :func:`engine.merge.policy.resolve_single`
+on the one version of the batch that decides it — its only one, the newest of its upserts, or
+without event time its last; keys with deletes under event time key by key) and emits them
+packed by file group (:data:`TAGGED_SCHEMA`); the write tasks unpack them. State calls are a
+handful per shard and batch. ``bench/ingest.py``'s global run and ``bench/global_index.py``
+measure it (``docs/benchmarks.md``). The number of shards is fixed for a checkpoint.
 
 Requirements: ``spark.sql.streaming.stateStore.providerClass`` must be the RocksDB provider
 (:func:`ensure_state_store`), and pyspark's state API needs ``protobuf`` (plus pandas and

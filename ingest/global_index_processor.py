@@ -224,9 +224,15 @@ class GlobalIndexProcessor(StatefulProcessor):
         moves: list[tuple[int, str, str, Any]] = []
         changed: list[bytes] = []
         changes: list[Entry | None] = []
-        single = self._single_versions(starts, ends, stored, buckets, cols)
+        at = self._deciding_versions(rows, starts, ends, cols)
+        single = self._single_versions(at, stored, buckets, cols)
         if len(single):
-            self._tag_single(rows, single, starts[single], stored, buckets, cols, moves,
+            collapsed = single[ends[single] - starts[single] > 1]
+            if len(collapsed):  # the versions that do not decide their key write nothing
+                deciding = cols[OP][at[collapsed]]
+                cols[OP][_runs(starts[collapsed], ends[collapsed])] = SKIP
+                cols[OP][at[collapsed]] = deciding
+            self._tag_single(rows, single, at[single], stored, buckets, cols, moves,
                              digests, changed, changes)
         rest = np.ones(len(starts), dtype=bool)
         rest[single] = False
@@ -238,21 +244,61 @@ class GlobalIndexProcessor(StatefulProcessor):
                 changes.append(change)  # type: ignore[arg-type]
         return _tagged_table(rows, cols, moves, event_time=spec.event_time), changed, changes
 
-    def _single_versions(self, starts: np.ndarray, ends: np.ndarray,
-                         stored: list[Entry | None], buckets: list[int | None],
-                         cols: dict[str, np.ndarray]) -> np.ndarray:
-        """The keys :meth:`_tag_single` tags (indices into the keys): one version in the batch,
-        a bucket the vectorized rule judged, an ordering value if it is an upsert under event
-        time, and — on a table that was clustered — neither their stored group nor their
-        bucket's group replaced. The others go through :meth:`_tag`, key by key."""
-        fast = (ends - starts == 1) & np.array([b is not None for b in buckets], dtype=bool)
+    def _deciding_versions(self, rows: pa.Table, starts: np.ndarray, ends: np.ndarray,
+                           cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Per key (its rows ``starts`` to ``ends``, in arrival order), the row whose version
+        alone decides the key as all its versions would (:func:`engine.merge.policy.resolve_key`),
+        or -1 where none does (the key goes through :meth:`_tag`).
+
+        Without event time: the last version if it is an upsert (it wins), else the first of
+        the deletes after the last upsert (it deletes what is live before it: the stored
+        copy, or the batch's upsert, which is then never written; the deletes after it find
+        nothing live; nothing keeps a deleted key). Under event time, for keys whose versions
+        are all upserts with an ordering value: the last of those at the highest value (every
+        version wins unless it is lower than the one before; ties go to the later). Keys with
+        deletes, null or NaN ordering values under event time: -1."""
+        if not self.spec.event_time:
+            upserts = np.where(cols[OP] == UPSERT, np.arange(len(cols[OP])), -1)
+            last_upsert = np.maximum.reduceat(upserts, starts) if len(starts) else starts
+            return np.where(last_upsert == ends - 1, last_upsert,
+                            np.maximum(last_upsert + 1, starts))
+        at = starts.copy()
+        several = np.flatnonzero(ends - starts > 1)
+        if not len(several):
+            return at
+        rows_of = _runs(starts[several], ends[several])
+        group = np.repeat(np.arange(len(several)), (ends - starts)[several])
+        ordering = rows.column(ORDERING).take(pa.array(rows_of)).combine_chunks()
+        unfit = (cols[OP][rows_of] != UPSERT) | cols[ORDERING_NULL][rows_of]
+        if pa.types.is_floating(ordering.type):
+            unfit |= pc.fill_null(pc.is_nan(ordering), True).to_numpy(zero_copy_only=False)
+        else:
+            unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
+        order = pa.table({"g": group, "o": ordering, "p": rows_of}).sort_by(
+            [("g", "ascending"), ("o", "ascending"), ("p", "ascending")])
+        last = np.cumsum((ends - starts)[several]) - 1  # each key's last row, sorted
+        at[several] = order.column("p").to_numpy()[last]
+        bad = np.zeros(len(several), dtype=bool)
+        np.logical_or.at(bad, group, unfit)
+        at[several[bad]] = -1
+        return at
+
+    def _single_versions(self, at: np.ndarray, stored: list[Entry | None],
+                         buckets: list[int | None], cols: dict[str, np.ndarray]) -> np.ndarray:
+        """The keys :meth:`_tag_single` tags (indices into the keys): a version that decides
+        the key alone (``at``, :meth:`_deciding_versions`), a bucket the vectorized rule
+        judged, an ordering value if it is an upsert under event time, and — on a table that
+        was clustered — neither their stored group nor their bucket's group replaced. The
+        others go through :meth:`_tag`, key by key."""
+        fast = (at >= 0) & np.array([b is not None for b in buckets], dtype=bool)
+        rows = np.where(fast, at, 0)
         if self.spec.event_time:
-            fast &= ~((cols[OP][starts] == UPSERT) & cols[ORDERING_NULL][starts])
+            fast &= ~((cols[OP][rows] == UPSERT) & cols[ORDERING_NULL][rows])
         moves = self._relocations()
         if moves is not None and moves.lineage:  # the table was clustered
             parts = cols[PARTITION_PATH]
             for j in np.flatnonzero(fast).tolist():
-                entry, part = stored[j], parts[starts[j]]
+                entry, part = stored[j], parts[at[j]]
                 bucket = buckets[j]
                 assert bucket is not None
                 if (entry is not None and entry[0] is not None and entry[1] is not None
@@ -522,6 +568,12 @@ class GlobalIndexProcessor(StatefulProcessor):
 
 UNCHANGED = object()
 """A key's entry stays as it is."""
+
+def _runs(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i]`` to ``ends[i] - 1`` of every run, in order."""
+    sizes = ends - starts
+    return np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+
 
 def _objects(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A column as a numpy array of Python values (None for nulls), to rewrite in place."""
