@@ -48,6 +48,7 @@ __all__ = [
     "gzip_boundary_hazard",
     "gzip_member",
     "key_value_key",
+    "row_order",
     "write_hfile",
     "write_hudi_base_hfile",
 ]
@@ -298,6 +299,49 @@ def _offsets(array: pa.Array) -> np.ndarray:
     """The ``n + 1`` value offsets of a ``large_binary`` array (int64)."""
     raw = np.frombuffer(array.buffers()[1], dtype=np.int64)
     return raw[array.offset : array.offset + len(array) + 1]
+
+
+_WINDOW = 8
+"""Bytes of each row compared as one unsigned 64-bit number by :func:`row_order`."""
+
+
+def row_order(rows: pa.Array) -> np.ndarray:
+    """The stable ascending order of ``rows`` (``large_binary``, no nulls) by unsigned bytes:
+    ``pc.sort_indices(rows)``, in about half its time. The 8 bytes of each row that follow
+    the prefix every row shares (that of the least and the greatest row; zero-padded) are
+    sorted as numbers, and only rows tied on those bytes are compared whole. Equal windows
+    order rows as their bytes do (a shorter row pads with zeros and is a prefix of the other,
+    so it sorts first either way), so the tied rows, sorted together, stay in their place."""
+    n = len(rows)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    least, greatest = (s.as_py() for s in pc.min_max(rows).values())
+    shared = 0
+    limit = min(len(least), len(greatest))
+    while shared < limit and least[shared] == greatest[shared]:
+        shared += 1
+    offsets = _offsets(rows)
+    lengths = np.diff(offsets)
+    data = np.frombuffer(rows.buffers()[2] or b"\x00", np.uint8)
+    if lengths.min() == lengths.max() >= shared + _WINDOW:  # one length: a matrix view
+        width = int(lengths[0])
+        window = data[offsets[0] : offsets[-1]].reshape(n, width)[:, shared : shared + _WINDOW]
+    else:
+        span = np.arange(_WINDOW)
+        at = np.minimum((offsets[:-1] + shared)[:, None] + span, len(data) - 1)
+        window = np.where(span < (lengths - shared)[:, None], data[at], 0).astype(np.uint8)
+    numbers = np.ascontiguousarray(window).view(">u8").reshape(n).astype(np.uint64)
+    order = np.argsort(numbers)
+    ranked = numbers[order]
+    tie = ranked[1:] == ranked[:-1]
+    if tie.any():  # whole rows decide, in input order among equal ones (stable)
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] |= tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        which = np.sort(order[at])
+        order[at] = which[np.asarray(pc.sort_indices(rows.take(pa.array(which))))]
+    return order
 
 
 def _check_order(rows: pa.Array, allow_duplicates: bool) -> None:

@@ -13,13 +13,13 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engine.format.hfile import (
     DEFAULT_BLOCK_SIZE,
     GZ_LEVEL,
     Cells,
     HFileReader,
+    row_order,
     write_hudi_base_hfile,
 )
 from engine.format.log_block import BlockType, HeaderKey, iter_blocks
@@ -88,7 +88,8 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
     is written as ""), so records sharing one payload object — every record-index entry of a
     file group — share one encoding: it is computed once. The records are read by C-level
     iteration (a record is a tuple), no Python step per record; ``shared`` keys are
-    never records at all (one encoding per chunk, its keys taken as they are)."""
+    never records at all (one encoding per chunk, its keys taken as they are). The values are
+    taken once, in key order."""
     n = len(records)
     keys = list(map(operator.itemgetter(0), records))
     kinds = np.fromiter(map(operator.itemgetter(1), records), dtype=np.int64, count=n)
@@ -106,9 +107,9 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
                                       for c, chunk in enumerate(shared)]
     rows = pa.concat_arrays([pa.array(keys, pa.large_string()).cast(pa.large_binary())]
                             + [chunk.keys.cast(pa.large_binary()) for chunk in shared])
-    order = pc.sort_indices(rows)
-    values = encoded.take(pa.array(np.concatenate(which), pa.int64()))
-    return Cells(rows.take(order), values.take(order))
+    order = row_order(rows)
+    return Cells(rows.take(pa.array(order)),
+                 encoded.take(pa.array(np.concatenate(which)[order], pa.int64())))
 
 
 def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "", *,
