@@ -57,9 +57,10 @@ RECORD_INDEX_GZ_LEVEL = 1
 """DEFLATE level of the ``record_index`` partition's HFile blocks. Java writes level 6
 (Hadoop's zlib default); the record index is the MDT's bulk (a million entries are ~21,000
 blocks of 4 KB, every one deflated at each write and MDT compaction), and level 1 deflates
-them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``). The format is the same
-(one gzip member per block): every reader inflates any level alike. Other partitions keep
-Java's level, and Java's bytes."""
+them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``), and at level 1 the
+blocks deflate through ISA-L (:data:`engine.format.hfile.FAST_LEVELS`), in ~0.4 of zlib's level
+1 CPU for ~2% fewer bytes. The format is the same (one gzip member per block): every reader
+inflates any level alike. Other partitions keep Java's level, and Java's bytes."""
 
 
 def block_size(partition: str) -> int:
