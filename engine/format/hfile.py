@@ -34,6 +34,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from isal import isal_zlib
 
 from engine.errors import CorruptTableError
 from engine.format import hfile_cells
@@ -50,6 +51,7 @@ __all__ = [
     "gzip_boundary_hazard",
     "gzip_member",
     "key_value_key",
+    "row_order",
     "write_hfile",
     "write_hudi_base_hfile",
 ]
@@ -82,6 +84,9 @@ _CELL_HEAD = struct.Struct(">ii")
 _ROW_LENGTH = struct.Struct(">H")
 _INDEX_HEAD = struct.Struct(">qi")
 _MAX_ROW = 32767
+FAST_LEVELS = (1, 2, 3)
+"""DEFLATE levels :func:`gzip_member` runs through ISA-L rather than zlib (zlib's bytes are
+Java's only at level 6; ISA-L has levels 0-3, and its 0 is not zlib's stored 0)."""
 
 
 class HFileError(CorruptTableError, ValueError):
@@ -180,10 +185,15 @@ def _pb_bytes(field: int, value: bytes) -> bytes:
 def gzip_member(data: bytes, level: int = 6, flush_points: int = 0) -> bytes:
     """One gzip member as HBase's GZ codec writes it (10-byte header, raw DEFLATE, CRC, size).
 
-    Level 6 reproduces Java's output. ``flush_points`` > 0 inserts that many
-    ``Z_SYNC_FLUSH`` points spread over the input (still one valid member, a few bytes longer):
-    the last resort of the gzip-boundary mitigation.
+    Level 6 reproduces Java's output. Levels 1-3 (:data:`FAST_LEVELS`) deflate through
+    ISA-L (``isal``), at its levels of the same numbers: ~2.5x zlib's level 1 speed on
+    record-index blocks, for about as many bytes (the same format: any inflater reads it).
+    ``flush_points`` > 0 inserts that many ``Z_SYNC_FLUSH`` points spread over the input
+    (still one valid member, a few bytes longer): the last resort of the gzip-boundary
+    mitigation.
     """
+    if level in FAST_LEVELS and not flush_points:
+        return _GZIP_HEADER + isal_zlib.compress(data, level, 31)[10:]
     if not flush_points:
         # zlib's own gzip framing in one call (the same DEFLATE stream, CRC and size), its
         # header's XFL and OS bytes set to HBase's zeros
@@ -301,6 +311,49 @@ def _offsets(array: pa.Array) -> np.ndarray:
     """The ``n + 1`` value offsets of a ``large_binary`` array (int64)."""
     raw = np.frombuffer(array.buffers()[1], dtype=np.int64)
     return raw[array.offset : array.offset + len(array) + 1]
+
+
+_WINDOW = 8
+"""Bytes of each row compared as one unsigned 64-bit number by :func:`row_order`."""
+
+
+def row_order(rows: pa.Array) -> np.ndarray:
+    """The stable ascending order of ``rows`` (``large_binary``, no nulls) by unsigned bytes:
+    ``pc.sort_indices(rows)``, in about half its time. The 8 bytes of each row that follow
+    the prefix every row shares (that of the least and the greatest row; zero-padded) are
+    sorted as numbers, and only rows tied on those bytes are compared whole. Equal windows
+    order rows as their bytes do (a shorter row pads with zeros and is a prefix of the other,
+    so it sorts first either way), so the tied rows, sorted together, stay in their place."""
+    n = len(rows)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    least, greatest = (s.as_py() for s in pc.min_max(rows).values())
+    shared = 0
+    limit = min(len(least), len(greatest))
+    while shared < limit and least[shared] == greatest[shared]:
+        shared += 1
+    offsets = _offsets(rows)
+    lengths = np.diff(offsets)
+    data = np.frombuffer(rows.buffers()[2] or b"\x00", np.uint8)
+    if lengths.min() == lengths.max() >= shared + _WINDOW:  # one length: a matrix view
+        width = int(lengths[0])
+        window = data[offsets[0] : offsets[-1]].reshape(n, width)[:, shared : shared + _WINDOW]
+    else:
+        span = np.arange(_WINDOW)
+        at = np.minimum((offsets[:-1] + shared)[:, None] + span, len(data) - 1)
+        window = np.where(span < (lengths - shared)[:, None], data[at], 0).astype(np.uint8)
+    numbers = np.ascontiguousarray(window).view(">u8").reshape(n).astype(np.uint64)
+    order = np.argsort(numbers)
+    ranked = numbers[order]
+    tie = ranked[1:] == ranked[:-1]
+    if tie.any():  # whole rows decide, in input order among equal ones (stable)
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] |= tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        which = np.sort(order[at])
+        order[at] = which[np.asarray(pc.sort_indices(rows.take(pa.array(which))))]
+    return order
 
 
 def _check_order(rows: pa.Array, allow_duplicates: bool) -> None:

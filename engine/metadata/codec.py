@@ -13,13 +13,13 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engine.format.hfile import (
     DEFAULT_BLOCK_SIZE,
     GZ_LEVEL,
     Cells,
     HFileReader,
+    row_order,
     write_hudi_base_hfile,
 )
 from engine.format.log_block import BlockType, HeaderKey, iter_blocks
@@ -57,9 +57,10 @@ RECORD_INDEX_GZ_LEVEL = 1
 """DEFLATE level of the ``record_index`` partition's HFile blocks. Java writes level 6
 (Hadoop's zlib default); the record index is the MDT's bulk (a million entries are ~21,000
 blocks of 4 KB, every one deflated at each write and MDT compaction), and level 1 deflates
-them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``). The format is the same
-(one gzip member per block): every reader inflates any level alike. Other partitions keep
-Java's level, and Java's bytes."""
+them in ~0.6 of the CPU for ~2% more bytes (``docs/benchmarks.md``), and at level 1 the
+blocks deflate through ISA-L (:data:`engine.format.hfile.FAST_LEVELS`), in ~0.4 of zlib's level
+1 CPU for ~2% fewer bytes. The format is the same (one gzip member per block): every reader
+inflates any level alike. Other partitions keep Java's level, and Java's bytes."""
 
 
 def block_size(partition: str) -> int:
@@ -88,7 +89,8 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
     is written as ""), so records sharing one payload object — every record-index entry of a
     file group — share one encoding: it is computed once. The records are read by C-level
     iteration (a record is a tuple), no Python step per record; ``shared`` keys are
-    never records at all (one encoding per chunk, its keys taken as they are)."""
+    never records at all (one encoding per chunk, its keys taken as they are). The values are
+    taken once, in key order."""
     n = len(records)
     keys = list(map(operator.itemgetter(0), records))
     kinds = np.fromiter(map(operator.itemgetter(1), records), dtype=np.int64, count=n)
@@ -106,9 +108,9 @@ def _cells(records: Sequence[MetadataRecord], file_name: str | None,
                                       for c, chunk in enumerate(shared)]
     rows = pa.concat_arrays([pa.array(keys, pa.large_string()).cast(pa.large_binary())]
                             + [chunk.keys.cast(pa.large_binary()) for chunk in shared])
-    order = pc.sort_indices(rows)
-    values = encoded.take(pa.array(np.concatenate(which), pa.int64()))
-    return Cells(rows.take(order), values.take(order))
+    order = row_order(rows)
+    return Cells(rows.take(pa.array(order)),
+                 encoded.take(pa.array(np.concatenate(which)[order], pa.int64())))
 
 
 def base_file_bytes(records: Sequence[MetadataRecord], name: str, partition: str = "", *,

@@ -16,6 +16,7 @@ from engine.format.hfile import (
     gzip_boundary_hazard,
     gzip_member,
     key_value_key,
+    row_order,
     write_hfile,
     write_hudi_base_hfile,
 )
@@ -398,3 +399,28 @@ def test_hfile_array_lookup_many_blocks_equals_brute_force_rows_of_any_shape() -
         else:
             assert index is not None
             assert list(index.get_many(sorted(set(wanted)))) == expected
+
+
+def test_row_order_random_rows_equals_stable_sort_indices() -> None:
+    """:func:`row_order` orders rows as Arrow's stable sort by bytes does: rows sharing a long
+    prefix, rows tied on the compared window (equal, or apart only past it, or by trailing
+    zero bytes and length), empty rows, one length (the matrix view) or mixed lengths."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = random.Random(36)
+    pieces = [b"", b"\x00", b"a", b"ab", b"ab\x00", b"abcdefgh", b"abcdefghi", b"\xff", b"zz",
+              b"\x00\x00\x00\x00\x00\x00\x00\x00\x01"]
+    cases = [[b"".join(rng.choice(pieces) for _ in range(rng.randrange(5)))
+              for _ in range(rng.randrange(80))] for _ in range(300)]
+    cases.append([b"key-" + f"{rng.randrange(10**6):012d}".encode() for _ in range(5000)])
+    cases.append([b"k" + rng.randbytes(8) for _ in range(5000)])  # one length, a few ties
+    cases.append([b"same-prefix-" + bytes([rng.randrange(3)]) * rng.randrange(12)
+                  for _ in range(2000)])
+    for rows in cases:
+        array = pa.array(rows, pa.large_binary())
+        expected = np.asarray(pc.sort_indices(array))
+        assert row_order(array).tolist() == expected.tolist(), rows[:20]
+        assert row_order(array.slice(1)).tolist() == np.asarray(
+            pc.sort_indices(array.slice(1))).tolist()

@@ -70,6 +70,27 @@ def test_metadata_new_table_is_kept_by_every_write_and_used_by_hudi_rs(
     assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
 
 
+def test_metadata_hfile_blocks_deflated_by_isal_are_read_by_hudi_rs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every MDT partition written at level 1, whose blocks ISA-L deflates (the record index's
+    level): hudi-rs, which reads the ``files`` partition, lists the table through it."""
+    import zlib
+
+    from engine.format.hfile import FAST_LEVELS, gzip_member
+    from engine.metadata import codec
+
+    monkeypatch.setattr(codec, "gz_level", lambda partition: FAST_LEVELS[0])
+    raw = b"files partition cell " * 200
+    assert gzip_member(raw, FAST_LEVELS[0]) != gzip_member(raw, 6)
+    assert zlib.decompress(gzip_member(raw, FAST_LEVELS[0]), 31) == raw
+    table = _create(tmp_path / "t", "MERGE_ON_READ")
+    oracle, rng, counter = Oracle(), random.Random(5), [0]
+    _write_some(table, oracle, rng, counter, 3)
+    _same_files(table)
+    assert sorted_rows(hudi_rs_read(table.path), COLUMNS) == oracle.snapshot()
+    assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
+
+
 def test_metadata_services_keep_it_in_step_and_it_compacts_and_cleans(tmp_path: Path) -> None:
     table = _create(tmp_path / "t", "MERGE_ON_READ",
                     **{"hoodie.compact.inline": "true",
