@@ -1,17 +1,21 @@
 """Helpers shared by the engine's test modules: the random workload of the differential tests
 (``test_differential``, ``test_services_differential``), Java's hash definitions written out
 (``test_bucket``, ``test_keygen``), a Parquet footer check (``test_base_file``,
-``test_log_format``) and where a key lives per the decoded ``record_index`` and per hudi-rs
-(the record index's tests)."""
+``test_log_format``), where a key lives per the decoded ``record_index`` and per hudi-rs
+(the record index's tests), and a writer that dies between its MDT deltacommit and its data
+commit (``test_metadata``, ``test_record_index``)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.helpers import COMMIT_TIME, Oracle, hudi_rs_read
 
@@ -110,3 +114,31 @@ def hudi_rs_locations(path: str) -> dict[str, tuple[str, str]]:
         assert key not in out, f"key {key} stored twice"
         out[key] = (part, name.split("_", 1)[0] if name.endswith(".parquet") else name)
     return out
+
+
+class WriterDied(Exception):
+    """Raised where :func:`writer_dies_at_the_data_commit`'s writer dies."""
+
+
+@contextmanager
+def writer_dies_at_the_data_commit() -> Iterator[None]:
+    """The write inside the ``with`` dies between its MDT deltacommit and its data commit:
+    the completed data instant is never written, and, as a dead process would, it rolls
+    nothing back (its abort only stops its heartbeat). Raises unless it died; every patch is
+    undone on leaving, whatever else the test patched."""
+    from engine.metadata.table import METADATA_FOLDER
+    from engine.timeline.active import Timeline
+    from engine.write.write_client import WriteClient
+
+    original = Timeline._write
+
+    def dies_at_the_data_commit(self: Timeline, instant, content, *, exclusive):  # type: ignore[no-untyped-def]
+        if instant.is_completed and not self.storage.base_path.endswith(METADATA_FOLDER):
+            raise WriterDied()
+        return original(self, instant, content, exclusive=exclusive)
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(WriterDied):
+        patch.setattr(Timeline, "_write", dies_at_the_data_commit)
+        patch.setattr(WriteClient, "abort",
+                      lambda self, instant: self._stop_heartbeat(instant.requested_time))
+        yield

@@ -22,8 +22,7 @@ from engine.metadata.table import METADATA_FOLDER, MetadataTable, declared_parti
 from engine.metadata.validate import committed_files
 from engine.metadata.writer import RETAINED_SLICES
 from engine.timeline.active import Timeline
-from engine.write.write_client import WriteClient
-from tests.engine.helpers import COLUMNS, SCHEMA, random_batch
+from tests.engine.helpers import COLUMNS, SCHEMA, random_batch, writer_dies_at_the_data_commit
 from tests.helpers import Oracle, assert_hudi_rs_uses_metadata, hudi_rs_read, sorted_rows
 
 
@@ -118,31 +117,15 @@ def test_metadata_services_keep_it_in_step_and_it_compacts_and_cleans(tmp_path: 
     assert_hudi_rs_uses_metadata(table.path, tmp_path / "decoy")
 
 
-class _Died(Exception):
-    pass
-
-
 def test_metadata_deltacommit_without_its_data_commit_is_ignored_then_rolled_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     table = _create(tmp_path / "t")
     oracle, rng, counter = Oracle(), random.Random(3), [0]
     _write_some(table, oracle, rng, counter, 2)
-    # A writer that dies between the MDT deltacommit and its data commit: the completed
-    # data instant is never written, and a dead process rolls nothing back.
-    original = Timeline._write
-
-    def dies_at_the_data_commit(self: Timeline, instant, content, *, exclusive):  # type: ignore[no-untyped-def]
-        if instant.is_completed and not self.storage.base_path.endswith(METADATA_FOLDER):
-            raise _Died()
-        return original(self, instant, content, exclusive=exclusive)
-
-    monkeypatch.setattr(Timeline, "_write", dies_at_the_data_commit)
-    monkeypatch.setattr(WriteClient, "abort", lambda self, instant: self._stop_heartbeat(
-        instant.requested_time))
-    with pytest.raises(_Died):
+    # A writer that dies between the MDT deltacommit and its data commit.
+    with writer_dies_at_the_data_commit():
         table.upsert(pa.Table.from_pylist(random_batch(rng, oracle, counter, 10, new_only=True),
                                           schema=SCHEMA))
-    monkeypatch.undo()
     pending = Timeline.load(table.storage, table.config).pending()
     assert len(pending) == 1
     failed = pending[0].requested_time

@@ -41,6 +41,7 @@ from tests.engine.helpers import (
     hudi_rs_locations,
     random_batch,
     ref_string_hash,
+    writer_dies_at_the_data_commit,
 )
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
@@ -325,10 +326,6 @@ def test_record_index_shared_upserts_write_what_records_one_by_one_write(
     assert f".record-index-{group:04d}-0_{instant}.log.1_0-0-0" in logs[0]
 
 
-class _Died(Exception):
-    pass
-
-
 def test_record_index_kept_key_indexes_after_moves_deletes_rollback_and_mdt_compaction_equal_data(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Lookups through the key indexes a process keeps (``cache_bytes``) equal the locations
@@ -338,8 +335,6 @@ def test_record_index_kept_key_indexes_after_moves_deletes_rollback_and_mdt_comp
     included."""
     from engine.metadata import reader as mdt_reader
     from engine.metadata import sync
-    from engine.timeline.active import Timeline as ActiveTimeline
-    from engine.write.write_client import WriteClient
 
     monkeypatch.setattr(sync, "MAX_DELTA_COMMITS", 4)
     options = {**OPTIONS, "hoodie.index.type": "RECORD_INDEX",
@@ -380,21 +375,10 @@ def test_record_index_kept_key_indexes_after_moves_deletes_rollback_and_mdt_comp
     table.delete(pa.Table.from_pylist([{"key": k} for k in rng.sample(keys, 80)]))
     check("after deletes")
 
-    original = ActiveTimeline._write
-
-    def dies_at_the_data_commit(self: ActiveTimeline, instant, content, *, exclusive):  # type: ignore[no-untyped-def]
-        if instant.is_completed and not self.storage.base_path.endswith("metadata"):
-            raise _Died()
-        return original(self, instant, content, exclusive=exclusive)
-
-    monkeypatch.setattr(ActiveTimeline, "_write", dies_at_the_data_commit)
-    monkeypatch.setattr(WriteClient, "abort", lambda self, instant: self._stop_heartbeat(
-        instant.requested_time))
-    with pytest.raises(_Died):
+    with writer_dies_at_the_data_commit():
         table.upsert(pa.Table.from_pylist(
             [{"key": k, "ts": 3, "region": "south", "amount": 3.0, "note": "lost"}
              for k in rng.sample(keys, 100)], schema=SCHEMA))
-    monkeypatch.setattr(ActiveTimeline, "_write", original)
     check("after a writer died past its MDT deltacommit")
     table = Table.open(table.path, {**options, "hoodie.write.concurrency.mode": "SINGLE_WRITER"})
     assert len(table.rollback_failed_writes()) == 1
