@@ -217,6 +217,7 @@ def run_all(args: argparse.Namespace, out: Path, report: Report) -> None:
                                                      args.producers, args.seed)
             log(f"produced {produced.records:,} records in {produced.seconds:.1f} s "
                 f"({fmt_rate(produced.rate)}/s)")
+            stream.drop_values()
             check_keys = sample_keys(stream.workload)
         spark, report.session_seconds = _spark(args, bootstrap, out)
         try:

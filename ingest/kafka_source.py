@@ -369,11 +369,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaInputPartition)
         batches = read_range(self.options, partition)
         spec = prepare_spec(self.options)
-        if spec is None:
-            return batches
-        from ingest.prepare import prepare_stream
+        if spec is not None:
+            from ingest.prepare import prepare_stream
 
-        return prepare_stream(batches, spec)
+            batches = prepare_stream(batches, spec)
+        return _released(batches)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Driver: nothing to do; offsets live in Spark's checkpoint, not in a consumer group."""
@@ -386,6 +386,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 # --- the data source and helpers ----------------------------------------------------------------
+
+
+def _released(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, then the memory their task freed back to the system (the worker idles,
+    reused, until its next task: :func:`ingest.rows.release_task_memory`)."""
+    from ingest.rows import release_task_memory
+
+    yield from batches
+    release_task_memory()
 
 
 def kafka_spark_schema() -> StructType:

@@ -210,3 +210,13 @@ def unpack_blobs(blobs: Sequence[bytes | pa.Buffer]) -> pa.Table:
 def is_prepared(columns: Sequence[str]) -> bool:
     """True for the columns of prepared (or packed) rows, False for Kafka rows."""
     return OP in columns or ROWS in columns
+
+
+def release_task_memory() -> None:
+    """Give the memory that a finished task's Arrow buffers freed back to the system.
+
+    pyarrow's allocator (mimalloc here) keeps freed pages for reuse; a Spark Python worker
+    sits idle between tasks with them still resident, and the job's workers each hold their
+    own. Called where a task in a reused worker ends (:mod:`ingest.kafka_source`'s read tasks,
+    :mod:`ingest.spark_write`'s write tasks); the next task takes fresh pages. Executor side."""
+    pa.default_memory_pool().release_unused()

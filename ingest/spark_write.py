@@ -71,6 +71,7 @@ from ingest.rows import (
     VERSIONS,
     group_rows,
     located_keys,
+    release_task_memory,
     unpack_rows,
 )
 
@@ -478,6 +479,8 @@ def _write_partition(spec: WriteSpec, view_of: Callable[[], TableView]
         token = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
         result = write_task_rows(spec, view_of(), pa.Table.from_batches(collected), token,
                                  ctx.taskAttemptId())
+        del collected
+        release_task_memory()  # the worker idles, reused, until its next task
         yield pa.RecordBatch.from_pylist([{"result": pickle.dumps(result)}],
                                          schema=RESULT_SCHEMA)
     return run
