@@ -23,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.errors import CorruptTableError
 
-class CellFramingError(ValueError):
+
+class CellFramingError(CorruptTableError, ValueError):
     """A cell's lengths run past its block (the caller names the file)."""
 
 
