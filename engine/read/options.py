@@ -184,13 +184,11 @@ def typed_filters(filters: Sequence[Sequence[Term]], schema: pa.Schema,
     wall-clock time), a number or a string against a decimal one, a string as bytes
     against a binary one. A column the table lacks, or a value of another kind, raises
     :class:`~engine.errors.InvalidOptionError` naming ``key`` and the column."""
+    check_columns([name for conj in filters for name, _, _ in conj], schema, key)
     result = []
     for conj in filters:
         terms = []
         for name, op, value in conj:
-            if name not in schema.names:
-                raise InvalidOptionError(key, f"no column {name!r} in the table; its columns: "
-                                         + ", ".join(schema.names))
             kind = schema.field(name).type
             try:
                 if isinstance(value, tuple):
