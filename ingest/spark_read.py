@@ -438,30 +438,28 @@ class TidelakeDataSource(DataSource):
             schema = pa.schema([schema.field(c) for c in columns])
         return spark_schema(schema)
 
-    def _given(self, schema: StructType, options: ReadOptions) -> ReadOptions:
-        """``options`` reading the columns of a schema the user gave (Spark called no
-        :meth:`schema`): those of ``tidelake.read.columns`` too, if given."""
+    def _read_options(self, schema: StructType, *, streaming: bool) -> tuple[ReadOptions, bool]:
+        """The read's options, and whether ``schema`` is one the user gave (Spark called no
+        :meth:`schema`): then the read is of its columns — those of
+        ``tidelake.read.columns`` too, if given."""
+        options = self._options(streaming=streaming)
+        if getattr(self, "_inferred", False) or options.cdc:
+            return options, False
         names = tuple(schema.fieldNames())
         if options.columns is not None and options.columns != names:
             raise InvalidOptionError(
                 COLUMNS_KEY, f"names {', '.join(options.columns)} but the schema given names "
                 f"{', '.join(names)}: give one of the two")
-        return replace(options, columns=names)
+        return replace(options, columns=names), True
 
     def reader(self, schema: StructType) -> TidelakeReader:
         """Driver: a batch reader of ``schema``'s columns."""
-        options = self._options(streaming=False)
-        given = not getattr(self, "_inferred", False) and not options.cdc
-        if given:
-            options = self._given(schema, options)
+        options, given = self._read_options(schema, streaming=False)
         return TidelakeReader(_path(self.options), options, schema, self._storage_options(),
                               schema_given=given)
 
     def streamReader(self, schema: StructType) -> TidelakeStreamReader:
         """Driver: a stream reader of ``schema``'s columns."""
-        options = self._options(streaming=True)
-        given = not getattr(self, "_inferred", False) and not options.cdc
-        if given:
-            options = self._given(schema, options)
+        options, given = self._read_options(schema, streaming=True)
         return TidelakeStreamReader(_path(self.options), options, schema,
                                     self._storage_options(), schema_given=given)
