@@ -75,7 +75,6 @@ _TRAILER_MAGIC = b'TRABLK"$'
 _VERSION = bytes.fromhex("03000003")  # minor 3 << 24 | major 3
 _DATA, _META, _ROOT, _INFO = b"DATABLK*", b"METABLKc", b"IDXROOT2", b"FILEINF2"
 _CODECS = {"GZ": 1, "NONE": 2}
-_GZ = _CODECS["GZ"]
 _GZIP_HEADER = bytes.fromhex("1f8b0800000000000000")
 _LATEST_TS = b"\x7f\xff\xff\xff\xff\xff\xff\xff"
 _PUT, _FIRST_ON_ROW = 4, 0xFF
@@ -880,26 +879,8 @@ class HFileReader:
 
     def _inflated(self, n: int, data: bytes) -> bytes:
         """The uncompressed cells of data block ``n`` (``data``: its bytes on disk, as the
-        block index sizes it): :meth:`_read_block`'s checks in one tight step, since a
-        lookup of many keys decompresses thousands of blocks."""
-        if self._verify or len(data) < _HEADER_SIZE:
-            return self._read_block(self._offsets[n], _DATA, self._sizes[n], data)[0]
-        got, on_disk, size, _, _, _, with_header = _HEADER.unpack_from(data, 0)
-        if got != _DATA or with_header < _HEADER_SIZE or _HEADER_SIZE + on_disk > len(data) \
-                or with_header > _HEADER_SIZE + on_disk:
-            return self._read_block(self._offsets[n], _DATA, self._sizes[n], data)[0]
-        if self.compression_codec == _GZ:
-            try:
-                raw = zlib.decompress(data[_HEADER_SIZE:with_header], 31)
-            except zlib.error as exc:
-                raise HFileError(f"gzip payload of data block {n} at {self._offsets[n]}: "
-                                 f"{exc}") from None
-        else:
-            raw = data[_HEADER_SIZE:with_header]
-        if len(raw) != size:
-            raise HFileError(f"data block {n} at {self._offsets[n]} holds {len(raw)} bytes, "
-                             f"header says {size}")
-        return raw
+        block index sizes it)."""
+        return self._read_block(self._offsets[n], _DATA, self._sizes[n], data)[0]
 
     def _scan(self, raws: list[bytes], blocks: list[int]) -> CellScan | None:
         try:
