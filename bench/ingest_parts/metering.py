@@ -34,17 +34,32 @@ JOB_KINDS = (DRIVER, "Spark JVM", "Spark Python workers")
 """The job's own processes (the broker and the producers are the bench's)."""
 
 
-def _pss(pid: int) -> int:
+def _pss(pid: int) -> tuple[int, int]:
     """Proportional set size of a process in bytes (its resident pages, those it shares
-    counted by their share, so that a sum over processes counts a page once); 0 once it
-    ended."""
+    counted by their share, so that a sum over processes counts a page once), and the part of
+    it that is anonymous memory (heaps, not mapped files such as shared libraries); zeros once
+    it ended."""
+    total = anon = 0
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
+                total = int(line.split()[1]) * 1024
+            elif line.startswith("Pss_Anon:"):
+                anon = int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
         pass
-    return 0
+    return total, anon
+
+
+def _command(pid: int) -> str:
+    """A process's command line, shortened to what tells Spark's processes apart."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    if words and "java" in words[0]:
+        return "java " + (words[-2] if len(words) > 1 else "")
+    return " ".join(Path(words[0]).name if i == 0 else w for i, w in enumerate(words) if w)[:120]
 
 
 def _category(pid: int, own: int) -> str:
@@ -95,6 +110,12 @@ class CpuMeter:
         sample: their proportional set sizes summed (shared pages counted once), every
         :data:`MEMORY_EVERY` samples."""
         self.peak_memory_by_kind: dict[str, int] = defaultdict(int)
+        self.peak_processes: list[tuple[str, int, int, int, str]] = []
+        """At the sample of :attr:`peak_memory`: (kind, pid, PSS bytes, anonymous PSS bytes,
+        command) of each of the job's processes, the largest first (what the peak is made
+        of)."""
+        self.peak_at = 0.0
+        """Seconds from the meter's start to the sample of :attr:`peak_memory`."""
         self._samples = 0
         self.own_seconds = 0.0
         """CPU seconds of the meter's own samples (walking /proc: ~10 ms a sample with ~160
@@ -122,6 +143,7 @@ class CpuMeter:
 
     def _sample(self, initial: bool = False) -> None:
         memory_of: dict[str, int] = defaultdict(int)
+        held_by: list[tuple[str, int, int, int, str]] = []
         self._samples += 1
         memory = self._samples % MEMORY_EVERY == 1
         for pid, seconds in self._descendants().items():
@@ -135,10 +157,17 @@ class CpuMeter:
                 self.kind[pid] = kind
             self.last[pid] = seconds
             if memory:
-                memory_of[self.kind[pid]] += _pss(pid)
+                held, anon = _pss(pid)
+                memory_of[self.kind[pid]] += held
+                if self.kind[pid] in JOB_KINDS:
+                    held_by.append((self.kind[pid], pid, held, anon, _command(pid)))
         for kind, held in memory_of.items():
             self.peak_memory_by_kind[kind] = max(self.peak_memory_by_kind[kind], held)
-        self.peak_memory = max(self.peak_memory, sum(memory_of.get(kind, 0) for kind in JOB_KINDS))
+        total = sum(memory_of.get(kind, 0) for kind in JOB_KINDS)
+        if total > self.peak_memory:
+            self.peak_memory = total
+            self.peak_processes = sorted(held_by, key=lambda row: -row[2])
+            self.peak_at = time.perf_counter() - self.wall
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -147,9 +176,9 @@ class CpuMeter:
             self.own_seconds += time.thread_time() - started
 
     def __enter__(self) -> CpuMeter:
+        self.wall = time.perf_counter()
         self._sample(initial=True)
         self.machine_start = _machine_busy()
-        self.wall = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="bench-cpu", daemon=True)
         self._thread.start()
         return self
@@ -187,6 +216,13 @@ class CpuMeter:
                 f"peak memory of the job's processes together {self.peak_memory / 2**30:.2f} GiB "
                 f"(PSS summed, sampled every {self.interval * MEMORY_EVERY} s; peak by kind, "
                 f"GiB: {rss})")
+
+    def describe_peak(self) -> str:
+        """When the memory peak was, and the job's processes then, one line each (PSS, its
+        anonymous part, kind, command)."""
+        return f"    {self.peak_at:.0f} s after the start\n" + "\n".join(
+            f"    {held / 2**20:7.0f} MiB ({anon / 2**20:.0f} anonymous)  {kind}  pid {pid}  "
+            f"{command}" for kind, pid, held, anon, command in self.peak_processes)
 
 
 # -- sink timing ---------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
     result.batches = len(result.batch_records)
     result.sink = dict(timer.seconds)
     result.sink_missing = timer.missing
-    result.cpu = cpu.describe()
+    result.cpu = cpu.describe() + "; at the peak:\n" + cpu.describe_peak()
     result.cpu_kinds = cpu.by_kind()
     if result.error is None:
         result.problems = check_table(folder, stream, check_keys)
