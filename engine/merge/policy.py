@@ -72,8 +72,15 @@ class DeletePolicy(enum.Enum):
 def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
     """Where a version with ordering value ``incoming`` loses to the stored version's
     ``stored`` (event time): ``incoming`` is lower. Null on either side never loses; a tie goes
-    to the incoming version (the later write). Both arrays must have one type."""
-    return pc.fill_null(pc.less(incoming, stored), False)
+    to the incoming version (the later write). NaN is greater than every number and ties with
+    NaN, as Java's ``Double.compareTo`` has it (``DefaultHoodieRecordPayload`` compares with
+    it) and Arrow's sort order (the readers' merge and the in-batch combine sort with it).
+    Both arrays must have one type."""
+    loses = pc.fill_null(pc.less(incoming, stored), False)
+    if pa.types.is_floating(incoming.type):  # a number loses to a stored NaN
+        loses = pc.or_(loses, pc.fill_null(
+            pc.and_(pc.is_nan(stored), pc.invert(pc.is_nan(incoming))), False))
+    return loses
 
 
 def update_partition_path(write_config: WriteConfig) -> bool:
@@ -108,7 +115,13 @@ def stays_in_place(stored_partition: Any, partition: Any, *,
 
 def _loses(incoming: Any, stored: Any) -> bool:
     """:func:`loses_to_stored` for one pair of Python values."""
-    return incoming is not None and stored is not None and bool(incoming < stored)
+    if incoming is None or stored is None or _is_nan(incoming):
+        return False
+    return _is_nan(stored) or bool(incoming < stored)
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and value != value
 
 
 LIVE = "live"
@@ -246,13 +259,14 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
       wins over anything before it); else the first delete after the last upsert — it deletes
       what is live before it (the stored copy, or the batch's upsert, which is then never
       written) and the deletes after it find nothing live;
-    * under event time, for keys whose versions are all upserts with an ordering value
-      (neither null nor NaN, where :func:`loses_to_stored` is a total order): the last of
-      those with the highest value — each version wins over the state unless lower, so the
-      greatest wins over the others, ties to the later, and it alone wins over the stored
-      version exactly when they all would. Keys with deletes, null or NaN ordering values:
-      -1 (a delete without ordering value, remembered, leaves a state no single version
-      gives; a null or NaN value never loses, so the walk is not a maximum).
+    * under event time, for keys whose versions are all upserts with an ordering value (not
+      null: there :func:`loses_to_stored` is a total order, NaN the greatest, as Arrow sorts):
+      the last of those with the highest value — each version wins over the state unless
+      lower, so the greatest wins over the others, ties to the later, and it alone wins over
+      the stored version exactly when they all would. Keys with deletes or null ordering
+      values: -1 (a delete without ordering value, remembered, leaves a state no single
+      version gives; a null value never loses, and nothing loses to it, so the walk is not a
+      maximum).
     """
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     is_delete = np.asarray(deletes, dtype=bool)
@@ -275,10 +289,7 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
     unfit = is_delete[rows]
     if ordering_null is not None:
         unfit = unfit | np.asarray(ordering_null, dtype=bool)[rows]
-    if pa.types.is_floating(ordering.type):
-        unfit |= pc.fill_null(pc.is_nan(ordering), True).to_numpy(zero_copy_only=False)
-    else:
-        unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
+    unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
     # the greatest (ordering value, arrival) of each key: the last of its run once sorted
     order = pa.table({"k": key, "o": ordering, "r": rows}).sort_by(
         [("k", "ascending"), ("o", "ascending"), ("r", "ascending")])
