@@ -251,25 +251,21 @@ def _peak_rss() -> int | None:
 
 def index_lookup_seconds(path: Path, data: pa.Table) -> float:
     """Seconds to look the batch's keys up in the record_index, as the streaming job's
-    executor tasks do (:func:`engine.metadata.record_index.lookup_group` per file group the
-    keys hash to), on a freshly opened table, cold: no key index kept or used
-    (``cache_bytes`` 0), so the upsert after it finds the process's cache as it was."""
+    executor tasks do (:func:`engine.metadata.record_index_lookup.lookup_in_groups`: each
+    file group the keys hash to, over the group slices the driver lists), on a freshly
+    opened table, cold: no key index kept or used (``cache_bytes`` 0), so the upsert after
+    it finds the process's cache as it was."""
     from engine import Table
-    from engine.metadata import record_index as rli
-    from engine.metadata.reader import route
-    from engine.metadata.table import MetadataTable
+    from engine.metadata.record_index_lookup import group_slices, lookup_in_groups
     from engine.timeline.active import Timeline
 
     table = Table.open(str(path))
     timeline = Timeline.load(table.storage, table.config)
     started = time.perf_counter()
-    pieces = rli.group_slices(table.storage, timeline)
-    mdt_storage = MetadataTable(table.storage, timeline.config).storage
+    pieces = group_slices(table.storage, timeline)
     keys = sorted(set(data.column("key").to_pylist()))
-    found = 0
-    for index, group_keys in route(keys, len(pieces)).items():
-        found += rli.lookup_group(mdt_storage, pieces[index], group_keys,
-                                  cache_bytes=0).num_rows
+    found = lookup_in_groups(table.storage, timeline.config, pieces, data.column("key"),
+                             cache_bytes=0).locations.num_rows
     seconds = time.perf_counter() - started
     if found != len(keys) // 2:  # the batch updates half its keys, inserts the others
         log(f"  record_index lookup found {found:,} of {len(keys):,} keys, expected "

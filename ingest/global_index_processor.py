@@ -27,6 +27,7 @@ from engine.merge.policy import (
     KIND_CODES,
     LIVE,
     KeyState,
+    deciding_rows,
     resolve_key,
     resolve_single,
     stays_in_place,
@@ -247,41 +248,13 @@ class GlobalIndexProcessor(StatefulProcessor):
     def _deciding_versions(self, rows: pa.Table, starts: np.ndarray, ends: np.ndarray,
                            cols: dict[str, np.ndarray]) -> np.ndarray:
         """Per key (its rows ``starts`` to ``ends``, in arrival order), the row whose version
-        alone decides the key as all its versions would (:func:`engine.merge.policy.resolve_key`),
-        or -1 where none does (the key goes through :meth:`_tag`).
-
-        Without event time: the last version if it is an upsert (it wins), else the first of
-        the deletes after the last upsert (it deletes what is live before it: the stored
-        copy, or the batch's upsert, which is then never written; the deletes after it find
-        nothing live; nothing keeps a deleted key). Under event time, for keys whose versions
-        are all upserts with an ordering value: the last of those at the highest value (every
-        version wins unless it is lower than the one before; ties go to the later). Keys with
-        deletes, null or NaN ordering values under event time: -1."""
-        if not self.spec.event_time:
-            upserts = np.where(cols[OP] == UPSERT, np.arange(len(cols[OP])), -1)
-            last_upsert = np.maximum.reduceat(upserts, starts) if len(starts) else starts
-            return np.where(last_upsert == ends - 1, last_upsert,
-                            np.maximum(last_upsert + 1, starts))
-        at = starts.copy()
-        several = np.flatnonzero(ends - starts > 1)
-        if not len(several):
-            return at
-        rows_of = _runs(starts[several], ends[several])
-        group = np.repeat(np.arange(len(several)), (ends - starts)[several])
-        ordering = rows.column(ORDERING).take(pa.array(rows_of)).combine_chunks()
-        unfit = (cols[OP][rows_of] != UPSERT) | cols[ORDERING_NULL][rows_of]
-        if pa.types.is_floating(ordering.type):
-            unfit |= pc.fill_null(pc.is_nan(ordering), True).to_numpy(zero_copy_only=False)
-        else:
-            unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
-        order = pa.table({"g": group, "o": ordering, "p": rows_of}).sort_by(
-            [("g", "ascending"), ("o", "ascending"), ("p", "ascending")])
-        last = np.cumsum((ends - starts)[several]) - 1  # each key's last row, sorted
-        at[several] = order.column("p").to_numpy()[last]
-        bad = np.zeros(len(several), dtype=bool)
-        np.logical_or.at(bad, group, unfit)
-        at[several[bad]] = -1
-        return at
+        alone decides the key as all its versions would, or -1 where none does (the key goes
+        through :meth:`_tag`): :func:`engine.merge.policy.deciding_rows`."""
+        event_time = self.spec.event_time
+        return deciding_rows(starts, ends, cols[OP] == DELETE,
+                             rows.column(ORDERING) if event_time else None,
+                             cols[ORDERING_NULL] if event_time else None,
+                             event_time=event_time)
 
     def _single_versions(self, at: np.ndarray, stored: list[Entry | None],
                          buckets: list[int | None], cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.errors import CorruptTableError
+from engine.format.jackson import pretty_json
 from engine.index.bucket import hash_keys
 from engine.storage import Storage
 from engine.timeline.active import Timeline
@@ -199,6 +200,10 @@ class Node:
     def file_id(self) -> str:
         return f"{self.file_id_prefix}-0"
 
+    def fields(self) -> dict[str, object]:
+        """The node as Java's ``ConsistentHashingNode`` serialises it, fields in order."""
+        return {"value": self.value, "fileIdPrefix": self.file_id_prefix, "tag": self.tag}
+
 
 def _name_uuid(data: bytes) -> str:
     """Java ``UUID.nameUUIDFromBytes``: an MD5 name-based (version 3) UUID."""
@@ -262,20 +267,13 @@ class HashingMetadata:
         return [ids[i] for i in self.node_indices(hash_record_keys(keys, hash_fields))]
 
     def to_json(self) -> bytes:
-        """The file's bytes as Jackson's default pretty printer writes them."""
-        nodes = ", ".join(
-            "{\n" f'    "value" : {n.value},\n'
-            f'    "fileIdPrefix" : {json.dumps(n.file_id_prefix)},\n'
-            f'    "tag" : "{n.tag}"\n' "  }" for n in self.nodes)
-        text = ("{\n"
-                f'  "version" : {self.version},\n'
-                f'  "partitionPath" : {json.dumps(self.partition_path, ensure_ascii=False)},\n'
-                f'  "instant" : {json.dumps(self.instant)},\n'
-                f'  "numBuckets" : {self.num_buckets},\n'
-                f'  "seqNo" : {self.seq_no},\n'
-                f'  "nodes" : [ {nodes} ]\n'
-                "}")
-        return text.encode("utf-8")
+        """The file's bytes as Jackson's default pretty printer writes them
+        (:func:`engine.format.jackson.pretty_json`), fields in ``HoodieConsistentHashingMetadata``'s
+        order."""
+        return pretty_json({
+            "version": self.version, "partitionPath": self.partition_path,
+            "instant": self.instant, "numBuckets": self.num_buckets, "seqNo": self.seq_no,
+            "nodes": [n.fields() for n in self.nodes]}).encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes, where: str = "hashing metadata") -> HashingMetadata:
@@ -576,8 +574,7 @@ def apply_children(ring: HashingMetadata, children: Sequence[Node],
 
 def nodes_json(nodes: Sequence[Node]) -> str:
     """``ConsistentHashingNode.toJsonString``: the nodes as a compact JSON array."""
-    return json.dumps([{"value": n.value, "fileIdPrefix": n.file_id_prefix, "tag": n.tag}
-                       for n in nodes], separators=(",", ":"))
+    return json.dumps([n.fields() for n in nodes], separators=(",", ":"))
 
 
 def nodes_from_json(text: str) -> tuple[Node, ...]:

@@ -22,6 +22,10 @@ Under both, with event time, a version wins over the stored one unless its order
 lower (:func:`loses_to_stored`), and a delete that carries an ordering value competes like a
 version. Without event time the later write wins and a delete removes a live key. The policies
 and why the sink needs the second are in ``docs/engine.md`` ("Delete policies").
+
+The rule is stated once, key by key (:func:`resolve_key`); the column-wise forms are derived
+from it and tested against it: :func:`resolve_single` (keys with one version each) and
+:func:`deciding_rows` (which one of a key's versions decides the key alone).
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ import pyarrow.compute as pc
 from engine.config import IndexType, WriteConfig
 
 __all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
-           "SingleOutcomes", "loses_to_stored", "resolve_key", "resolve_single",
-           "stays_in_place", "update_partition_path"]
+           "SingleOutcomes", "deciding_rows", "loses_to_stored", "resolve_key",
+           "resolve_single", "stays_in_place", "update_partition_path"]
 
 
 class DeletePolicy(enum.Enum):
@@ -68,8 +72,15 @@ class DeletePolicy(enum.Enum):
 def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
     """Where a version with ordering value ``incoming`` loses to the stored version's
     ``stored`` (event time): ``incoming`` is lower. Null on either side never loses; a tie goes
-    to the incoming version (the later write). Both arrays must have one type."""
-    return pc.fill_null(pc.less(incoming, stored), False)
+    to the incoming version (the later write). NaN is greater than every number and ties with
+    NaN, as Java's ``Double.compareTo`` has it (``DefaultHoodieRecordPayload`` compares with
+    it) and Arrow's sort order (the readers' merge and the in-batch combine sort with it).
+    Both arrays must have one type."""
+    loses = pc.fill_null(pc.less(incoming, stored), False)
+    if pa.types.is_floating(incoming.type):  # a number loses to a stored NaN
+        loses = pc.or_(loses, pc.fill_null(
+            pc.and_(pc.is_nan(stored), pc.invert(pc.is_nan(incoming))), False))
+    return loses
 
 
 def update_partition_path(write_config: WriteConfig) -> bool:
@@ -104,7 +115,13 @@ def stays_in_place(stored_partition: Any, partition: Any, *,
 
 def _loses(incoming: Any, stored: Any) -> bool:
     """:func:`loses_to_stored` for one pair of Python values."""
-    return incoming is not None and stored is not None and bool(incoming < stored)
+    if incoming is None or stored is None or _is_nan(incoming):
+        return False
+    return _is_nan(stored) or bool(incoming < stored)
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and value != value
 
 
 LIVE = "live"
@@ -220,3 +237,64 @@ def resolve_single(deletes: np.ndarray, orderings: pa.Array | None, ordering_nul
         kind.astype(np.int8),
         pc.if_else(takes_own, orderings, pc.if_else(pa.array(unordered_hits), at,
                                                      stored_ordering)))
+
+
+def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
+                  orderings: pa.Array | pa.ChunkedArray | None,
+                  ordering_null: np.ndarray | None, *, event_time: bool) -> np.ndarray:
+    """Per key, the one version that decides it alone, column-wise: :func:`resolve_key` of
+    that version against any stored state gives what all the key's versions give (the same
+    state, but that without event time a deleted key and an absent one are alike: nothing
+    keeps it), and the same winner; -1 where no single version is known to, for
+    :func:`resolve_key` to judge the key.
+
+    The rows are versions in arrival order, each key's one run: rows ``starts[k]`` to
+    ``ends[k] - 1`` (the runs cover the rows, in order). ``deletes`` is true for a delete;
+    ``orderings`` (one Arrow type) and ``ordering_null`` (true where a version has no
+    ordering value; None: only ``orderings``' nulls) are read under ``event_time`` only.
+
+    What :func:`resolve_key`'s walk through a key's versions comes to:
+
+    * without event time, every version is natural: the last version if it is an upsert (it
+      wins over anything before it); else the first delete after the last upsert — it deletes
+      what is live before it (the stored copy, or the batch's upsert, which is then never
+      written) and the deletes after it find nothing live;
+    * under event time, for keys whose versions are all upserts with an ordering value (not
+      null: there :func:`loses_to_stored` is a total order, NaN the greatest, as Arrow sorts):
+      the last of those with the highest value — each version wins over the state unless
+      lower, so the greatest wins over the others, ties to the later, and it alone wins over
+      the stored version exactly when they all would. Keys with deletes or null ordering
+      values: -1 (a delete without ordering value, remembered, leaves a state no single
+      version gives; a null value never loses, and nothing loses to it, so the walk is not a
+      maximum).
+    """
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    is_delete = np.asarray(deletes, dtype=bool)
+    sizes = ends - starts
+    if not event_time:
+        upserts = np.where(is_delete, -1, np.arange(len(is_delete)))
+        last_upsert = np.maximum.reduceat(upserts, starts) if len(starts) else starts
+        return np.where(last_upsert == ends - 1, last_upsert,
+                        np.maximum(last_upsert + 1, starts))
+    assert orderings is not None
+    at = starts.copy()
+    several = np.flatnonzero(sizes > 1)  # a single version decides its key
+    if not len(several):
+        return at
+    rows = np.flatnonzero(np.repeat(sizes > 1, sizes))  # the rows of those keys, in order
+    key = np.repeat(np.arange(len(several)), sizes[several])
+    ordering = orderings.take(pa.array(rows))
+    if isinstance(ordering, pa.ChunkedArray):
+        ordering = ordering.combine_chunks()
+    unfit = is_delete[rows]
+    if ordering_null is not None:
+        unfit = unfit | np.asarray(ordering_null, dtype=bool)[rows]
+    unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
+    # the greatest (ordering value, arrival) of each key: the last of its run once sorted
+    order = pa.table({"k": key, "o": ordering, "r": rows}).sort_by(
+        [("k", "ascending"), ("o", "ascending"), ("r", "ascending")])
+    at[several] = order.column("r").to_numpy()[np.cumsum(sizes[several]) - 1]
+    unfit_key = np.zeros(len(several), dtype=bool)
+    np.logical_or.at(unfit_key, key, unfit)
+    at[several[unfit_key]] = -1
+    return at

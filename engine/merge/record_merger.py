@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from engine.config import MergeMode, orders_by_event_time
 from engine.format.delete_block import ordering_as
+from engine.merge.policy import loses_to_stored
 from engine.schema import conform
 
 KEY = "_hoodie_record_key"
@@ -189,10 +190,10 @@ def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None
                      schema: pa.Schema, event_time: bool) -> pa.Table | None:
     """The common slice of a streaming table — a base file and one data block whose keys
     are distinct — merged without sorting versions: a log row replaces the base row of its
-    key unless the base row's ordering value is greater (event time; a tie goes to the log
-    row), other log rows are inserts. The result holds the same rows as the general rule's
-    (base rows first, in base order). None when the shortcut does not apply (repeated keys,
-    null or NaN ordering values), for the general rule to decide."""
+    key unless it loses to it (event time: :func:`engine.merge.policy.loses_to_stored`, a tie
+    goes to the log row), other log rows are inserts. The result holds the same rows as the
+    general rule's (base rows first, in base order). None when the shortcut does not apply
+    (repeated keys, null ordering values), for the general rule to decide."""
     log_keys = _combine(layer.column(KEY))
     if _distinct(log_keys) != len(log_keys) or log_keys.null_count:
         return None
@@ -210,11 +211,9 @@ def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None
                          for t, rows in ((base, base_hit), (layer, log_row)))
         if ordering_type is not None:
             base_o, log_o = base_o.cast(ordering_type), log_o.cast(ordering_type)
-        for values in (base_o, log_o):
-            if values.null_count or (pa.types.is_floating(values.type)
-                                     and pc.any(pc.is_nan(values)).as_py()):
-                return None
-        log_wins = pc.greater_equal(log_o, base_o).to_numpy(zero_copy_only=False)
+        if base_o.null_count or log_o.null_count:
+            return None
+        log_wins = pc.invert(loses_to_stored(log_o, base_o)).to_numpy(zero_copy_only=False)
     keep_base = np.ones(base.num_rows, bool)
     keep_base[base_hit[log_wins]] = False
     log_keep = np.ones(layer.num_rows, bool)

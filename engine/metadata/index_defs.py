@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.config import P_CHECKSUM
+from engine.format.jackson import pretty_json
 from engine.layout.properties import dumps as dump_properties
 from engine.metadata.table import PROPERTIES, read_data_properties
 from engine.storage import Storage
@@ -100,24 +101,8 @@ def _editable(storage: Storage) -> dict[str, Definition] | None:
 
 def dumps(definitions: Mapping[str, Definition]) -> str:
     """``{"indexDefinitions": definitions}`` as Jackson's ``writerWithDefaultPrettyPrinter``
-    writes it: two-space indents, ``" : "``, arrays on one line, ``{ }`` and ``[ ]`` when
-    empty, no newline at the end."""
-    return _pretty({"indexDefinitions": dict(definitions)}, 0)
-
-
-def _pretty(value: Any, depth: int) -> str:
-    if isinstance(value, Mapping):
-        if not value:
-            return "{ }"
-        pad = "  " * (depth + 1)
-        items = ",\n".join(f"{pad}{json.dumps(str(k), ensure_ascii=False)} : "
-                           f"{_pretty(v, depth + 1)}" for k, v in value.items())
-        return "{\n" + items + "\n" + "  " * depth + "}"
-    if isinstance(value, list | tuple):
-        if not value:
-            return "[ ]"
-        return "[ " + ", ".join(_pretty(v, depth + 1) for v in value) + " ]"
-    return json.dumps(value, ensure_ascii=False)
+    writes it (:func:`engine.format.jackson.pretty_json`)."""
+    return pretty_json({"indexDefinitions": dict(definitions)})
 
 
 def _write(storage: Storage, definitions: Mapping[str, Definition]) -> None:

@@ -4,14 +4,15 @@ maintains the partition beside the write client.
 
 The ``RECORD_INDEX`` index (:func:`lookup_locations`) routes a batch's keys to the MDT file
 groups they hash to and reads only those groups (:func:`engine.metadata.reader.lookup_values`:
-the base HFile through its block index). :func:`group_slices` and :func:`lookup_group` are the
-same lookup split for executor tasks. Key-equality filters of a snapshot read ask it through
+the base HFile through its block index). :func:`group_slices` and :func:`lookup_in_groups`
+are the same lookup split for executor tasks (the slices listed on the driver, the groups
+read in the task). Key-equality filters of a snapshot read ask it through
 :func:`engine.read.skipping.groups_holding`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from engine.metadata.table import MetadataTable, declared_partitions, snapshot_m
 from engine.storage import Storage
 
 if TYPE_CHECKING:
+    from engine.config import TableConfig
     from engine.timeline.active import Timeline
 
 RECORD_INDEX = RECORD_INDEX_TYPE.name
@@ -109,12 +111,21 @@ def lookup_locations(storage: Storage, data_timeline: Timeline,
                      keys: pa.Array | pa.ChunkedArray, *, cache_bytes: int = 0) -> Lookup:
     """Where each of ``keys`` lives, per the record_index trusted against ``data_timeline``:
     only the file groups the keys hash to are read (``cache_bytes``: :func:`lookup_group`).
-    Driver side (the streaming job runs :func:`lookup_group` in executor tasks instead)."""
-    pieces = group_slices(storage, data_timeline)
+    Driver side (:func:`lookup_in_groups` over :func:`group_slices`)."""
+    return lookup_in_groups(storage, data_timeline.config,
+                            group_slices(storage, data_timeline), keys, cache_bytes=cache_bytes)
+
+
+def lookup_in_groups(storage: Storage, config: TableConfig, pieces: Sequence[GroupSlice],
+                     keys: pa.Array | pa.ChunkedArray, *, cache_bytes: int = 0) -> Lookup:
+    """Where each of ``keys`` lives among the record_index file groups ``pieces`` (all of
+    the partition's, :func:`group_slices`: their count is the routing modulus): each key is
+    routed to its group and only the groups keys hash to are read, by :func:`lookup_group`.
+    Executor-safe (the streaming job's tagging tasks call it with the driver's ``pieces``)."""
     wanted = sorted(record_keys(keys))
     if not pieces or not wanted:
         return Lookup(LOCATION_SCHEMA.empty_table(), (), len(pieces))
-    mdt_storage = MetadataTable(storage, data_timeline.config).storage
+    mdt_storage = MetadataTable(storage, config).storage
     tables = []
     read = []
     for index, group_keys in sorted(route(wanted, len(pieces)).items()):

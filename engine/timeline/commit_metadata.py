@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 
 from engine.errors import CorruptTableError
+from engine.format.jackson import pretty_json
 
 if TYPE_CHECKING:
     from engine.timeline.version import TableVersion
@@ -162,7 +163,8 @@ class CommitMetadata:
 
     def to_json_bytes(self) -> bytes:
         """v6 on-disk form: ``HoodieCommitMetadata`` (``HoodieReplaceCommitMetadata`` with
-        replaced file ids) as Jackson writes it, keys in Java's field order."""
+        replaced file ids) as Jackson's default pretty printer writes it
+        (:func:`engine.format.jackson.pretty_json`), keys in Java's field order."""
         record: dict[str, Any] = {
             "partitionToWriteStats": {
                 p: [_json_stat(s) for s in stats]
@@ -175,7 +177,7 @@ class CommitMetadata:
         if self.partition_to_replace_file_ids:
             record["partitionToReplaceFileIds"] = {
                 p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}
-        return json.dumps(record, indent=2).encode("utf-8")
+        return pretty_json(record).encode("utf-8")
 
     def to_avro_bytes(self) -> bytes:
         """v8 on-disk form: ``HoodieCommitMetadata`` Avro OCF."""

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import CorruptTableError
+from engine.format.jackson import pretty_json
 from engine.storage import Storage
 
 HISTORY_SCHEMA = pa.schema([
@@ -116,13 +117,9 @@ def file_name(min_time: str, max_time: str, level: int) -> str:
 
 
 def manifest_json(files: Sequence[HistoryFile]) -> str:
-    """A manifest as Jackson's default pretty printer writes ``HoodieLSMTimelineManifest``."""
-    if not files:
-        return '{\n  "files" : [ ]\n}'
-    entries = ", ".join(
-        "{\n" f'    "fileName" : {json.dumps(f.name)},\n' f'    "fileLen" : {f.size}\n' "  }"
-        for f in files)
-    return '{\n  "files" : [ ' + entries + " ]\n}"
+    """A manifest as Jackson's default pretty printer writes ``HoodieLSMTimelineManifest``
+    (:func:`engine.format.jackson.pretty_json`)."""
+    return pretty_json({"files": [{"fileName": f.name, "fileLen": f.size} for f in files]})
 
 
 def rows_to_table(rows: Sequence[ArchivedInstant]) -> pa.Table:

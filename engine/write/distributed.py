@@ -42,15 +42,14 @@ from engine.config import IndexType, TableConfig, WriteConfig
 from engine.index.consistent_hashing import HashingMetadata
 from engine.index.record_index import attach_orderings, locations, moving
 from engine.index.relocation import Relocations
-from engine.index.simple import LOCATION_SCHEMA, concat_locations, key_locations, tag
+from engine.index.simple import LOCATION_SCHEMA, key_locations, tag
 from engine.index.simple import ORDERING as STORED_ORDERING
 from engine.index.tagging import TaggedRecords
 from engine.layout.view import TableView, live_buckets
 from engine.merge.policy import update_partition_path
 from engine.metadata.keys import file_group_indexes
-from engine.metadata.reader import GroupSlice, route
-from engine.metadata.record_index_lookup import group_slices, is_kept, lookup_group
-from engine.metadata.table import MetadataTable
+from engine.metadata.reader import GroupSlice
+from engine.metadata.record_index_lookup import group_slices, is_kept, lookup_in_groups
 from engine.storage import Storage
 from engine.timeline.active import DATA_ACTION_NAMES, Timeline, temp_folder
 from engine.timeline.commit_metadata import CommitMetadata, WriteStat
@@ -256,19 +255,13 @@ class RecordIndexTask:
         slices = view.latest_file_slices()
         if not slices or not len(keys):
             return LOCATION_SCHEMA.empty_table(), ()
-        read: list[str] = []
+        read: tuple[str, ...] = ()
         if not self.pieces:  # not complete: the engine's fallback (reads the table)
             found = locations(reader, slices, keys)
         else:
-            mdt_storage = MetadataTable(self.storage, self.config).storage
-            tables = []
-            for index, group_keys in sorted(route(keys.to_pylist(), self.groups).items()):
-                piece = self.pieces[index]
-                read.append(piece.file_id)
-                tables.append(lookup_group(
-                    mdt_storage, piece, group_keys,
-                    cache_bytes=self.write_config.record_index_cache_bytes))
-            found = concat_locations(tables)
+            lookup = lookup_in_groups(self.storage, self.config, self.pieces, keys,
+                                      cache_bytes=self.write_config.record_index_cache_bytes)
+            found, read = lookup.locations, lookup.groups_read
         live = {(s.partition_path, s.file_id): s for s in slices}
         compared = None
         if self.config.orders_by_event_time:
@@ -278,7 +271,7 @@ class RecordIndexTask:
                 moves = moving(found, upsert_keys, upsert_partitions,
                                update_partition_path=update_partition_path(self.write_config))
                 compared = pc.or_(moves, pc.is_in(found.column("key"), value_set=tombstoned))
-        return attach_orderings(reader, live, found, read=compared), tuple(read)
+        return attach_orderings(reader, live, found, read=compared), read
 
     def tag_upserts(self, view: TableView, records: pa.Table, found: pa.Table
                     ) -> TaggedRecords:

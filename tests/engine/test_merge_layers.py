@@ -129,3 +129,20 @@ def test_distinct_counts_as_count_distinct(values: pa.Array) -> None:
     from engine.merge.record_merger import _distinct
 
     assert _distinct(values) == pc.count_distinct(values).as_py()
+
+
+def test_nan_ordering_is_greatest_in_the_shortcut_and_the_general_rule() -> None:
+    """A NaN ordering value is greater than every number and ties with NaN (Java's
+    ``Double.compareTo``): the shortcut (one block of distinct keys) and the general rule
+    (the same block and a delete of an absent key) merge alike."""
+    schema = pa.schema([pa.field(KEY, pa.string()), pa.field("ts", pa.float64()),
+                        pa.field("v", pa.string())])
+    nan = float("nan")
+    base = pa.table({KEY: ["a", "b", "c", "d"], "ts": [nan, 1.0, nan, 2.0],
+                     "v": ["ba", "bb", "bc", "bd"]}, schema=schema)
+    log = pa.table({KEY: ["a", "b", "c", "d"], "ts": [5.0, nan, nan, 1.0],
+                    "v": ["la", "lb", "lc", "ld"]}, schema=schema)
+    for layers in ([DataLayer(log)], [DataLayer(log), DeleteLayer(pa.array(["absent"]))]):
+        merged = merge_layers(base, layers, mode=MergeMode.EVENT_TIME_ORDERING,
+                              ordering_field="ts", schema=schema)
+        assert sorted(merged.column("v").to_pylist()) == ["ba", "bd", "lb", "lc"]

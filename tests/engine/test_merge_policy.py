@@ -1,9 +1,15 @@
 """The write-side rule against stored versions, under both delete policies
 (``engine/merge/policy.py``): remembered deletes (the streaming sink and its GLOBAL_STATE index)
 and natural deletes (the engine API). Moved here from ``tests/ingest/test_sink.py`` (the rule
-moved into the engine), with the natural policy's cases added."""
+moved into the engine), with the natural policy's cases added; the column-wise forms
+(``resolve_single``, ``deciding_rows``) are checked against the key-by-key ``resolve_key``."""
 
 from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,9 +22,13 @@ from engine.merge.policy import (
     LIVE,
     DeletePolicy,
     KeyState,
+    deciding_rows,
+    loses_to_stored,
     resolve_key,
     resolve_single,
 )
+from engine.merge.resolve import VersionColumns, resolve
+from engine.schema import RECORD_KEY
 
 DELETE, UPSERT = True, False
 REMEMBERED, NATURAL = DeletePolicy.REMEMBERED, DeletePolicy.NATURAL
@@ -94,3 +104,161 @@ def test_resolve_single_is_resolve_key_for_every_single_version(
             if one.winner == 0:
                 assert out.ordering[i].as_py() == one.ordering, cases[i]
     assert len(cases) >= 24
+
+
+# --- deciding_rows: the column-wise statement of resolve_key ---------------------------------
+
+_DOMAINS: dict[str, tuple[pa.DataType, list[Any]]] = {
+    "int64": (pa.int64(), [0, 1, 2, 3]),
+    "float64": (pa.float64(), [-1.5, 0.0, 2.0, float("nan")]),
+    "string": (pa.string(), ["", "a", "b", "ba"]),
+    "decimal": (pa.decimal128(10, 2), [Decimal("-1.00"), Decimal("0.00"), Decimal("0.01"),
+                                       Decimal("7.50")]),
+    "timestamp": (pa.timestamp("us", tz="UTC"),
+                  [datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC),
+                   datetime(2025, 12, 31, tzinfo=UTC), datetime(2026, 6, 1, tzinfo=UTC)]),
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def _same_state(a: KeyState, b: KeyState, event_time: bool) -> bool:
+    if not event_time:  # nothing keeps a deleted key without event time
+        return (a.kind == LIVE) == (b.kind == LIVE)
+    return a.kind == b.kind and _same(a.ordering, b.ordering)
+
+
+def _versions(rng: random.Random, values: list[Any], n: int
+              ) -> list[tuple[bool, Any, bool]]:
+    """``n`` hostile versions (delete, ordering value, ordering null): ties (few values),
+    tombstones (null, or the zero a prepared row carries, flagged null), ordered deletes,
+    upserts without an ordering value."""
+    out = []
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.12:  # a tombstone
+            out.append((DELETE, rng.choice([None, values[0]]), True))
+        elif roll < 0.22:  # a marker delete with an ordering value
+            out.append((DELETE, rng.choice(values), False))
+        elif roll < 0.27:  # an upsert whose ordering value is null
+            out.append((UPSERT, None, True))
+        else:
+            out.append((UPSERT, rng.choice(values), False))
+    return out
+
+
+def _expected_decided(versions: list[tuple[bool, Any, bool]], event_time: bool) -> bool:
+    """Which keys deciding_rows promises to decide: every key without event time; under
+    event time a single version, or upserts only, each with an ordering value."""
+    if not event_time or len(versions) == 1:
+        return True
+    return all(op == UPSERT and not null for op, v, null in versions)
+
+
+@pytest.mark.parametrize("domain", sorted(_DOMAINS))
+@pytest.mark.parametrize("event_time", [True, False])
+def test_deciding_rows_decide_each_key_as_resolve_key_on_hostile_batches(
+        event_time: bool, domain: str) -> None:
+    arrow_type, values = _DOMAINS[domain]
+    rng = random.Random(f"{event_time}-{domain}")
+    runs = [_versions(rng, values, rng.choice([1, 1, 2, 3, 5, 8])) for _ in range(400)]
+    runs += [[(DELETE, None, True), (UPSERT, values[0], False)],  # a delete, then older
+             [(DELETE, values[3], False), (UPSERT, values[1], False)],
+             [(UPSERT, values[2], False), (UPSERT, values[2], False)],  # a tie
+             [(UPSERT, values[1], False), (UPSERT, None, True), (UPSERT, values[0], False)]]
+    rows = [v for run in runs for v in run]
+    sizes = np.array([len(run) for run in runs], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    at = deciding_rows(starts, ends, np.array([r[0] for r in rows]),
+                       pa.array([r[1] for r in rows], arrow_type),
+                       np.array([r[2] for r in rows]), event_time=event_time)
+    stored = [KeyState()] + [KeyState(kind, v) for kind in (LIVE, DELETED)
+                             for v in ([None, *values] if event_time else [None])]
+    decided = 0
+    for k, run in enumerate(runs):
+        assert (at[k] >= 0) == _expected_decided(run, event_time), run
+        if at[k] < 0:
+            continue
+        assert starts[k] <= at[k] < ends[k]
+        decided += len(run) > 1
+        one = rows[at[k]]
+        ops, orderings, nulls = ([v[i] for v in run] for i in range(3))
+        for state in stored:
+            for policy in DeletePolicy:
+                whole = resolve_key(ops, orderings, nulls, event_time=event_time,
+                                    policy=policy, stored=state)
+                alone = resolve_key([one[0]], [one[1]], [one[2]], event_time=event_time,
+                                    policy=policy, stored=state)
+                case = (run, state, policy, int(at[k] - starts[k]))
+                assert _same_state(whole.state, alone.state, event_time), case
+                assert whole.winner == (at[k] - starts[k] if alone.winner == 0 else -1), case
+                if whole.winner >= 0 and event_time:
+                    assert _same(whole.ordering, alone.ordering), case
+    assert decided > (150 if not event_time else 40)  # keys with several versions decided
+
+
+def test_deciding_rows_take_no_ordering_without_event_time() -> None:
+    # runs: U D D | D D | U | D U  -> the first delete after the last upsert, or the last upsert
+    deletes = np.array([UPSERT, DELETE, DELETE, DELETE, DELETE, UPSERT, DELETE, UPSERT])
+    starts, ends = np.array([0, 3, 5, 6]), np.array([3, 5, 6, 8])
+    assert deciding_rows(starts, ends, deletes, None, None,
+                         event_time=False).tolist() == [1, 3, 5, 7]
+    assert deciding_rows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
+                         None, None, event_time=False).tolist() == []
+
+
+def test_resolve_key_nan_ordering_is_greatest_as_java_double_compare_to() -> None:
+    """A NaN ordering value is greater than every number and ties with NaN (Java's
+    ``Double.compareTo``, which ``DefaultHoodieRecordPayload`` compares with; Arrow's sort
+    order, which the readers' merge and the in-batch combine use)."""
+    nan = float("nan")
+    live = KeyState(LIVE, nan)
+    for policy in DeletePolicy:
+        assert resolve_key([UPSERT, UPSERT], [nan, 5.0], [False, False], event_time=True,
+                           policy=policy).winner == 0  # 5 loses to the NaN before it
+        assert resolve_key([UPSERT], [5.0], [False], event_time=True, policy=policy,
+                           stored=live).winner == -1
+        assert resolve_key([DELETE], [5.0], [False], event_time=True, policy=policy,
+                           stored=live).winner == -1
+        assert resolve_key([UPSERT, UPSERT], [nan, nan], [False, False], event_time=True,
+                           policy=policy, stored=live).winner == 1  # a tie: the later
+        assert resolve_key([UPSERT], [nan], [False], event_time=True, policy=policy,
+                           stored=KeyState(LIVE, 5.0)).winner == 0
+    incoming = pa.array([5.0, nan, nan, 5.0, None, 4.0], pa.float64())
+    stored = pa.array([nan, 5.0, nan, None, nan, 5.0], pa.float64())
+    assert loses_to_stored(incoming, stored).to_pylist() == [True, False, False, False,
+                                                              False, True]
+
+
+@pytest.mark.parametrize("domain", ["int64", "float64", "string"])
+def test_resolve_combines_keys_without_tombstones_as_resolve_key(domain: str) -> None:
+    """engine/merge/resolve.resolve takes a key without tombstones through the in-batch
+    combine (the readers' merge rule) and a key with one through resolve_key: both must pick
+    the version resolve_key picks (every version competing, nothing stored to lose to)."""
+    arrow_type, values = _DOMAINS[domain]
+    rng = random.Random(domain)
+    rows: list[tuple[str, bool, Any]] = []
+    for k in range(300):
+        for _ in range(rng.choice([1, 2, 3, 6])):
+            rows.append((f"k{k}", rng.random() < 0.2, rng.choice(values)))
+    rng.shuffle(rows)
+    columns = VersionColumns(op="op", delete=1, ordering="o", ordering_null="n")
+    table = pa.table({RECORD_KEY: [r[0] for r in rows], "op": [int(r[1]) for r in rows],
+                      "o": pa.array([r[2] for r in rows], arrow_type),
+                      "n": [False] * len(rows), "i": list(range(len(rows)))})
+    out = resolve(table, columns=columns, event_time=True, policy=DeletePolicy.REMEMBERED)
+    got = {k: i for part in (out.upserts, out.deletes)
+           for k, i in zip(part.column(RECORD_KEY).to_pylist(), part.column("i").to_pylist(),
+                           strict=True)}
+    by_key: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_key.setdefault(r[0], []).append(i)
+    for key, idx in by_key.items():
+        want = resolve_key([rows[i][1] for i in idx], [rows[i][2] for i in idx],
+                           [False] * len(idx), event_time=True,
+                           policy=DeletePolicy.REMEMBERED, stored=KeyState(LIVE, None))
+        assert got[key] == idx[want.winner], [rows[i] for i in idx]

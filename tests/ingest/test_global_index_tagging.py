@@ -2,7 +2,12 @@
 without Spark: keys tagged column-wise must come out as the key-by-key rule
 (:func:`engine.merge.policy.resolve_key` through ``_tag``) tags them, row for row and entry for
 entry, on hostile batches (several versions of a key, ties of the ordering field, deletes
-with and without ordering values, null and NaN ordering values, keys moving partitions)."""
+with and without ordering values, null and NaN ordering values, keys moving partitions).
+
+Which version decides a key column-wise is the engine's
+(:func:`engine.merge.policy.deciding_rows`, checked against ``resolve_key`` in
+``tests/engine/test_merge_policy.py``); this checks that the operator applies it (the versions
+that do not decide write nothing, the deciding one is placed) as ``_tag`` does."""
 
 from __future__ import annotations
 
