@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 import pytest
 
 from engine import Table
-from engine.read.options import FILTERS_KEY, ReadOptions
+from engine.errors import InvalidOptionError
+from engine.read.options import FILTERS_KEY, ReadOptions, typed_filters
 from tests.helpers import hudi_rs_read
 from tests.ingest.helpers import all_rows
 
@@ -172,3 +173,40 @@ def test_plan_read_decimal_filters_equal_hudi_rs_filtered(
     judge = hudi_rs_read(table.path)
     got, _ = _read(table, filters)
     assert got == _expected(judge, expr)
+
+
+AMBIGUOUS = [
+    ('[["at", ">=", "2024-03-03T10:00:00"]]', "'at'", "zone"),
+    ('[["at", ">=", "2024-03-03 10:00:00"]]', "'at'", "zone"),
+    ('[["hour", "=", "2024-03-03"]]', "'hour'", "zone"),
+    ('[["at", "in", ["2024-03-03T10:00:00Z", "2024-03-03T11:00:00"]]]', "'at'", "zone"),
+    ('[["at", ">", 1709294400]]', "'at'", "epoch"),
+    ('[["at", ">", "1709294400"]]', "'at'", "ISO"),
+    ('[["day", "=", "2024-03-02T00:00:00Z"]]', "'day'", "ISO date"),
+    ('[["day", "=", 19784]]', "'day'", "ISO date"),
+    ('[["dec", "=", "NaN"]]', "'dec'", "decimal"),
+]
+
+
+@pytest.mark.parametrize(("filters", "column", "why"), AMBIGUOUS,
+                         ids=[f for f, _, _ in AMBIGUOUS])
+def test_plan_read_ambiguous_time_values_refused_naming_option_and_column(
+        table: Table, filters: str, column: str, why: str) -> None:
+    """A zone-less time (or a date) against a column of instants means the session's zone
+    to Spark and UTC to hudi-rs; an epoch number seconds to Spark and the column's unit to
+    Arrow: refused, naming the option and the column, rather than read one way."""
+    with pytest.raises(InvalidOptionError, match=rf"{FILTERS_KEY}.*{column}.*{why}"):
+        _read(table, filters)
+
+
+def test_typed_filters_zone_less_column_takes_zone_less_times_only() -> None:
+    """A zone-less timestamp column (``local-timestamp-micros``, Spark's ``TIMESTAMP_NTZ``,
+    as Hudi's Java writer stores it): a zone-less ISO time is its wall-clock time; a time
+    with an offset or ``Z`` has no meaning there (Spark drops the offset, hudi-rs converts
+    to UTC) and is refused naming the column."""
+    schema = pa.schema([("local", pa.timestamp("us"))])
+    typed = typed_filters((((("local", ">=", "2024-03-01T10:30:00"),),)), schema)
+    assert typed == [[("local", ">=", dt.datetime(2024, 3, 1, 10, 30))]]
+    for value in ("2024-03-01T10:30:00Z", "2024-03-01T10:30:00+01:00"):
+        with pytest.raises(InvalidOptionError, match=rf"{FILTERS_KEY}.*'local'.*zone"):
+            typed_filters(((("local", ">=", value),),), schema)
