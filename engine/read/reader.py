@@ -446,10 +446,9 @@ class TableReader:
         or after its commit, so such a slice holds no version of a commit in the range."""
         view = TableView(self.storage, self.timeline, end_completion=end)
         visible = view.visible
-        full = ReadSpec(None, spec.filters, False)
-        scan = self.scan(full, view)
-        scan.slice_scan.columns = list(spec.columns) if spec.columns is not None else None
-        scan.requested_columns = spec.columns
+        # the columns asked, and what the read needs: the meta fields (the commit range is
+        # kept by _hoodie_commit_time), the ordering field and the filter's columns
+        scan = self.scan(ReadSpec(spec.columns, spec.filters, False), view)
         if start is not None:  # from the first commit on, every record of the view is in
             in_range = visible.completed_after(start, inclusive=start_inclusive)
             scan.slice_scan.commit_times = tuple(in_range)
