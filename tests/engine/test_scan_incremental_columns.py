@@ -6,14 +6,13 @@ incremental read of the same range (the external judge) projected."""
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from engine import Table
-from engine.format.base_file import chunk_ranges
 from engine.schema import COMMIT_TIME, META_FIELDS
 from engine.storage import Storage
 from engine.storage.ranged import TAIL_GUESS
+from tests.engine.object_store_checks import base_file_bytes
 from tests.helpers import hudi_rs_read
 from tests.ingest.helpers import all_rows
 from tests.s3 import S3Location
@@ -46,15 +45,8 @@ def test_incremental_read_of_chosen_columns_fetches_only_their_chunks(
     storage = Storage(s3.uri(), s3.storage_options)
     scan = table.scan_incremental(start, None, ["v"])
     merged = {"ts", *META_FIELDS} if table_type == "MERGE_ON_READ" else {COMMIT_TIME}
-    needed = whole = 0
-    for slc in scan.slices:
-        assert slc.base_file is not None
-        data = storage.read(slc.base_file.path)
-        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
-        names = ["v", *(merged if slc.log_files else {COMMIT_TIME})]
-        needed += sum(e - s for s, e in chunk_ranges(metadata, None, names))
-        needed += int.from_bytes(data[-8:-4], "little") + 8  # the footer
-        whole += len(data)
+    needed, whole = base_file_bytes(
+        storage, scan.slices, lambda s: ["v", *(merged if s.log_files else {COMMIT_TIME})])
     assert needed * 2 < whole
     with s3.server.fetched(s3.bucket) as sent:
         got = scan.to_table()
