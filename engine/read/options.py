@@ -246,8 +246,23 @@ def check_columns(columns: Sequence[str], schema: pa.Schema, key: str = COLUMNS_
     ``columns`` that a read of ``schema``'s table does not return."""
     for name in columns:
         if name not in schema.names:
-            raise InvalidOptionError(key, f"no column {name!r} in the table; its columns: "
-                                     + ", ".join(schema.names))
+            raise InvalidOptionError(key, missing_column(name, schema))
+
+
+def missing_column(name: str, schema: pa.Schema) -> str:
+    """What to say of ``name``, a column a read asks for that ``schema``'s table lacks: its
+    columns, and the column it may have meant — one that differs in case only (names are
+    case-sensitive, as Hudi's schema and Arrow's are), or the struct column whose field
+    ``name`` names (``meta.id``: a struct is read whole, its fields are not columns)."""
+    hint = ""
+    near = [n for n in schema.names if n.lower() == name.lower()]
+    head = name.split(".", 1)[0]
+    if near:
+        hint = f" (names are case-sensitive: {near[0]!r})"
+    elif "." in name and head in schema.names and pa.types.is_struct(schema.field(head).type):
+        hint = (f" ({head!r} is a struct: it is read whole, its fields are not columns; read "
+                f"{head!r} and select {name} from it)")
+    return f"no column {name!r} in the table{hint}; its columns: {', '.join(schema.names)}"
 
 
 @dataclass(frozen=True)
@@ -378,4 +393,4 @@ _KEY_OF = {spec.attr: spec.key for spec in READ_KEYS}
 
 __all__ = ["CDC", "COLUMNS_KEY", "EARLIEST", "FILTERS_KEY", "FILTER_OPS", "LATEST",
            "LATEST_STATE", "READ_GROUP", "READ_KEYS", "QueryType", "ReadOptions", "check_columns",
-           "typed_filters"]
+           "missing_column", "typed_filters"]

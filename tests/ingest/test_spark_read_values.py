@@ -122,6 +122,70 @@ def test_spark_read_time_date_decimal_filters_equal_hudi_rs_in_a_non_utc_session
         tidelake.conf.set("spark.sql.session.timeZone", zone)
 
 
+NESTED = pa.schema([("id", pa.string()), ("ts", pa.int64()),
+                    ("meta", pa.struct([("src", pa.string()), ("n", pa.int64())])),
+                    ("tags", pa.list_(pa.string())), ("attrs", pa.map_(pa.string(), pa.int64())),
+                    ("v", pa.float64())])
+
+
+def _nested(ids: range, ts: int) -> pa.Table:
+    return pa.Table.from_pylist([
+        {"id": f"k{i}", "ts": ts, "meta": {"src": f"s{i % 3}", "n": i * ts},
+         "tags": [f"t{i}"] * (i % 3), "attrs": [("a", i), ("b", ts)], "v": i * 1.5 + ts}
+        for i in ids], schema=NESTED)
+
+
+def test_spark_read_nested_and_odd_column_names(tidelake: SparkSession, tmp_path: Path
+                                                ) -> None:
+    """A struct, a list and a map column, chosen by ``tidelake.read.columns`` or a schema,
+    read as hudi-rs reads them (merged slices too, in a batch, an incremental query and a
+    stream); a struct's field (``meta.src``) or a struct of fewer fields is refused with
+    what to do instead; a name differing in case is refused naming the table's; a column
+    named with a dot or a space is one column."""
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="id", precombine="ts")
+    table.upsert(_nested(range(10), 1))
+    table.upsert(_nested(range(5, 15), 2))
+    assert any(s.log_files for s in table.file_slices())
+    judge = hudi_rs_read(table.path)
+    names = ["meta", "tags", "attrs", "id"]
+    expected = all_rows(judge.select(names))
+    by_option = _load(tidelake, table.path, **{COLUMNS: ",".join(names)})
+    assert all_rows(by_option.toArrow()) == expected
+    given = ("meta STRUCT<src: STRING, n: BIGINT>, tags ARRAY<STRING>, "
+             "attrs MAP<STRING, BIGINT>, id STRING")
+    by_schema = tidelake.read.format("tidelake").schema(given).load(table.path)
+    assert all_rows(by_schema.toArrow()) == expected
+    assert sorted(r.src for r in by_schema.select("meta.src").collect()) == sorted(
+        judge.column("meta").combine_chunks().field("src").to_pylist())
+    start = [e.completion_time for e in table.timeline() if e.state == "completed"][1]
+    incremental = _load(tidelake, table.path, **{
+        COLUMNS: "id,meta", "hoodie.datasource.query.type": "incremental",
+        "hoodie.datasource.read.begin.instanttime": start})
+    assert all_rows(incremental.toArrow()) == all_rows(
+        judge.filter(pc.field("ts") == 2).select(["id", "meta"]))
+
+    for options, said in (({COLUMNS: "meta.src"}, r"'meta' is a struct.*select meta\.src"),
+                          ({COLUMNS: "Meta"}, "case-sensitive: 'meta'")):
+        with pytest.raises(Exception, match=said):
+            _load(tidelake, table.path, **options).collect()
+    with pytest.raises(Exception, match=r"struct<src:string,n:bigint> in the table, not "
+                                        r"struct<src:string>.*read whole"):
+        tidelake.read.format("tidelake").schema("meta STRUCT<src: STRING>").load(
+            table.path).collect()
+
+    odd = Table.create(str(tmp_path / "odd"), name="odd", table_type="MERGE_ON_READ",
+                       record_key="id", precombine="ts")
+    odd.upsert(pa.table({"id": ["a", "b"], "ts": [1, 1], "a.b": [1, 2], "my col": ["x", "y"]}))
+    odd.upsert(pa.table({"id": ["a"], "ts": [2], "a.b": [3], "my col": ["z"]}))
+    wrote = [{"a.b": 3, "my col": "z", "id": "a"}, {"a.b": 2, "my col": "y", "id": "b"}]
+    for df in (_load(tidelake, odd.path, **{COLUMNS: "a.b,my col,id"}),
+               tidelake.read.format("tidelake").schema("`a.b` BIGINT, `my col` STRING, id STRING")
+               .load(odd.path)):
+        assert df.columns == ["a.b", "my col", "id"]
+        assert sorted(df.toArrow().to_pylist(), key=lambda r: r["id"]) == wrote
+
+
 def test_spark_incremental_query_and_stream_of_chosen_columns_fetch_only_their_chunks(
         tidelake: SparkSession, s3: S3Location, tmp_path: Path) -> None:
     """An incremental query and a stream of ``tidelake.read.columns=v`` on S3 fetch, of
