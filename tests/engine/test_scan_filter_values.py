@@ -28,6 +28,7 @@ from tests.ingest.helpers import all_rows
 
 UTC = dt.timezone.utc
 OSLO = dt.timezone(dt.timedelta(hours=1))  # Europe/Oslo in March (CET)
+EST = dt.timezone(dt.timedelta(hours=-5))
 D = decimal.Decimal
 BASE = dt.datetime(2024, 3, 1, 0, 0, tzinfo=UTC)
 
@@ -45,6 +46,11 @@ def _rows(start: int, count: int, v: int) -> pa.Table:
         # given in Oslo time: stored as the same instants in UTC
         "at": pa.array([a.astimezone(dt.timezone(dt.timedelta(hours=1))) for a in at],
                        pa.timestamp("us", tz="Europe/Oslo")),
+        # given zone-less: stored as instants too (UTC wall-clock time)
+        "local": pa.array([a.replace(tzinfo=None) for a in at], pa.timestamp("us")),
+        # milliseconds, 0.5 ms past the hour
+        "ms": pa.array([a + dt.timedelta(microseconds=500) for a in at],
+                       pa.timestamp("ms", tz="UTC")),
         "dec": pa.array([D(i) / 8 for i in ids], pa.decimal128(12, 3)),
         "big": pa.array([D(i) / 1024 for i in ids], pa.decimal128(38, 10)),
     })
@@ -106,6 +112,16 @@ TIMES = [
     ('[["hour", "=", "2024-03-02T02:00:00+01:00"]]',
      pc.field("hour") == _at(dt.datetime(2024, 3, 2, 2, tzinfo=OSLO))),
     ('[["day", ">", "2024-03-05"]]', pc.field("day") > pa.scalar(dt.date(2024, 3, 5))),
+    ('[["local", ">=", "2024-03-03T10:00:00Z"]]',
+     pc.field("local") >= _at(dt.datetime(2024, 3, 3, 10, tzinfo=UTC))),
+    ('[["local", "<", "2024-03-03T10:00:00-05:00"]]',
+     pc.field("local") < _at(dt.datetime(2024, 3, 3, 10, tzinfo=EST))),
+    ('[["ms", "=", "2024-03-03T10:00:00.000500Z"]]',
+     pc.field("ms") == _at(dt.datetime(2024, 3, 3, 10, 0, 0, 500, tzinfo=UTC))),
+    ('[["ms", ">", "2024-03-03T10:00:00.000500Z"]]',
+     pc.field("ms") > _at(dt.datetime(2024, 3, 3, 10, 0, 0, 500, tzinfo=UTC))),
+    ('[["ms", "<=", "2024-03-03T10:00:00.0005+00:00"]]',
+     pc.field("ms") <= _at(dt.datetime(2024, 3, 3, 10, 0, 0, 500, tzinfo=UTC))),
     ('[["day", "in", ["2024-03-01", "2024-03-08"]], ["at", "<", "2024-03-08T12:00:00Z"]]',
      pc.field("day").isin(pa.array([dt.date(2024, 3, 1), dt.date(2024, 3, 8)]))
      & (pc.field("at") < _at(dt.datetime(2024, 3, 8, 12, tzinfo=UTC)))),
@@ -178,6 +194,7 @@ def test_plan_read_decimal_filters_equal_hudi_rs_filtered(
 AMBIGUOUS = [
     ('[["at", ">=", "2024-03-03T10:00:00"]]', "'at'", "zone"),
     ('[["at", ">=", "2024-03-03 10:00:00"]]', "'at'", "zone"),
+    ('[["local", ">=", "2024-03-03T10:00:00"]]', "'local'", "zone"),
     ('[["hour", "=", "2024-03-03"]]', "'hour'", "zone"),
     ('[["at", "in", ["2024-03-03T10:00:00Z", "2024-03-03T11:00:00"]]]', "'at'", "zone"),
     ('[["at", ">", 1709294400]]', "'at'", "epoch"),
