@@ -316,14 +316,17 @@ class TableReader:
         (None if it pins none), and what data skipping pruned (``latest``: ``view`` is the
         table's latest snapshot, so partition stats and the record index apply).
 
-        Slices are pruned by partition values, then for a key-equality filter by the record
-        index (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket
-        id and base-file footers, then by partition and column statistics."""
+        Slices are pruned by partition values (the folders' names, where they are the
+        fields' values: :attr:`~engine.config.TableConfig.partition_paths_hold_values`),
+        then for a key-equality filter by the record index
+        (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket id
+        and base-file footers, then by partition and column statistics."""
         schema = self.table_schema()
         spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
                         spec.read_optimized)
         slices = view.latest_file_slices()
-        dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
+        dnf = _partition_conjuncts(spec.filters, self.config.partition_fields) \
+            if self.config.partition_paths_hold_values else []
         if dnf and schema is not None:
             slices = [s for s in slices
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]

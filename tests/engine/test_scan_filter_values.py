@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -227,3 +228,36 @@ def test_typed_filters_zone_less_column_takes_zone_less_times_only() -> None:
     for value in ("2024-03-01T10:30:00Z", "2024-03-01T10:30:00+01:00"):
         with pytest.raises(InvalidOptionError, match=rf"{FILTERS_KEY}.*'local'.*zone"):
             typed_filters(((("local", ">=", value),),), schema)
+
+
+def test_plan_read_timestamp_keygen_table_never_prunes_by_formatted_paths(
+        tmp_path: Path) -> None:
+    """A table Hudi's ``TimestampBasedKeyGenerator`` wrote: its partition path is the time
+    of the partition field formatted (``yyyyMMddHH``: ``2024011510``), not the field's value
+    (``2024-01-15T10:30:00.000Z``), so a filter on the field cannot prune paths by value.
+    (tidelake writes no such table: this one is written partitioned by the formatted value,
+    then its ``hoodie.properties`` say what Hudi's writer records for that layout.)"""
+    path = tmp_path / "t"
+    table = Table.create(str(path), name="t", table_type="COPY_ON_WRITE", record_key="id",
+                         precombine="v", partition_by=["p"])
+    times = ["2024-01-15T10:30:00.000Z", "2024-01-15T10:45:00.000Z", "2024-01-16T11:00:00.000Z"]
+    table.upsert(pa.table({"id": ["a", "b", "c"], "v": [1, 1, 1], "ts_str": times,
+                           "p": ["2024011510", "2024011510", "2024011611"]}))
+    props = path / ".hoodie" / "hoodie.properties"
+    kept = [line for line in props.read_text().splitlines()
+            if not line.startswith(("hoodie.table.partition.fields",
+                                    "hoodie.table.keygenerator"))]
+    props.write_text("\n".join([
+        *kept, "hoodie.table.partition.fields=ts_str",
+        "hoodie.table.keygenerator.class=org.apache.hudi.keygen.TimestampBasedKeyGenerator",
+        "hoodie.keygen.timebased.timestamp.type=DATE_STRING",
+        "hoodie.keygen.timebased.input.dateformat=yyyy-MM-dd'T'HH\\:mm\\:ss.SSSZ",
+        "hoodie.keygen.timebased.output.dateformat=yyyyMMddHH"]) + "\n")
+    table = Table.open(str(path))
+    judge = hudi_rs_read(path)
+    for filters, expr in (('[["ts_str", "=", "2024-01-15T10:30:00.000Z"]]',
+                           pc.field("ts_str") == times[0]),
+                          ('[["ts_str", ">", "2024-01-15T10:40:00"]]',
+                           pc.field("ts_str") > "2024-01-15T10:40:00")):
+        got, _ = _read(table, filters)
+        assert got == _expected(judge, expr) and got, filters
