@@ -307,7 +307,9 @@ class ReadOptions:
         COLUMNS_KEY, _columns, None,
         "The columns to read, by name, separated by commas (`uuid,fare`): the read returns "
         "these, in this order, and reads only them (and what merging a slice with log files "
-        "needs: the record key and the ordering field); as `Table.read(columns=...)`. Unset: every "
+        "needs: the record key and the ordering field); as `Table.read(columns=...)`. Names "
+        "are case-sensitive; a struct, list or map column is read whole (a struct's field, "
+        "`meta.src`, is no column: select it in Spark after the read). Unset: every "
         "column, or those of a schema given to the reader (`.schema(...)`). Not with the "
         "change feed (its columns are fixed).", group=READ_GROUP)
     filters: tuple[tuple[Term, ...], ...] | None = option(
