@@ -188,15 +188,17 @@ def _time_value(name: str, value: Any, kind: pa.DataType) -> dt.datetime:
     means the session time zone to Spark and UTC to hudi-rs (Arrow's cast to the column's
     zone). A zone-less column (Spark's ``TIMESTAMP_NTZ``, ``local-timestamp-micros``)
     takes a zone-less time: Spark drops an offset, hudi-rs converts to UTC. An epoch number
-    is seconds to Spark and the column's unit to Arrow: refused too."""
+    is seconds to Spark's cast (Spark 4 compares no number with a time) and the column's
+    unit to Arrow: refused too."""
     instants = kind.tz is not None
     example = "\"2024-03-01T10:00:00Z\"" if instants else "\"2024-03-01T10:00:00\""
     what = ("instants (Spark's TIMESTAMP)" if instants
             else "zone-less times (Spark's TIMESTAMP_NTZ)")
     if not isinstance(value, str):
         raise ValueError(f"column {name!r} holds {what}: give an ISO time ({example}), got "
-                         f"{json.dumps(value)}; an epoch number is ambiguous (seconds to "
-                         "Spark, the column's unit to Arrow)")
+                         f"{json.dumps(value)}; an epoch number is ambiguous (Spark casts "
+                         "seconds, Arrow the column's unit; Spark compares no number with a "
+                         "time)")
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:

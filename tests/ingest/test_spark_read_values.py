@@ -86,7 +86,8 @@ def test_spark_read_time_date_decimal_filters_equal_hudi_rs_in_a_non_utc_session
     whose time zone is Los Angeles; what Spark and hudi-rs would read differently — a
     zone-less time against instants, an epoch number — fails naming the option and the
     column. The refusals rest on Spark's own reading, checked here: a zone-less string is a
-    time in the session zone, an offset against ``TIMESTAMP_NTZ`` is dropped."""
+    time in the session zone, an offset against ``TIMESTAMP_NTZ`` is dropped, a number cast
+    to a time is seconds."""
     table = _times_table(tmp_path / "t")
     judge = hudi_rs_read(table.path)
     cases = [
@@ -106,9 +107,11 @@ def test_spark_read_time_date_decimal_filters_equal_hudi_rs_in_a_non_utc_session
         premise = tidelake.sql(
             "SELECT CAST('2024-03-01 10:00:00' AS TIMESTAMP) = "
             "CAST('2024-03-01T10:00:00Z' AS TIMESTAMP) AS same_instant, "
-            "CAST(CAST('2024-03-01T10:00:00+05:00' AS TIMESTAMP_NTZ) AS STRING) AS local"
-        ).collect()[0]
+            "CAST(CAST('2024-03-01T10:00:00+05:00' AS TIMESTAMP_NTZ) AS STRING) AS local, "
+            "CAST(1709287200 AS TIMESTAMP) = CAST('2024-03-01T10:00:00Z' AS TIMESTAMP) "
+            "AS seconds").collect()[0]
         assert premise.same_instant is False and premise.local == "2024-03-01 10:00:00"
+        assert premise.seconds is True
         for filters, expr in cases:
             df = _load(tidelake, table.path, **{FILTERS: filters})
             got = all_rows(df.toArrow())
