@@ -1044,6 +1044,18 @@ class TableConfig:
     raw: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def partition_paths_hold_values(self) -> bool:
+        """False when the table's key generator names partition folders by something else
+        than the partition fields' values — Hudi's ``TimestampBasedKeyGenerator`` (the time
+        formatted: ``2024/01/15``), a ``CustomKeyGenerator`` (such parts among its
+        fields): a filter on the fields then tells nothing of a folder's name. Such tables
+        are read as written, without pruning their folders by name."""
+        kind = self.raw.get(P_KEYGEN_TYPE, "").upper()
+        named = self.raw.get(P_KEYGEN_CLASS, "")
+        return not (kind.startswith(("TIMESTAMP", "CUSTOM"))
+                    or any(part in named for part in ("TimestampBased", "Custom")))
+
+    @property
     def consistent_hashing(self) -> bool:
         """True for a BUCKET table with the consistent-hashing engine (RFC-42)."""
         return self.bucket_engine is BucketEngine.CONSISTENT_HASHING

@@ -108,6 +108,7 @@ from engine.read.distributed import (
     check_columns,
     check_stream_schema,
     latest_completion,
+    missing_column,
 )
 from engine.redact import redact, spark_redaction_regex
 from engine.schema import conform
@@ -184,13 +185,12 @@ def check_given_schema(given: StructType, table: pa.Schema) -> None:
     for wanted in given.fields:
         have = spark_types.get(wanted.name)
         if have is None:
-            near = [n for n in table.names if n.lower() == wanted.name.lower()]
-            hint = f" (names are case-sensitive: {near[0]!r})" if near else ""
-            raise ValueError(f"schema: no column {wanted.name!r} in the table{hint}; its "
-                             f"columns: {', '.join(table.names)}")
+            raise ValueError(f"schema: {missing_column(wanted.name, table)}")
         if have.simpleString() != wanted.dataType.simpleString():
+            whole = (" (a struct, list or map column is read whole: give its type as the "
+                     "table has it)" if have.typeName() in ("struct", "array", "map") else "")
             raise ValueError(f"schema: column {wanted.name!r} is {have.simpleString()} in the "
-                             f"table, not {wanted.dataType.simpleString()}")
+                             f"table, not {wanted.dataType.simpleString()}{whole}")
 
 
 def target_schema(schema: StructType) -> pa.Schema:

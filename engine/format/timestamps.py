@@ -80,12 +80,28 @@ def cast_timestamps(values: ArrayT, target: pa.DataType) -> ArrayT:
 def value_as(value: Any, target: pa.DataType) -> Any:
     """A filter value compared with a timestamp column of type ``target``, in the column's
     kind by the same rule: a zone-less ``datetime`` against instants is that UTC wall-clock
-    time, an aware one against a zone-less column its UTC wall-clock time; any other value
-    as it is."""
+    time, an aware one against a zone-less column its UTC wall-clock time, an aware one
+    against instants the same instant in the column's zone (Arrow compares two zones of
+    different units with no kernel: ``timestamp[ms, tz=UTC]`` against a ``-04:00`` value
+    raises); any other value as it is."""
     if not isinstance(value, dt.datetime) or not pa.types.is_timestamp(target):
         return value
     if target.tz is not None and value.tzinfo is None:
         return value.replace(tzinfo=dt.timezone.utc)
     if target.tz is None and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if target.tz is not None:
+        return value.astimezone(_zone(target.tz))
     return value
+
+
+def _zone(name: str) -> dt.tzinfo:
+    """Arrow's time zone ``name`` (``UTC``, ``+01:00``, ``Europe/Oslo``) as a ``tzinfo``."""
+    if name.upper() in (UTC, "Z", "ETC/UTC"):
+        return dt.timezone.utc
+    if len(name) == 6 and name[0] in "+-" and name[3] == ":":
+        sign = -1 if name[0] == "-" else 1
+        return dt.timezone(sign * dt.timedelta(hours=int(name[1:3]), minutes=int(name[4:6])))
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)

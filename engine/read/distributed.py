@@ -24,6 +24,7 @@ from engine.read.options import (
     QueryType,
     ReadOptions,
     check_columns,
+    missing_column,
 )
 from engine.read.scan import Scan, SliceScan
 from engine.read.stream_schema import check_stream_schema
@@ -32,7 +33,7 @@ from engine.timeline.active import Timeline, completion_key
 
 __all__ = ["CDC", "CDC_SCHEMA", "COLUMNS_KEY", "EARLIEST", "LATEST", "READ_KEYS", "FileSlice",
            "QueryType", "ReadOptions", "Scan", "SliceScan", "check_columns",
-           "check_stream_schema", "latest_completion"]
+           "check_stream_schema", "latest_completion", "missing_column"]
 
 
 def latest_completion(storage: Storage, config: TableConfig) -> str | None:

@@ -159,6 +159,8 @@ def _typed_value(name: str, value: Any, kind: pa.DataType) -> Any:
         if isinstance(value, int | float):
             return value
         raise refused()
+    if pa.types.is_timestamp(kind):
+        return _time_value(name, value, kind)
     try:
         if pa.types.is_decimal(kind) and isinstance(value, int | float | str):
             number = decimal.Decimal(str(value))
@@ -166,23 +168,62 @@ def _typed_value(name: str, value: Any, kind: pa.DataType) -> Any:
                 return number
         elif pa.types.is_date(kind) and isinstance(value, str):
             return dt.date.fromisoformat(value)
-        elif pa.types.is_timestamp(kind) and isinstance(value, str):
-            return dt.datetime.fromisoformat(value)
         elif (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) \
                 and isinstance(value, str):
             return value.encode()
     except (ValueError, decimal.InvalidOperation):
         pass
+    if pa.types.is_date(kind):
+        raise ValueError(f"column {name!r} holds dates: give an ISO date (\"2024-03-01\"), "
+                         f"got {json.dumps(value)}")
     raise refused()
+
+
+def _time_value(name: str, value: Any, kind: pa.DataType) -> dt.datetime:
+    """A JSON value against a timestamp column: an ISO time string whose meaning is the same
+    to Spark and to hudi-rs, else a ValueError naming the column and saying why.
+
+    A column of instants (``tz`` set: Spark's ``TIMESTAMP``, Avro ``timestamp-micros``;
+    every column tidelake writes) takes a time with its offset or ``Z``: a zone-less one
+    means the session time zone to Spark and UTC to hudi-rs (Arrow's cast to the column's
+    zone). A zone-less column (Spark's ``TIMESTAMP_NTZ``, ``local-timestamp-micros``)
+    takes a zone-less time: Spark drops an offset, hudi-rs converts to UTC. An epoch number
+    is seconds to Spark's cast (Spark 4 compares no number with a time) and the column's
+    unit to Arrow: refused too."""
+    instants = kind.tz is not None
+    example = "\"2024-03-01T10:00:00Z\"" if instants else "\"2024-03-01T10:00:00\""
+    what = ("instants (Spark's TIMESTAMP)" if instants
+            else "zone-less times (Spark's TIMESTAMP_NTZ)")
+    if not isinstance(value, str):
+        raise ValueError(f"column {name!r} holds {what}: give an ISO time ({example}), got "
+                         f"{json.dumps(value)}; an epoch number is ambiguous (Spark casts "
+                         "seconds, Arrow the column's unit; Spark compares no number with a "
+                         "time)")
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"column {name!r} holds {what}: {json.dumps(value)} is no ISO time "
+                         f"({example})") from None
+    if instants and parsed.tzinfo is None:
+        raise ValueError(f"column {name!r} holds {what}: {json.dumps(value)} has no zone, "
+                         "which Spark reads in the session time zone and hudi-rs as UTC: "
+                         f"give its offset or Z ({example})")
+    if not instants and parsed.tzinfo is not None:
+        raise ValueError(f"column {name!r} holds {what}: {json.dumps(value)} has a zone, "
+                         "which Spark drops and hudi-rs converts to UTC: give the wall-clock "
+                         f"time without it ({example})")
+    return parsed
 
 
 def typed_filters(filters: Sequence[Sequence[Term]], schema: pa.Schema,
                   key: str = FILTERS_KEY) -> list[list[Term]]:
     """The filters of :data:`FILTERS_KEY` (JSON values) as the engine's DNF filters on a
     table of ``schema`` (a read's columns): each value in its column's kind — an ISO date
-    or time string against a date or timestamp column (zone-less: the engine's rule, UTC
-    wall-clock time), a number or a string against a decimal one, a string as bytes
-    against a binary one. A column the table lacks, or a value of another kind, raises
+    string against a date column, an ISO time string against a timestamp column, with its
+    offset or ``Z`` against instants and without against a zone-less column
+    (:func:`_time_value`: what Spark and hudi-rs would read differently is refused), a
+    number or a string against a decimal one, a string as bytes against a binary one. A
+    column the table lacks, or a value of another kind, raises
     :class:`~engine.errors.InvalidOptionError` naming ``key`` and the column."""
     check_columns([name for conj in filters for name, _, _ in conj], schema, key)
     result = []
@@ -207,8 +248,23 @@ def check_columns(columns: Sequence[str], schema: pa.Schema, key: str = COLUMNS_
     ``columns`` that a read of ``schema``'s table does not return."""
     for name in columns:
         if name not in schema.names:
-            raise InvalidOptionError(key, f"no column {name!r} in the table; its columns: "
-                                     + ", ".join(schema.names))
+            raise InvalidOptionError(key, missing_column(name, schema))
+
+
+def missing_column(name: str, schema: pa.Schema) -> str:
+    """What to say of ``name``, a column a read asks for that ``schema``'s table lacks: its
+    columns, and the column it may have meant — one that differs in case only (names are
+    case-sensitive, as Hudi's schema and Arrow's are), or the struct column whose field
+    ``name`` names (``meta.id``: a struct is read whole, its fields are not columns)."""
+    hint = ""
+    near = [n for n in schema.names if n.lower() == name.lower()]
+    head = name.split(".", 1)[0]
+    if near:
+        hint = f" (names are case-sensitive: {near[0]!r})"
+    elif "." in name and head in schema.names and pa.types.is_struct(schema.field(head).type):
+        hint = (f" ({head!r} is a struct: it is read whole, its fields are not columns; read "
+                f"{head!r} and select {name} from it)")
+    return f"no column {name!r} in the table{hint}; its columns: {', '.join(schema.names)}"
 
 
 @dataclass(frozen=True)
@@ -253,7 +309,9 @@ class ReadOptions:
         COLUMNS_KEY, _columns, None,
         "The columns to read, by name, separated by commas (`uuid,fare`): the read returns "
         "these, in this order, and reads only them (and what merging a slice with log files "
-        "needs: the record key and the ordering field); as `Table.read(columns=...)`. Unset: every "
+        "needs: the record key and the ordering field); as `Table.read(columns=...)`. Names "
+        "are case-sensitive; a struct, list or map column is read whole (a struct's field, "
+        "`meta.src`, is no column: select it in Spark after the read). Unset: every "
         "column, or those of a schema given to the reader (`.schema(...)`). Not with the "
         "change feed (its columns are fixed).", group=READ_GROUP)
     filters: tuple[tuple[Term, ...], ...] | None = option(
@@ -263,8 +321,12 @@ class ReadOptions:
         "an OR of ANDs; `op` one of `=`, `==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `not in` "
         "(`in` takes a list). As `Table.read(filters=...)`: partitions, files (the metadata "
         "table's statistics) and key lookups (the record index) are pruned with them, and "
-        "only matching rows returned. Dates and times as ISO strings (`\"2024-05-01\"`, "
-        "zone-less: UTC), decimals as numbers or strings. Not with the change feed.",
+        "only matching rows returned. Dates as ISO strings (`\"2024-05-01\"`); times as ISO "
+        "strings with their offset or `Z` against timestamp columns "
+        "(`\"2024-05-01T10:00:00+02:00\"`; Spark's TIMESTAMP, every column tidelake "
+        "writes), without one against zone-less columns (TIMESTAMP_NTZ): a time that Spark "
+        "and hudi-rs would read differently (a zone-less time against instants, an epoch "
+        "number) is refused; decimals as numbers or strings. Not with the change feed.",
         group=READ_GROUP)
 
     @property
@@ -335,4 +397,4 @@ _KEY_OF = {spec.attr: spec.key for spec in READ_KEYS}
 
 __all__ = ["CDC", "COLUMNS_KEY", "EARLIEST", "FILTERS_KEY", "FILTER_OPS", "LATEST",
            "LATEST_STATE", "READ_GROUP", "READ_KEYS", "QueryType", "ReadOptions", "check_columns",
-           "typed_filters"]
+           "missing_column", "typed_filters"]

@@ -9,6 +9,7 @@ read.
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import os
 from collections.abc import Sequence
@@ -94,7 +95,8 @@ def partition_values(path: str, config: TableConfig) -> dict[str, str | None]:
 def filters_as_columns(filters: Filters, schema: pa.Schema | None) -> Filters:
     """DNF ``filters`` with ``datetime`` values in the kind of their timestamp column
     (:func:`engine.format.timestamps.value_as`): a zone-less value filters a column of
-    instants as UTC wall-clock time, as writes store it. Expressions are left as they are."""
+    instants as UTC wall-clock time, as writes store it; ``Decimal`` values against a
+    decimal column at its scale (:func:`decimal_term`). Expressions are left as they are."""
     if (filters is None or isinstance(filters, pc.Expression) or not filters
             or schema is None):
         return filters
@@ -105,6 +107,8 @@ def filters_as_columns(filters: Filters, schema: pa.Schema | None) -> Filters:
             return item
         name, op, value = item
         kind = schema.field(name).type
+        if pa.types.is_decimal(kind):
+            return decimal_term(name, op, value, kind)
         if isinstance(value, list | tuple | set):
             value = type(value)(timestamps.value_as(v, kind) for v in value)
         else:
@@ -112,6 +116,53 @@ def filters_as_columns(filters: Filters, schema: pa.Schema | None) -> Filters:
         return (name, op, value)
 
     return [[term(item) for item in conj] for conj in dnf]
+
+
+def decimal_term(name: str, op: str, value: Any, kind: pa.DataType) -> tuple[str, str, Any]:
+    """The term ``(name, op, value)`` on a decimal column of type ``kind`` with its
+    ``Decimal`` values at the column's scale, so that comparing them never widens the
+    column past Arrow's precision (a ``decimal128(38, 10)`` column against ``0.0156250000001``
+    needs 41 digits: pyarrow raises). A value the column cannot hold (more digits after the
+    point, or beyond its precision) is compared exactly through one it can hold: no row
+    equals it (``=``, ``in`` drop it; ``!=`` holds for every non-null value), and
+    ``<``/``<=`` it are ``<=`` the nearest value below it, ``>``/``>=`` it ``>=`` the
+    nearest above (the column's bound when it is beyond them). Other values are left as they
+    are."""
+    step = decimal.Decimal(1).scaleb(-kind.scale)
+    top = (decimal.Decimal(10) ** kind.precision - 1).scaleb(-kind.scale)  # the largest held
+    digits = decimal.Context(prec=kind.precision + 2)
+
+    def at_scale(v: decimal.Decimal, rounding: str) -> decimal.Decimal:
+        return v.quantize(step, rounding=rounding, context=digits)
+
+    unheld = object()
+
+    def held(v: Any) -> Any:
+        """``v`` at the column's scale if the column holds it exactly, else ``unheld`` (a
+        value of another kind, None included: as it is)."""
+        if not isinstance(v, decimal.Decimal) or not v.is_finite():
+            return v
+        if abs(v) > top:
+            return unheld
+        exact = at_scale(v, decimal.ROUND_FLOOR)
+        return exact if exact == v else unheld
+
+    if isinstance(value, list | tuple | set):
+        return (name, op, [h for h in map(held, value) if h is not unheld])
+    exact = held(value)
+    if exact is not unheld:
+        return (name, op, exact)
+    if op in ("=", "=="):
+        return (name, "in", [])
+    if op == "!=":
+        return (name, ">=", -top)
+    if op in ("<", "<="):
+        if value < -top:
+            return (name, "in", [])
+        return (name, "<=", top if value > top else at_scale(value, decimal.ROUND_FLOOR))
+    if value > top:  # > or >=
+        return (name, "in", [])
+    return (name, ">=", -top if value < -top else at_scale(value, decimal.ROUND_CEILING))
 
 
 def _partition_conjuncts(filters: Filters, fields: Sequence[str]) -> list[list[tuple[Any, ...]]]:
@@ -265,14 +316,17 @@ class TableReader:
         (None if it pins none), and what data skipping pruned (``latest``: ``view`` is the
         table's latest snapshot, so partition stats and the record index apply).
 
-        Slices are pruned by partition values, then for a key-equality filter by the record
-        index (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket
-        id and base-file footers, then by partition and column statistics."""
+        Slices are pruned by partition values (the folders' names, where they are the
+        fields' values: :attr:`~engine.config.TableConfig.partition_paths_hold_values`),
+        then for a key-equality filter by the record index
+        (:data:`~engine.read.skipping.KEY_PRUNERS`) or, when it cannot tell, by bucket id
+        and base-file footers, then by partition and column statistics."""
         schema = self.table_schema()
         spec = ReadSpec(spec.columns, filters_as_columns(spec.filters, schema),
                         spec.read_optimized)
         slices = view.latest_file_slices()
-        dnf = _partition_conjuncts(spec.filters, self.config.partition_fields)
+        dnf = _partition_conjuncts(spec.filters, self.config.partition_fields) \
+            if self.config.partition_paths_hold_values else []
         if dnf and schema is not None:
             slices = [s for s in slices
                       if _partition_may_match(s.partition_path, self.config, schema, dnf)]
@@ -395,10 +449,9 @@ class TableReader:
         or after its commit, so such a slice holds no version of a commit in the range."""
         view = TableView(self.storage, self.timeline, end_completion=end)
         visible = view.visible
-        full = ReadSpec(None, spec.filters, False)
-        scan = self.scan(full, view)
-        scan.slice_scan.columns = list(spec.columns) if spec.columns is not None else None
-        scan.requested_columns = spec.columns
+        # the columns asked, and what the read needs: the meta fields (the commit range is
+        # kept by _hoodie_commit_time), the ordering field and the filter's columns
+        scan = self.scan(ReadSpec(spec.columns, spec.filters, False), view)
         if start is not None:  # from the first commit on, every record of the view is in
             in_range = visible.completed_after(start, inclusive=start_inclusive)
             scan.slice_scan.commit_times = tuple(in_range)

@@ -5,11 +5,14 @@ eight writers racing to create one timeline file."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engine import Table
+from engine.format.base_file import chunk_ranges
+from engine.layout.file_group import FileSlice
 from engine.storage import Storage
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
@@ -139,3 +142,19 @@ def check_ranged_reads(storage: Storage) -> None:
     with storage.open_input("p/f.parquet", whole=False) as source:
         assert source.fetched > 0
         assert read_base_file(source, columns=["v"]).column("v").to_pylist() == [-1.0] * 30_000
+
+
+def base_file_bytes(storage: Storage, slices: Sequence[FileSlice],
+                    columns_of: Callable[[FileSlice], Sequence[str]]) -> tuple[int, int]:
+    """Of the base files of ``slices``: the bytes a read of ``columns_of(slice)`` needs (the
+    chunks of those columns and the footer, from each file's own metadata) and the files'
+    whole sizes."""
+    needed = whole = 0
+    for slc in slices:
+        assert slc.base_file is not None
+        data = storage.read(slc.base_file.path)
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+        needed += sum(e - s for s, e in chunk_ranges(metadata, None, list(columns_of(slc))))
+        needed += int.from_bytes(data[-8:-4], "little") + 8  # the footer and its length
+        whole += len(data)
+    return needed, whole

@@ -163,12 +163,12 @@ def test_read_options_columns_and_filters_refuse_bad_values_naming_the_option(
     # JSON values in their columns' kinds: ISO dates and times, decimals, bytes
     schema = pa.schema([("d", pa.date32()), ("t", pa.timestamp("us", "UTC")),
                         ("m", pa.decimal128(10, 2)), ("b", pa.binary()), ("f", pa.float64())])
-    typed = typed_filters([[("d", ">=", "2024-05-01"), ("t", "<", "2024-05-01T10:00:00"),
+    typed = typed_filters([[("d", ">=", "2024-05-01"), ("t", "<", "2024-05-01T10:00:00Z"),
                             ("m", "in", ("1.25", 3)), ("b", "=", "x"), ("f", ">", 1)]], schema)
     import datetime as dt
     import decimal
     assert typed == [[("d", ">=", dt.date(2024, 5, 1)),
-                      ("t", "<", dt.datetime(2024, 5, 1, 10)),
+                      ("t", "<", dt.datetime(2024, 5, 1, 10, tzinfo=dt.timezone.utc)),
                       ("m", "in", [decimal.Decimal("1.25"), decimal.Decimal(3)]),
                       ("b", "=", b"x"), ("f", ">", 1)]]
     for term in (("d", "=", 20240501), ("t", "=", "noon"), ("m", "=", "x"), ("f", "=", True)):
