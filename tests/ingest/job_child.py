@@ -3,7 +3,7 @@
 ::
 
     python -m tests.ingest.job_child JOB.toml --report REPORT.json \
-        [--arm ARM --signal SIGNAL] [--stop STOP]
+        [--arm ARM --signal SIGNAL] [--stop STOP] [--go GO]
 
 Runs the job of ``JOB.toml`` with :func:`jobs.ingest_job.start` and :func:`jobs.ingest_job.watch`
 until the query ends (``trigger.available_now``) or the file ``STOP`` appears, and rewrites
@@ -11,6 +11,13 @@ until the query ends (``trigger.available_now``) or the file ``STOP`` appears, a
 :class:`~ingest.sink.BatchResult` figures and where each write task ran — with the chain of
 parent processes of the task's Python worker, read on the driver while that worker is alive
 (the tests run on one machine, so ``/proc`` shows every process of the job).
+
+Waiting to go (``--go GO``): the child starts its JVM and Spark session, then waits until the
+file ``GO`` appears before it checks the broker, opens the table and builds the sink and the
+query. A test that kills a job and restarts it starts the restart this way while the job it
+is about to kill waits at its crash point, and lets it go once the kill and the checks after it
+are done: the restart's JVM and session start (a third of a restart, and nothing of them touches
+the table, the checkpoint or the broker) overlap the wait instead of following it.
 
 Crash points: while the file ``ARM`` names one of :data:`CRASH_POINTS`, the first process of the
 job that reaches that point writes ``SIGNAL`` and waits there until ``SIGNAL`` is removed, so
@@ -91,6 +98,15 @@ def stop_here(signal_file: str, point: str, **detail: Any) -> None:
     while target.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     os._exit(86)  # the parent removed the file without killing us: still never go on
+
+
+def wait_to_go(go_file: str) -> None:
+    """Wait until ``go_file`` exists (the parent's go); never longer than the points wait."""
+    go, deadline = Path(go_file), time.monotonic() + _WAIT_LIMIT_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            os._exit(87)  # the parent is gone: never run on its own
+        time.sleep(0.05)
 
 
 def armed(arm: str | None, point: str) -> bool:
@@ -332,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm", default=None)
     parser.add_argument("--signal", default=None)
     parser.add_argument("--stop", default=None)
+    parser.add_argument("--go", default=None)
     args = parser.parse_args(argv)
     if args.arm and not args.signal:
         parser.error("--arm needs --signal")
@@ -359,11 +376,19 @@ def main(argv: list[str] | None = None) -> int:
     ingest_job.build_spark = build_spark
 
     config = load(args.config)
+    if args.go:
+        # The session first, then wait for the parent's go (see the module docstring):
+        # ``start`` below takes this session, checks the broker and opens the table after it.
+        spark = build_spark(config)
+        wait_to_go(args.go)
+        mark("go")
+    else:
+        spark = None
     errors_path = config["errors.table_path"] or f"{config['table.path'].rstrip('/')}_errors"
     report = Report(args.report)
     report.write()
     install(args.arm, args.signal or "", errors_path, report)
-    spark, sink, query = start(config)
+    spark, sink, query = start(config, spark)
     stop = Path(args.stop) if args.stop else None
     try:
         watch(query, sink, until=(lambda _: stop.exists()) if stop else None)

@@ -338,16 +338,23 @@ class ChildJob:
     """``python -m tests.ingest.job_child`` in its own session, output to ``<name>.log``.
 
     ``arm``: the file naming the crash point to stop at (see :mod:`tests.ingest.job_child`);
-    ``stop``: the file whose appearance ends the job cleanly.
+    ``stop``: the file whose appearance ends the job cleanly; ``ahead``: start the JVM and the
+    Spark session only, and the rest (the broker check, the table, the sink, the query) at
+    :meth:`go` — a restart started while the job it follows waits at its crash point.
     """
 
     def __init__(self, job_file: Path, work: Path, name: str, *, arm: Path | None = None,
-                 stop: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+                 stop: Path | None = None, env: Mapping[str, str] | None = None,
+                 ahead: bool = False) -> None:
         self.log = work / f"{name}.log"
         self.report_path = work / f"{name}.report.json"
         self.signal = work / f"{name}.signal"
+        self.go_file = work / f"{name}.go"
         args = [sys.executable, "-m", "tests.ingest.job_child", str(job_file),
                 "--report", str(self.report_path)]
+        if ahead:
+            self.go_file.unlink(missing_ok=True)
+            args += ["--go", str(self.go_file)]
         extra = dict(env or {})
         if arm is not None:
             args += ["--arm", str(arm), "--signal", str(self.signal)]
@@ -363,6 +370,10 @@ class ChildJob:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, cwd=REPO, env=environment, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+
+    def go(self) -> None:
+        """Let a job started ``ahead`` go on past its session (see the class)."""
+        self.go_file.touch()
 
     def report(self) -> dict[str, Any]:
         """The child's report so far (empty before it wrote one)."""

@@ -201,13 +201,16 @@ def run_through(points: list[str], rng: random.Random, stream: KeyedStream, job_
         else:
             reached = job.wait_signal(CATCH_UP_S)
             assert reached["point"] == point
+        # The restart starts its JVM and session while this job waits at its point, and
+        # goes on (the table, the sink, the query) once the kill's checks are done.
+        jobs.append(ChildJob(job_file, work, f"run{run + 1}", arm=arm, stop=stop, ahead=True))
         arm.unlink(missing_ok=True)
         job.kill()
         upto = committed_offsets(table, stream.topic)
         problems = table_problems(table, errors, stream, upto)
         assert not problems, (f"killed at {point} (run {run}), table at {upto} {where}:\n"
                               + "\n".join(problems))
-        jobs.append(ChildJob(job_file, work, f"run{run + 1}", arm=arm, stop=stop))
+        jobs[-1].go()
     stream.send()
     wait_caught_up(jobs[-1], table, stream)
     stop.touch()

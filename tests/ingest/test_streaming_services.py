@@ -287,14 +287,25 @@ def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
                 **SERVICE_JOB_OPTIONS, "trigger.available_now": False,
                 "trigger.processing_time": "200 milliseconds", **settings}
     job_file = write_job(work / "job.toml", settings)
+    # The last run catches up in batches of 1,000: what it proves (each interrupted service
+    # completed, the table equals the oracle) does not need its backlog in batches of 100
+    # (the compaction/clean/archive test's: ~2,200 records, 22 batches, ~80 s at load 5)
+    final_file = write_job(work / "final.toml", {
+        **settings, "source.max_offsets_per_trigger": 1_000})
     table, errors = work / "trips", work / "trips_errors"
-    arm = work / "arm"
+    arm, stop = work / "arm", work / "stop"
     interrupted: list[tuple[str, str]] = []
-    for n, point in enumerate(points):
-        stream.send(800)
-        arm.write_text(point if point != "random" else "none")
-        job = ChildJob(job_file, work, f"run{n}", arm=arm)
-        try:
+    assert points, "at least one kill"
+    jobs: list[ChildJob] = []
+    try:
+        for n, point in enumerate(points):
+            stream.send(800)
+            arm.write_text(point if point != "random" else "none")
+            if jobs:
+                jobs[-1].go()  # started ahead (below)
+            else:
+                jobs.append(ChildJob(job_file, work, f"run{n}", arm=arm))
+            job = jobs[-1]
             if point == "random":
                 time.sleep(rng.uniform(20, 40))
             else:
@@ -303,19 +314,19 @@ def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
                 pending = [p for p in (pending_instants(table) if created else [])
                            if p.split()[1] in SERVICE_ACTIONS]
                 interrupted += [(point, p.split()[0]) for p in pending]
-        finally:
+            # The next run (the final one after the last kill) starts its JVM and session
+            # while this one waits at its point, and goes on once the kill's checks are done.
+            if n + 1 < len(points):
+                jobs.append(ChildJob(job_file, work, f"run{n + 1}", arm=arm, ahead=True))
+            else:
+                jobs.append(ChildJob(final_file, work, "final", stop=stop, ahead=True))
             job.kill()
-        upto = committed_offsets(table, stream.topic)
-        problems = table_problems(table, errors, stream, upto)
-        assert not problems, f"killed at {point} (run {n}), table at {upto}: {problems}"
-    arm.write_text("none")
-    stop = work / "stop"
-    # The last run catches up in batches of 1,000: what it proves (each interrupted service
-    # completed, the table equals the oracle) does not need its backlog in batches of 100
-    # (the compaction/clean/archive test's: ~2,200 records, 22 batches, ~80 s at load 5)
-    final = ChildJob(write_job(work / "final.toml", {
-        **settings, "source.max_offsets_per_trigger": 1_000}), work, "final", stop=stop)
-    try:
+            upto = committed_offsets(table, stream.topic)
+            problems = table_problems(table, errors, stream, upto)
+            assert not problems, f"killed at {point} (run {n}), table at {upto}: {problems}"
+        arm.write_text("none")
+        final = jobs[-1]
+        final.go()
         final.wait_for(lambda: starting_offsets_from_table(str(table)) == {
             stream.topic: stream.end_offsets()}, 900, "the final run caught up")
         table_obj = Table.open(str(table))
@@ -326,7 +337,8 @@ def _kill_at_each_point(bootstrap: str, work: Path, settings: dict[str, Any],
         stop.touch()
         assert final.wait(timeout=600) == 0, final.tail()
     finally:
-        final.kill()
+        for job in jobs:
+            job.kill()  # a failed check leaves no job running
     problems = table_problems(table, errors, stream)
     assert not problems, problems
     done = {e.instant_time for e in table_obj.timeline(include_archived=True)
