@@ -1,12 +1,12 @@
 """The Kafka source's read task: what runs in executor tasks, one per (topic, partition, offset
-range) of a micro-batch (:class:`KafkaInputPartition`, planned by the driver in
-:mod:`ingest.kafka_source`).
+range) of a micro-batch (:class:`~ingest.kafka_partition.KafkaInputPartition`, planned by the
+driver in :mod:`ingest.kafka_source`).
 
 :func:`read_range` reads exactly ``[start, end)`` with a consumer of this Python worker's pool
 (:class:`_ConsumerPool`, ``assign()`` + ``seek()``, no consumer group) and hands the records on
-as Arrow batches of :data:`ARROW_SCHEMA`. Nothing here runs on the driver or imports Spark
-beyond :class:`~pyspark.sql.datasource.InputPartition`; :mod:`ingest.kafka_source` re-exports
-the public names it had before the split. Warnings keep the source's logger name.
+as Arrow batches of :data:`ARROW_SCHEMA`. Nothing here runs on the driver or imports Spark;
+:mod:`ingest.kafka_source` imports this module only inside a read task, so that the processes
+Spark starts to plan a query never load it. Warnings keep the source's logger name.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
 from engine.errors import TransientError
 from ingest.kafka_offsets import check_offset_range, report_data_loss
 from ingest.kafka_options import KafkaSourceOptions
+from ingest.kafka_partition import KafkaInputPartition
 from ingest.kafka_records import (
     RecordChunk,
     offset_hole,
@@ -53,14 +53,6 @@ BATCH_ROWS = 10_000
 
 class KafkaReadTimeoutError(TransientError):
     """A task saw no progress within ``kafkaConsumer.pollTimeoutMs`` on offsets that exist."""
-
-
-class KafkaInputPartition(InputPartition):
-    """One task's work: offsets ``[start, end)`` of one topic partition. Picklable."""
-
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
 class _ConsumerPool:

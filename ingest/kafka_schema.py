@@ -1,7 +1,7 @@
 """The Kafka row schema, written once: Spark's ``kafka`` source's columns as Arrow.
 
 :data:`ARROW_SCHEMA` is what the read tasks of ``tidelake-kafka`` return (its DDL,
-:data:`ingest.kafka_source.KAFKA_DDL`, and Spark ``StructType`` are derived from it;
+:func:`ingest.kafka_source.kafka_ddl`, and Spark ``StructType`` are derived from it;
 ``tests/ingest/test_kafka_source.py`` checks the Spark form converts back to it unchanged);
 :data:`KAFKA_ROW_SCHEMA` is the same less the headers, the rows prepare reads
 (:data:`ingest.rows.KAFKA_COLUMNS`) and the Kafka-shaped files tests and benchmarks write.
@@ -28,5 +28,5 @@ KAFKA_ROW_SCHEMA = pa.schema([
 _HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 ARROW_SCHEMA = KAFKA_ROW_SCHEMA.append(pa.field("headers", pa.list_(pa.field("element",
                                                                               _HEADER))))
-"""Arrow form of :data:`ingest.kafka_source.KAFKA_DDL`, exactly as Spark expects record
+"""Arrow form of :func:`ingest.kafka_source.kafka_ddl`, exactly as Spark expects record
 batches from ``read``."""

@@ -2,7 +2,7 @@
 
 Built on Spark's Python Data Source API, so it needs no ``spark-sql-kafka`` jar; users who have
 the jar can use Spark's own source through :func:`read_kafka_stream` (``use_builtin=True``).
-Rows have Spark's Kafka schema (:data:`KAFKA_DDL`, headers always included).
+Rows have Spark's Kafka schema (:func:`kafka_ddl`, headers always included).
 
 Options (case-insensitive, as Spark's ``kafka`` source) are declared, each once with its parser,
 default and doc, in :mod:`ingest.kafka_options`: the source's own (:data:`SOURCE_KEYS`:
@@ -47,9 +47,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -91,47 +89,38 @@ from ingest.kafka_options import (
     is_secret_key,
     redact_options,
 )
+from ingest.kafka_partition import KafkaInputPartition
 from ingest.kafka_probe import PartitionEnd, probe_ends
 
-# The read task (executor side) lives in ingest.kafka_read; its names are re-exported here.
-from ingest.kafka_read import (
-    ARROW_SCHEMA,
-    BATCH_ROWS,
-    KafkaInputPartition,
-    KafkaReadTimeoutError,
-    read_range,
-)
-from ingest.kafka_read import (
-    TASK_CONSUMERS as _TASK_CONSUMERS,  # noqa: F401  (tests/kafka_broker.py clears it)
-)
-
-# ingest.prepare (the decoders and the engine's key and placement code, a third of this
-# module's import time) is imported where a prepare step runs: Spark starts several Python
-# processes per query that unpickle this module's classes (planning, the stream reader's
-# driver side), and only read tasks and the schema prepare rows.
+# The read path (ingest.kafka_read: pyarrow, numpy, the record decoder; ingest.prepare: the
+# decoders and the engine's key and placement code) is imported where a read task runs. Spark
+# starts several Python processes per query that unpickle this module's classes — planning
+# (create_data_source, plan_data_source_read) and the stream reader's driver side — which
+# hold what they imported until Spark reaps them: ~30 MiB each with the read path, none of
+# which they use (:func:`read_kafka_stream` hands Spark the schema, so they never compute
+# it). The read path's names are no longer re-exported here: import them from kafka_read.
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from ingest.prepare import PrepareSpec
 
+
 __all__ = [
-    "ARROW_SCHEMA",
-    "BATCH_ROWS",
     "CLIENT_KEYS",
     "CLIENT_OPTIONS",
-    "KAFKA_DDL",
     "SOURCE_KEYS",
     "SOURCE_NAME",
     "KafkaDataLossError",
     "KafkaDataSource",
     "KafkaInputPartition",
-    "KafkaReadTimeoutError",
     "KafkaSourceOptions",
     "KafkaStreamReader",
     "MissingTopicsError",
     "check_offset_range",
     "format_hudi_checkpoint",
     "is_secret_key",
+    "kafka_ddl",
     "kafka_spark_schema",
     "offsets_from_json_dict",
     "offsets_to_json_dict",
@@ -140,16 +129,20 @@ __all__ = [
     "read_kafka_stream",
     "redact_options",
     "register",
+    "source_schema",
     "split_limit",
     "starting_offsets_json",
 ]
 
 log = logging.getLogger(__name__)
 
-KAFKA_DDL = ", ".join(f"{field.name} {field.dataType.simpleString()}"
-                      for field in from_arrow_schema(ARROW_SCHEMA).fields)
-"""Row schema: Spark's ``kafka`` source with ``includeHeaders=true``, less ``timestampType``,
-as DDL (written once, as Arrow: :data:`ingest.kafka_schema.ARROW_SCHEMA`)."""
+@functools.cache
+def kafka_ddl() -> str:
+    """Row schema: Spark's ``kafka`` source with ``includeHeaders=true``, less
+    ``timestampType``, as DDL (written once, as Arrow: :data:`ingest.kafka_schema.ARROW_SCHEMA`;
+    ``KAFKA_DDL`` before it was computed only where asked for)."""
+    return ", ".join(f"{field.name} {field.dataType.simpleString()}"
+                     for field in kafka_spark_schema().fields)
 
 
 # --- the driver's view of the cluster ----------------------------------------------------------
@@ -366,6 +359,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor: the records of ``partition``'s range as Arrow batches of <= 10k rows."""
+        from ingest.kafka_read import read_range
+
         assert isinstance(partition, KafkaInputPartition)
         batches = read_range(self.options, partition)
         spec = prepare_spec(self.options)
@@ -398,8 +393,22 @@ def _released(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def kafka_spark_schema() -> StructType:
-    """:data:`KAFKA_DDL` as a ``StructType``, built without a SparkSession (for executors)."""
+    """:func:`kafka_ddl` as a ``StructType``, built without a SparkSession (for executors)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from ingest.kafka_schema import ARROW_SCHEMA
+
     return from_arrow_schema(ARROW_SCHEMA)
+
+
+def source_schema(spec: PrepareSpec | None) -> StructType:
+    """The rows' schema: prepared rows with ``spec``, else Kafka's (:func:`kafka_ddl`)."""
+    if spec is None:
+        return kafka_spark_schema()
+    from ingest.ddl import spark_schema
+    from ingest.prepare import output_schema
+
+    return spark_schema(output_schema(spec))
 
 
 class KafkaDataSource(DataSource):
@@ -415,13 +424,7 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> StructType:
         options = KafkaSourceOptions.from_options(self.options)  # fail at load(), naming the key
-        spec = prepare_spec(options)
-        if spec is not None:
-            from ingest.ddl import spark_schema
-            from ingest.prepare import output_schema
-
-            return spark_schema(output_schema(spec))
-        return kafka_spark_schema()
+        return source_schema(prepare_spec(options))
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.from_options(self.options))
@@ -479,7 +482,7 @@ def read_kafka_stream(
     spark: SparkSession, options: Mapping[str, str], use_builtin: bool = False,
     prepare: PrepareSpec | None = None,
 ) -> DataFrame:
-    """A streaming DataFrame of :data:`KAFKA_DDL` rows from Kafka.
+    """A streaming DataFrame of :func:`kafka_ddl` rows from Kafka.
 
     ``use_builtin=False`` uses this module's source (options checked here, raising
     :class:`InvalidOptionError` before anything starts). ``use_builtin=True`` uses Spark's own
@@ -500,6 +503,9 @@ def read_kafka_stream(
         frame = (spark.readStream.format("kafka").options(**options)
                  .option("includeHeaders", "true").load())
         return frame.select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-    KafkaSourceOptions.from_options(options)
     register(spark)
-    return spark.readStream.format(SOURCE_NAME).options(**options).load()
+    # The schema, computed here, spares Spark's planning process from importing the read
+    # path to compute it (see the comment at this module's imports).
+    # The same schema KafkaDataSource.schema() gives: from the option's spec, as the tasks.
+    schema = source_schema(prepare_spec(KafkaSourceOptions.from_options(options)))
+    return spark.readStream.format(SOURCE_NAME).schema(schema).options(**options).load()

@@ -261,9 +261,9 @@ def kafka_bootstrap() -> Iterator[str]:
     finally:
         _Shared.users -= 1
         if _Shared.users == 0:
-            from ingest.kafka_source import _TASK_CONSUMERS
+            from ingest.kafka_read import TASK_CONSUMERS
 
-            _TASK_CONSUMERS.clear()  # read tasks run in this process keep consumers open
+            TASK_CONSUMERS.clear()  # read tasks run in this process keep consumers open
             _Shared.stack.close()
 
 

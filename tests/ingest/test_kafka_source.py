@@ -8,6 +8,8 @@ import dataclasses
 import json
 import logging
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,12 +33,12 @@ from ingest.kafka_offsets import (
 )
 from ingest.kafka_options import KafkaSourceOptions, redact_options
 from ingest.kafka_produce import create_topic, produce
+from ingest.kafka_read import BATCH_ROWS, KafkaReadTimeoutError
+from ingest.kafka_read import TASK_CONSUMERS as _TASK_CONSUMERS
+from ingest.kafka_schema import ARROW_SCHEMA
 from ingest.kafka_source import (
-    _TASK_CONSUMERS,
-    ARROW_SCHEMA,
     KafkaDataSource,
     KafkaInputPartition,
-    KafkaReadTimeoutError,
     KafkaStreamReader,
     MissingTopicsError,
     read_kafka_stream,
@@ -55,6 +57,19 @@ def _options(**extra: str) -> dict[str, str]:
 
 
 # --- module layout ----------------------------------------------------------------------------
+
+
+def test_planning_processes_do_not_import_the_read_path() -> None:
+    """Spark's planning processes and the source's driver process unpickle the data source,
+    its stream reader and its partitions: importing them loads no pyarrow, numpy, decoder or
+    engine write code (each such process held ~30 MiB more with them, until Spark reaps it)."""
+    probe = ("import pickle, sys; import ingest.kafka_source as k; "
+             "pickle.loads(pickle.dumps(k.KafkaInputPartition('t', 0, 1, 2))); "
+             "print(sorted(m for m in ('pyarrow', 'numpy', 'pandas', 'ingest.prepare', "
+             "'ingest.kafka_read', 'engine.write') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_kafka_source_reexports_moved_names_unchanged() -> None:
@@ -514,7 +529,7 @@ def test_read_partition_returns_exact_range_as_arrow(
             headers=[("trace", b"t1"), ("empty", b"")])
     reader = _reader(kafka_bootstrap, topic, fastDecode=fast_decode)
     batches = list(reader.read(KafkaInputPartition(topic, 0, 1, 20_002)))
-    assert max(b.num_rows for b in batches) <= kafka_source.BATCH_ROWS
+    assert max(b.num_rows for b in batches) <= BATCH_ROWS
     table = pa.Table.from_batches(batches)
     assert table.schema == ARROW_SCHEMA
     assert table.column("offset").to_pylist() == list(range(1, 20_002))
