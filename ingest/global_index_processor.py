@@ -63,6 +63,7 @@ from ingest.rows import (
     UPSERT,
     VALUE,
     pack_rows,
+    release_task_memory,
     shard_packed_schema,
     unpack_blobs,
 )
@@ -536,7 +537,9 @@ class GlobalIndexProcessor(StatefulProcessor):
         return found
 
     def close(self) -> None:
-        """Nothing to release."""
+        """The task is over: hand back the memory its Arrow buffers and Python objects freed
+        (:func:`ingest.rows.release_task_memory`; the shard images stay, they are the point)."""
+        release_task_memory()
 
 
 UNCHANGED = object()

@@ -12,8 +12,10 @@ as one Arrow IPC value, so that a shuffle moves a few large values instead of ev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import ctypes
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -218,5 +220,23 @@ def release_task_memory() -> None:
     pyarrow's allocator (mimalloc here) keeps freed pages for reuse; a Spark Python worker
     sits idle between tasks with them still resident, and the job's workers each hold their
     own. Called where a task in a reused worker ends (:mod:`ingest.kafka_source`'s read tasks,
-    :mod:`ingest.spark_write`'s write tasks); the next task takes fresh pages. Executor side."""
+    :mod:`ingest.spark_write`'s write tasks); the next task takes fresh pages. The C heap
+    (Python's objects, numpy's arrays) is trimmed too: glibc keeps the freed pages of a task's
+    short-lived objects. Executor side."""
     pa.default_memory_pool().release_unused()
+    _trim_c_heap()
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        return cast("Callable[[int], int]", ctypes.CDLL(None).malloc_trim)
+    except (OSError, AttributeError):
+        return None
+
+
+def _trim_c_heap() -> None:
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
