@@ -70,6 +70,8 @@ def profile_notes(runs: Sequence[RunResult], stages: StageRates | None,
             continue
         total = r.seconds or 0.0
         out.append(f"{r.name}: {r.cpu}")
+        if r.state_memory:
+            out.append(f"{r.name}: {r.state_memory}")
         d = r.durations
         if d:
             trig = d.get("triggerExecution", 0.0)

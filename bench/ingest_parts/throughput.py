@@ -40,6 +40,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     error: str | None = None
     durations: dict[str, float] = field(default_factory=dict)  # Spark durationMs sums, s
+    state_memory: str = ""  # what Spark reports of its state stores' memory
     sink: dict[str, float] = field(default_factory=dict)
     sink_missing: list[str] = field(default_factory=list)
     cpu: str = ""
@@ -140,6 +141,25 @@ def _progress_durations(query: Any) -> tuple[dict[str, float], list[float]]:
     return dict(sums), seconds
 
 
+def _state_memory(query: Any) -> str:
+    """What Spark says its state stores held after the last batch (empty without a stateful
+    operator): memory used and RocksDB's own memory figures, summed over the operators."""
+    for progress in reversed(query.recentProgress):
+        operators = getattr(progress, "stateOperators", None) or []
+        if not operators:
+            continue
+        used = sum(int(getattr(op, "memoryUsedBytes", 0) or 0) for op in operators)
+        extra: dict[str, int] = defaultdict(int)
+        for op in operators:
+            for name, value in (getattr(op, "customMetrics", None) or {}).items():
+                if "emory" in name:
+                    extra[name] += int(value)
+        rest = ", ".join(f"{name} {value / 2**20:.1f} MiB" for name, value in sorted(extra.items()))
+        return f"state stores after the last batch: memoryUsed {used / 2**20:.1f} MiB" + (
+            f"; {rest}" if rest else "")
+    return ""
+
+
 def wait_committed(query: Any, sink: Any, table_path: str, expected: dict[int, int],
                    timeout: float) -> str | None:
     """Wait until the table's newest commit holds ``expected`` (or the query ends, or
@@ -225,6 +245,7 @@ def run_throughput(spark: Any, *, name: str, bootstrap: str, topic: str, folder:
         finally:
             if query is not None:
                 result.durations, result.batch_seconds = _progress_durations(query)
+                result.state_memory = _state_memory(query)
                 if query.isActive:
                     query.stop()
     result.batch_records = list(timer.batch_records)
