@@ -324,13 +324,20 @@ class Table:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _client(self) -> WriteClient:
+    def check_writable(self) -> None:
+        """Refuse, before anything is written, a table tidelake reads but does not write: a
+        read-only table version, or what :func:`~engine.config.refuse_unwritable` names (a
+        key encoding or key generator tidelake would write wrongly):
+        :class:`~engine.errors.UnsupportedTableError`."""
         if not self.config.table_version.writable:
             from engine.errors import UnsupportedTableError
             raise UnsupportedTableError(
                 f"table version {self.config.version} is read-only here; tidelake writes "
                 f"table versions {', '.join(str(v) for v in WRITE_VERSIONS)}")
         refuse_unwritable(self.config.raw)
+
+    def _client(self) -> WriteClient:
+        self.check_writable()
         return WriteClient(self.storage, self.config, self.write_config)
 
     def _write(self, operation: str, data: pa.Table,
