@@ -1198,9 +1198,16 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
     """Refuse, naming the key, to write a table whose ``hoodie.properties`` asks for what
     tidelake would write wrongly though it reads it: the value-only complex key encoding
     (``hoodie.table.complex.keygen.encoding``, Hudi after 1.2.1; tidelake writes
-    ``field:value`` keys, ``docs/table-version-9.md`` §7), and a timestamp-based or custom
+    ``field:value`` keys, ``docs/table-version-9.md`` §7), nested record key or partition
+    fields, and a timestamp-based or custom
     key generator (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
     values, not Hudi's formatted time)."""
+    for key in (P_RECORD_KEYS, P_PARTITION_FIELDS):
+        if any("." in name for name in _split_fields(props.get(key))):
+            raise UnsupportedTableError(
+                f"{key}={props[key]}: tidelake does not write tables keyed or partitioned by "
+                "a nested field (it makes keys of top-level columns only); this refuses "
+                "writes only")
     formatting = formatting_keygen(props)
     if formatting:
         raise UnsupportedTableError(

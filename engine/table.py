@@ -90,6 +90,11 @@ def _fields(arg: str, value: str | Sequence[str] | None) -> tuple[str, ...]:
         raise ValueError(f"{arg}: empty column name in {value!r}")
     if len(set(items)) != len(items):
         raise ValueError(f"{arg}: column named twice in {value!r}")
+    nested = next((v for v in items if "." in v), None)
+    if nested and arg in ("record_key", "partition_by"):
+        raise ValueError(f"{arg}: {nested!r} names a nested field; tidelake makes record keys "
+                         "and partition paths of top-level columns only (docs/engine.md, "
+                         "\"Record keys and the index type\")")
     return tuple(items)
 
 

@@ -196,3 +196,37 @@ def test_write_to_java_timestamp_keygen_sample_refused_and_read_kept(tmp_path: P
     judge = hudi_rs_read(path)
     assert sorted(table.read().column("txn_id").to_pylist()) == sorted(
         judge.column("txn_id").to_pylist())
+
+
+@pytest.mark.parametrize(("arg", "fields"), [("record_key", "meta.id"),
+                                             ("record_key", ["k", "meta.id"]),
+                                             ("partition_by", "meta.day")])
+def test_create_with_nested_key_or_partition_field_refused_naming_the_option(
+        tmp_path: Path, arg: str, fields: Any) -> None:
+    """Hudi takes nested key fields (``meta.id``: the nested value); tidelake makes keys of
+    top-level columns only and refuses such a table when it is defined, naming the
+    argument and the field, before anything is on storage (the first write used to fail
+    with a bare lookup error)."""
+    given = {"record_key": "k", "partition_by": None, arg: fields}
+    with pytest.raises(ValueError, match=rf"{arg}: 'meta\.\w+' names a nested field"):
+        Table.create(str(tmp_path / "t"), name="t", precombine="ts", **given)
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("key", ["hoodie.table.recordkey.fields",
+                                 "hoodie.table.partition.fields"])
+def test_write_to_table_with_nested_key_field_refused_naming_the_key(
+        tmp_path: Path, key: str) -> None:
+    """A table another writer keyed (or partitioned) by a nested field: writes are refused
+    up front naming the ``hoodie.properties`` key; nothing is written."""
+    path = tmp_path / "t"
+    table = Table.create(str(path), name="t", table_type="COPY_ON_WRITE", record_key="id",
+                         precombine="v", partition_by=["p"])
+    table.upsert(pa.table({"id": ["a"], "v": [1], "p": ["x"]}))
+    props = path / ".hoodie" / "hoodie.properties"
+    kept = [line for line in props.read_text().splitlines() if not line.startswith(key)]
+    props.write_text("\n".join([*kept, f"{key}=meta.f"]) + "\n")
+    timeline = sorted(p.name for p in (path / ".hoodie" / "timeline").iterdir())
+    with pytest.raises(UnsupportedTableError, match=rf"{key}=meta\.f.*nested"):
+        Table.open(str(path)).upsert(pa.table({"id": ["b"], "v": [1], "p": ["x"]}))
+    assert sorted(p.name for p in (path / ".hoodie" / "timeline").iterdir()) == timeline
