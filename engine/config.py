@@ -1050,10 +1050,7 @@ class TableConfig:
         formatted: ``2024/01/15``), a ``CustomKeyGenerator`` (such parts among its
         fields): a filter on the fields then tells nothing of a folder's name. Such tables
         are read as written, without pruning their folders by name."""
-        kind = self.raw.get(P_KEYGEN_TYPE, "").upper()
-        named = self.raw.get(P_KEYGEN_CLASS, "")
-        return not (kind.startswith(("TIMESTAMP", "CUSTOM"))
-                    or any(part in named for part in ("TimestampBased", "Custom")))
+        return formatting_keygen(self.raw) is None
 
     @property
     def consistent_hashing(self) -> bool:
@@ -1183,11 +1180,40 @@ def _refuse_unsupported(props: Mapping[str, str]) -> None:
                                     "(only PARQUET)")
 
 
+def formatting_keygen(props: Mapping[str, str]) -> str | None:
+    """``key=value`` of ``hoodie.properties``' key generator when it names partition folders
+    by something else than the partition fields' values (Hudi's timestamp-based key
+    generators format the time, ``2024/01/15``; a custom one may have such parts), else
+    None."""
+    kind = props.get(P_KEYGEN_TYPE, "")
+    named = props.get(P_KEYGEN_CLASS, "")
+    if any(part in named for part in ("TimestampBased", "Custom")):
+        return f"{P_KEYGEN_CLASS}={named}"
+    if kind.upper().startswith(("TIMESTAMP", "CUSTOM")):
+        return f"{P_KEYGEN_TYPE}={kind}"
+    return None
+
+
 def refuse_unwritable(props: Mapping[str, str]) -> None:
     """Refuse, naming the key, to write a table whose ``hoodie.properties`` asks for what
     tidelake would write wrongly though it reads it: the value-only complex key encoding
     (``hoodie.table.complex.keygen.encoding``, Hudi after 1.2.1; tidelake writes
-    ``field:value`` keys, ``docs/table-version-9.md`` §7)."""
+    ``field:value`` keys, ``docs/table-version-9.md`` §7), nested record key or partition
+    fields, and a timestamp-based or custom
+    key generator (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
+    values, not Hudi's formatted time)."""
+    for key in (P_RECORD_KEYS, P_PARTITION_FIELDS):
+        if any("." in name for name in _split_fields(props.get(key))):
+            raise UnsupportedTableError(
+                f"{key}={props[key]}: tidelake does not write tables keyed or partitioned by "
+                "a nested field (it makes keys of top-level columns only); this refuses "
+                "writes only")
+    formatting = formatting_keygen(props)
+    if formatting:
+        raise UnsupportedTableError(
+            f"{formatting}: tidelake does not write tables of a timestamp-based or custom "
+            "key generator (its partition folders are named by a formatted time, not by the "
+            "fields' values as tidelake's writer would name them); reading them is supported")
     encoding = props.get(P_COMPLEX_KEY_ENCODING, "")
     if encoding and encoding.upper() != "FIELD_PREFIXED":
         raise UnsupportedTableError(f"{P_COMPLEX_KEY_ENCODING}={encoding} is not supported "

@@ -35,7 +35,8 @@ class InvalidRecordError(TerminalError, ValueError):
 
 class SchemaEvolutionError(InvalidRecordError):
     """The input's schema is no evolution of the table's that Hudi allows on write (a column
-    dropped or renamed, a type narrowed or changed); ``column`` names the column."""
+    dropped or renamed, a type narrowed or changed, a new name that is no Avro name);
+    ``column`` names the column."""
 
     def __init__(self, column: str, message: str) -> None:
         super().__init__(message)

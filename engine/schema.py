@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -130,6 +131,37 @@ def _reads_as(have: pa.DataType, want: pa.DataType) -> bool:
 
 # --- schema evolution on write (Hudi's rules: docs/engine.md, "Schema evolution") -----------
 
+AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What an Avro name is (the Avro spec's ``[A-Za-z_][A-Za-z0-9_]*``): Hudi records the table
+schema in Avro, and its Java writer and hudi-rs refuse a schema with any other field name
+(hudi-rs: ``Failed to parse Avro schema: Invalid field name a.b``)."""
+
+
+def check_avro_name(path: str, field: pa.Field) -> None:
+    """Refuse a column or struct field (``field``, at ``path``: ``col``, ``col.field``,
+    ``col.element.field``, ``col.value.field``) whose name, or the name of a struct field
+    within it, is no Avro name (:data:`AVRO_NAME`): a table holding it could not be read by
+    Hudi's readers. Raises :class:`~engine.errors.SchemaEvolutionError` naming the path."""
+    if not AVRO_NAME.fullmatch(field.name):
+        from engine.errors import SchemaEvolutionError
+
+        raise SchemaEvolutionError(
+            path, f"column {path!r}: {field.name!r} is not a valid Avro name (Avro names "
+            "match [A-Za-z_][A-Za-z0-9_]*, nested struct fields too; Hudi's writers and "
+            "readers refuse any other): rename it before it is written")
+    _check_nested_names(path, field.type)
+
+
+def _check_nested_names(path: str, arrow_type: pa.DataType) -> None:
+    if pa.types.is_struct(arrow_type):
+        for f in arrow_type:
+            check_avro_name(f"{path}.{f.name}", f)
+    elif pa.types.is_map(arrow_type):
+        _check_nested_names(f"{path}.value", arrow_type.item_type)
+    elif pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        _check_nested_names(f"{path}.element", arrow_type.value_type)
+
+
 _INT_BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64,
              pa.uint8(): 9, pa.uint16(): 17, pa.uint32(): 33, pa.uint64(): 65}
 """Integer types by the signed width that holds all their values (storage is signed)."""
@@ -205,6 +237,9 @@ def _evolve_type(path: str, table: pa.DataType, given: pa.DataType, *,
                                    set_null_for_missing=set_null_for_missing)
             fields.append(f if evolved.equals(f.type) else pa.field(f.name, evolved))
         have = {f.name for f in table}
+        for f in given:
+            if f.name not in have:
+                check_avro_name(f"{path}.{f.name}", f)
         fields += [pa.field(f.name, f.type, nullable=True) for f in given if f.name not in have]
         return pa.struct(fields)
     if pa.types.is_map(table) and pa.types.is_map(given):
@@ -284,6 +319,9 @@ def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
     ``table`` None (a table without a recorded schema) takes the input's storage types.
     """
     incoming = normalize_input_schema(incoming)
+    for f in incoming:
+        if table is None or f.name not in table.names:
+            check_avro_name(f.name, f)
     if table is None:
         return incoming
     fields = []

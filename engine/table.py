@@ -43,7 +43,7 @@ from engine.layout.properties import dumps, loads
 from engine.metadata.validate import Validation
 from engine.read.reader import READ_THREADS, Filters, ReadSpec, TableReader
 from engine.read.scan import Scan
-from engine.schema import avro_data_schema, normalize_input_schema
+from engine.schema import avro_data_schema, check_avro_name, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
@@ -90,6 +90,11 @@ def _fields(arg: str, value: str | Sequence[str] | None) -> tuple[str, ...]:
         raise ValueError(f"{arg}: empty column name in {value!r}")
     if len(set(items)) != len(items):
         raise ValueError(f"{arg}: column named twice in {value!r}")
+    nested = next((v for v in items if "." in v), None)
+    if nested and arg in ("record_key", "partition_by"):
+        raise ValueError(f"{arg}: {nested!r} names a nested field; tidelake makes record keys "
+                         "and partition paths of top-level columns only (docs/engine.md, "
+                         "\"Record keys and the index type\")")
     return tuple(items)
 
 
@@ -206,6 +211,8 @@ class Table:
             raise TableExistsError(f"a table already exists at {path}")
         create_schema = None
         if schema is not None:
+            for f in schema:
+                check_avro_name(f.name, f)
             check_field_types(normalize_input_schema(schema), (*keys, *parts))
             create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
                                        separators=(",", ":"))
@@ -322,13 +329,20 @@ class Table:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _client(self) -> WriteClient:
+    def check_writable(self) -> None:
+        """Refuse, before anything is written, a table tidelake reads but does not write: a
+        read-only table version, or what :func:`~engine.config.refuse_unwritable` names (a
+        key encoding or key generator tidelake would write wrongly):
+        :class:`~engine.errors.UnsupportedTableError`."""
         if not self.config.table_version.writable:
             from engine.errors import UnsupportedTableError
             raise UnsupportedTableError(
                 f"table version {self.config.version} is read-only here; tidelake writes "
                 f"table versions {', '.join(str(v) for v in WRITE_VERSIONS)}")
         refuse_unwritable(self.config.raw)
+
+    def _client(self) -> WriteClient:
+        self.check_writable()
         return WriteClient(self.storage, self.config, self.write_config)
 
     def _write(self, operation: str, data: pa.Table,

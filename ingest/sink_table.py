@@ -61,6 +61,7 @@ def open_or_define(sink_config: SinkConfig, options: Mapping[str, Any] | None,
                                storage_options=storage_options)
         check_index(defined, index)
         return defined
+    table.check_writable()
     config = table.config
     for arg, wanted, actual in (("record_key", _fields(record_key), config.record_key_fields),
                                 ("partition_by", _fields(partition_by),

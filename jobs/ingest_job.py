@@ -118,17 +118,26 @@ def _launch_jvm(options: dict[str, str], spark_log: str | None) -> None:
 
 def build_decoder(config: JobConfig) -> Decoder:
     """The value decoder from ``[decode]``."""
+    from engine.errors import SchemaEvolutionError
+    from engine.schema import check_avro_name
     from ingest.decode import AvroDecoder, JsonDecoder
 
     fmt = config["decode.format"]
-    schema = config["decode.schema_file"] or config["decode.schema"]
+    option = "decode.schema_file" if config["decode.schema_file"] else "decode.schema"
+    schema = config[option]
+    decoder: Decoder
     if fmt == "json":
-        return JsonDecoder(schema)
-    if not config["decode.schema_file"]:
-        from engine.errors import InvalidOptionError
-
+        decoder = JsonDecoder(schema)
+    elif not config["decode.schema_file"]:
         raise InvalidOptionError("decode.schema_file", f"format {fmt} needs an .avsc file")
-    return AvroDecoder(config["decode.schema_file"], confluent=fmt == "avro-confluent")
+    else:
+        decoder = AvroDecoder(config["decode.schema_file"], confluent=fmt == "avro-confluent")
+    try:  # the table could not hold such a column: refused at job start, not at a batch
+        for f in decoder.schema:
+            check_avro_name(f.name, f)
+    except SchemaEvolutionError as exc:
+        raise InvalidOptionError(option, str(exc)) from None
+    return decoder
 
 
 def build_sink(config: JobConfig, decoder: Decoder) -> HudiStreamingSink:

@@ -161,3 +161,48 @@ def test_schema_evolution_writer_started_before_an_evolution_keeps_it_at_commit(
     assert _recorded_schema(table)["note"] == ["null", "string"]
     assert _recorded_schema(table)["qty"] == ["null", "long"]
     _check(table, oracle)
+
+
+BAD_NAMES = ["a.b", "my col", "1st", "x-y"]
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_column_name_not_an_avro_name_refused_at_create_and_write_naming_it(
+        tmp_path: Path, bad: str) -> None:
+    """A column (or nested struct field) whose name is no Avro name
+    (``[A-Za-z_][A-Za-z0-9_]*``) would make a table hudi-rs cannot read ("Invalid field
+    name") and Hudi's Java writer refuses: it is refused naming the column and the rule when
+    the table is created with it, when a first batch or an evolving batch would add it, also
+    inside a struct; nothing is written, and hudi-rs still reads the table."""
+    rule = r"\[A-Za-z_\]\[A-Za-z0-9_\]\*"
+    with pytest.raises(SchemaEvolutionError, match=rf"'{bad}'.*{rule}") as refused:
+        Table.create(str(tmp_path / "created"), name="t", record_key="k",
+                     schema=pa.schema([("k", pa.string()), (bad, pa.int64())]))
+    assert refused.value.column == bad
+    assert not (tmp_path / "created").exists()
+    nested = pa.struct([("ok", pa.int64()), (bad, pa.int64())])
+    with pytest.raises(SchemaEvolutionError, match=rf"'s\.element\.{bad}'") as refused:
+        Table.create(str(tmp_path / "created"), name="t", record_key="k",
+                     schema=pa.schema([("k", pa.string()), ("s", pa.list_(nested))]))
+    assert refused.value.column == f"s.element.{bad}"
+
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="k", precombine="ts")
+    first = pa.table({"k": ["a"], "ts": [1], bad: [1]})
+    with pytest.raises(SchemaEvolutionError, match=rf"'{bad}'.*{rule}"):
+        table.upsert(first)
+    assert Timeline.load(table.storage, table.config).pending() == []
+    table.upsert(pa.table({"k": ["a"], "ts": [1], "s": pa.array([{"ok": 1}], pa.struct(
+        [("ok", pa.int64())]))}))
+    files = sorted(p for p in Path(table.path).rglob("*") if p.is_file())
+    for data, column in (
+            (pa.table({"k": ["b"], "ts": [2], "s": pa.array([{"ok": 2}], pa.struct(
+                [("ok", pa.int64())])), bad: [2]}), bad),
+            (pa.table({"k": ["b"], "ts": [2], "s": pa.array([{"ok": 2, bad: 3}], nested)}),
+             f"s.{bad}")):
+        with pytest.raises(SchemaEvolutionError, match=rf"'{column}'.*{rule}") as refused:
+            table.upsert(data)
+        assert refused.value.column == column
+    assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
+    assert Timeline.load(table.storage, table.config).pending() == []
+    assert hudi_rs_read(Path(table.path)).column("k").to_pylist() == ["a"]
