@@ -52,6 +52,8 @@ engine_status=0
 # suite split*). The Spark lane's slow suite deselects them.
 late_slow=(
   "tests/ingest/test_crash.py::test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle[GLOBAL_STATE]"
+  "tests/ingest/test_crash.py::test_job_sigkilled_at_every_point_and_random_moments_restarts_to_oracle[RECORD_INDEX]"
+  "tests/ingest/test_streaming_services.py::test_ingest_job_sigkilled_inside_each_service_restarts_to_oracle"
 )
 late_claim=$(mktemp -u)  # made (mkdir: atomic) by the lane that runs late_slow
 run_late() {  # $1: the lane; returns pytest's code, 0 where the other lane claimed them
