@@ -503,9 +503,8 @@ def read_kafka_stream(
         frame = (spark.readStream.format("kafka").options(**options)
                  .option("includeHeaders", "true").load())
         return frame.select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+    # The source's own schema (checking the options), given to Spark here so that its
+    # planning process need not import the read path to compute it (see this module's imports).
+    schema = KafkaDataSource(dict(options)).schema()
     register(spark)
-    # The schema, computed here, spares Spark's planning process from importing the read
-    # path to compute it (see the comment at this module's imports).
-    # The same schema KafkaDataSource.schema() gives: from the option's spec, as the tasks.
-    schema = source_schema(prepare_spec(KafkaSourceOptions.from_options(options)))
     return spark.readStream.format(SOURCE_NAME).schema(schema).options(**options).load()
