@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -150,6 +151,13 @@ def check_avro_name(path: str, field: pa.Field) -> None:
             "match [A-Za-z_][A-Za-z0-9_]*, nested struct fields too; Hudi's writers and "
             "readers refuse any other): rename it before it is written")
     _check_nested_names(path, field.type)
+
+
+def check_avro_names(columns: Iterable[pa.Field]) -> None:
+    """:func:`check_avro_name` of each of ``columns`` (top-level: a column's path is its
+    name)."""
+    for f in columns:
+        check_avro_name(f.name, f)
 
 
 def _check_nested_names(path: str, arrow_type: pa.DataType) -> None:
@@ -319,9 +327,7 @@ def evolve_schema(table: pa.Schema | None, incoming: pa.Schema, *,
     ``table`` None (a table without a recorded schema) takes the input's storage types.
     """
     incoming = normalize_input_schema(incoming)
-    for f in incoming:
-        if table is None or f.name not in table.names:
-            check_avro_name(f.name, f)
+    check_avro_names(f for f in incoming if table is None or f.name not in table.names)
     if table is None:
         return incoming
     fields = []

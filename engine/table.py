@@ -43,7 +43,7 @@ from engine.layout.properties import dumps, loads
 from engine.metadata.validate import Validation
 from engine.read.reader import READ_THREADS, Filters, ReadSpec, TableReader
 from engine.read.scan import Scan
-from engine.schema import avro_data_schema, check_avro_name, normalize_input_schema
+from engine.schema import avro_data_schema, check_avro_names, normalize_input_schema
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
@@ -211,8 +211,7 @@ class Table:
             raise TableExistsError(f"a table already exists at {path}")
         create_schema = None
         if schema is not None:
-            for f in schema:
-                check_avro_name(f.name, f)
+            check_avro_names(schema)
             check_field_types(normalize_input_schema(schema), (*keys, *parts))
             create_schema = json.dumps(avro_data_schema(normalize_input_schema(schema), name),
                                        separators=(",", ":"))

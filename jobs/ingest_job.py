@@ -119,7 +119,7 @@ def _launch_jvm(options: dict[str, str], spark_log: str | None) -> None:
 def build_decoder(config: JobConfig) -> Decoder:
     """The value decoder from ``[decode]``."""
     from engine.errors import SchemaEvolutionError
-    from engine.schema import check_avro_name
+    from engine.schema import check_avro_names
     from ingest.decode import AvroDecoder, JsonDecoder
 
     fmt = config["decode.format"]
@@ -133,8 +133,7 @@ def build_decoder(config: JobConfig) -> Decoder:
     else:
         decoder = AvroDecoder(config["decode.schema_file"], confluent=fmt == "avro-confluent")
     try:  # the table could not hold such a column: refused at job start, not at a batch
-        for f in decoder.schema:
-            check_avro_name(f.name, f)
+        check_avro_names(decoder.schema)
     except SchemaEvolutionError as exc:
         raise InvalidOptionError(option, str(exc)) from None
     return decoder
