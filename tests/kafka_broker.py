@@ -3,7 +3,10 @@
 ``kafka_bootstrap`` (session scope) yields a bootstrap address, from the first that works of:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` in the environment: that broker (any real Kafka); nothing starts.
-2. A broker container, when ``testcontainers`` is importable and a Docker engine answers:
+2. A broker container, when ``testcontainers`` is importable and a Docker engine answers
+   that outlives the session (``auto`` passes over an engine labelled
+   :data:`TRANSIENT_ENGINE_LABEL`: the daemon the Docker tests start and stop, which would
+   take a broker of another test process running beside them down with it):
 
    a. ``TIDELAKE_KAFKA_IMAGE`` (default ``confluentinc/cp-kafka:7.6.0``, the image of
       testcontainers' Kafka module, which runs Confluent Platform images >= 7.0 in KRaft mode),
@@ -45,8 +48,8 @@ import pytest
 
 from ingest.broker import EmbeddedBroker
 
-__all__ = ["BROKER_MODES", "DEFAULT_KAFKA_IMAGE", "DEFAULT_LOCAL_IMAGE", "kafka_bootstrap",
-           "start_broker", "unique_topic"]
+__all__ = ["BROKER_MODES", "DEFAULT_KAFKA_IMAGE", "DEFAULT_LOCAL_IMAGE",
+           "TRANSIENT_ENGINE_LABEL", "kafka_bootstrap", "start_broker", "unique_topic"]
 
 BROKER_MODES = ("auto", "container", "embedded")
 """Values of ``TIDELAKE_KAFKA_BROKER``."""
@@ -54,6 +57,9 @@ DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
 """``TIDELAKE_KAFKA_IMAGE``'s default: testcontainers' Kafka module's own image."""
 DEFAULT_LOCAL_IMAGE = "tidelake:local"
 """``TIDELAKE_KAFKA_LOCAL_IMAGE``'s default: the demo image, which carries Tansu."""
+TRANSIENT_ENGINE_LABEL = "org.tidelake.tests.engine=transient"
+"""The label (``dockerd --label``) of a Docker daemon that tests/docker/engine.py started and
+stops when the Docker tests end: ``auto`` does not start a broker there."""
 _TANSU_PORT = 9092
 _START_SCRIPT = "/tmp/tidelake-tansu-start.sh"
 _CONTAINER_START_TIMEOUT_S = 90.0
@@ -179,6 +185,8 @@ def _broker_container(stack: contextlib.ExitStack, mode: str) -> str | None:
                 "is not installed (pip install testcontainers)")
         return None
     try:
+        if mode == "auto" and TRANSIENT_ENGINE_LABEL in (client.info().get("Labels") or []):
+            return None  # it stops when the Docker tests end, whatever this session still runs
         image = os.environ.get("TIDELAKE_KAFKA_IMAGE") or DEFAULT_KAFKA_IMAGE
         local = os.environ.get("TIDELAKE_KAFKA_LOCAL_IMAGE") or DEFAULT_LOCAL_IMAGE
         if _pullable(client, image):

@@ -3,7 +3,9 @@
 :func:`docker_engine` (a context manager) yields a :class:`DockerEngine` when ``docker info``
 answers. When none answers and this process is root on Debian, it installs what is missing
 (``apt-get install docker.io docker-compose``), starts ``dockerd`` in the background and stops
-that daemon (and only that one) on exit. Otherwise it raises :class:`EngineUnavailable` with
+that daemon (and only that one) on exit; it carries the label
+:data:`~tests.kafka_broker.TRANSIENT_ENGINE_LABEL`, so no other test process puts its broker
+there. Otherwise it raises :class:`EngineUnavailable` with
 the reason, which the test turns into a skip.
 
 :func:`ensure_base_images` makes sure ``docker/Dockerfile``'s base image is there: present,
@@ -22,6 +24,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.kafka_broker import TRANSIENT_ENGINE_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGES = ("python:3.11-slim-bookworm",)
@@ -110,7 +114,11 @@ def docker_engine(start_timeout_s: float = 120.0) -> Iterator[DockerEngine]:
                 answers = _answers()  # an init system may have started the installed daemon
         if not answers:
             with open(log_path, "ab") as log:
-                daemon = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT,
+                # Labelled: the Kafka fixture of a test process running beside this one (the
+                # other lane of scripts/test.sh) must not put its broker on an engine that
+                # stops when this folder's tests end (tests/kafka_broker.py).
+                daemon = subprocess.Popen(["dockerd", f"--label={TRANSIENT_ENGINE_LABEL}"],
+                                          stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
             deadline = time.monotonic() + start_timeout_s
             while not _answers():
