@@ -46,7 +46,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import InvalidOptionError
-from engine.read.distributed import FileSlice, QueryType, ReadOptions, Scan, SliceScan
+from engine.read.distributed import (
+    FileSlice,
+    QueryType,
+    ReadOptions,
+    Scan,
+    SliceScan,
+    filters_as_columns,
+)
 from engine.storage import Storage, is_storage_option
 from engine.table import Table
 from ingest.ddl import spark_schema
@@ -262,9 +269,12 @@ def spark_condition(filters: Filters, schema: StructType) -> Column | bool | Non
 
     Where pyarrow and Spark differ, the condition follows pyarrow: ``not in`` keeps nulls
     (pyarrow's ``is_in`` is false for a null, not null), and a NaN never satisfies ``<``,
-    ``<=``, ``>``, ``>=`` (Spark orders NaN above every number). A zone-less ``datetime``
-    compared with a column of instants is that UTC wall-clock time, an aware one with a
-    zone-less column its UTC wall-clock time (the engine's rule for filter values)."""
+    ``<=``, ``>``, ``>=`` (Spark orders NaN above every number). Timestamp and decimal values
+    are first put in the column's kind by the engine's rule for filter values
+    (:func:`engine.read.distributed.filters_as_columns`): a zone-less ``datetime`` compared with a
+    column of instants is that UTC wall-clock time, an aware one with a zone-less column its
+    UTC wall-clock time; a ``Decimal`` the column cannot hold (more digits after the point,
+    beyond its precision or Spark's 38 digits) is compared exactly through one it can."""
     if filters is None or (isinstance(filters, Sequence) and not filters):
         return True
     if not isinstance(filters, Sequence) or isinstance(filters, str):
@@ -299,10 +309,17 @@ def _term(term: Any, kinds: Mapping[str, Any]) -> Column | None:
     kind = kinds.get(name)
     if kind is None or "`" in name:
         return None
+    arrow_kind = _arrow_kind(kind)
+    if arrow_kind is not None:  # the engine's values for the column (one rule: the reader's)
+        rewritten = filters_as_columns([[(name, op, value)]], pa.schema([(name, arrow_kind)]))
+        assert isinstance(rewritten, list)
+        (name, op, value), = rewritten[0]
     column = F.col(_quoted(name))
     if op in ("in", "not in"):
-        if not isinstance(value, list | tuple | set) or not value:
+        if not isinstance(value, list | tuple | set):
             return None
+        if not value:  # pyarrow's is_in of nothing: false for every row, null ones too
+            return F.lit(op == "not in")
         literals = [_literal(v, kind) for v in value]
         if any(lit is None for lit in literals):
             return None
@@ -353,14 +370,27 @@ def _literal(value: Any, kind: Any) -> Column | None:
     if isinstance(kind, T.DateType):
         return F.lit(value) if type(value) is dt.date else None
     if isinstance(kind, T.TimestampType | T.TimestampNTZType) \
-            and isinstance(value, dt.datetime):
-        if isinstance(kind, T.TimestampType):
-            utc = value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None \
-                else value.astimezone(dt.timezone.utc)
+            and isinstance(value, dt.datetime):  # in the column's kind already (_term)
+        if isinstance(kind, T.TimestampType) and value.tzinfo is not None:
+            utc = value.astimezone(dt.timezone.utc)
             return F.lit(utc.strftime("%Y-%m-%d %H:%M:%S.%f+00:00")).cast("timestamp")
-        wall = value if value.tzinfo is None \
-            else value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        return F.lit(wall.strftime("%Y-%m-%d %H:%M:%S.%f")).cast("timestamp_ntz")
+        if isinstance(kind, T.TimestampNTZType) and value.tzinfo is None:
+            return F.lit(value.strftime("%Y-%m-%d %H:%M:%S.%f")).cast("timestamp_ntz")
+    return None
+
+
+def _arrow_kind(kind: Any) -> pa.DataType | None:
+    """The Arrow type whose filter values the reader rewrites
+    (:func:`engine.read.distributed.filters_as_columns`) for a Spark column type: a decimal's (at
+    its scale), a timestamp's (instants in UTC, or zone-less); None for the others."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.DecimalType):
+        return pa.decimal128(kind.precision, kind.scale)
+    if isinstance(kind, T.TimestampType):
+        return pa.timestamp("us", tz="UTC")
+    if isinstance(kind, T.TimestampNTZType):
+        return pa.timestamp("us")
     return None
 
 

@@ -6,8 +6,10 @@ stream, asks where the table's commits end (:func:`latest_completion`) and wheth
 commits of a micro-batch kept a schema its stream can carry (:func:`check_stream_schema`);
 each executor task reads one :class:`FileSlice` with the plan's picklable
 :class:`SliceScan` — the code ``Table.read`` runs. The change feed's rows have
-:data:`CDC_SCHEMA`. The types are the engine's own (:mod:`engine.read.scan`,
-:mod:`engine.read.options`), named here because this surface hands them out.
+:data:`CDC_SCHEMA`. A Spark condition that restates the read's filters takes their values
+as the reader compares them (:func:`filters_as_columns`). The types are the engine's own
+(:mod:`engine.read.scan`, :mod:`engine.read.options`), named here because this surface
+hands them out.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from engine.read.options import (
     check_columns,
     missing_column,
 )
+from engine.read.reader import filters_as_columns
 from engine.read.scan import Scan, SliceScan
 from engine.read.stream_schema import check_stream_schema
 from engine.storage import Storage
@@ -33,7 +36,7 @@ from engine.timeline.active import Timeline, completion_key
 
 __all__ = ["CDC", "CDC_SCHEMA", "COLUMNS_KEY", "EARLIEST", "LATEST", "READ_KEYS", "FileSlice",
            "QueryType", "ReadOptions", "Scan", "SliceScan", "check_columns",
-           "check_stream_schema", "latest_completion", "missing_column"]
+           "check_stream_schema", "filters_as_columns", "latest_completion", "missing_column"]
 
 
 def latest_completion(storage: Storage, config: TableConfig) -> str | None:

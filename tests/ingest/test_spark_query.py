@@ -269,6 +269,15 @@ def test_read_table_timestamps_decimals_dates_nan_and_nulls_match_the_engine(
         [("wall", "<=", dt.datetime(2024, 3, 1, 23, 0, tzinfo=utc))],
         [("price", ">", decimal.Decimal("10.5"))],
         [("price", "not in", [decimal.Decimal("3.003")])],
+        # values the column cannot hold: more digits after the point, beyond its precision,
+        # past Spark's 38 digits (the engine compares them exactly: reader.decimal_term)
+        [("price", ">", decimal.Decimal("10.0105"))],
+        [("price", "<=", decimal.Decimal("13.0130000000000000000000000000000000000001"))],
+        [("price", "=", decimal.Decimal("3.0030000000000000000000000000000000000001"))],
+        [("price", "!=", decimal.Decimal("3.0035"))],
+        [("price", "in", [decimal.Decimal("3.003"), decimal.Decimal("7.0071")])],
+        [("price", "<", decimal.Decimal("1E+40"))],
+        [("price", ">=", decimal.Decimal("-1E+40"))],
         [("day", "=", dt.date(2024, 3, 5))],
         [("score", ">", 2.0)],  # NaN never greater (pyarrow); Spark alone would keep it
         [("score", "<=", 5)],
