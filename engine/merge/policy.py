@@ -42,9 +42,23 @@ import pyarrow.compute as pc
 
 from engine.config import IndexType, WriteConfig
 
-__all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
-           "SingleOutcomes", "deciding_rows", "java_order", "loses_to_stored", "resolve_key",
-           "resolve_single", "stays_in_place", "update_partition_path"]
+__all__ = [
+    "ABSENT",
+    "DELETED",
+    "KIND_CODES",
+    "LIVE",
+    "DeletePolicy",
+    "KeyOutcome",
+    "KeyState",
+    "SingleOutcomes",
+    "deciding_rows",
+    "loses_to_stored",
+    "ordering_sort_key",
+    "resolve_key",
+    "resolve_single",
+    "stays_in_place",
+    "update_partition_path",
+]
 
 
 class DeletePolicy(enum.Enum):
@@ -70,7 +84,7 @@ class DeletePolicy(enum.Enum):
         return self is DeletePolicy.REMEMBERED
 
 
-def java_order(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+def ordering_sort_key(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Ordering values as an array that compares and sorts as Java's ``compareTo`` orders
     them, the order Hudi merges by (``DefaultHoodieRecordPayload``, the file-group reader's
     ``shouldKeepNewerRecord``). Floating values (``Double.compareTo``, ``Float.compareTo``):
@@ -97,11 +111,12 @@ def java_order(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 def loses_to_stored(incoming: pa.Array | pa.ChunkedArray,
                     stored: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Where a version with ordering value ``incoming`` loses to the stored version's
-    ``stored`` (event time): ``incoming`` is lower in Java's order (:func:`java_order`:
-    -0.0 below 0.0, NaN greater than every number and tied with NaN). Null on either side
+    ``stored`` (event time): ``incoming`` is lower in Java's order
+    (:func:`ordering_sort_key`: -0.0 below 0.0, NaN greater than every number and tied with
+    NaN). Null on either side
     never loses; a tie goes to the incoming version (the later write). Both arrays must have
     one type."""
-    return pc.fill_null(pc.less(java_order(incoming), java_order(stored)), False)
+    return pc.fill_null(pc.less(ordering_sort_key(incoming), ordering_sort_key(stored)), False)
 
 
 def update_partition_path(write_config: WriteConfig) -> bool:
@@ -144,10 +159,11 @@ def _loses(incoming: Any, stored: Any) -> bool:
 
 
 def _java_float_order(value: float) -> tuple[bool, float, float]:
-    """:func:`java_order` of one float, as a tuple that Python compares in that order: NaN
-    above every number (all NaN one), then the value, then its sign (-0.0 below 0.0). A
-    tuple and not the bits, as :func:`java_order` gives: it compares ~20x faster than numpy
-    on two values, and :func:`resolve_key` runs per version."""
+    """One float in the order :func:`ordering_sort_key` gives, as a tuple that Python
+    compares in that order: NaN above every number (all NaN one), then the value, then its
+    sign (-0.0 below 0.0). A tuple and not the bits :func:`ordering_sort_key` gives: it
+    compares ~20x faster than numpy on two values, and :func:`resolve_key` runs per
+    version."""
     if value != value:
         return (True, 0.0, 1.0)
     return (False, value, math.copysign(1.0, value))
@@ -289,7 +305,7 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
       what is live before it (the stored copy, or the batch's upsert, which is then never
       written) and the deletes after it find nothing live;
     * under event time, for keys whose versions are all upserts with an ordering value (not
-      null: there :func:`loses_to_stored` is a total order, Java's, :func:`java_order`):
+      null: there :func:`loses_to_stored` is a total order, Java's, :func:`ordering_sort_key`):
       the last of those with the highest value — each version wins over the state unless
       lower, so the greatest wins over the others, ties to the later, and it alone wins over
       the stored version exactly when they all would. Keys with deletes or null ordering
@@ -320,7 +336,7 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
         unfit = unfit | np.asarray(ordering_null, dtype=bool)[rows]
     unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
     # the greatest (ordering value, arrival) of each key: the last of its run once sorted
-    order = pa.table({"k": key, "o": java_order(ordering), "r": rows}).sort_by(
+    order = pa.table({"k": key, "o": ordering_sort_key(ordering), "r": rows}).sort_by(
         [("k", "ascending"), ("o", "ascending"), ("r", "ascending")])
     at[several] = order.column("r").to_numpy()[np.cumsum(sizes[several]) - 1]
     unfit_key = np.zeros(len(several), dtype=bool)

@@ -221,7 +221,7 @@ def test_deciding_rows_take_no_ordering_without_event_time() -> None:
 def test_resolve_key_nan_ordering_is_greatest_as_java_double_compare_to() -> None:
     """A NaN ordering value is greater than every number and ties with NaN (Java's
     ``Double.compareTo``, which ``DefaultHoodieRecordPayload`` compares with, and the order
-    :func:`engine.merge.policy.java_order` gives the readers' merge and the in-batch
+    :func:`engine.merge.policy.ordering_sort_key` gives the readers' merge and the in-batch
     combine)."""
     nan = float("nan")
     live = KeyState(LIVE, nan)
