@@ -9,6 +9,7 @@ read with it checks the engine against the rules and not against itself.
 from __future__ import annotations
 
 import shutil
+import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
 __all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "assert_metadata_in_step",
-           "hudi_rs_read", "row_tuples", "rows_by_key", "sorted_rows"]
+           "hudi_rs_read", "java_compare", "row_tuples", "rows_by_key", "sorted_rows"]
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -139,11 +140,34 @@ def rows_by_key(data: Rows, key: str, columns: str | Sequence[str], *,
 # --- the oracle -------------------------------------------------------------------------------
 
 
+def java_compare(a: Any, b: Any) -> int:
+    """-1, 0 or 1 as ``a`` is below, equal to or above ``b`` in Java's ``compareTo``, which
+    Hudi's merge compares ordering values with. Two floats compare as ``Double.compare``
+    does: numerically, then by ``doubleToLongBits`` (every NaN one bit pattern), so -0.0 is
+    below 0.0 and NaN above +inf and equal to NaN (a float32 value compares as its double
+    does, as ``Float.compare``). Other values compare as Python compares them."""
+    if isinstance(a, float) and isinstance(b, float):
+        if a < b:
+            return -1
+        if a > b:
+            return 1
+        a, b = _double_to_long_bits(a), _double_to_long_bits(b)
+    return (a > b) - (a < b)
+
+
+def _double_to_long_bits(value: float) -> int:
+    """Java's ``Double.doubleToLongBits``: the IEEE bits as a signed long, NaN canonical."""
+    if value != value:
+        return 0x7FF8_0000_0000_0000
+    return int(struct.unpack(">q", struct.pack(">d", value))[0])
+
+
 class Oracle:
     """The rows a table must hold: key → latest row, by Hudi's rules written plainly.
 
     - ``ordering`` names the ordering (precombine) field. A written row replaces the held one
-      unless the held row's ordering value is greater (on a tie the later write wins); within
+      unless the held row's ordering value is greater (:func:`java_compare`: -0.0 below 0.0,
+      NaN the greatest; on a tie the later write wins); within
       one batch the row with the greatest value stands for its key (the later row on a tie).
       ``ordering=None``: commit-time ordering, the later write always wins.
     - A delete removes its keys; an *ordered* delete (with an ordering value) leaves a key
@@ -166,7 +190,8 @@ class Oracle:
         self._after: dict[str, tuple[dict[Any, dict[str, Any]], dict[Any, str]]] = {}
 
     def _wins(self, row: Mapping[str, Any], held: Mapping[str, Any]) -> bool:
-        return self.ordering is None or row[self.ordering] >= held[self.ordering]
+        return self.ordering is None or java_compare(row[self.ordering],
+                                                     held[self.ordering]) >= 0
 
     def upsert(self, rows: Iterable[Mapping[str, Any]] | pa.Table,
                instant: str | None = None) -> None:
@@ -194,12 +219,14 @@ class Oracle:
         for key in keys:
             held = self.rows.get(key)
             if ordering is not None and held is not None and self.ordering is not None \
-                    and held[self.ordering] > ordering:
+                    and java_compare(held[self.ordering], ordering) > 0:
                 continue
             self.rows.pop(key, None)
             self.commit_time.pop(key, None)
             if ordering is not None:
-                self.tombstones[key] = max(ordering, self.tombstones.get(key, ordering))
+                before = self.tombstones.get(key, ordering)
+                self.tombstones[key] = before if java_compare(before, ordering) > 0 \
+                    else ordering
         self._record(instant)
 
     def _record(self, instant: str | None) -> None:

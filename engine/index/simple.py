@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.layout.file_group import FileSlice
+from engine.merge.policy import ordering_sort_key
 from engine.read.slice_reader import SliceReader
 from engine.schema import RECORD_KEY
 
@@ -105,11 +106,16 @@ def tag(keys: pa.Array, partitions: pa.Array, locations: pa.Table,
 
 
 def _unique_locations(locations: pa.Table) -> pa.Table:
-    """One row per (key, partition, file id); the greatest stored ordering value wins."""
+    """One row per (key, partition, file id); the greatest stored ordering value wins, in
+    Java's order (:func:`engine.merge.policy.ordering_sort_key`; Arrow's ``max`` skips
+    NaN)."""
     if pc.count_distinct(locations.column("key")).as_py() == locations.num_rows:
         return locations
     group = ["key", "loc_partition", "loc_file_id"]
     if ORDERING not in locations.column_names:
         return locations.group_by(group, use_threads=False).aggregate([])
-    unique = locations.group_by(group, use_threads=False).aggregate([(ORDERING, "max")])
-    return unique.select([*group, f"{ORDERING}_max"]).rename_columns([*group, ORDERING])
+    # the first non-null value of each group once sorted greatest first (nulls last)
+    order = ordering_sort_key(locations.column(ORDERING))
+    ordered = locations.append_column("__order", order).sort_by([("__order", "descending")])
+    unique = ordered.group_by(group, use_threads=False).aggregate([(ORDERING, "first")])
+    return unique.select([*group, f"{ORDERING}_first"]).rename_columns([*group, ORDERING])

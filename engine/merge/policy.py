@@ -31,6 +31,7 @@ from it and tested against it: :func:`resolve_single` (keys with one version eac
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +42,23 @@ import pyarrow.compute as pc
 
 from engine.config import IndexType, WriteConfig
 
-__all__ = ["ABSENT", "DELETED", "KIND_CODES", "LIVE", "DeletePolicy", "KeyOutcome", "KeyState",
-           "SingleOutcomes", "deciding_rows", "loses_to_stored", "resolve_key",
-           "resolve_single", "stays_in_place", "update_partition_path"]
+__all__ = [
+    "ABSENT",
+    "DELETED",
+    "KIND_CODES",
+    "LIVE",
+    "DeletePolicy",
+    "KeyOutcome",
+    "KeyState",
+    "SingleOutcomes",
+    "deciding_rows",
+    "loses_to_stored",
+    "ordering_sort_key",
+    "resolve_key",
+    "resolve_single",
+    "stays_in_place",
+    "update_partition_path",
+]
 
 
 class DeletePolicy(enum.Enum):
@@ -69,18 +84,39 @@ class DeletePolicy(enum.Enum):
         return self is DeletePolicy.REMEMBERED
 
 
-def loses_to_stored(incoming: pa.Array, stored: pa.Array) -> pa.Array:
+def ordering_sort_key(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Ordering values as an array that compares and sorts as Java's ``compareTo`` orders
+    them, the order Hudi merges by (``DefaultHoodieRecordPayload``, the file-group reader's
+    ``shouldKeepNewerRecord``). Floating values (``Double.compareTo``, ``Float.compareTo``):
+    -inf < ... < -0.0 < 0.0 < ... < +inf < NaN, every NaN equal whatever its sign or payload
+    (``doubleToLongBits`` makes them one), given as integers (the IEEE bits, those of
+    negative numbers flipped but for the sign); other types as they are, in one chunk. Nulls
+    stay null. For comparing and sorting only: what is stored and written keeps its values.
+
+    hudi-rs 0.5.0 sorts floats by arrow-rs's ``total_cmp``: the same order but for NaN,
+    which it orders by sign and payload (a negative-sign NaN lowest); NaN from Python, Spark
+    or Java's arithmetic has the positive sign."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not pa.types.is_floating(values.type):
+        return values
+    floats = pc.fill_null(values, 0).to_numpy(zero_copy_only=False)
+    floats = np.where(np.isnan(floats), floats.dtype.type(np.nan), floats)  # NaN canonical
+    bits = floats.view(f"i{floats.itemsize}")
+    key = np.where(bits < 0, bits ^ np.iinfo(bits.dtype).max, bits)
+    nulls = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else None
+    return pa.array(key, mask=nulls)
+
+
+def loses_to_stored(incoming: pa.Array | pa.ChunkedArray,
+                    stored: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Where a version with ordering value ``incoming`` loses to the stored version's
-    ``stored`` (event time): ``incoming`` is lower. Null on either side never loses; a tie goes
-    to the incoming version (the later write). NaN is greater than every number and ties with
-    NaN, as Java's ``Double.compareTo`` has it (``DefaultHoodieRecordPayload`` compares with
-    it) and Arrow's sort order (the readers' merge and the in-batch combine sort with it).
-    Both arrays must have one type."""
-    loses = pc.fill_null(pc.less(incoming, stored), False)
-    if pa.types.is_floating(incoming.type):  # a number loses to a stored NaN
-        loses = pc.or_(loses, pc.fill_null(
-            pc.and_(pc.is_nan(stored), pc.invert(pc.is_nan(incoming))), False))
-    return loses
+    ``stored`` (event time): ``incoming`` is lower in Java's order
+    (:func:`ordering_sort_key`: -0.0 below 0.0, NaN greater than every number and tied with
+    NaN). Null on either side
+    never loses; a tie goes to the incoming version (the later write). Both arrays must have
+    one type."""
+    return pc.fill_null(pc.less(ordering_sort_key(incoming), ordering_sort_key(stored)), False)
 
 
 def update_partition_path(write_config: WriteConfig) -> bool:
@@ -115,13 +151,22 @@ def stays_in_place(stored_partition: Any, partition: Any, *,
 
 def _loses(incoming: Any, stored: Any) -> bool:
     """:func:`loses_to_stored` for one pair of Python values."""
-    if incoming is None or stored is None or _is_nan(incoming):
+    if incoming is None or stored is None:
         return False
-    return _is_nan(stored) or bool(incoming < stored)
+    if isinstance(incoming, (float, np.floating)) or isinstance(stored, (float, np.floating)):
+        return _java_float_order(float(incoming)) < _java_float_order(float(stored))
+    return bool(incoming < stored)
 
 
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, float) and value != value
+def _java_float_order(value: float) -> tuple[bool, float, float]:
+    """One float in the order :func:`ordering_sort_key` gives, as a tuple that Python
+    compares in that order: NaN above every number (all NaN one), then the value, then its
+    sign (-0.0 below 0.0). A tuple and not the bits :func:`ordering_sort_key` gives: it
+    compares ~20x faster than numpy on two values, and :func:`resolve_key` runs per
+    version."""
+    if value != value:
+        return (True, 0.0, 1.0)
+    return (False, value, math.copysign(1.0, value))
 
 
 LIVE = "live"
@@ -260,7 +305,7 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
       what is live before it (the stored copy, or the batch's upsert, which is then never
       written) and the deletes after it find nothing live;
     * under event time, for keys whose versions are all upserts with an ordering value (not
-      null: there :func:`loses_to_stored` is a total order, NaN the greatest, as Arrow sorts):
+      null: there :func:`loses_to_stored` is a total order, Java's, :func:`ordering_sort_key`):
       the last of those with the highest value — each version wins over the state unless
       lower, so the greatest wins over the others, ties to the later, and it alone wins over
       the stored version exactly when they all would. Keys with deletes or null ordering
@@ -291,7 +336,7 @@ def deciding_rows(starts: np.ndarray, ends: np.ndarray, deletes: np.ndarray,
         unfit = unfit | np.asarray(ordering_null, dtype=bool)[rows]
     unfit |= ordering.is_null().to_numpy(zero_copy_only=False)
     # the greatest (ordering value, arrival) of each key: the last of its run once sorted
-    order = pa.table({"k": key, "o": ordering, "r": rows}).sort_by(
+    order = pa.table({"k": key, "o": ordering_sort_key(ordering), "r": rows}).sort_by(
         [("k", "ascending"), ("o", "ascending"), ("r", "ascending")])
     at[several] = order.column("r").to_numpy()[np.cumsum(sizes[several]) - 1]
     unfit_key = np.zeros(len(several), dtype=bool)

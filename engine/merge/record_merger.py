@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from engine.config import MergeMode, orders_by_event_time
 from engine.format.delete_block import ordering_as
-from engine.merge.policy import loses_to_stored
+from engine.merge.policy import loses_to_stored, ordering_sort_key
 from engine.schema import conform
 
 KEY = "_hoodie_record_key"
@@ -158,7 +158,7 @@ def merge_layers(base: pa.Table | None, layers: Sequence[Layer], *, mode: MergeM
 
     versions = pa.table({
         "k": pa.concat_arrays(keys),
-        "o": pa.concat_arrays([_combine(o) for o in orders]),
+        "o": ordering_sort_key(pa.concat_arrays([_combine(o) for o in orders])),  # Java's order
         "s": np.concatenate(seqs),
         "d": np.concatenate(is_delete),
         "n": np.concatenate(natural),
@@ -227,7 +227,8 @@ def _merge_one_layer(base: pa.Table, layer: pa.Table, ordering_field: str | None
 
 
 def _pick_winners(versions: pa.Table) -> pa.Table:
-    """One version per key: the greatest (not-natural, ordering, seq) after the last reset.
+    """One version per key: the greatest (not-natural, ordering, seq) after the last reset
+    (ordering values in Java's order: :func:`engine.merge.policy.ordering_sort_key`).
 
     Layer versions before a key's last natural-order entry are superseded by it (delta
     merge); the base row (seq -1) survives unless that entry is the key's last version (final

@@ -6,6 +6,7 @@ moved into the engine), with the natural policy's cases added; the column-wise f
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,6 +30,7 @@ from engine.merge.policy import (
 )
 from engine.merge.resolve import VersionColumns, resolve
 from engine.schema import RECORD_KEY
+from tests.helpers import java_compare
 
 DELETE, UPSERT = True, False
 REMEMBERED, NATURAL = DeletePolicy.REMEMBERED, DeletePolicy.NATURAL
@@ -111,6 +113,9 @@ def test_resolve_single_is_resolve_key_for_every_single_version(
 _DOMAINS: dict[str, tuple[pa.DataType, list[Any]]] = {
     "int64": (pa.int64(), [0, 1, 2, 3]),
     "float64": (pa.float64(), [-1.5, 0.0, 2.0, float("nan")]),
+    # the two zeros apart (Java: -0.0 < 0.0), the tombstone's zero the negative one
+    "float64_zeros": (pa.float64(), [-0.0, 0.0, float("nan"), -1.5]),
+    "float32_zeros": (pa.float32(), [-0.0, 0.0, float("nan"), 2.5]),
     "string": (pa.string(), ["", "a", "b", "ba"]),
     "decimal": (pa.decimal128(10, 2), [Decimal("-1.00"), Decimal("0.00"), Decimal("0.01"),
                                        Decimal("7.50")]),
@@ -121,8 +126,10 @@ _DOMAINS: dict[str, tuple[pa.DataType, list[Any]]] = {
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, NaN equal to NaN."""
-    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+    """Equal, NaN equal to NaN, -0.0 not equal to 0.0 (Java's ``Double.equals``)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return java_compare(a, b) == 0
+    return bool(a == b)
 
 
 def _same_state(a: KeyState, b: KeyState, event_time: bool) -> bool:
@@ -213,8 +220,9 @@ def test_deciding_rows_take_no_ordering_without_event_time() -> None:
 
 def test_resolve_key_nan_ordering_is_greatest_as_java_double_compare_to() -> None:
     """A NaN ordering value is greater than every number and ties with NaN (Java's
-    ``Double.compareTo``, which ``DefaultHoodieRecordPayload`` compares with; Arrow's sort
-    order, which the readers' merge and the in-batch combine use)."""
+    ``Double.compareTo``, which ``DefaultHoodieRecordPayload`` compares with, and the order
+    :func:`engine.merge.policy.ordering_sort_key` gives the readers' merge and the in-batch
+    combine)."""
     nan = float("nan")
     live = KeyState(LIVE, nan)
     for policy in DeletePolicy:
@@ -234,7 +242,7 @@ def test_resolve_key_nan_ordering_is_greatest_as_java_double_compare_to() -> Non
                                                               False, True]
 
 
-@pytest.mark.parametrize("domain", ["int64", "float64", "string"])
+@pytest.mark.parametrize("domain", ["int64", "float64", "float64_zeros", "string"])
 def test_resolve_combines_keys_without_tombstones_as_resolve_key(domain: str) -> None:
     """engine/merge/resolve.resolve takes a key without tombstones through the in-batch
     combine (the readers' merge rule) and a key with one through resolve_key: both must pick
@@ -262,3 +270,79 @@ def test_resolve_combines_keys_without_tombstones_as_resolve_key(domain: str) ->
                            [False] * len(idx), event_time=True,
                            policy=DeletePolicy.REMEMBERED, stored=KeyState(LIVE, None))
         assert got[key] == idx[want.winner], [rows[i] for i in idx]
+
+
+# --- floating ordering values: Java's order (-0.0 < 0.0, NaN the greatest) ---------------------
+
+_FLOATS = [-math.inf, -1.0, -0.0, 0.0, 1.0, math.inf, float("nan"), None]
+"""Ordering values whose order Java's ``Double.compareTo`` fixes and Python's ``<`` does not
+(-0.0 < 0.0; NaN above +inf, equal to NaN), and null."""
+
+
+@pytest.mark.parametrize("arrow_type", [pa.float64(), pa.float32()], ids=str)
+def test_loses_to_stored_and_resolve_key_order_signed_zeros_and_nan_as_java(
+        arrow_type: pa.DataType) -> None:
+    """Every pair of :data:`_FLOATS`: a version loses exactly where Java's ``compareTo`` puts
+    it below the stored one (null never loses, nothing loses to null), column-wise
+    (``loses_to_stored``, ``resolve_single``) and key by key (``resolve_key``)."""
+    pairs = [(a, b) for a in _FLOATS for b in _FLOATS]
+    want = [a is not None and b is not None and java_compare(a, b) < 0 for a, b in pairs]
+    incoming = pa.array([a for a, _ in pairs], arrow_type)
+    stored = pa.array([b for _, b in pairs], arrow_type)
+    assert loses_to_stored(incoming, stored).to_pylist() == want
+    assert loses_to_stored(pa.chunked_array([incoming]), pa.chunked_array([stored])) \
+        .to_pylist() == want
+    for policy in DeletePolicy:
+        single = resolve_single(np.zeros(len(pairs), bool), incoming, np.zeros(len(pairs), bool),
+                                np.full(len(pairs), KIND_CODES[LIVE], np.int8), stored,
+                                event_time=True, policy=policy)
+        assert (~single.winner).tolist() == want
+        for (a, b), lose in zip(pairs, want, strict=True):
+            for op in (UPSERT, DELETE):  # an ordered delete competes like a version
+                out = resolve_key([op], [a], [a is None], event_time=True, policy=policy,
+                                  stored=KeyState(LIVE, b))
+                if a is not None:
+                    assert (out.winner == -1) == lose, (op, a, b)
+
+
+def test_resolve_key_zero_after_negative_zero_wins_and_not_the_reverse() -> None:
+    """The case Java and hudi-rs read apart from a tie: stored 0.0, then -0.0: the stored
+    version stays; stored -0.0, then 0.0: the new one wins; in one batch likewise."""
+    for policy in DeletePolicy:
+        assert resolve_key([UPSERT], [-0.0], [False], event_time=True, policy=policy,
+                           stored=KeyState(LIVE, 0.0)).winner == -1
+        assert resolve_key([UPSERT], [0.0], [False], event_time=True, policy=policy,
+                           stored=KeyState(LIVE, -0.0)).winner == 0
+        out = resolve_key([UPSERT, UPSERT], [0.0, -0.0], [False, False], event_time=True,
+                          policy=policy)
+        assert out.winner == 0 and math.copysign(1.0, out.state.ordering) == 1.0
+        assert resolve_key([UPSERT, UPSERT], [-0.0, 0.0], [False, False], event_time=True,
+                           policy=policy).winner == 1
+        # a delete at -0.0 leaves a version at 0.0; one at 0.0 deletes a version at -0.0
+        assert resolve_key([DELETE], [-0.0], [False], event_time=True, policy=policy,
+                           stored=KeyState(LIVE, 0.0)).winner == -1
+        assert resolve_key([DELETE], [0.0], [False], event_time=True, policy=policy,
+                           stored=KeyState(LIVE, -0.0)).winner == 0
+
+
+@pytest.mark.parametrize("arrow_type", [pa.float64(), pa.float32()], ids=str)
+def test_deciding_rows_pick_the_greatest_in_java_order(arrow_type: pa.DataType) -> None:
+    """Runs of upserts over every ordered pair and triple of non-null :data:`_FLOATS`: the
+    deciding row is the last of the greatest by Java's ``compareTo`` (an oracle written
+    without the engine's code)."""
+    values = [v for v in _FLOATS if v is not None]
+    runs = [[a, b] for a in values for b in values]
+    runs += [[a, b, c] for a in (-0.0, 0.0, float("nan")) for b in values
+             for c in (0.0, -0.0)]
+    rows = [v for run in runs for v in run]
+    sizes = np.array([len(run) for run in runs], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    at = deciding_rows(starts, ends, np.zeros(len(rows), bool), pa.array(rows, arrow_type),
+                       np.zeros(len(rows), bool), event_time=True)
+    for k, run in enumerate(runs):
+        best = 0
+        for i, v in enumerate(run):
+            if java_compare(v, run[best]) >= 0:
+                best = i
+        assert at[k] - starts[k] == best, run

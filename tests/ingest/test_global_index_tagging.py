@@ -2,7 +2,8 @@
 without Spark: keys tagged column-wise must come out as the key-by-key rule
 (:func:`engine.merge.policy.resolve_key` through ``_tag``) tags them, row for row and entry for
 entry, on hostile batches (several versions of a key, ties of the ordering field, deletes
-with and without ordering values, null and NaN ordering values, keys moving partitions).
+with and without ordering values, null and NaN ordering values, -0.0 beside 0.0, keys moving
+partitions).
 
 Which version decides a key column-wise is the engine's
 (:func:`engine.merge.policy.deciding_rows`, checked against ``resolve_key`` in
@@ -60,7 +61,7 @@ def _batch(rng: random.Random, ordering_type: pa.DataType, keys: int, rows: int)
         if pa.types.is_floating(ordering_type) and rng.random() < 0.05:
             return float("nan")
         value = rng.randint(0, 4)  # few values: many ties
-        return float(value) if pa.types.is_floating(ordering_type) else value
+        return _float(rng, value) if pa.types.is_floating(ordering_type) else value
 
     ops = [DELETE if rng.random() < 0.15 else UPSERT for _ in range(rows)]
     orderings = [ordering() for _ in range(rows)]
@@ -79,6 +80,11 @@ def _batch(rng: random.Random, ordering_type: pa.DataType, keys: int, rows: int)
     })
 
 
+def _float(rng: random.Random, value: int) -> float:
+    """``value`` as a float; zero as -0.0 half the time (Java orders it below 0.0)."""
+    return -0.0 if value == 0 and rng.random() < 0.5 else float(value)
+
+
 def _image(rng: random.Random, spec: GlobalIndexSpec, keys: int) -> ShardImage:
     image = ShardImage(spec.state_ordering_type)
     stored: list[str] = []
@@ -88,7 +94,8 @@ def _image(rng: random.Random, spec: GlobalIndexSpec, keys: int) -> ShardImage:
         if roll < 0.3:
             continue  # absent
         ordering = rng.randint(0, 4)
-        value = float(ordering) if pa.types.is_floating(spec.state_ordering_type) else ordering
+        value = (_float(rng, ordering) if pa.types.is_floating(spec.state_ordering_type)
+                 else ordering)
         stored.append(f"k{k}")
         entries.append((None, None, value) if roll < 0.4 else
                        (rng.choice(PARTITIONS), f"stored-{k}", value))
@@ -97,10 +104,13 @@ def _image(rng: random.Random, spec: GlobalIndexSpec, keys: int) -> ShardImage:
 
 
 def _nan(value: Any) -> Any:
-    """NaN as a string, so that equal results compare equal."""
+    """NaN and -0.0 as strings, so that equal results compare equal and -0.0 differs from
+    0.0."""
     if isinstance(value, tuple):
         return tuple(_nan(v) for v in value)
-    return "nan" if isinstance(value, float) and value != value else value
+    if isinstance(value, float) and (value != value or str(value) == "-0.0"):
+        return str(value)
+    return value
 
 
 def _sorted_rows(table: pa.Table) -> list[dict[str, Any]]:
