@@ -66,6 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.errors import InvalidOptionError, TableExistsError, WriteConflictError
+from engine.merge.policy import ordering_ties
 from engine.merge.resolve import field_ordering, ordering_column, resolve
 from engine.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from engine.table import Table
@@ -430,7 +431,9 @@ def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates
     the records without an ordering value to compare (every row without event time,
     tombstones with it) whose key's stored version was committed after the record's
     micro-batch (:func:`_arrivals`); with event time, a record whose ordering value ties
-    the stored version's is judged the same way (Hudi gives a tie to the later arrival)."""
+    the stored version's (:func:`engine.merge.policy.ordering_ties`: Java's order, -0.0
+    below 0.0, NaN tying NaN) is judged the same way (Hudi gives a tie to the later
+    arrival)."""
     event_time = spec.event_time
     ops = rows.column(OP).to_numpy()
     if event_time:
@@ -463,7 +466,8 @@ def _drop_late(table: Table, rows: pa.Table, by_coordinates: Mapping[Coordinates
         mine = rows.column(ORDERING).to_pylist()
         for i in np.flatnonzero(~unordered).tolist():
             found = held.get((keys[i], parts[i])) or held.get((keys[i], None))
-            if found is not None and found[1] is not None and found[1] == mine[i]:
+            if found is not None and found[1] is not None and mine[i] is not None \
+                    and ordering_ties(found[1], mine[i]):
                 tie[i], tie_commit[i] = True, found[0]
     judged = unordered | tie
     covered = _arrivals(table, [c for c, j in zip(coordinates, judged, strict=True) if j])

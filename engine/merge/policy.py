@@ -54,6 +54,7 @@ __all__ = [
     "deciding_rows",
     "loses_to_stored",
     "ordering_sort_key",
+    "ordering_ties",
     "resolve_key",
     "resolve_single",
     "stays_in_place",
@@ -156,6 +157,13 @@ def _loses(incoming: Any, stored: Any) -> bool:
     if isinstance(incoming, (float, np.floating)) or isinstance(stored, (float, np.floating)):
         return _java_float_order(float(incoming)) < _java_float_order(float(stored))
     return bool(incoming < stored)
+
+
+def ordering_ties(first: Any, second: Any) -> bool:
+    """Whether two ordering values (Python values, not null) tie in Java's order, the one
+    :func:`loses_to_stored` decides by: neither loses to the other (-0.0 and 0.0 do not tie;
+    NaN ties with NaN). Where Hudi gives a tie to the later arrival."""
+    return not _loses(first, second) and not _loses(second, first)
 
 
 def _java_float_order(value: float) -> tuple[bool, float, float]:

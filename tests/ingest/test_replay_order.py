@@ -184,6 +184,27 @@ def test_replay_event_time_tie_goes_to_the_later_arrival(tmp_path: Path) -> None
     assert rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS) == want
 
 
+def test_replay_float_ordering_ties_and_wins_in_javas_order(tmp_path: Path) -> None:
+    """Event time on a double (``fare``): ordering values tie and win as Java's
+    ``Double.compareTo`` has them (Hudi's merge rule). ``a`` failed at 0.0 and a good ``a``
+    came later at -0.0: -0.0 is lower, so the replayed ``a`` wins though it arrived first;
+    ``n`` failed at NaN and a good ``n`` came later at NaN: every NaN ties, so the later
+    arrival (the stored one) stays. Before, the replay judged ties by Python's ``==``
+    (-0.0 == 0.0, NaN != NaN) and left the opposite rows."""
+    by_fare = {"precombine": "fare"}
+    nan = float("nan")
+    route(tmp_path, WRONG, [trip("a", 1, fare=0.0), trip("n", 1, fare=nan)], 0, **by_fare)
+    route(tmp_path, WRONG, [trip("a", 2, "later", fare=-0.0),
+                            trip("n", 2, "later", fare=nan)], 6, **by_fare)
+    result = replay_errors(fixed_sink(tmp_path, **by_fare))
+    assert (result.replayed, result.late) == (2, 1)
+    rows = table_rows(tmp_path / "trips")
+    assert rows["a"][:3] == ("a", 1, None) and str(rows["a"][4]) == "0.0"
+    assert rows["n"][:3] == ("n", 2, "later")
+    seen = rows_by_key(hudi_rs_read(tmp_path / "trips"), "trip_id", COLUMNS)
+    assert (seen["a"][:3], seen["n"][:3]) == (("a", 1, None), ("n", 2, "later"))
+
+
 # --- (c) a job commit between the replay's judgement and its commit -------------------------
 
 
