@@ -18,7 +18,8 @@ import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
 __all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "assert_metadata_in_step",
-           "hudi_rs_read", "row_tuples", "rows_by_key", "sorted_rows"]
+           "hudi_rs_read", "hudi_rs_read_custom_keygen", "row_tuples", "rows_by_key",
+           "sorted_rows"]
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -56,6 +57,31 @@ def hudi_rs_read(path: str | Path, *, storage_options: Mapping[str, str] | None 
     if not batches:
         return pa.table({})
     return pa.Table.from_batches(batches)
+
+
+PARTITION_FIELDS = "hoodie.table.partition.fields"
+
+
+def hudi_rs_read_custom_keygen(path: str | Path, scratch: str | Path) -> pa.Table:
+    """hudi-rs's read of a table of Hudi's ``CustomKeyGenerator``, whose
+    ``hoodie.table.partition.fields`` entries carry their type (``region:SIMPLE``, what Hudi
+    records from table version 7 on). hudi-rs 0.5.0 takes each entry for a column name and
+    refuses every read of such a table (``Partition field `region\\:SIMPLE` declared in
+    `hoodie.table.partition.fields` is not present in the table schema``), so it reads a copy
+    (made under ``scratch``) whose entries lack the type, as Hudi records the same table's
+    fields before version 7 (``HoodieTableConfig.getPartitionFieldProp``): the same files and
+    folders, read as a table of the equivalent simple or complex key generator."""
+    from engine.layout.properties import dumps, loads
+
+    copy = Path(scratch) / f"{Path(path).name}-untyped-partition-fields"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(path, copy)
+    props_path = copy / ".hoodie" / "hoodie.properties"
+    props = loads(props_path.read_text("latin-1"))
+    props[PARTITION_FIELDS] = ",".join(
+        part.split(":")[0] for part in props.get(PARTITION_FIELDS, "").split(",") if part)
+    props_path.write_text(dumps(props, last_key="hoodie.table.checksum"), "latin-1")
+    return hudi_rs_read(copy)
 
 
 def assert_hudi_rs_uses_metadata(path: str | Path, scratch: str | Path) -> None:
