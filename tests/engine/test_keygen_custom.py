@@ -2,8 +2,9 @@
 refused (naming the keys) when a part is ``TIMESTAMP`` or carries no type.
 
 The tables are made as a Java writer of Hudi 1.x leaves them: an empty table whose
-``hoodie.properties`` say what Hudi records for a custom key generator (:func:`_java_custom`),
-then written by tidelake. What Hudi records and writes, from its Java source:
+``hoodie.properties`` say what Hudi records for a custom key generator
+(:func:`tests.helpers.java_custom_keygen_table`), then written by tidelake. What Hudi
+records and writes, from its Java source:
 
 - ``hoodie.table.keygenerator.type=CUSTOM`` (``CUSTOM_AVRO`` for ``CustomAvroKeyGenerator``:
   ``KeyGeneratorType.fromClassName``), and no ``.class``: Hudi 1.x's tables record the type
@@ -43,36 +44,18 @@ import pytest
 from engine import InvalidRecordError, Table
 from engine.errors import UnsupportedTableError
 from engine.layout.properties import dumps, loads
-from tests.helpers import Oracle, hudi_rs_read, hudi_rs_read_custom_keygen, rows_by_key
+from tests.helpers import (
+    KEYGEN_CLASS,
+    KEYGEN_TYPE,
+    PARTITION_FIELDS,
+    Oracle,
+    hudi_rs_read,
+    hudi_rs_read_custom_keygen,
+    java_custom_keygen_table,
+    rows_by_key,
+)
 
-KEYGEN_TYPE = "hoodie.table.keygenerator.type"
-KEYGEN_CLASS = "hoodie.table.keygenerator.class"
-PARTITION_FIELDS = "hoodie.table.partition.fields"
 DEFAULT = "__HIVE_DEFAULT_PARTITION__"
-
-
-def _java_custom(path: Path, *, record_key: str | list[str], partition_fields: str,
-                 hive_style: bool, url_encode: bool, table_type: str = "COPY_ON_WRITE",
-                 keygen: tuple[str, str] = (KEYGEN_TYPE, "CUSTOM"),
-                 options: dict[str, str] | None = None) -> Path:
-    """An empty table whose ``hoodie.properties`` are what Hudi 1.x's writer records for a
-    custom key generator with ``partition_fields`` (``hoodie.table.partition.fields`` as
-    Hudi stores it, e.g. ``region:SIMPLE,day:simple``); ``keygen`` is the key generator's
-    key and value (the type, as 1.x records it, or a class)."""
-    names = [part.split(":")[0] for part in partition_fields.split(",") if part]
-    Table.create(str(path), name="t", table_type=table_type, record_key=record_key,
-                 precombine="ts", partition_by=names or None,
-                 options={"hoodie.datasource.write.hive_style_partitioning":
-                          str(hive_style).lower(),
-                          "hoodie.datasource.write.partitionpath.urlencode":
-                          str(url_encode).lower(), **(options or {})})
-    props_path = path / ".hoodie" / "hoodie.properties"
-    props = {k: v for k, v in loads(props_path.read_text("latin-1")).items()
-             if k not in (KEYGEN_TYPE, KEYGEN_CLASS)}
-    props[PARTITION_FIELDS] = partition_fields
-    props[keygen[0]] = keygen[1]
-    props_path.write_text(dumps(props, last_key="hoodie.table.checksum"), "latin-1")
-    return path
 
 
 def _timeline(path: Path) -> list[str]:
@@ -137,10 +120,11 @@ def test_custom_keygen_simple_parts_upsert_delete_match_oracle_hudi_rule_and_hud
     field: the bare value, also with two parts, where tidelake's own tables write
     ``id:a``), and key- and partition-filtered reads find their rows."""
     case = CASES[name]
-    path = _java_custom(tmp_path / "t", record_key=case["record_key"],
-                        partition_fields=case["partition_fields"],
-                        hive_style=case["hive_style"], url_encode=case["url_encode"],
-                        table_type=case["table_type"])
+    path = java_custom_keygen_table(tmp_path / "t", record_key=case["record_key"],
+                                    partition_fields=case["partition_fields"],
+                                    hive_style=case["hive_style"],
+                                    url_encode=case["url_encode"],
+                                    table_type=case["table_type"])
     table = Table.open(str(path))
     table.check_writable()
     oracle = Oracle(key="id")
@@ -197,8 +181,9 @@ def test_custom_keygen_urlencode_false_value_with_slash_refused_as_for_simple_ta
     """``urlencode=false`` (Java's default): a value with ``/`` would be written as is, two
     folders no partition parser maps back to it (Java does that); refused naming the
     value, nothing written, as on tidelake's own tables."""
-    path = _java_custom(tmp_path / "t", record_key="id", partition_fields="region:SIMPLE",
-                        hive_style=False, url_encode=False)
+    path = java_custom_keygen_table(tmp_path / "t", record_key="id",
+                                    partition_fields="region:SIMPLE", hive_style=False,
+                                    url_encode=False)
     table = Table.open(str(path))
     before = _timeline(path)
     with pytest.raises(InvalidRecordError, match="eu/west"):
@@ -251,8 +236,9 @@ def test_custom_keygen_timestamp_or_untyped_part_write_refused_naming_keys(
     """A part that is not SIMPLE names its folder otherwise than by the value (TIMESTAMP: a
     formatted time), or cannot be known: writes are refused naming the key generator and
     the partition fields, before anything is on the timeline; reads stay allowed."""
-    path = _java_custom(tmp_path / "t", record_key="id", partition_fields=partition_fields,
-                        hive_style=False, url_encode=False, keygen=keygen)
+    path = java_custom_keygen_table(tmp_path / "t", record_key="id",
+                                    partition_fields=partition_fields, hive_style=False,
+                                    url_encode=False, keygen=keygen)
     table = Table.open(str(path))
     before = _timeline(path)
     named = (rf"{keygen[0]}={keygen[1]}.*key generator" if "example" in keygen[1] else
