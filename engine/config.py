@@ -1200,7 +1200,7 @@ def _simple_parts_only(raw: str | None) -> bool:
     (``region:SIMPLE,day:simple``, or none) is a ``SIMPLE`` part: Hudi splits each at ``:``
     (``BaseKeyGenerator.CUSTOM_KEY_GENERATOR_SPLIT_REGEX``) and reads the type
     case-insensitively (``CustomAvroKeyGenerator.getPartitionFieldAndKeyType``). An entry
-    without a type (tables before version 7, whose types lived in the writer's options) is
+    without a type (version 6 tables, whose types lived in the writer's options) is
     not known to be one."""
     for entry in (raw or "").split(","):
         entry = entry.strip()

@@ -71,7 +71,7 @@ def java_custom_keygen_table(path: Path, *, record_key: str | list[str], partiti
                              options: Mapping[str, str] | None = None) -> Path:
     """An empty table (ordering field ``ts``) whose ``hoodie.properties`` are what Hudi
     1.x's writer records for its custom key generator: ``partition_fields`` as Hudi stores
-    ``hoodie.table.partition.fields`` from table version 7 on, types included
+    ``hoodie.table.partition.fields`` from table version 8 on, types included
     (``region:SIMPLE,day:simple``: the writer's ``hoodie.datasource.write.partitionpath.field``
     as given, ``SparkKeyGenUtils.getPartitionColumnsForKeyGenerator``), and ``keygen``, the
     key generator's key and value: the type alone by default, ``CUSTOM``, as 1.x records it
@@ -98,11 +98,11 @@ def java_custom_keygen_table(path: Path, *, record_key: str | list[str], partiti
 def hudi_rs_read_custom_keygen(path: str | Path, scratch: str | Path) -> pa.Table:
     """hudi-rs's read of a table of Hudi's ``CustomKeyGenerator``, whose
     ``hoodie.table.partition.fields`` entries carry their type (``region:SIMPLE``, what Hudi
-    records from table version 7 on). hudi-rs 0.5.0 takes each entry for a column name and
+    records from table version 8 on). hudi-rs 0.5.0 takes each entry for a column name and
     refuses every read of such a table (``Partition field `region\\:SIMPLE` declared in
     `hoodie.table.partition.fields` is not present in the table schema``), so it reads a copy
     (made under ``scratch``) whose entries lack the type, as Hudi records the same table's
-    fields before version 7 (``HoodieTableConfig.getPartitionFieldProp``): the same files and
+    fields before version 8 (``HoodieTableConfig.getPartitionFieldProp``): the same files and
     folders, read as a table of the equivalent simple or complex key generator."""
     from engine.layout.properties import dumps, loads
 

@@ -11,7 +11,7 @@ records and writes, from its Java source:
   only, as the v8/v9 samples under ``tests/fixtures/hudi-samples`` show.
 - ``hoodie.table.partition.fields`` holds the writer's ``hoodie.datasource.write.
   partitionpath.field`` as given, types included (``region:simple,day:SIMPLE``), for writer
-  table versions above 6 (``SparkKeyGenUtils.getPartitionColumnsForKeyGenerator`` →
+  table versions above 6, so 8 and 9 (``SparkKeyGenUtils.getPartitionColumnsForKeyGenerator`` →
   ``getPartitionColumns(keyGen, props, includeKeyGenPartitionType=true)``; HUDI-7996,
   apache/hudi#11638). ``HoodieTableConfig.getPartitionFields`` strips the type
   (``split(BaseKeyGenerator.CUSTOM_KEY_GENERATOR_SPLIT_REGEX)``, ``":"``); the type is read
@@ -224,7 +224,7 @@ def test_read_java_custom_keygen_table_one_key_two_parts_key_filter_finds_record
     ((KEYGEN_TYPE, "CUSTOM"), "ts:timestamp"),
     ((KEYGEN_TYPE, "CUSTOM_AVRO"), "ts:TIMESTAMP,region:SIMPLE"),
     ((KEYGEN_CLASS, "org.apache.hudi.keygen.CustomKeyGenerator"), "region:SIMPLE,ts:TIMESTAMP"),
-    # no type: what Hudi records before table version 7 (the types then lived in the
+    # no type: what Hudi records for version 6 (the types then lived in the
     # writer's options only), so what each part is cannot be known
     ((KEYGEN_TYPE, "CUSTOM"), "region"),
     ((KEYGEN_TYPE, "CUSTOM"), "region:SIMPLE,ts"),
