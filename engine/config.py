@@ -882,6 +882,7 @@ P_KEYGEN_CLASS = "hoodie.table.keygenerator.class"
 P_KEYGEN_TYPE = "hoodie.table.keygenerator.type"
 P_HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
 P_URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+P_SLASH_DATES = "hoodie.datasource.write.slash.separated.date.partitioning"
 P_DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
 P_BASE_FORMAT = "hoodie.table.base.file.format"
 P_LOG_FORMAT = "hoodie.table.log.file.format"
@@ -1240,9 +1241,11 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
     tidelake would write wrongly though it reads it: the value-only complex key encoding
     (``hoodie.table.complex.keygen.encoding``, Hudi after 1.2.1; tidelake writes
     ``field:value`` keys, ``docs/table-version-9.md`` §7), nested record key or partition
-    fields, and a timestamp-based key generator or a custom one with other parts than
+    fields, a timestamp-based key generator or a custom one with other parts than
     ``SIMPLE`` (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
-    values, not Hudi's formatted time)."""
+    values, not Hudi's formatted time), and Hudi 1.2's slash-separated date partitioning
+    where Java applies it (``KeyGenUtils.getPartitionPath``: one partition field, or each
+    part of a custom key generator; not the complex key generator's several fields)."""
     for key in (P_RECORD_KEYS, P_PARTITION_FIELDS):
         if any("." in name for name in _split_fields(props.get(key))):
             raise UnsupportedTableError(
@@ -1257,6 +1260,14 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
             "only (field:SIMPLE) (their partition folders are named by a formatted time, "
             "not by the fields' values as tidelake's writer would name them); reading them "
             "is supported")
+    partition_fields = _split_fields(props.get(P_PARTITION_FIELDS))
+    if props.get(P_SLASH_DATES, "").strip().lower() == "true" and partition_fields and (
+            len(partition_fields) == 1 or _custom_keygen(props)):
+        raise UnsupportedTableError(
+            f"{P_SLASH_DATES}={props[P_SLASH_DATES]}: Hudi writes this table's partition "
+            "values with their dashes as folders (2026-01-05 -> 2026/01/05: one partition "
+            "field, or each part of a custom key generator); tidelake does not, so it does "
+            "not write it; reading it is supported")
     encoding = props.get(P_COMPLEX_KEY_ENCODING, "")
     if encoding and encoding.upper() != "FIELD_PREFIXED":
         raise UnsupportedTableError(f"{P_COMPLEX_KEY_ENCODING}={encoding} is not supported "
