@@ -882,6 +882,7 @@ P_KEYGEN_CLASS = "hoodie.table.keygenerator.class"
 P_KEYGEN_TYPE = "hoodie.table.keygenerator.type"
 P_HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
 P_URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+P_SLASH_DATES = "hoodie.datasource.write.slash.separated.date.partitioning"
 P_DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
 P_BASE_FORMAT = "hoodie.table.base.file.format"
 P_LOG_FORMAT = "hoodie.table.log.file.format"
@@ -1047,9 +1048,10 @@ class TableConfig:
     def partition_paths_hold_values(self) -> bool:
         """False when the table's key generator names partition folders by something else
         than the partition fields' values — Hudi's ``TimestampBasedKeyGenerator`` (the time
-        formatted: ``2024/01/15``), a ``CustomKeyGenerator`` (such parts among its
-        fields): a filter on the fields then tells nothing of a folder's name. Such tables
-        are read as written, without pruning their folders by name."""
+        formatted: ``2024/01/15``), a ``CustomKeyGenerator`` with such (``TIMESTAMP``)
+        parts among its fields (:func:`formatting_keygen`): a filter on the fields then tells
+        nothing of a folder's name. Such tables are read as written, without pruning their
+        folders by name."""
         return formatting_keygen(self.raw) is None
 
     @property
@@ -1180,18 +1182,58 @@ def _refuse_unsupported(props: Mapping[str, str]) -> None:
                                     "(only PARQUET)")
 
 
+CUSTOM_KEYGEN_CLASSES = ("org.apache.hudi.keygen.CustomKeyGenerator",
+                         "org.apache.hudi.keygen.CustomAvroKeyGenerator")
+"""Hudi's custom key generators (``hoodie.table.keygenerator.class``); Hudi 1.x records
+their type instead, ``CUSTOM`` / ``CUSTOM_AVRO`` (``KeyGeneratorType.fromClassName``)."""
+
+
+def _custom_keygen(props: Mapping[str, str]) -> bool:
+    """Whether ``hoodie.properties`` names Hudi's own custom key generator."""
+    named = props.get(P_KEYGEN_CLASS, "")
+    if named:
+        return named in CUSTOM_KEYGEN_CLASSES
+    return props.get(P_KEYGEN_TYPE, "").upper() in ("CUSTOM", "CUSTOM_AVRO")
+
+
+def _simple_parts_only(raw: str | None) -> bool:
+    """Whether every entry of a custom key generator's ``hoodie.table.partition.fields``
+    (``region:SIMPLE,day:simple``, or none) is a ``SIMPLE`` part: Hudi splits each at ``:``
+    (``BaseKeyGenerator.CUSTOM_KEY_GENERATOR_SPLIT_REGEX``) and reads the type
+    case-insensitively (``CustomAvroKeyGenerator.getPartitionFieldAndKeyType``). An entry
+    without a type (version 6 tables, whose types lived in the writer's options) is
+    not known to be one."""
+    for entry in (raw or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        parts = entry.split(":")
+        if len(parts) != 2 or parts[1].upper() != "SIMPLE":
+            return False
+    return True
+
+
 def formatting_keygen(props: Mapping[str, str]) -> str | None:
     """``key=value`` of ``hoodie.properties``' key generator when it names partition folders
-    by something else than the partition fields' values (Hudi's timestamp-based key
-    generators format the time, ``2024/01/15``; a custom one may have such parts), else
-    None."""
+    by something else than the partition fields' values, or may, else None: Hudi's
+    timestamp-based key generators (they format the time, ``2024/01/15``), a custom one
+    with a part that is not ``SIMPLE`` (``ts:TIMESTAMP``, or no type recorded; the value
+    then names ``hoodie.table.partition.fields`` too), a class named like those that is not
+    Hudi's. Hudi's custom key generator with ``SIMPLE`` parts only names each folder by its
+    field's value (``CustomAvroKeyGenerator.getPartitionPath``: ``SimpleAvroKeyGenerator``'s
+    path per part, joined by ``/``), as the simple and complex ones do: None."""
     kind = props.get(P_KEYGEN_TYPE, "")
     named = props.get(P_KEYGEN_CLASS, "")
-    if any(part in named for part in ("TimestampBased", "Custom")):
-        return f"{P_KEYGEN_CLASS}={named}"
-    if kind.upper().startswith(("TIMESTAMP", "CUSTOM")):
-        return f"{P_KEYGEN_TYPE}={kind}"
-    return None
+    found = (f"{P_KEYGEN_CLASS}={named}"
+             if any(part in named for part in ("TimestampBased", "Custom"))
+             else f"{P_KEYGEN_TYPE}={kind}"
+             if kind.upper().startswith(("TIMESTAMP", "CUSTOM")) else None)
+    if found is None:
+        return None
+    if _custom_keygen(props):
+        fields = props.get(P_PARTITION_FIELDS, "")
+        return None if _simple_parts_only(fields) else f"{found}, {P_PARTITION_FIELDS}={fields}"
+    return found
 
 
 def refuse_unwritable(props: Mapping[str, str]) -> None:
@@ -1199,9 +1241,11 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
     tidelake would write wrongly though it reads it: the value-only complex key encoding
     (``hoodie.table.complex.keygen.encoding``, Hudi after 1.2.1; tidelake writes
     ``field:value`` keys, ``docs/table-version-9.md`` §7), nested record key or partition
-    fields, and a timestamp-based or custom
-    key generator (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
-    values, not Hudi's formatted time)."""
+    fields, a timestamp-based key generator or a custom one with other parts than
+    ``SIMPLE`` (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
+    values, not Hudi's formatted time), and Hudi 1.2's slash-separated date partitioning
+    where Java applies it (``KeyGenUtils.getPartitionPath``: one partition field, or each
+    part of a custom key generator; not the complex key generator's several fields)."""
     for key in (P_RECORD_KEYS, P_PARTITION_FIELDS):
         if any("." in name for name in _split_fields(props.get(key))):
             raise UnsupportedTableError(
@@ -1211,9 +1255,19 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
     formatting = formatting_keygen(props)
     if formatting:
         raise UnsupportedTableError(
-            f"{formatting}: tidelake does not write tables of a timestamp-based or custom "
-            "key generator (its partition folders are named by a formatted time, not by the "
-            "fields' values as tidelake's writer would name them); reading them is supported")
+            f"{formatting}: tidelake does not write tables of a timestamp-based key "
+            "generator, nor of a custom key generator other than Hudi's with SIMPLE parts "
+            "only (field:SIMPLE) (their partition folders are named by a formatted time, "
+            "not by the fields' values as tidelake's writer would name them); reading them "
+            "is supported")
+    partition_fields = _split_fields(props.get(P_PARTITION_FIELDS))
+    if props.get(P_SLASH_DATES, "").strip().lower() == "true" and partition_fields and (
+            len(partition_fields) == 1 or _custom_keygen(props)):
+        raise UnsupportedTableError(
+            f"{P_SLASH_DATES}={props[P_SLASH_DATES]}: Hudi writes this table's partition "
+            "values with their dashes as folders (2026-01-05 -> 2026/01/05: one partition "
+            "field, or each part of a custom key generator); tidelake does not, so it does "
+            "not write it; reading it is supported")
     encoding = props.get(P_COMPLEX_KEY_ENCODING, "")
     if encoding and encoding.upper() != "FIELD_PREFIXED":
         raise UnsupportedTableError(f"{P_COMPLEX_KEY_ENCODING}={encoding} is not supported "
@@ -1243,6 +1297,12 @@ def _keygen_of(props: Mapping[str, str], record_keys: tuple[str, ...],
         return KeyGeneratorType.COMPLEX
     if "Nonpartitioned" in raw_class:
         return KeyGeneratorType.NON_PARTITION
+    if _custom_keygen(props):
+        # CustomAvroKeyGenerator: SimpleAvroKeyGenerator's key for one key field (the bare
+        # value, also with several partition parts), else ComplexAvroKeyGenerator's.
+        if len(record_keys) > 1:
+            return KeyGeneratorType.COMPLEX
+        return KeyGeneratorType.SIMPLE if partition_fields else KeyGeneratorType.NON_PARTITION
     if not partition_fields and len(record_keys) <= 1:
         return KeyGeneratorType.NON_PARTITION if not raw_class else KeyGeneratorType.SIMPLE
     if len(record_keys) > 1 or len(partition_fields) > 1:

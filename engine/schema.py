@@ -63,7 +63,10 @@ def table_schema(timeline: Timeline) -> pa.Schema | None:
     """The table's Arrow schema (meta fields first) from the latest commit that recorded one
     (else ``hoodie.table.create.schema``); None if none did. A recorded schema that cannot be
     parsed raises :class:`~engine.errors.CorruptTableError` naming its file."""
-    schema_json, source = timeline.latest_schema_and_source()
+    return _recorded_schema(*timeline.latest_schema_and_source())
+
+
+def _recorded_schema(schema_json: str | None, source: str) -> pa.Schema | None:
     if not schema_json:
         return None
     try:
@@ -71,6 +74,30 @@ def table_schema(timeline: Timeline) -> pa.Schema | None:
     except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as exc:
         raise CorruptTableError(f"{source}: the table schema it records cannot be parsed: "
                                 f"{type(exc).__name__}: {exc}") from exc
+
+
+def check_recorded_names(timeline: Timeline) -> None:
+    """Refuse to write a table whose recorded schema (:func:`table_schema`) holds a column
+    or struct field whose name is no Avro name (:func:`check_avro_name`), as another writer
+    may have made it (tidelake did before it checked names): Hudi's writers cannot parse
+    its schema and its readers refuse it (hudi-rs: ``Invalid field name``), so tidelake
+    writes nothing more into it; reading it stays supported.
+    :class:`~engine.errors.UnsupportedTableError` naming the column's path and the file that
+    records the schema."""
+    schema_json, source = timeline.latest_schema_and_source()
+    schema = _recorded_schema(schema_json, source)
+    if schema is None:
+        return
+    from engine.errors import SchemaEvolutionError, UnsupportedTableError
+
+    try:
+        check_avro_names(schema)
+    except SchemaEvolutionError as exc:
+        raise UnsupportedTableError(
+            f"{source} records the table schema with column {exc.column!r}, whose name is "
+            "not a valid Avro name (Avro names match [A-Za-z_][A-Za-z0-9_]*, nested struct "
+            "fields too): Hudi's writers and readers refuse such a table (hudi-rs: Invalid "
+            "field name), so tidelake does not write it; reading it is supported") from None
 
 
 def normalize_input_schema(schema: pa.Schema) -> pa.Schema:

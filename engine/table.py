@@ -43,7 +43,12 @@ from engine.layout.properties import dumps, loads
 from engine.metadata.validate import Validation
 from engine.read.reader import READ_THREADS, Filters, ReadSpec, TableReader
 from engine.read.scan import Scan
-from engine.schema import avro_data_schema, check_avro_names, normalize_input_schema
+from engine.schema import (
+    avro_data_schema,
+    check_avro_names,
+    check_recorded_names,
+    normalize_input_schema,
+)
 from engine.services.base import ServiceRun, TaskRunner, local_runner
 from engine.storage import Storage, normalize_location
 from engine.timeline.active import HOODIE, Timeline
@@ -328,26 +333,30 @@ class Table:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def check_writable(self) -> None:
+    def check_writable(self, timeline: Timeline | None = None) -> None:
         """Refuse, before anything is written, a table tidelake reads but does not write: a
-        read-only table version, or what :func:`~engine.config.refuse_unwritable` names (a
-        key encoding or key generator tidelake would write wrongly):
-        :class:`~engine.errors.UnsupportedTableError`."""
+        read-only table version, what :func:`~engine.config.refuse_unwritable` names (a key
+        encoding or key generator tidelake would write wrongly), a recorded schema with a
+        name Hudi's readers refuse (:func:`~engine.schema.check_recorded_names`):
+        :class:`~engine.errors.UnsupportedTableError`. ``timeline``: the snapshot the write
+        starts from (loaded if not given)."""
         if not self.config.table_version.writable:
             from engine.errors import UnsupportedTableError
             raise UnsupportedTableError(
                 f"table version {self.config.version} is read-only here; tidelake writes "
                 f"table versions {', '.join(str(v) for v in WRITE_VERSIONS)}")
         refuse_unwritable(self.config.raw)
+        check_recorded_names(timeline if timeline is not None
+                             else Timeline.load(self.storage, self.config))
 
-    def _client(self) -> WriteClient:
-        self.check_writable()
+    def _client(self, timeline: Timeline | None = None) -> WriteClient:
+        self.check_writable(timeline)
         return WriteClient(self.storage, self.config, self.write_config)
 
     def _write(self, operation: str, data: pa.Table,
                extra_metadata: Mapping[str, str] | None) -> str:
-        client = self._client()
         timeline = Timeline.load(self.storage, self.config)
+        client = self._client(timeline)
         if operation == DELETE:
             deletes = client.prepare_deletes(data, timeline)
             instant = client.write(DELETE, None, deletes, extra_metadata=extra_metadata,

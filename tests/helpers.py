@@ -19,7 +19,8 @@ import pyarrow as pa
 from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
 __all__ = ["COMMIT_TIME", "Oracle", "assert_hudi_rs_uses_metadata", "assert_metadata_in_step",
-           "hudi_rs_read", "java_compare", "row_tuples", "rows_by_key", "sorted_rows"]
+           "hudi_rs_read", "hudi_rs_read_custom_keygen", "java_compare",
+           "java_custom_keygen_table", "row_tuples", "rows_by_key", "sorted_rows"]
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -57,6 +58,64 @@ def hudi_rs_read(path: str | Path, *, storage_options: Mapping[str, str] | None 
     if not batches:
         return pa.table({})
     return pa.Table.from_batches(batches)
+
+
+PARTITION_FIELDS = "hoodie.table.partition.fields"
+KEYGEN_TYPE = "hoodie.table.keygenerator.type"
+KEYGEN_CLASS = "hoodie.table.keygenerator.class"
+
+
+def java_custom_keygen_table(path: Path, *, record_key: str | list[str], partition_fields: str,
+                             hive_style: bool, url_encode: bool,
+                             table_type: str = "COPY_ON_WRITE",
+                             keygen: tuple[str, str] = (KEYGEN_TYPE, "CUSTOM"),
+                             options: Mapping[str, str] | None = None) -> Path:
+    """An empty table (ordering field ``ts``) whose ``hoodie.properties`` are what Hudi
+    1.x's writer records for its custom key generator: ``partition_fields`` as Hudi stores
+    ``hoodie.table.partition.fields`` from table version 8 on, types included
+    (``region:SIMPLE,day:simple``: the writer's ``hoodie.datasource.write.partitionpath.field``
+    as given, ``SparkKeyGenUtils.getPartitionColumnsForKeyGenerator``), and ``keygen``, the
+    key generator's key and value: the type alone by default, ``CUSTOM``, as 1.x records it
+    (``KeyGeneratorType.fromClassName``; no ``.class``, as Hudi's v8/v9 samples show)."""
+    from engine import Table
+    from engine.layout.properties import dumps, loads
+
+    names = [part.split(":")[0] for part in partition_fields.split(",") if part]
+    Table.create(str(path), name=path.name, table_type=table_type, record_key=record_key,
+                 precombine="ts", partition_by=names or None,
+                 options={"hoodie.datasource.write.hive_style_partitioning":
+                          str(hive_style).lower(),
+                          "hoodie.datasource.write.partitionpath.urlencode":
+                          str(url_encode).lower(), **(options or {})})
+    props_path = path / ".hoodie" / "hoodie.properties"
+    props = {k: v for k, v in loads(props_path.read_text("latin-1")).items()
+             if k not in (KEYGEN_TYPE, KEYGEN_CLASS)}
+    props[PARTITION_FIELDS] = partition_fields
+    props[keygen[0]] = keygen[1]
+    props_path.write_text(dumps(props, last_key="hoodie.table.checksum"), "latin-1")
+    return path
+
+
+def hudi_rs_read_custom_keygen(path: str | Path, scratch: str | Path) -> pa.Table:
+    """hudi-rs's read of a table of Hudi's ``CustomKeyGenerator``, whose
+    ``hoodie.table.partition.fields`` entries carry their type (``region:SIMPLE``, what Hudi
+    records from table version 8 on). hudi-rs 0.5.0 takes each entry for a column name and
+    refuses every read of such a table (``Partition field `region\\:SIMPLE` declared in
+    `hoodie.table.partition.fields` is not present in the table schema``), so it reads a copy
+    (made under ``scratch``) whose entries lack the type, as Hudi records the same table's
+    fields before version 8 (``HoodieTableConfig.getPartitionFieldProp``): the same files and
+    folders, read as a table of the equivalent simple or complex key generator."""
+    from engine.layout.properties import dumps, loads
+
+    copy = Path(scratch) / f"{Path(path).name}-untyped-partition-fields"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(path, copy)
+    props_path = copy / ".hoodie" / "hoodie.properties"
+    props = loads(props_path.read_text("latin-1"))
+    props[PARTITION_FIELDS] = ",".join(
+        part.split(":")[0] for part in props.get(PARTITION_FIELDS, "").split(",") if part)
+    props_path.write_text(dumps(props, last_key="hoodie.table.checksum"), "latin-1")
+    return hudi_rs_read(copy)
 
 
 def assert_hudi_rs_uses_metadata(path: str | Path, scratch: str | Path) -> None:

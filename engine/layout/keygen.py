@@ -3,8 +3,10 @@
 Record keys follow Hudi's key generators (docs/engine.md, "Record keys and the index type"): SIMPLE
 uses the value of the one key field; COMPLEX joins ``field:value`` pairs with commas (also for one
 key field: Hudi 1.x's default ``hoodie.write.complex.keygen.new.encoding=false`` for table
-version 8); NON_PARTITION puts every record in the ``""`` partition. Work is vectorized with
-pyarrow compute; partition paths are encoded once per distinct value combination.
+version 8); NON_PARTITION puts every record in the ``""`` partition. Hudi's custom key
+generator with ``SIMPLE`` parts only writes what these write, and is read as one of them
+(``engine.config``: SIMPLE for one key field, else COMPLEX; docs/engine.md). Work is vectorized
+with pyarrow compute; partition paths are encoded once per distinct value combination.
 
 A value becomes text exactly as Java's key generators make it — ``KeyGenUtils.getRecordKey``
 / ``getRecordPartitionPath`` call ``HoodieAvroUtils.getNestedFieldValAsString``, which is

@@ -23,7 +23,7 @@ from engine.layout.keygen import field_strings
 from engine.read.reader import TableReader, _partition_may_match
 from engine.timeline.active import Timeline
 from tests.engine.helpers import ref_bucket
-from tests.helpers import hudi_rs_read
+from tests.helpers import hudi_rs_read, java_custom_keygen_table
 
 UTC = dt.timezone.utc
 
@@ -230,3 +230,44 @@ def test_write_to_table_with_nested_key_field_refused_naming_the_key(
     with pytest.raises(UnsupportedTableError, match=rf"{key}=meta\.f.*nested"):
         Table.open(str(path)).upsert(pa.table({"id": ["b"], "v": [1], "p": ["x"]}))
     assert sorted(p.name for p in (path / ".hoodie" / "timeline").iterdir()) == timeline
+
+
+@pytest.mark.parametrize(("partition_fields", "refused"), [
+    ("day", True),
+    ("region,day", False),
+    ("region:SIMPLE,day:SIMPLE", True),
+])
+def test_write_to_slash_separated_date_partitioning_table_refused_where_java_slashes(
+        tmp_path: Path, partition_fields: str, refused: bool) -> None:
+    """Hudi 1.2's ``hoodie.datasource.write.slash.separated.date.partitioning=true`` (a table
+    property): Java turns the dashes of a value into folders, ``2026-01-05`` →
+    ``2026/01/05`` (``KeyGenUtils.getPartitionPath`` → ``slashSeparateDateValue``), for a
+    table of one partition field and for every SIMPLE part of a custom key generator, not
+    for the complex key generator's several fields (``getRecordPartitionPath`` guards on
+    one field). tidelake's writer would write ``2026-01-05``, a second folder for the same
+    key: such writes are refused naming the key, nothing written; the complex table is
+    written as Java writes it."""
+    path = tmp_path / "t"
+    custom = ":" in partition_fields
+    fields = [f.split(":")[0] for f in partition_fields.split(",")]
+    key = "hoodie.datasource.write.slash.separated.date.partitioning"
+    java_custom_keygen_table(path, record_key="id", partition_fields=partition_fields,
+                             hive_style=False, url_encode=False)
+    props = path / ".hoodie" / "hoodie.properties"
+    text = props.read_text()
+    if not custom:
+        text = text.replace("hoodie.table.keygenerator.type=CUSTOM",
+                            f"hoodie.table.keygenerator.type="
+                            f"{'SIMPLE' if len(fields) == 1 else 'COMPLEX'}")
+    props.write_text(text + f"{key}=TRUE\n")
+    row = {"id": ["a"], "ts": [1], "region": ["eu"], "day": ["2026-01-05"]}
+    batch = pa.table({k: v for k, v in row.items() if k in ("id", "ts", *fields)})
+    table = Table.open(str(path))
+    if not refused:
+        table.upsert(batch)
+        assert table.read().column("_hoodie_partition_path").to_pylist() == ["eu/2026-01-05"]
+        return
+    with pytest.raises(UnsupportedTableError, match=rf"{key}=TRUE"):
+        table.upsert(batch)
+    assert table.timeline() == []
+    assert table.read().num_rows == 0

@@ -6,6 +6,7 @@ skipping — and every other change is refused naming the column before anything
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from engine import InvalidRecordError, SchemaEvolutionError, Table
+from engine.errors import UnsupportedTableError
 from engine.timeline.active import Timeline
 from tests.helpers import Oracle, hudi_rs_read, sorted_rows
 
@@ -206,3 +208,38 @@ def test_column_name_not_an_avro_name_refused_at_create_and_write_naming_it(
     assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
     assert Timeline.load(table.storage, table.config).pending() == []
     assert hudi_rs_read(Path(table.path)).column("k").to_pylist() == ["a"]
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_write_to_table_whose_schema_holds_no_avro_name_refused_naming_the_column(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """A table another writer made with a column (or a struct field) whose name is no Avro
+    name: tidelake before 4413382 wrote such tables, which this simulates by turning its
+    name check off for the first write. Hudi's readers refuse the table (hudi-rs: "Invalid
+    field name") and its Java writer cannot parse the schema; tidelake reads it, and
+    refuses every write, also one adding no column and a delete, before anything is
+    written (``Table.check_writable``), naming the column and the file recording the
+    schema: more commits would only grow a table no Hudi reader reads."""
+    table = Table.create(str(tmp_path / "t"), name="t", table_type="MERGE_ON_READ",
+                         record_key="k", precombine="ts")
+    nested = pa.struct([("ok", pa.int64()), (bad, pa.int64())])
+    with monkeypatch.context() as other_tool:
+        other_tool.setattr("engine.schema.check_avro_names", lambda columns: None)
+        table.upsert(pa.table({"k": ["a"], "ts": [1],
+                               "s": pa.array([{"ok": 1, bad: 2}], nested), bad: [1]}))
+    with pytest.raises(Exception, match="Invalid field name"):
+        hudi_rs_read(Path(table.path))
+    assert table.read().select([bad, "s"]).to_pylist() == [{bad: 1, "s": {"ok": 1, bad: 2}}]
+    files = sorted(p for p in Path(table.path).rglob("*") if p.is_file())
+    # the recorded schema's columns in order: s before bad, so the struct field is named
+    named = (rf"\.hoodie/timeline/\d+_\d+\.deltacommit records the table schema with "
+             rf"column 's\.{re.escape(bad)}'.*Avro name")
+    with pytest.raises(UnsupportedTableError, match=named):
+        table.check_writable()
+    with pytest.raises(UnsupportedTableError, match=named):
+        table.upsert(pa.table({"k": ["b"], "ts": [2],
+                               "s": pa.array([{"ok": 3, bad: 4}], nested), bad: [2]}))
+    with pytest.raises(UnsupportedTableError, match=named):
+        table.delete(pa.table({"k": ["a"]}))
+    assert sorted(p for p in Path(table.path).rglob("*") if p.is_file()) == files
+    assert table.read().column("k").to_pylist() == ["a"]
