@@ -224,7 +224,11 @@ def test_lock_holder_whose_lock_was_broken_knows_it(
             with pytest.raises(WriteConflictError, match="broken by another writer"):
                 holder.verify()
         holder.release()  # not its lock any more: removes nothing
-    assert any("now held by another writer" in r.getMessage() for r in caplog.records)
+    # "now held by another writer", or "gone" where the renewer looked between the breaker's
+    # removal of the stale file and its own claim (seen on a loaded machine, CI-size run)
+    assert any(("now held by another writer" in r.getMessage() or " is gone: " in r.getMessage())
+               and "broken as stale while this writer held it" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
     assert list((tmp_path / ".hoodie").iterdir()) == []
 
 
