@@ -55,7 +55,7 @@ def test_record_index_build_for_existing_table_runs_in_spark_tasks(
         return inner(fn, tasks)
 
     client.task_runner = counting  # as the streaming job's writer has (ingest/spark_write.py)
-    monkeypatch.setattr(Table, "_client", lambda self: client)
+    monkeypatch.setattr(Table, "_client", lambda self, timeline=None: client)
     batch = random_batch(rng, oracle, counter, 10)
     oracle.upsert(batch, enabled.upsert(pa.Table.from_pylist(batch, schema=SCHEMA)))
     assert RECORD_INDEX in declared_partitions(table.storage)
