@@ -1236,6 +1236,43 @@ def formatting_keygen(props: Mapping[str, str]) -> str | None:
     return found
 
 
+HUDI_KEYGEN_TYPES = {
+    "SIMPLE": "org.apache.hudi.keygen.SimpleKeyGenerator",
+    "SIMPLE_AVRO": "org.apache.hudi.keygen.SimpleAvroKeyGenerator",
+    "COMPLEX": "org.apache.hudi.keygen.ComplexKeyGenerator",
+    "COMPLEX_AVRO": "org.apache.hudi.keygen.ComplexAvroKeyGenerator",
+    "TIMESTAMP": "org.apache.hudi.keygen.TimestampBasedKeyGenerator",
+    "TIMESTAMP_AVRO": "org.apache.hudi.keygen.TimestampBasedAvroKeyGenerator",
+    "CUSTOM": "org.apache.hudi.keygen.CustomKeyGenerator",
+    "CUSTOM_AVRO": "org.apache.hudi.keygen.CustomAvroKeyGenerator",
+    "NON_PARTITION": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+    "NON_PARTITION_AVRO": "org.apache.hudi.keygen.NonpartitionedAvroKeyGenerator",
+    "GLOBAL_DELETE": "org.apache.hudi.keygen.GlobalDeleteKeyGenerator",
+    "GLOBAL_DELETE_AVRO": "org.apache.hudi.keygen.GlobalAvroDeleteKeyGenerator",
+    "AUTO_RECORD": "org.apache.hudi.keygen.AutoRecordGenWrapperKeyGenerator",
+    "AUTO_RECORD_AVRO": "org.apache.hudi.keygen.AutoRecordGenWrapperAvroKeyGenerator",
+    "HOODIE_TABLE_METADATA": "org.apache.hudi.metadata.HoodieTableMetadataKeyGenerator",
+    "SPARK_SQL": "org.apache.spark.sql.hudi.command.SqlKeyGenerator",
+    "SPARK_SQL_UUID": "org.apache.spark.sql.hudi.command.UuidKeyGenerator",
+    "SPARK_SQL_MERGE_INTO": "org.apache.spark.sql.hudi.command.MergeIntoKeyGenerator",
+}
+"""Hudi's own key generators, type to class (``KeyGeneratorType``); any other class is
+``USER_PROVIDED`` (``KeyGeneratorType.fromClassName``)."""
+
+
+def user_provided_keygen(props: Mapping[str, str]) -> str | None:
+    """``key=value`` of ``hoodie.properties``' key generator when it is not one of Hudi's
+    (:data:`HUDI_KEYGEN_TYPES`): a user's class, or the type ``USER_PROVIDED``; else None.
+    The class is read first, as Hudi reads it (``KeyGeneratorType.getKeyGeneratorClassName``).
+    """
+    named = props.get(P_KEYGEN_CLASS, "").strip()
+    if named:
+        return None if named in HUDI_KEYGEN_TYPES.values() else f"{P_KEYGEN_CLASS}={named}"
+    kind = props.get(P_KEYGEN_TYPE, "").strip()
+    return f"{P_KEYGEN_TYPE}={kind}" if kind and kind.upper() not in HUDI_KEYGEN_TYPES \
+        else None
+
+
 def refuse_unwritable(props: Mapping[str, str]) -> None:
     """Refuse, naming the key, to write a table whose ``hoodie.properties`` asks for what
     tidelake would write wrongly though it reads it: the value-only complex key encoding
@@ -1245,13 +1282,21 @@ def refuse_unwritable(props: Mapping[str, str]) -> None:
     ``SIMPLE`` (:func:`formatting_keygen`; tidelake's writer would name folders by the raw
     values, not Hudi's formatted time), and Hudi 1.2's slash-separated date partitioning
     where Java applies it (``KeyGenUtils.getPartitionPath``: one partition field, or each
-    part of a custom key generator; not the complex key generator's several fields)."""
+    part of a custom key generator; not the complex key generator's several fields), and a
+    key generator that is not Hudi's (:func:`user_provided_keygen`)."""
     for key in (P_RECORD_KEYS, P_PARTITION_FIELDS):
         if any("." in name for name in _split_fields(props.get(key))):
             raise UnsupportedTableError(
                 f"{key}={props[key]}: tidelake does not write tables keyed or partitioned by "
                 "a nested field (it makes keys of top-level columns only); this refuses "
                 "writes only")
+    user = user_provided_keygen(props)
+    if user:
+        raise UnsupportedTableError(
+            f"{user}: not one of Hudi's key generators, so tidelake cannot know how it makes "
+            "record keys and partition paths; written as the simple or complex generator, a "
+            "record the table's own writer keyed otherwise would get a second key (a "
+            "duplicate); reading it is supported")
     formatting = formatting_keygen(props)
     if formatting:
         raise UnsupportedTableError(

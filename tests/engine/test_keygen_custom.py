@@ -251,3 +251,43 @@ def test_custom_keygen_timestamp_or_untyped_part_write_refused_naming_keys(
         table.delete(pa.table({"id": ["a"]}))
     assert _timeline(path) == before
     assert table.read().num_rows == 0
+
+
+@pytest.mark.parametrize("keygen", [
+    (KEYGEN_CLASS, "com.acme.TripKeyGenerator"),
+    (KEYGEN_CLASS, "org.apache.hudi.keygen.MyKeyGenerator"),  # Hudi's package, not its class
+    (KEYGEN_TYPE, "USER_PROVIDED"),
+])
+def test_user_provided_keygen_write_refused_before_anything_is_written(
+        tmp_path: Path, keygen: tuple[str, str]) -> None:
+    """A key generator that is not one of Hudi's (``KeyGeneratorType.fromClassName``:
+    ``USER_PROVIDED``) may key a record otherwise than the simple or complex generator
+    tidelake would write it as: a later write by the table's own writer would then give the
+    record a second key. Writes are refused naming the key; reads stay allowed."""
+    path = java_custom_keygen_table(tmp_path / "t", record_key="id", partition_fields="region",
+                                    hive_style=False, url_encode=False, keygen=keygen)
+    table = Table.open(str(path))
+    before = _timeline(path)
+    named = rf"{keygen[0]}={keygen[1]}: not one of Hudi's key generators"
+    with pytest.raises(UnsupportedTableError, match=named):
+        table.upsert(pa.table({"id": ["a"], "region": ["eu"], "ts": [1]}))
+    with pytest.raises(UnsupportedTableError, match=named):
+        table.delete(pa.table({"id": ["a"]}))
+    assert _timeline(path) == before
+    assert table.read().num_rows == 0
+
+
+@pytest.mark.parametrize("keygen", [
+    (KEYGEN_CLASS, "org.apache.hudi.keygen.SimpleAvroKeyGenerator"),
+    (KEYGEN_TYPE, "SIMPLE_AVRO"),
+])
+def test_hudi_avro_keygen_classes_stay_writable(tmp_path: Path,
+                                                keygen: tuple[str, str]) -> None:
+    """Hudi's Avro variants of its generators make the same keys and paths: written."""
+    path = java_custom_keygen_table(tmp_path / "t", record_key="id", partition_fields="region",
+                                    hive_style=False, url_encode=False, keygen=keygen)
+    Table.open(str(path)).upsert(pa.table({"id": ["a"], "region": ["eu"], "ts": [1]}))
+    rows = Table.open(str(path)).read(columns=["_hoodie_record_key",
+                                               "_hoodie_partition_path", "id"])
+    assert rows.to_pylist() == [{"_hoodie_record_key": "a", "_hoodie_partition_path": "eu",
+                                 "id": "a"}]
