@@ -150,11 +150,35 @@ class KeyGeneratorType(str, Enum):
     NON_PARTITION = "NON_PARTITION"
 
 
-KEYGEN_CLASSES = {
-    KeyGeneratorType.SIMPLE: "org.apache.hudi.keygen.SimpleKeyGenerator",
-    KeyGeneratorType.COMPLEX: "org.apache.hudi.keygen.ComplexKeyGenerator",
-    KeyGeneratorType.NON_PARTITION: "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+HUDI_KEYGEN_TYPES = {
+    "SIMPLE": "org.apache.hudi.keygen.SimpleKeyGenerator",
+    "SIMPLE_AVRO": "org.apache.hudi.keygen.SimpleAvroKeyGenerator",
+    "COMPLEX": "org.apache.hudi.keygen.ComplexKeyGenerator",
+    "COMPLEX_AVRO": "org.apache.hudi.keygen.ComplexAvroKeyGenerator",
+    "TIMESTAMP": "org.apache.hudi.keygen.TimestampBasedKeyGenerator",
+    "TIMESTAMP_AVRO": "org.apache.hudi.keygen.TimestampBasedAvroKeyGenerator",
+    "CUSTOM": "org.apache.hudi.keygen.CustomKeyGenerator",
+    "CUSTOM_AVRO": "org.apache.hudi.keygen.CustomAvroKeyGenerator",
+    "NON_PARTITION": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+    "NON_PARTITION_AVRO": "org.apache.hudi.keygen.NonpartitionedAvroKeyGenerator",
+    "GLOBAL_DELETE": "org.apache.hudi.keygen.GlobalDeleteKeyGenerator",
+    "GLOBAL_DELETE_AVRO": "org.apache.hudi.keygen.GlobalAvroDeleteKeyGenerator",
+    "AUTO_RECORD": "org.apache.hudi.keygen.AutoRecordGenWrapperKeyGenerator",
+    "AUTO_RECORD_AVRO": "org.apache.hudi.keygen.AutoRecordGenWrapperAvroKeyGenerator",
+    "HOODIE_TABLE_METADATA": "org.apache.hudi.metadata.HoodieTableMetadataKeyGenerator",
+    "SPARK_SQL": "org.apache.spark.sql.hudi.command.SqlKeyGenerator",
+    "SPARK_SQL_UUID": "org.apache.spark.sql.hudi.command.UuidKeyGenerator",
+    "SPARK_SQL_MERGE_INTO": "org.apache.spark.sql.hudi.command.MergeIntoKeyGenerator",
 }
+"""Hudi's own key generators, type to class (``KeyGeneratorType``); any other class is
+``USER_PROVIDED`` (``KeyGeneratorType.fromClassName``)."""
+
+KEYGEN_CLASSES = {kind: HUDI_KEYGEN_TYPES[kind.value] for kind in KeyGeneratorType}
+"""The class tidelake records for each key generator type it writes."""
+CUSTOM_KEYGEN_TYPES = ("CUSTOM", "CUSTOM_AVRO")
+"""Hudi's custom key generators' types (Hudi 1.x records the type, not the class)."""
+CUSTOM_KEYGEN_CLASSES = tuple(HUDI_KEYGEN_TYPES[kind] for kind in CUSTOM_KEYGEN_TYPES)
+"""Their classes (``hoodie.table.keygenerator.class``, as older tables record them)."""
 
 
 def parse_flag(key: str, raw: str) -> bool:
@@ -1182,18 +1206,12 @@ def _refuse_unsupported(props: Mapping[str, str]) -> None:
                                     "(only PARQUET)")
 
 
-CUSTOM_KEYGEN_CLASSES = ("org.apache.hudi.keygen.CustomKeyGenerator",
-                         "org.apache.hudi.keygen.CustomAvroKeyGenerator")
-"""Hudi's custom key generators (``hoodie.table.keygenerator.class``); Hudi 1.x records
-their type instead, ``CUSTOM`` / ``CUSTOM_AVRO`` (``KeyGeneratorType.fromClassName``)."""
-
-
 def _custom_keygen(props: Mapping[str, str]) -> bool:
     """Whether ``hoodie.properties`` names Hudi's own custom key generator."""
     named = props.get(P_KEYGEN_CLASS, "")
     if named:
         return named in CUSTOM_KEYGEN_CLASSES
-    return props.get(P_KEYGEN_TYPE, "").upper() in ("CUSTOM", "CUSTOM_AVRO")
+    return props.get(P_KEYGEN_TYPE, "").upper() in CUSTOM_KEYGEN_TYPES
 
 
 def _simple_parts_only(raw: str | None) -> bool:
@@ -1234,30 +1252,6 @@ def formatting_keygen(props: Mapping[str, str]) -> str | None:
         fields = props.get(P_PARTITION_FIELDS, "")
         return None if _simple_parts_only(fields) else f"{found}, {P_PARTITION_FIELDS}={fields}"
     return found
-
-
-HUDI_KEYGEN_TYPES = {
-    "SIMPLE": "org.apache.hudi.keygen.SimpleKeyGenerator",
-    "SIMPLE_AVRO": "org.apache.hudi.keygen.SimpleAvroKeyGenerator",
-    "COMPLEX": "org.apache.hudi.keygen.ComplexKeyGenerator",
-    "COMPLEX_AVRO": "org.apache.hudi.keygen.ComplexAvroKeyGenerator",
-    "TIMESTAMP": "org.apache.hudi.keygen.TimestampBasedKeyGenerator",
-    "TIMESTAMP_AVRO": "org.apache.hudi.keygen.TimestampBasedAvroKeyGenerator",
-    "CUSTOM": "org.apache.hudi.keygen.CustomKeyGenerator",
-    "CUSTOM_AVRO": "org.apache.hudi.keygen.CustomAvroKeyGenerator",
-    "NON_PARTITION": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
-    "NON_PARTITION_AVRO": "org.apache.hudi.keygen.NonpartitionedAvroKeyGenerator",
-    "GLOBAL_DELETE": "org.apache.hudi.keygen.GlobalDeleteKeyGenerator",
-    "GLOBAL_DELETE_AVRO": "org.apache.hudi.keygen.GlobalAvroDeleteKeyGenerator",
-    "AUTO_RECORD": "org.apache.hudi.keygen.AutoRecordGenWrapperKeyGenerator",
-    "AUTO_RECORD_AVRO": "org.apache.hudi.keygen.AutoRecordGenWrapperAvroKeyGenerator",
-    "HOODIE_TABLE_METADATA": "org.apache.hudi.metadata.HoodieTableMetadataKeyGenerator",
-    "SPARK_SQL": "org.apache.spark.sql.hudi.command.SqlKeyGenerator",
-    "SPARK_SQL_UUID": "org.apache.spark.sql.hudi.command.UuidKeyGenerator",
-    "SPARK_SQL_MERGE_INTO": "org.apache.spark.sql.hudi.command.MergeIntoKeyGenerator",
-}
-"""Hudi's own key generators, type to class (``KeyGeneratorType``); any other class is
-``USER_PROVIDED`` (``KeyGeneratorType.fromClassName``)."""
 
 
 def user_provided_keygen(props: Mapping[str, str]) -> str | None:
